@@ -1,0 +1,3 @@
+from ncuflow.cli import main
+
+main()

@@ -1,0 +1,89 @@
+"""The ``ncuflow`` command line: a thin click layer over the library.
+
+Commands live in small modules and are imported only when invoked, so that
+``ncuflow profile`` on a GPU host never imports polars and ``ncuflow --help`` stays fast.
+Every ``NcuflowError`` becomes its one-paragraph message on stderr and a non-zero exit,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Any
+
+import click
+
+from ncuflow import __version__
+from ncuflow.errors import NcuflowError
+
+# command name -> "module:attribute" of its click command
+COMMANDS: dict[str, str] = {
+    "classify": "ncuflow.cli.read_cmds:classify_command",
+    "export": "ncuflow.cli.read_cmds:export_command",
+    "cells": "ncuflow.cli.cells_cmd:cells_command",
+    "profile": "ncuflow.cli.profile_cmds:profile_command",
+    "doctor": "ncuflow.cli.profile_cmds:doctor_command",
+    "time": "ncuflow.cli.profile_cmds:time_command",
+    "sweep": "ncuflow.cli.profile_cmds:sweep_command",
+    "stability": "ncuflow.cli.analysis_cmds:stability_command",
+    "explain": "ncuflow.cli.analysis_cmds:explain_command",
+    "report": "ncuflow.cli.analysis_cmds:report_command",
+    "phases": "ncuflow.cli.phases_cmd:phases_command",
+}
+
+SHORT_HELP: dict[str, str] = {
+    "classify": "Per-launch counters and the critical-path verdict of reports.",
+    "export": "Write the launches table (and raw metrics) of reports to parquet.",
+    "cells": "List the kernel cells, their parameters, defaults and availability.",
+    "profile": "Run a cell (or any program) under ncu with replay and store the run.",
+    "doctor": "Check ncu, ncu_report, the GPU, counter permission and versions.",
+    "time": "Time a cell with CUDA events, without ncu.",
+    "sweep": "Profile every point of a sweep file; resumable.",
+    "stability": "Replay stability of cells or stored runs.",
+    "explain": "Does a parameter change the work, and is it on the critical path?",
+    "report": "Markdown report and plots of a profile store.",
+    "phases": "Split serving traces into admission ramp, steady decode and drain.",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attribute = target.split(":")
+        module = importlib.import_module(module_name)
+        command: click.Command = getattr(module, attribute)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, SHORT_HELP.get(name, "")) for name in COMMANDS]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ncuflow")
+def cli() -> None:
+    """Profile the smallest decisive kernel cell under Nsight Compute, check that
+    re-profiling gives the same counters, and say which wall binds."""
+
+
+def main(argv: list[str] | None = None) -> Any:
+    try:
+        return cli.main(args=argv, prog_name="ncuflow", standalone_mode=False)
+    except NcuflowError as error:
+        click.echo(f"ncuflow: {error}", err=True)
+        sys.exit(error.exit_code)
+    except click.exceptions.Abort:
+        click.echo("ncuflow: interrupted.", err=True)
+        sys.exit(130)
+    except click.ClickException as error:
+        error.show()
+        sys.exit(error.exit_code)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)

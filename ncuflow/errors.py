@@ -1,0 +1,39 @@
+"""Errors written for people: what happened, why, and the fix, as one paragraph."""
+
+from __future__ import annotations
+
+
+class NcuflowError(Exception):
+    """Base of every error ncuflow raises on purpose.
+
+    The CLI prints ``str(error)`` and exits non-zero without a traceback, so the
+    message must stand on its own: what happened, why it happened, and what to do.
+    """
+
+    exit_code = 2
+
+    def __init__(self, what: str, why: str = "", fix: str = "") -> None:
+        self.what = what.strip()
+        self.why = why.strip()
+        self.fix = fix.strip()
+        super().__init__(self.paragraph())
+
+    def paragraph(self) -> str:
+        parts = [self.what]
+        if self.why:
+            parts.append(self.why)
+        if self.fix:
+            parts.append(self.fix)
+        return " ".join(p if p.endswith((".", "!", "?", ":")) else p + "." for p in parts)
+
+
+class ReportError(NcuflowError):
+    """A file that should be an Nsight Compute report cannot be used."""
+
+
+class NoReportsFound(NcuflowError):
+    """A path given on the command line holds no Nsight Compute report."""
+
+
+class UsageError(NcuflowError):
+    """An option or argument combination that cannot work."""

@@ -1,0 +1,58 @@
+"""The record one profiled kernel launch becomes: identity, canonical fields, provenance.
+
+``Launch`` is the data contract between extraction and everything after it
+(classify, stability, explain, export, report). It is plain data: no ncu_report
+objects, no polars, so the profiling path (which has no polars) can use it too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class KernelName:
+    function: str
+    demangled: str
+    mangled: str
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str | None
+    compute_capability: str | None  # "9.0"
+    sm_count: int | None
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One action of one range of one report.
+
+    ``values`` maps every canonical field of ``ncuflow.metrics.FIELDS`` to its value,
+    or to None where the report holds no usable source for it (then the field is in
+    ``missing``). ``provenance`` maps each present field to the raw metric (or the
+    arithmetic over raw metrics) that supplied it.
+    """
+
+    report: str  # path as given
+    range_index: int
+    action_index: int
+    kernel: KernelName
+    nvtx: tuple[str, ...]  # push/pop ranges enclosing the launch, outermost first, "domain@name"
+    device: DeviceInfo
+    ncu_version: str | None
+    values: Mapping[str, float | None]
+    provenance: Mapping[str, str]
+    missing: tuple[str, ...]
+    # NVIDIA's speed-of-light breakdown: per-unit metric -> % of peak (may be empty).
+    breakdown: Mapping[str, float] = field(default_factory=dict)
+    # NVIDIA's SOLBottleneck rule result title where the report holds one, e.g. "Latency Issue".
+    nvidia_sol: str | None = None
+
+    def value(self, name: str) -> float | None:
+        return self.values.get(name)
+
+    @property
+    def key(self) -> tuple[str, int, int]:
+        return (self.report, self.range_index, self.action_index)

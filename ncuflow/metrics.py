@@ -1,0 +1,311 @@
+"""Canonical per-launch fields and the ordered alias chains that resolve them.
+
+Metric names change across architectures and Nsight Compute versions (the legacy
+``.nsight-cuprof-report`` files use another naming scheme altogether), so every
+canonical field is resolved through an ordered chain of *sources*. The first source
+whose raw metrics all hold a value wins, and the record keeps which one it was
+(provenance). A field with no usable source is missing: it is never turned into 0.
+
+This module is pure data plus the arithmetic of combining raw values; it imports
+nothing from ``ncu_report``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+Combine = Literal["value", "sum", "ratio", "product"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One way to obtain a canonical field from raw metrics.
+
+    ``op`` says how the raw values combine: ``value`` takes the one metric, ``sum``
+    adds them, ``ratio`` divides the first by the second, ``product`` multiplies
+    them; the result is then multiplied by ``scale``.
+    """
+
+    metrics: tuple[str, ...]
+    op: Combine = "value"
+    scale: float = 1.0
+
+    def label(self) -> str:
+        """How the value was obtained, for provenance columns and evidence lines."""
+        sep = {"value": "", "sum": " + ", "ratio": " / ", "product": " × "}[self.op]
+        text = sep.join(self.metrics) if self.op != "value" else self.metrics[0]
+        if self.scale != 1.0:
+            text = f"({text}) × {self.scale:g}" if self.op != "value" else f"{text} × {self.scale:g}"
+        return text
+
+    def combine(self, values: tuple[float, ...]) -> float | None:
+        """Combine raw values; None where the arithmetic is undefined (division by 0)."""
+        if self.op == "value":
+            result = values[0]
+        elif self.op == "sum":
+            result = math.fsum(values)
+        elif self.op == "product":
+            result = math.prod(values)
+        else:
+            if values[1] == 0:
+                return None
+            result = values[0] / values[1]
+        return result * self.scale
+
+
+@dataclass(frozen=True)
+class CanonicalField:
+    name: str
+    unit: str
+    sources: tuple[Source, ...]
+    description: str
+
+
+def _v(*names: str, scale: float = 1.0) -> tuple[Source, ...]:
+    """Each name as a single-metric source, in order."""
+    return tuple(Source((n,), "value", scale) for n in names)
+
+
+FIELDS: tuple[CanonicalField, ...] = (
+    CanonicalField(
+        "duration_ns", "ns",
+        _v("gpu__time_duration.sum", "gpu__time_duration"),
+        "kernel duration measured by the profiler",
+    ),
+    CanonicalField(
+        "dram_bytes_read", "byte",
+        _v("dram__bytes_read.sum", "dram__read_bytes")
+        + _v("dram__sectors_read.sum", "dram__read_sectors", scale=32.0),
+        "bytes read from device memory",
+    ),
+    CanonicalField(
+        "dram_bytes_write", "byte",
+        _v("dram__bytes_write.sum", "dram__write_bytes")
+        + _v("dram__sectors_write.sum", "dram__write_sectors", scale=32.0),
+        "bytes written to device memory",
+    ),
+    CanonicalField(
+        "dram_bytes", "byte",
+        _v("dram__bytes.sum")
+        + (
+            Source(("dram__bytes_read.sum", "dram__bytes_write.sum"), "sum"),
+            Source(("dram__sectors_read.sum", "dram__sectors_write.sum"), "sum", 32.0),
+            Source(("dram__read_bytes", "dram__write_bytes"), "sum"),
+        ),
+        "bytes moved to and from device memory",
+    ),
+    CanonicalField(
+        "dram_peak_bw", "byte/s",
+        (
+            Source(("dram__bytes.sum.peak_sustained", "dram__cycles_elapsed.avg.per_second"), "product"),
+        ),
+        "sustained peak device-memory bandwidth",
+    ),
+    CanonicalField(
+        "dram_throughput_pct", "%",
+        _v(
+            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+            "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+            "dram__bytes.sum.pct_of_peak_sustained_elapsed",
+        ),
+        "device-memory throughput as % of peak (NVIDIA's figure)",
+    ),
+    CanonicalField(
+        "l2_hit_rate_pct", "%",
+        _v("lts__t_sector_hit_rate.pct", "lts__request_total_sectors_hitrate_pct"),
+        "L2 sector hit rate",
+    ),
+    CanonicalField(
+        "global_ld_sectors", "sector",
+        _v("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"),
+        "L1 sectors requested by global loads",
+    ),
+    CanonicalField(
+        "global_ld_requests", "request",
+        _v("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"),
+        "L1 requests made by global loads",
+    ),
+    CanonicalField(
+        "sectors_per_request", "sector/request",
+        (
+            Source(
+                (
+                    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+                    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+                ),
+                "ratio",
+            ),
+            *_v("l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio"),
+        ),
+        "sectors per global-load request (4 is perfectly coalesced fp32)",
+    ),
+    CanonicalField(
+        "global_ld_inst", "inst",
+        _v(
+            "smsp__inst_executed_op_global_ld.sum",
+            "smsp__sass_inst_executed_op_global_ld.sum",
+            "sass__inst_executed_global_loads",
+        ),
+        "warp-level global-load instructions executed",
+    ),
+    CanonicalField(
+        "inst_executed", "inst",
+        _v("smsp__inst_executed.sum", "sm__inst_executed.sum", "inst_executed"),
+        "warp instructions executed",
+    ),
+    CanonicalField(
+        "inst_issued", "inst",
+        _v("smsp__inst_issued.sum", "sm__inst_issued.sum"),
+        "warp instructions issued",
+    ),
+    CanonicalField(
+        "issue_active_pct", "%",
+        _v(
+            "sm__inst_issued.avg.pct_of_peak_sustained_elapsed",
+            "smsp__issue_active.avg.pct_of_peak_sustained_elapsed",
+            "sm__issue_active.avg.pct_of_peak_sustained_elapsed",
+        ),
+        "issue slots used, % of peak over the elapsed time",
+    ),
+    CanonicalField(
+        "sm_clock_hz", "Hz",
+        _v("sm__cycles_elapsed.avg.per_second", "gpc__cycles_elapsed.avg.per_second"),
+        "SM clock during the launch",
+    ),
+    CanonicalField(
+        "dram_clock_hz", "Hz",
+        _v("dram__cycles_elapsed.avg.per_second"),
+        "device-memory clock during the launch",
+    ),
+    CanonicalField(
+        "sm_cycles_elapsed", "cycle",
+        _v("sm__cycles_elapsed.max", "sm__cycles_elapsed.avg", "sm__elapsed_cycles_avg"),
+        "SM cycles elapsed over the launch",
+    ),
+    CanonicalField(
+        "passes", "pass",
+        _v("profiler__replayer_passes"),
+        "replay passes ncu needed for this launch",
+    ),
+    CanonicalField(
+        "sm_count", "SM",
+        _v("device__attribute_multiprocessor_count"),
+        "streaming multiprocessors on the device",
+    ),
+    CanonicalField(
+        "schedulers_per_sm", "SMSP/SM",
+        _v("device__attribute_num_schedulers_per_multiprocessor"),
+        "warp schedulers (SMSPs) per SM",
+    ),
+    CanonicalField(
+        "l2_throughput_pct", "%",
+        _v("lts__t_sectors.avg.pct_of_peak_sustained_elapsed", "lts__throughput.avg.pct_of_peak_sustained_elapsed"),
+        "L2 throughput, % of peak",
+    ),
+    CanonicalField(
+        "l1_throughput_pct", "%",
+        _v("l1tex__throughput.avg.pct_of_peak_sustained_elapsed", "l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed"),
+        "L1/TEX throughput, % of peak",
+    ),
+    CanonicalField(
+        "flops_fp32", "flop",
+        (
+            Source(
+                (
+                    "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
+                    "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
+                    "derived__smsp__sass_thread_inst_executed_op_ffma_pred_on_x2",
+                ),
+                "sum",
+            ),
+        ),
+        "fp32 floating-point operations (FMA counted twice)",
+    ),
+    CanonicalField(
+        "tensor_pipe_pct", "%",
+        _v(
+            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+        ),
+        "tensor pipe active cycles, % of peak",
+    ),
+)
+
+FIELDS_BY_NAME: Mapping[str, CanonicalField] = {f.name: f for f in FIELDS}
+
+# The fields the study's questions are decided on: ``ncuflow profile`` collects these
+# (their first-choice raw metrics) and nothing else unless asked for a section set.
+DECISIVE_FIELDS: tuple[str, ...] = (
+    "duration_ns",
+    "dram_bytes_read",
+    "dram_bytes_write",
+    "dram_peak_bw",
+    "dram_throughput_pct",
+    "l2_hit_rate_pct",
+    "global_ld_sectors",
+    "global_ld_requests",
+    "global_ld_inst",
+    "inst_executed",
+    "inst_issued",
+    "issue_active_pct",
+    "sm_clock_hz",
+    "dram_clock_hz",
+    "sm_cycles_elapsed",
+    "l2_throughput_pct",
+    "l1_throughput_pct",
+    "flops_fp32",
+    "tensor_pipe_pct",
+)
+
+# Raw metrics the model reads besides the canonical fields (NVIDIA's breakdown lists).
+BREAKDOWN_METRICS: tuple[str, ...] = (
+    "breakdown:gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "breakdown:sm__throughput.avg.pct_of_peak_sustained_elapsed",
+)
+
+
+def decisive_metric_names() -> tuple[str, ...]:
+    """Every raw metric the decisive fields' sources name, current naming scheme only.
+
+    This is the ``--metrics`` list ``ncuflow profile`` passes to ncu. The legacy
+    names (no ``.sum`` suffix) are left out: a current ncu rejects them.
+    """
+    names: list[str] = []
+    for field_name in DECISIVE_FIELDS:
+        for source in FIELDS_BY_NAME[field_name].sources:
+            for metric in source.metrics:
+                if "__" in metric and "." in metric and metric not in names:
+                    names.append(metric)
+    # Passes and device attributes are always in a report; the peak comes with the .sum.
+    return tuple(names)
+
+
+def resolve(
+    field: CanonicalField, lookup: Callable[[str], float | None]
+) -> tuple[float | None, str | None]:
+    """Resolve one field through its alias chain.
+
+    ``lookup`` returns a raw metric's value, or None where the report has no value
+    for it. Returns ``(value, provenance)``, or ``(None, None)`` when no source in the
+    chain is complete.
+    """
+    for source in field.sources:
+        raw: list[float] = []
+        for metric in source.metrics:
+            value = lookup(metric)
+            if value is None or not math.isfinite(value):
+                break
+            raw.append(value)
+        else:
+            combined = source.combine(tuple(raw))
+            if combined is not None:
+                return combined, source.label()
+    return None, None
+
+
+def first_choice(field_name: str) -> str:
+    """The first-choice raw metric of a field, to name it when it is missing."""
+    return FIELDS_BY_NAME[field_name].sources[0].label()
