@@ -24,7 +24,7 @@ COMMANDS: dict[str, str] = {
     "cells": "ncuflow.cli.cells_cmd:cells_command",
     "profile": "ncuflow.cli.profile_cmds:profile_command",
     "doctor": "ncuflow.cli.profile_cmds:doctor_command",
-    "time": "ncuflow.cli.profile_cmds:time_command",
+    "time": "ncuflow.cli.cells_cmd:time_command",
     "sweep": "ncuflow.cli.profile_cmds:sweep_command",
     "stability": "ncuflow.cli.analysis_cmds:stability_command",
     "explain": "ncuflow.cli.analysis_cmds:explain_command",
