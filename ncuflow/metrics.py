@@ -211,6 +211,19 @@ FIELDS: tuple[CanonicalField, ...] = (
         "L1/TEX throughput, % of peak",
     ),
     CanonicalField(
+        "sm_throughput_pct", "%",
+        _v("sm__throughput.avg.pct_of_peak_sustained_elapsed", "sm__sol_pct"),
+        "NVIDIA's compute (SM) speed-of-light figure, % of peak",
+    ),
+    CanonicalField(
+        "memory_throughput_pct", "%",
+        _v(
+            "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+            "gpu__compute_memory_sol_pct",
+        ),
+        "NVIDIA's memory speed-of-light figure, % of peak",
+    ),
+    CanonicalField(
         "flops_fp32", "flop",
         (
             Source(
@@ -256,6 +269,8 @@ DECISIVE_FIELDS: tuple[str, ...] = (
     "sm_cycles_elapsed",
     "l2_throughput_pct",
     "l1_throughput_pct",
+    "sm_throughput_pct",
+    "memory_throughput_pct",
     "flops_fp32",
     "tensor_pipe_pct",
 )

@@ -1,0 +1,127 @@
+"""Rows and rich tables of classified launches (no polars: the profiling path uses this)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ncuflow.classify import DEFAULT_THRESHOLD, TERM_NAMES, Verdict, classify
+from ncuflow.launch import Launch
+
+# The keys of `ncuflow classify --json`, in order.
+ROW_KEYS: tuple[str, ...] = (
+    "report", "range", "action", "kernel", "duration_ns", "dram_throughput_pct",
+    "l2_hit_rate_pct", "sectors_per_request", "global_ld_inst",
+    "u_dram", "u_l2", "u_l1", "u_issue", "u_math", "bound", "nvidia_sol", "missing",
+)
+
+
+def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
+    """One launch as the plain row `classify --json` prints (null where unavailable)."""
+    row: dict[str, Any] = {
+        "report": launch.report,
+        "range": launch.range_index,
+        "action": launch.action_index,
+        "kernel": launch.kernel.function,
+        "duration_ns": launch.value("duration_ns"),
+        "dram_throughput_pct": launch.value("dram_throughput_pct"),
+        "l2_hit_rate_pct": launch.value("l2_hit_rate_pct"),
+        "sectors_per_request": launch.value("sectors_per_request"),
+        "global_ld_inst": launch.value("global_ld_inst"),
+    }
+    for name in TERM_NAMES:
+        row[f"u_{name}"] = verdict.utilization(name)
+    row["bound"] = verdict.bound
+    row["nvidia_sol"] = launch.nvidia_sol
+    row["missing"] = list(launch.missing)
+    return row
+
+
+def launch_rows(launches: Iterable[Launch], threshold: float = DEFAULT_THRESHOLD) -> list[dict[str, Any]]:
+    return [launch_row(launch, classify(launch, threshold)) for launch in launches]
+
+
+def _number(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
+    if value is None:
+        return "—"
+    return f"{value * scale:,.{digits}f}"
+
+
+def _duration(ns: float | None) -> str:
+    if ns is None:
+        return "—"
+    if ns >= 1e6:
+        return f"{ns / 1e6:,.3f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:,.2f} µs"
+    return f"{ns:,.0f} ns"
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def make_console() -> Any:
+    """A console that keeps the table on one line per launch, also when piped."""
+    import sys
+
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=170)
+
+
+_BOUND_STYLE = {"dram": "red", "l2": "magenta", "l1": "magenta", "issue": "yellow", "math": "yellow", "latency": "cyan", "unknown": "dim"}
+
+
+def print_launch_table(
+    launches: Sequence[Launch],
+    verdicts: Sequence[Verdict],
+    console: Any = None,
+    *,
+    title: str | None = None,
+    evidence: bool = False,
+) -> None:
+    """A readable rich table, one row per launch, NVIDIA's verdict beside ours."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or make_console()
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for header, justify in (
+        ("#", "right"), ("kernel", "left"), ("duration", "right"), ("DRAM %", "right"),
+        ("L2 hit %", "right"), ("sect/req", "right"), ("gld inst", "right"),
+        ("u_dram", "right"), ("u_issue", "right"), ("u_math", "right"), ("bound", "left"), ("NVIDIA", "left"),
+    ):
+        table.add_column(header, justify=justify, no_wrap=True, max_width=44 if header == "kernel" else None)  # type: ignore[arg-type]
+    notes: list[str] = []
+    for launch, verdict in zip(launches, verdicts, strict=True):
+        nvidia = "—"
+        if verdict.nvidia is not None:
+            mark = "✓" if verdict.nvidia.agrees else "✗"
+            nvidia = f"{mark} {verdict.nvidia.category}"
+            if not verdict.nvidia.agrees:
+                notes.append(f"{Path(launch.report).name} #{launch.action_index}: NVIDIA says {verdict.nvidia.category}, ncuflow {verdict.bound}: {verdict.nvidia.reason}")
+        style = _BOUND_STYLE.get(verdict.bound, "")
+        table.add_row(
+            str(launch.action_index),
+            _short(launch.kernel.function, 44),
+            _duration(launch.value("duration_ns")),
+            _number(launch.value("dram_throughput_pct")),
+            _number(launch.value("l2_hit_rate_pct")),
+            _number(launch.value("sectors_per_request"), 2),
+            _number(launch.value("global_ld_inst"), 0),
+            _number(verdict.utilization("dram"), 2),
+            _number(verdict.utilization("issue"), 2),
+            _number(verdict.utilization("math"), 2),
+            f"[{style}]{verdict.bound}[/{style}]" if style else verdict.bound,
+            nvidia,
+        )
+    console.print(table)
+    for note in notes:
+        console.print(f"[yellow]disagreement[/yellow] {note}", highlight=False)
+    if evidence:
+        for launch, verdict in zip(launches, verdicts, strict=True):
+            console.print(f"[bold]#{launch.action_index}[/bold] {verdict.bound}: {verdict.evidence()}", highlight=False)
+            if launch.missing:
+                console.print(f"   missing: {', '.join(launch.missing)}", highlight=False)
