@@ -173,8 +173,9 @@ def _load_context(path: Path) -> Any:
     if context.num_ranges() == 0:
         raise ReportError(
             f"{path} holds no profiled launch: ncu_report opened it as zero ranges.",
-            "The file carries the report signature but no readable result: it was cut off early "
-            "(an interrupted ncu or an incomplete copy), or ncu profiled no kernel.",
+            "The file carries the report signature but ncu_report found no readable result in it: "
+            "it is cut off (an interrupted ncu or an incomplete copy), corrupted, or ncu profiled "
+            "no kernel.",
             "Profile again and let ncu finish; check its log for 'No kernels were profiled'.",
         )
     return context

@@ -1,0 +1,86 @@
+"""`ncuflow export` and `ncuflow classify` end to end on real reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from ncuflow.cli import cli
+from ncuflow.export import SCHEMA_VERSION, metrics_path_for, read_schema_version
+from ncuflow.render import ROW_KEYS
+
+from .corpus import read_sources
+
+
+def test_export_whole_corpus_counts_and_schema(corpus_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "launches.parquet"
+    result = CliRunner().invoke(cli, ["export", str(corpus_dir), "-o", str(output), "--metrics-long"])
+    assert result.exit_code == 0, result.output
+    frame = pl.read_parquet(output)
+    sources = read_sources(corpus_dir)
+    assert frame.height == sum(entry.total_actions for entry in sources)
+    per_report = dict(frame.group_by("report_name").len().iter_rows())
+    for entry in sources:
+        assert per_report[entry.file] == entry.total_actions, entry.file
+    assert read_schema_version(output) == SCHEMA_VERSION
+    # identity, canonical fields with provenance, model terms and verdicts
+    for column in ("kernel_function", "kernel_demangled", "kernel_mangled", "nvtx", "device", "ncu_version",
+                   "duration_ns", "src_duration_ns", "u_dram", "src_u_dram", "bound", "nvidia_sol", "missing"):
+        assert column in frame.columns
+    assert set(frame["bound"].unique()) <= {"dram", "l2", "l1", "issue", "math", "latency", "unknown"}
+    # a missing field is null and listed, never 0
+    no_duration = frame.filter(pl.col("duration_ns").is_null())
+    assert no_duration.height > 0
+    assert all("duration_ns" in missing for missing in no_duration["missing"].to_list())
+    metrics = pl.read_parquet(metrics_path_for(output))
+    assert set(metrics.columns) == {"report", "range", "action", "name", "value", "string_value", "unit"}
+    assert metrics.height > 100_000
+    assert read_schema_version(metrics_path_for(output)) == SCHEMA_VERSION
+    durations = metrics.filter(
+        (pl.col("name") == "gpu__time_duration.sum") & pl.col("value").is_not_null() & pl.col("value").is_not_nan()
+    )
+    assert durations.height == frame.filter(pl.col("src_duration_ns") == "gpu__time_duration.sum").height
+
+
+def test_export_values_match_classify_json(corpus_dir: Path, tmp_path: Path) -> None:
+    report = corpus_dir / "spymaster2h__spyinfer__report.ncu-rep"
+    output = tmp_path / "one.parquet"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["export", str(report), "-o", str(output)]).exit_code == 0
+    result = runner.invoke(cli, ["classify", "--json", str(report)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert len(rows) == 105
+    assert list(rows[0]) == list(ROW_KEYS)
+    frame = pl.read_parquet(output)
+    assert frame["duration_ns"].to_list() == [row["duration_ns"] for row in rows]
+    assert frame["bound"].to_list() == [row["bound"] for row in rows]
+    assert all(row["global_ld_inst"] is None and "global_ld_inst" in row["missing"] for row in rows)
+
+
+def test_classify_table_shows_nvidia_verdict_beside_ours(corpus_dir: Path) -> None:
+    report = corpus_dir / "AlpriElse__cs599k__rms_norm_matrix_ncu-reports_2025-04-21_v1.ncu-rep"
+    result = CliRunner().invoke(cli, ["classify", "--evidence", str(report)])
+    assert result.exit_code == 0, result.output
+    assert "NVIDIA H100 PCIe" in result.output
+    assert "NVIDIA" in result.output and "memory" in result.output
+    assert "u_dram=" in result.output  # the evidence line names the terms compared
+
+
+def test_threshold_option_changes_verdicts(corpus_dir: Path) -> None:
+    report = corpus_dir / "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep"
+    runner = CliRunner()
+    default = json.loads(runner.invoke(cli, ["classify", "--json", str(report)]).output)
+    strict = json.loads(runner.invoke(cli, ["classify", "--json", "--threshold", "0.99", str(report)]).output)
+    assert {row["bound"] for row in default} == {"l1"}
+    assert {row["bound"] for row in strict} == {"latency"}
+
+
+@pytest.mark.parametrize("bad", ["0", "1.5", "-1"])
+def test_threshold_out_of_range_is_a_usage_error(corpus_dir: Path, bad: str) -> None:
+    result = CliRunner().invoke(cli, ["classify", "--threshold", bad, str(corpus_dir)])
+    assert result.exit_code == 2

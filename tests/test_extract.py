@@ -1,0 +1,121 @@
+"""Extraction on the corpus of real reports: counts, aliases, provenance, missing fields."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ncu_report
+import pytest
+
+from ncuflow.extract import find_reports, iter_launches, read_ncu_version
+from ncuflow.metrics import FIELDS
+
+from .conftest import CORPUS_DIR
+from .corpus import read_sources
+
+SOURCES = read_sources(CORPUS_DIR) if (CORPUS_DIR / "SOURCES.tsv").is_file() else []
+
+
+def _raw(path: Path, action_index: int, name: str) -> float | None:
+    action = ncu_report.load_report(str(path)).range_by_idx(0).action_by_idx(action_index)
+    metric = action.metric_by_name(name)
+    if metric is None or not metric.has_value():
+        return None
+    return float(metric.value())
+
+
+@pytest.mark.parametrize("entry", SOURCES, ids=[e.file[:60] for e in SOURCES])
+def test_every_corpus_report_loads_with_its_launch_count(corpus_dir: Path, entry) -> None:
+    launches = list(iter_launches(corpus_dir / entry.file))
+    assert len(launches) == entry.total_actions
+    assert all(launch.kernel.function for launch in launches)
+    # Every field is either valued with a provenance, or missing and listed: never a silent 0.
+    for launch in launches:
+        for field in FIELDS:
+            value = launch.values[field.name]
+            assert (value is None) == (field.name in launch.missing)
+            assert (value is None) == (field.name not in launch.provenance)
+    if entry.gpu_name:
+        assert launches[0].device.name == entry.gpu_name
+
+
+def test_corpus_is_there_and_complete(corpus_dir: Path) -> None:
+    reports = find_reports([corpus_dir])
+    assert len(reports) == len(SOURCES) >= 40
+
+
+def test_values_equal_the_raw_metric_they_name(corpus_dir: Path) -> None:
+    path = corpus_dir / "AlpriElse__cs599k__rms_norm_matrix_ncu-reports_2025-04-21_v1.ncu-rep"
+    launch = next(iter_launches(path))
+    assert launch.provenance["duration_ns"] == "gpu__time_duration.sum"
+    assert launch.values["duration_ns"] == _raw(path, 0, "gpu__time_duration.sum")
+    assert launch.provenance["global_ld_inst"] == "smsp__sass_inst_executed_op_global_ld.sum"
+    assert launch.values["global_ld_inst"] == _raw(path, 0, "smsp__sass_inst_executed_op_global_ld.sum")
+    sectors = _raw(path, 0, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
+    requests = _raw(path, 0, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
+    assert sectors and requests
+    assert launch.values["sectors_per_request"] == pytest.approx(sectors / requests)
+    read = _raw(path, 0, "dram__bytes_read.sum")
+    write = _raw(path, 0, "dram__bytes_write.sum")
+    assert read is not None and write is not None
+    assert launch.values["dram_bytes"] == pytest.approx(read + write)
+    assert launch.provenance["dram_bytes"] == "dram__bytes_read.sum + dram__bytes_write.sum"
+
+
+def test_2022_full_set_takes_the_older_sass_name(corpus_dir: Path) -> None:
+    path = corpus_dir / "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep"
+    launch = next(iter_launches(path))
+    assert launch.provenance["global_ld_inst"] == "sass__inst_executed_global_loads"
+    assert launch.values["global_ld_inst"] == _raw(path, 0, "sass__inst_executed_global_loads")
+
+
+def test_legacy_format_resolves_through_old_names(corpus_dir: Path) -> None:
+    path = corpus_dir / "jhiems__PMKID_Brute-Force__profile.nsight-cuprof-report"
+    (launch,) = list(iter_launches(path))
+    assert launch.provenance["duration_ns"] == "gpu__time_duration"
+    assert launch.values["duration_ns"] == _raw(path, 0, "gpu__time_duration")
+    assert launch.provenance["dram_bytes_read"] == "dram__read_bytes"
+    assert launch.provenance["l2_hit_rate_pct"] == "lts__request_total_sectors_hitrate_pct"
+    assert launch.provenance["global_ld_inst"] == "sass__inst_executed_global_loads"
+    assert launch.values["global_ld_inst"] == _raw(path, 0, "sass__inst_executed_global_loads")
+    assert launch.ncu_version is None  # legacy files do not store the writer's version
+    assert launch.device.name == "GeForce GTX 1080"
+
+
+def test_reports_without_sass_metrics_name_what_is_missing(corpus_dir: Path) -> None:
+    # A default-set report: no SASS-patched counters, no L1 load counters.
+    path = corpus_dir / "spymaster2h__spyinfer__report.ncu-rep"
+    launches = list(iter_launches(path))
+    assert len(launches) == 105
+    for launch in launches:
+        assert launch.values["global_ld_inst"] is None
+        assert "global_ld_inst" in launch.missing
+        assert launch.values["duration_ns"] is not None and launch.values["duration_ns"] > 0
+
+
+def test_reports_with_only_launch_attributes_become_rows_of_missing_fields(corpus_dir: Path) -> None:
+    path = corpus_dir / "skycs97__darknet__profile.nsight-cuprof-report"
+    launches = list(iter_launches(path))
+    assert len(launches) == 7
+    assert all(launch.values["duration_ns"] is None for launch in launches)
+    assert all("duration_ns" in launch.missing for launch in launches)
+
+
+def test_ncu_version_read_from_the_file(corpus_dir: Path) -> None:
+    assert read_ncu_version(corpus_dir / "flyinglandlord__sglang__profile.ncu-rep") == "2023.3.0.0 (build 33266684)"
+    assert read_ncu_version(corpus_dir / "Abhishek7204__raytracingCuda__profile.ncu-rep") == "2026.2.1.0 (build 38283040)"
+
+
+def test_kernel_names_in_three_forms_and_nvtx(corpus_dir: Path) -> None:
+    launch = next(iter_launches(corpus_dir / "flyinglandlord__sglang__profile.ncu-rep"))
+    assert launch.kernel.function == "distribution_elementwise_grid_stride_kernel"
+    assert launch.kernel.demangled.startswith("void at::native::")
+    assert launch.kernel.mangled.startswith("_ZN")
+    assert launch.device.compute_capability == "9.0"
+    assert launch.device.sm_count == 132
+    assert launch.values["passes"] == 42.0
+
+
+def test_nvtx_ranges_are_read(corpus_dir: Path) -> None:
+    launches = list(iter_launches(corpus_dir / "panjd123__cutlass__report.ncu-rep"))
+    assert any(launch.nvtx for launch in launches), [launch.nvtx for launch in launches]
