@@ -17,8 +17,9 @@ Pure functions over ``Launch`` records: no I/O, no ncu_report, no polars.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ncuflow.launch import Launch
@@ -99,6 +100,7 @@ _MATH_PIPES = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=4096)
 def breakdown_group(metric: str) -> str | None:
     """Which term one speed-of-light breakdown metric belongs to (None: none of ours)."""
     if metric.startswith(("dram__", "fbpa__")):
@@ -114,11 +116,13 @@ def breakdown_group(metric: str) -> str | None:
     return None
 
 
-def _group_max(breakdown: Mapping[str, float], group: str) -> tuple[float, str] | None:
-    best: tuple[float, str] | None = None
+def group_maxima(breakdown: Mapping[str, float]) -> dict[str, tuple[float, str]]:
+    """Per term, the largest breakdown metric of its group: (% of peak, metric)."""
+    best: dict[str, tuple[float, str]] = {}
     for metric, pct in breakdown.items():
-        if breakdown_group(metric) == group and (best is None or pct > best[0]):
-            best = (pct, metric)
+        group = breakdown_group(metric)
+        if group is not None and (group not in best or pct > best[group][0]):
+            best[group] = (pct, metric)
     return best
 
 
@@ -131,7 +135,7 @@ def _missing_text(launch: Launch, *fields: str) -> str:
     return ", ".join(f"{f} (first choice {first_choice(f)})" for f in absent) or "no source"
 
 
-def _dram_term(launch: Launch) -> Term:
+def _dram_term(launch: Launch, maxima: Mapping[str, tuple[float, str]]) -> Term:
     duration = launch.value("duration_ns")
     dram_bytes = launch.value("dram_bytes")
     peak = launch.value("dram_peak_bw")
@@ -140,14 +144,16 @@ def _dram_term(launch: Launch) -> Term:
     pct = launch.value("dram_throughput_pct")
     if pct is not None:
         return Term("dram", pct / 100.0, launch.provenance.get("dram_throughput_pct"))
-    best = _group_max(launch.breakdown, "dram")
+    best = maxima.get("dram")
     if best is not None:
         return Term("dram", best[0] / 100.0, best[1])
     return Term("dram", None, None, _missing_text(launch, "duration_ns", "dram_bytes", "dram_peak_bw", "dram_throughput_pct"))
 
 
-def _breakdown_term(launch: Launch, name: str, fallback_field: str) -> Term:
-    best = _group_max(launch.breakdown, name)
+def _breakdown_term(
+    launch: Launch, maxima: Mapping[str, tuple[float, str]], name: str, fallback_field: str
+) -> Term:
+    best = maxima.get(name)
     if best is not None:
         return Term(name, best[0] / 100.0, best[1])
     pct = launch.value(fallback_field)
@@ -156,7 +162,7 @@ def _breakdown_term(launch: Launch, name: str, fallback_field: str) -> Term:
     return Term(name, None, None, f"no SpeedOfLight breakdown and {_missing_text(launch, fallback_field)}")
 
 
-def _issue_term(launch: Launch) -> Term:
+def _issue_term(launch: Launch, maxima: Mapping[str, tuple[float, str]]) -> Term:
     candidates: list[Term] = []
     issued = launch.value("inst_issued")
     sm_count = launch.value("sm_count")
@@ -166,7 +172,7 @@ def _issue_term(launch: Launch) -> Term:
     if issued is not None and sm_count and schedulers and clock and duration:
         slots = sm_count * schedulers * clock * duration * 1e-9
         candidates.append(Term("issue", issued / slots, "inst_issued / (SMSPs × sm_clock × duration)"))
-    best = _group_max(launch.breakdown, "issue")
+    best = maxima.get("issue")
     if best is not None:
         candidates.append(Term("issue", best[0] / 100.0, best[1]))
     if not candidates:
@@ -180,21 +186,15 @@ def _issue_term(launch: Launch) -> Term:
     return max(candidates, key=lambda t: t.utilization or 0.0)
 
 
-def _math_term(launch: Launch) -> Term:
-    return _breakdown_term(launch, "math", "tensor_pipe_pct")
-
-
-_TERM_BUILDERS: dict[str, Callable[[Launch], Term]] = {
-    "dram": _dram_term,
-    "l2": lambda launch: _breakdown_term(launch, "l2", "l2_throughput_pct"),
-    "l1": lambda launch: _breakdown_term(launch, "l1", "l1_throughput_pct"),
-    "issue": _issue_term,
-    "math": _math_term,
-}
-
-
 def model_terms(launch: Launch) -> tuple[Term, ...]:
-    return tuple(_TERM_BUILDERS[name](launch) for name in TERM_NAMES)
+    maxima = group_maxima(launch.breakdown)
+    return (
+        _dram_term(launch, maxima),
+        _breakdown_term(launch, maxima, "l2", "l2_throughput_pct"),
+        _breakdown_term(launch, maxima, "l1", "l1_throughput_pct"),
+        _issue_term(launch, maxima),
+        _breakdown_term(launch, maxima, "math", "tensor_pipe_pct"),
+    )
 
 
 def bound_of(terms: tuple[Term, ...], threshold: float) -> str:

@@ -31,6 +31,21 @@ _VERSION_PATTERN = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?) \(build (\d+)\)")
 _SOL_RULE = "SOLBottleneck"
 
 
+def _value_kinds() -> tuple[frozenset[int], frozenset[int]]:
+    try:
+        import ncu_report
+    except ImportError:  # pragma: no cover
+        return frozenset(), frozenset()
+    metric = ncu_report.IMetric
+    return (
+        frozenset({metric.ValueKind_DOUBLE, metric.ValueKind_FLOAT}),
+        frozenset({metric.ValueKind_UINT32, metric.ValueKind_UINT64}),
+    )
+
+
+_DOUBLE_KINDS, _INTEGER_KINDS = _value_kinds()
+
+
 class DamagedActionWarning(UserWarning):
     """A report whose last action was cut off: the complete actions before it are used."""
 
@@ -219,13 +234,21 @@ def _iter_actions(path: Path, context: Any) -> Iterator[tuple[int, int, Any]]:
 
 
 def _numeric(action: Any, name: str) -> float | None:
+    """A numeric metric's value; None where it is absent, valueless, a string, or not finite.
+
+    Dispatches on the value kind itself: ``IMetric.value()`` rebuilds a table of
+    lambdas on every call, which dominated extraction time.
+    """
     metric = action.metric_by_name(name)
     if metric is None or not metric.has_value():
         return None
-    value = metric.value()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    kind = metric.kind()
+    if kind in _DOUBLE_KINDS:
+        number = metric.as_double()
+    elif kind in _INTEGER_KINDS:
+        number = float(metric.as_uint64())
+    else:
         return None
-    number = float(value)
     return number if math.isfinite(number) else None
 
 
