@@ -89,12 +89,7 @@ FIELDS: tuple[CanonicalField, ...] = (
     ),
     CanonicalField(
         "dram_bytes", "byte",
-        _v("dram__bytes.sum")
-        + (
-            Source(("dram__bytes_read.sum", "dram__bytes_write.sum"), "sum"),
-            Source(("dram__sectors_read.sum", "dram__sectors_write.sum"), "sum", 32.0),
-            Source(("dram__read_bytes", "dram__write_bytes"), "sum"),
-        ),
+        (*_v("dram__bytes.sum"), Source(("dram__bytes_read.sum", "dram__bytes_write.sum"), "sum"), Source(("dram__sectors_read.sum", "dram__sectors_write.sum"), "sum", 32.0), Source(("dram__read_bytes", "dram__write_bytes"), "sum")),
         "bytes moved to and from device memory",
     ),
     CanonicalField(

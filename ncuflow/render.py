@@ -83,7 +83,6 @@ def print_launch_table(
     evidence: bool = False,
 ) -> None:
     """A readable rich table, one row per launch, NVIDIA's verdict beside ours."""
-    from rich.console import Console
     from rich.table import Table
 
     console = console or make_console()

@@ -1,0 +1,38 @@
+# Two entry points that work on a fresh machine with nothing but Python 3.11+:
+#   make demo   set up .venv and run the main job on committed / shared real data (no GPU)
+#   make test   set up .venv (with the CPU build of torch and triton 3.6) and run the tests
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# torch 2.13.0 resolves to the CPU build that lies on CI's disk; an unpinned torch would
+# download a CUDA build of several GB. triton 3.6 is the GPU host's version.
+CELL_PINS := torch==2.13.0 triton==3.6.0
+CORPUS ?= $(or $(NCUFLOW_CORPUS),../shared/ncu-reports)
+
+.PHONY: setup setup-test demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+setup: $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+
+setup-test: $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev,cells]' $(CELL_PINS)
+
+demo: setup
+	$(BIN)/python analysis/demo.py --corpus $(CORPUS) --out out/demo
+
+test: setup-test
+	$(BIN)/python -m pytest -q
+
+lint: setup-test
+	$(BIN)/ruff check ncuflow kernels tests analysis
+	$(BIN)/mypy
+
+bench: setup
+	$(BIN)/python analysis/bench_extraction.py $(CORPUS)
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
