@@ -180,19 +180,6 @@ def report_launches_frame(report: Path, *, threshold: float = DEFAULT_THRESHOLD)
     return pl.DataFrame(records, schema=launches_schema())
 
 
-def report_metrics_frame(report: Path) -> pl.DataFrame:
-    columns: dict[str, list[Any]] = {name: [] for name in METRICS_SCHEMA}
-    for range_index, action_index, metric in iter_raw_metrics(report):
-        columns["report"].append(str(report))
-        columns["range"].append(range_index)
-        columns["action"].append(action_index)
-        columns["name"].append(metric.name)
-        columns["value"].append(metric.value)
-        columns["string_value"].append(metric.string_value)
-        columns["unit"].append(metric.unit)
-    return pl.DataFrame(columns, schema=METRICS_SCHEMA)
-
-
 # ---------------------------------------------------------------------------
 # writing
 
@@ -216,17 +203,53 @@ def atomic_output(target: Path) -> Iterator[Path]:
 
 
 def write_parquet(frame: pl.DataFrame, target: Path, *, table: str) -> None:
-    metadata = {
-        METADATA_KEY: SCHEMA_VERSION,
-        "ncuflow.table": table,
-        "ncuflow.version": __version__,
-    }
+    """Write one frame atomically with the schema version in the file metadata."""
+    metadata = {METADATA_KEY: SCHEMA_VERSION, "ncuflow.table": table, "ncuflow.version": __version__}
     with atomic_output(target) as temporary:
         frame.write_parquet(temporary, metadata=metadata)
 
 
 def read_schema_version(path: Path) -> str | None:
     return pl.read_parquet_metadata(path).get(METADATA_KEY)
+
+
+class _PartWriter:
+    """Accumulates rows and flushes them to numbered parquet parts of at most ``chunk`` rows.
+
+    Keeps memory bounded by the chunk, not by the size of the export: a report with
+    thousands of launches never holds all its raw metrics at once.
+    """
+
+    def __init__(self, folder: Path, name: str, schema: dict[str, Any], chunk: int) -> None:
+        self.folder = folder
+        self.name = name
+        self.schema = schema
+        self.chunk = chunk
+        self.columns: dict[str, list[Any]] = {column: [] for column in schema}
+        self.parts: list[Path] = []
+        self.rows = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        for column, values in self.columns.items():
+            values.append(record[column])
+        if len(self.columns["report"]) >= self.chunk:
+            self.flush()
+
+    def flush(self) -> None:
+        pending = len(self.columns["report"])
+        if pending == 0 and self.parts:
+            return
+        part = self.folder / f"{self.name}-{len(self.parts):05d}.parquet"
+        pl.DataFrame(self.columns, schema=self.schema).write_parquet(part)
+        self.parts.append(part)
+        self.rows += pending
+        self.columns = {column: [] for column in self.schema}
+
+    def finish(self, target: Path, *, table: str) -> None:
+        self.flush()
+        metadata = {METADATA_KEY: SCHEMA_VERSION, "ncuflow.table": table, "ncuflow.version": __version__}
+        with atomic_output(target) as temporary:
+            pl.scan_parquet(self.parts).sink_parquet(temporary, metadata=metadata)
 
 
 @dataclass(frozen=True)
@@ -245,40 +268,58 @@ def export_reports(
     metrics_long: bool = False,
     threshold: float = DEFAULT_THRESHOLD,
     progress: Any = None,
+    chunk_rows: int = 200_000,
 ) -> ExportResult:
-    """Read every report, then write the tables. Nothing is written if any report fails.
+    """Read every report, streaming, then write the tables. Nothing is written if any report fails.
 
-    ``progress`` is called with (report index, report path) before each report.
+    Rows go to temporary parquet parts of at most ``chunk_rows`` rows beside the output;
+    the final files are assembled from them (streaming) and renamed into place at the
+    end. ``progress`` is called with (report index, report path) before each report.
     """
-    if output.exists() and output.is_dir():
+    import tempfile
+
+    if output.is_dir():
         raise NcuflowError(
             f"The output {output} is a folder.",
             "export writes one parquet file.",
             "Give a file name such as launches.parquet.",
         )
-    launch_frames: list[pl.DataFrame] = []
-    metric_frames: list[pl.DataFrame] = []
-    for index, report in enumerate(reports):
-        if progress is not None:
-            progress(index, report)
-        launch_frames.append(report_launches_frame(report, threshold=threshold))
-        if metrics_long:
-            metric_frames.append(report_metrics_frame(report))
-    launches = pl.concat(launch_frames, how="vertical") if launch_frames else pl.DataFrame(schema=launches_schema())
+    output.parent.mkdir(parents=True, exist_ok=True)
     metrics_path = metrics_path_for(output) if metrics_long else None
-    metrics = pl.concat(metric_frames, how="vertical") if metric_frames else None
-    if metrics_path is not None and metrics is not None:
-        write_parquet(metrics, metrics_path, table="metrics")
-    try:
-        write_parquet(launches, output, table="launches")
-    except BaseException:
+    with tempfile.TemporaryDirectory(prefix=".ncuflow-tmp-", dir=output.parent) as folder:
+        launches = _PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
+        metrics = _PartWriter(Path(folder), "metrics", METRICS_SCHEMA, chunk_rows)
+        for index, report in enumerate(reports):
+            if progress is not None:
+                progress(index, report)
+            identity = run_identity(report)
+            for launch in iter_launches(report):
+                launches.add(launch_record(launch, classify(launch, threshold), identity))
+            if metrics_long:
+                for range_index, action_index, metric in iter_raw_metrics(report):
+                    metrics.add(
+                        {
+                            "report": str(report),
+                            "range": range_index,
+                            "action": action_index,
+                            "name": metric.name,
+                            "value": metric.value,
+                            "string_value": metric.string_value,
+                            "unit": metric.unit,
+                        }
+                    )
         if metrics_path is not None:
-            metrics_path.unlink(missing_ok=True)
-        raise
+            metrics.finish(metrics_path, table="metrics")
+        try:
+            launches.finish(output, table="launches")
+        except BaseException:
+            if metrics_path is not None:
+                metrics_path.unlink(missing_ok=True)
+            raise
     return ExportResult(
         launches_path=output,
-        launch_count=launches.height,
+        launch_count=launches.rows,
         report_count=len(reports),
         metrics_path=metrics_path,
-        metric_rows=metrics.height if metrics is not None else None,
+        metric_rows=metrics.rows if metrics_long else None,
     )

@@ -84,3 +84,18 @@ def test_threshold_option_changes_verdicts(corpus_dir: Path) -> None:
 def test_threshold_out_of_range_is_a_usage_error(corpus_dir: Path, bad: str) -> None:
     result = CliRunner().invoke(cli, ["classify", "--threshold", bad, str(corpus_dir)])
     assert result.exit_code == 2
+
+
+def test_streaming_export_in_small_chunks_gives_the_same_tables(corpus_dir: Path, tmp_path: Path) -> None:
+    from ncuflow.export import export_reports
+
+    reports = [corpus_dir / "spymaster2h__spyinfer__report.ncu-rep", corpus_dir / "flyinglandlord__sglang__profile.ncu-rep"]
+    whole = export_reports(reports, tmp_path / "whole.parquet", metrics_long=True)
+    chunked = export_reports(reports, tmp_path / "chunked.parquet", metrics_long=True, chunk_rows=37)
+    assert whole.launch_count == chunked.launch_count == 110
+    assert pl.read_parquet(whole.launches_path).equals(pl.read_parquet(chunked.launches_path))
+    assert chunked.metrics_path is not None and whole.metrics_path is not None
+    assert pl.read_parquet(whole.metrics_path).equals(pl.read_parquet(chunked.metrics_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "chunked.metrics.parquet", "chunked.parquet", "whole.metrics.parquet", "whole.parquet"
+    ]
