@@ -1,0 +1,78 @@
+"""The main job of ncuflow on a machine with no GPU (`make demo`).
+
+When H200 reference runs are committed under profiles/reference/, the demo builds the
+study report from them (`ncuflow report`). Until then it says so plainly and runs the
+read side on the shared corpus of real reports made by others, and `phases` on real
+serving logs:
+
+    classify  a few reports from Hopper, Ampere and Blackwell GPUs (verdict + NVIDIA's)
+    export    the whole corpus to parquet (launches + long metrics table)
+    stability repeated launches of one kernel inside one report
+    phases    the timing boundary of a real SGLang serving log, with its timeline plot
+
+Every step is the same `ncuflow` command a user would type; each is printed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO / "profiles" / "reference"
+
+
+def _run(args: list[str]) -> None:
+    print(f"\n$ ncuflow {shlex.join(args)}", flush=True)
+    env = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "170")}
+    completed = subprocess.run([sys.executable, "-m", "ncuflow", *args], env=env, check=False)
+    if completed.returncode != 0:
+        raise SystemExit(f"demo step failed (exit {completed.returncode}): ncuflow {shlex.join(args)}")
+
+
+def _reference_runs() -> list[Path]:
+    return sorted(REFERENCE.rglob("manifest.json")) if REFERENCE.is_dir() else []
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", type=Path, default=Path(os.environ.get("NCUFLOW_CORPUS", REPO.parent / "shared" / "ncu-reports")))
+    parser.add_argument("--logs", type=Path, default=Path(os.environ.get("NCUFLOW_SERVING_LOGS", REPO.parent / "shared" / "serving-logs")))
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "demo")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    runs = _reference_runs()
+    if runs:
+        print(f"{len(runs)} reference runs under {REFERENCE}: building the study report from them.")
+        _run(["report", str(REFERENCE), "-o", str(args.out / "report")])
+        _run(["classify", str(REFERENCE)])
+    else:
+        print(
+            f"No H200 reference profiles are committed yet ({REFERENCE} holds no run): they need a "
+            "session with a GPU to run analysis/run_study_on_gpu.py. This demo runs the read side on "
+            f"the shared corpus of real reports made by others ({args.corpus}) instead."
+        )
+    if not args.corpus.is_dir():
+        raise SystemExit(f"The report corpus is not at {args.corpus}; pass --corpus DIR or set NCUFLOW_CORPUS.")
+
+    for name in (
+        "AlpriElse__cs599k__rms_norm_matrix_ncu-reports_2025-04-21_v1.ncu-rep",
+        "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep",
+        "flyinglandlord__sglang__profile.ncu-rep",
+    ):
+        _run(["classify", str(args.corpus / name)])
+    _run(["export", str(args.corpus), "-o", str(args.out / "launches.parquet"), "--metrics-long"])
+    _run(["stability", str(args.corpus / "bwd29__self-join-MiSTIC__profile.ncu-rep")])
+    log = args.logs / "sgldocs_openai-batch_2025-05-07.log"
+    if log.is_file():
+        _run(["phases", str(log), "--plot", str(args.out / "phases.png")])
+    print(f"\nOutputs are in {args.out}.")
+
+
+if __name__ == "__main__":
+    main()
