@@ -269,10 +269,7 @@ def compare_with_nvidia(launch: Launch, bound: str, terms: tuple[Term, ...], thr
     if category is None:
         return None
     ours = our_category(bound)
-    if category == "balanced":
-        agrees = ours in ("memory", "compute")
-    else:
-        agrees = ours == category
+    agrees = ours in ("memory", "compute") if category == "balanced" else ours == category
     reason = None if agrees else _disagreement_reason(launch, bound, terms, threshold, category)
     return NvidiaComparison(launch.nvidia_sol, category, ours, agrees, reason)
 

@@ -177,7 +177,7 @@ FIELDS: tuple[CanonicalField, ...] = (
     ),
     CanonicalField(
         "sm_cycles_elapsed", "cycle",
-        _v("sm__cycles_elapsed.max", "sm__cycles_elapsed.avg", "sm__elapsed_cycles_avg"),
+        _v("sm__cycles_elapsed.max", "gpc__cycles_elapsed.max", "sm__cycles_elapsed.avg", "sm__elapsed_cycles_avg"),
         "SM cycles elapsed over the launch",
     ),
     CanonicalField(
