@@ -1,0 +1,137 @@
+"""Layers only point down: checked on the import graph of the source, transitively.
+
+- the read side (extract, classify, stability, explain, export, report, phases) never
+  imports torch, triton or subprocess;
+- the profiling path (ncu, orchestrate, store, sweep, doctor, cells, cellrun, the
+  profile commands and what they import) never imports polars: the GPU host has none;
+- the library never imports the CLI; cells know nothing of analysis.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("ncuflow", "kernels")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _sources() -> dict[str, Path]:
+    modules: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            modules[_module_name(path)] = path
+    return modules
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Every module name imported anywhere in the file (function-level imports included)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1] if node.level > 1 else base
+                prefix = ".".join(base)
+                target = f"{prefix}.{node.module}" if node.module else prefix
+            else:
+                target = node.module or ""
+            names.add(target)
+            names.update(f"{target}.{alias.name}" for alias in node.names)
+    return names
+
+
+SOURCES = _sources()
+GRAPH = {module: _imports(path, module) for module, path in SOURCES.items()}
+
+
+def _closure(root: str) -> set[str]:
+    """The root and every project module it reaches, plus every external name imported on the way."""
+    seen: set[str] = set()
+    stack = [root]
+    while stack:
+        module = stack.pop()
+        if module in seen or module not in GRAPH:
+            continue
+        seen.add(module)
+        for name in GRAPH[module]:
+            if name.split(".")[0] in PACKAGES:
+                candidates = [name, name.rpartition(".")[0]]
+                stack.extend(c for c in candidates if c in GRAPH)
+            # Importing ncuflow.x.y also runs the packages above it.
+            parts = name.split(".")
+            for i in range(1, len(parts)):
+                parent = ".".join(parts[:i])
+                if parent in GRAPH:
+                    stack.append(parent)
+    externals = {name for module in seen for name in GRAPH[module] if name.split(".")[0] not in PACKAGES}
+    return seen | externals
+
+
+def _top_levels(names: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in names}
+
+
+READ_SIDE = [
+    m for m in SOURCES
+    if m in {"ncuflow.extract", "ncuflow.classify", "ncuflow.export", "ncuflow.render", "ncuflow.stability",
+             "ncuflow.explain", "ncuflow.report", "ncuflow.plots"}
+    or m.startswith("ncuflow.phases")
+]
+PROFILING_PATH = [
+    m for m in SOURCES
+    if m in {"ncuflow.ncu", "ncuflow.orchestrate", "ncuflow.store", "ncuflow.sweep", "ncuflow.doctor",
+             "ncuflow.cells", "ncuflow.cellrun", "ncuflow.timing", "ncuflow.cli.profile_cmds", "ncuflow.cli.cells_cmd"}
+]
+
+
+def test_the_layers_are_there() -> None:
+    assert {"ncuflow.extract", "ncuflow.classify", "ncuflow.export"} <= set(READ_SIDE)
+
+
+@pytest.mark.parametrize("module", READ_SIDE)
+def test_read_side_never_imports_torch_triton_or_subprocess(module: str) -> None:
+    reached = _top_levels(_closure(module))
+    assert not reached & {"torch", "triton", "subprocess"}, sorted(reached & {"torch", "triton", "subprocess"})
+
+
+@pytest.mark.parametrize("module", PROFILING_PATH)
+def test_profiling_path_never_imports_polars(module: str) -> None:
+    assert "polars" not in _top_levels(_closure(module))
+
+
+@pytest.mark.parametrize("module", [m for m in SOURCES if not m.startswith("ncuflow.cli") and m != "ncuflow.__main__"])
+def test_library_never_imports_the_cli(module: str) -> None:
+    assert not any(name.startswith("ncuflow.cli") for name in GRAPH[module])
+
+
+@pytest.mark.parametrize("module", [m for m in SOURCES if m.startswith("kernels")])
+def test_cells_know_nothing_of_analysis(module: str) -> None:
+    forbidden = {"ncuflow.extract", "ncuflow.classify", "ncuflow.export", "ncuflow.stability", "ncuflow.explain", "polars"}
+    assert not {name for name in GRAPH[module] if name.split(".")[0] == "polars" or name in forbidden}
+
+
+def test_profiling_modules_import_with_polars_blocked() -> None:
+    """The same check at run time: the GPU host has no polars."""
+    code = (
+        "import sys; sys.modules['polars'] = None\n"
+        + "".join(f"import {m}\n" for m in PROFILING_PATH if m != "ncuflow.cellrun")
+        + "import ncuflow.render, ncuflow.extract, ncuflow.classify\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
