@@ -99,3 +99,12 @@ def test_streaming_export_in_small_chunks_gives_the_same_tables(corpus_dir: Path
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "chunked.metrics.parquet", "chunked.parquet", "whole.metrics.parquet", "whole.parquet"
     ]
+
+
+def test_classify_works_on_every_corpus_report(corpus_dir: Path) -> None:
+    runner = CliRunner()
+    rows = json.loads(runner.invoke(cli, ["classify", "--json", str(corpus_dir)]).output)
+    assert len(rows) == sum(entry.total_actions for entry in read_sources(corpus_dir))
+    table = runner.invoke(cli, ["classify", str(corpus_dir)])
+    assert table.exit_code == 0
+    assert table.output.count("launch") >= len(read_sources(corpus_dir))  # one titled table per report
