@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "explain": "ncuflow.cli.analysis_cmds:explain_command",
     "report": "ncuflow.cli.analysis_cmds:report_command",
     "phases": "ncuflow.cli.phases_cmd:phases_command",
+    "phases-record": "ncuflow.cli.phases_cmd:record_command",
 }
 
 SHORT_HELP: dict[str, str] = {
@@ -44,6 +45,7 @@ SHORT_HELP: dict[str, str] = {
     "explain": "Does a parameter change the work, and is it on the critical path?",
     "report": "Markdown report and plots of a profile store.",
     "phases": "Split serving traces into admission ramp, steady decode and drain.",
+    "phases-record": "Record per-request streaming timestamps from an OpenAI-compatible server.",
 }
 
 

@@ -1,0 +1,146 @@
+"""From input paths to a ``PhasesReport``: load (I/O), then the pure analysis."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ncuflow.phases import TraceError
+from ncuflow.phases.detect import load_traces
+from ncuflow.phases.model import (
+    AmortizationResult,
+    RequestTrace,
+    RunAnalysis,
+    ServerTrace,
+    amortization_test,
+    analyse_request_trace,
+    analyse_server_trace,
+    bench_reconciliation,
+    config_gaps,
+)
+from ncuflow.phases.report import FileReport, PhasesReport, amortization_runs
+
+
+def per_input(
+    values: Sequence[str] | Sequence[int], count: int, option: str
+) -> list[str | int | None]:
+    """One value for every input (repeat a single value), or exactly one per input."""
+    if not values:
+        return [None] * count
+    if len(values) == 1:
+        return [values[0]] * count
+    if len(values) != count:
+        raise TraceError(
+            f"{option} was given {len(values)} times for {count} inputs.",
+            f"{option} takes either one value for all inputs or one value per input, in order.",
+            f"Give {option} once, or {count} times.",
+        )
+    return list(values)
+
+
+def analyse_file(
+    path: Path,
+    *,
+    config: str,
+    decode_log_interval: int,
+    batch_tolerance: float,
+    output_tokens: int | None,
+    skip_malformed: bool,
+) -> FileReport:
+    traces = load_traces(path, skip_malformed=skip_malformed)
+    runs: list[RunAnalysis] = []
+    notes: list[str] = []
+    bench = None
+    resolution: float | None = None
+    ranks: list[str] = []
+    clock = ""
+    source_format = ""
+    for trace in traces:
+        if isinstance(trace, ServerTrace):
+            bench = trace.bench
+            resolution = trace.time_resolution_s
+            clock = trace.clock_origin
+            source_format = f"{'SGLang' if trace.engine == 'sglang' else 'vLLM'} server log"
+            if trace.rank:
+                ranks.append(trace.rank)
+            runs.extend(
+                analyse_server_trace(
+                    trace,
+                    decode_log_interval=decode_log_interval,
+                    batch_tolerance=batch_tolerance,
+                    output_tokens=output_tokens,
+                )
+            )
+            for event in trace.events:
+                if event.kind == "malformed" and event.text not in notes:
+                    notes.append(event.text)
+        else:
+            assert isinstance(trace, RequestTrace)
+            clock = trace.clock_origin
+            source_format = (
+                "per-request streaming trace (JSONL)"
+                if trace.source_format == "jsonl"
+                else "bench_serving --output-details JSON"
+            )
+            runs.append(
+                analyse_request_trace(
+                    trace,
+                    batch_tolerance=batch_tolerance,
+                    output_tokens=output_tokens,
+                    run_index=len(runs) + 1,
+                )
+            )
+    bench_rec = bench_reconciliation(runs, bench) if bench is not None else None
+    if bench is not None and bench.mean_tpot_ms is not None and bench_rec is None:
+        notes.append(
+            f"the bench_serving result block (line {bench.line}) reports mean TPOT "
+            f"{bench.mean_tpot_ms:.2f} ms, but no run has both a steady phase and admission "
+            "times to reconcile it with"
+        )
+    return FileReport(
+        path=str(path),
+        source_format=source_format,
+        config=config,
+        ranks=tuple(ranks),
+        clock_origin=clock,
+        time_resolution_s=resolution,
+        runs=tuple(runs),
+        bench=bench,
+        bench_reconciliation=bench_rec,
+        file_notes=tuple(notes),
+    )
+
+
+def build_report(
+    paths: Sequence[Path],
+    *,
+    labels: Sequence[str] = (),
+    output_tokens: Sequence[int] = (),
+    decode_log_interval: int = 40,
+    batch_tolerance: float = 0.05,
+    skip_malformed: bool = False,
+) -> PhasesReport:
+    label_for = per_input(labels, len(paths), "--label")
+    tokens_for = per_input(output_tokens, len(paths), "--output-tokens")
+    files = []
+    for path, label, tokens in zip(paths, label_for, tokens_for, strict=True):
+        files.append(
+            analyse_file(
+                path,
+                config=str(label) if label is not None else path.stem,
+                decode_log_interval=decode_log_interval,
+                batch_tolerance=batch_tolerance,
+                output_tokens=int(tokens) if tokens is not None else None,
+                skip_malformed=skip_malformed,
+            )
+        )
+    runs = amortization_runs(files)
+    amortization: tuple[AmortizationResult, ...] = ()
+    if len({r.output_tokens for r in runs}) >= 2:
+        amortization = amortization_test(runs)
+    return PhasesReport(
+        files=tuple(files),
+        amortization=amortization,
+        gaps=config_gaps(runs),
+        decode_log_interval=decode_log_interval,
+    )

@@ -1,0 +1,267 @@
+"""Timeline PNG: batch size and per-token time over time, phases shaded (matplotlib, Agg)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.patches import Patch
+
+from ncuflow.phases import TraceError
+from ncuflow.phases.model import RunAnalysis
+from ncuflow.phases.report import FileReport, PhasesReport
+
+PHASE_COLOURS = {"ramp": "#f4a259", "steady": "#5b9e6b", "mixed": "#c9d98f", "drain": "#b0b0b0"}
+PHASE_NAMES = {
+    "ramp": "admission ramp",
+    "steady": "steady decode",
+    "mixed": "full batch + admissions",
+    "drain": "drain",
+}
+
+
+def plot_paths(base: Path, report: PhasesReport) -> list[Path]:
+    if len(report.files) == 1:
+        return [base if base.suffix.lower() == ".png" else base.with_suffix(".png")]
+    stem = base.with_suffix("") if base.suffix.lower() == ".png" else base
+    return [stem.parent / f"{stem.name}-{Path(f.path).stem}.png" for f in report.files]
+
+
+def plot_report(report: PhasesReport, base: Path) -> list[Path]:
+    paths = plot_paths(base, report)
+    for file, path in zip(report.files, paths, strict=True):
+        figure = plot_file(file)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            figure.savefig(path, dpi=110)
+        except OSError as error:
+            raise TraceError(
+                f"cannot write the plot {path} ({error.strerror}).",
+                "",
+                "Choose a writable --plot path.",
+            ) from None
+        finally:
+            plt.close(figure)
+    return paths
+
+
+def _shade(axes: Sequence[Axes], runs: Sequence[RunAnalysis]) -> set[str]:
+    used: set[str] = set()
+    for run in runs:
+        for span in (run.ramp, run.steady, run.mixed, run.drain):
+            if span is None or span.duration_s <= 0:
+                continue
+            used.add(span.name)
+            for ax in axes:
+                ax.axvspan(
+                    span.start_s, span.end_s, color=PHASE_COLOURS[span.name], alpha=0.35, lw=0
+                )
+    return used
+
+
+def plot_file(file: FileReport) -> plt.Figure:
+    with_timeline = [r for r in file.runs if r.timeline]
+    if not with_timeline:
+        return _plot_without_timeline(file)
+    figure, (top, bottom) = plt.subplots(
+        2, 1, figsize=(13, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
+    )
+    name = Path(file.path).name
+
+    # shade the phases of the first scheduler only when ranks are aligned copies; else all
+    ranks = sorted({r.rank or "" for r in with_timeline}, key=_rank_key)
+    shade_runs = [r for r in with_timeline if (r.rank or "") == ranks[0]]
+    used = _shade((top, bottom), shade_runs)
+
+    colours = plt.get_cmap("tab10")
+    thin = len(ranks) >= 4
+    admission_label = "Prefill line" if file.source_format.startswith("SGLang") else "admission"
+    for index, rank in enumerate(ranks):
+        colour = colours(index % 10)
+        rank_runs = [r for r in with_timeline if (r.rank or "") == rank]
+        for run_number, run in enumerate(rank_runs):
+            points = sorted(run.timeline, key=lambda p: p.time_s)
+            first_of_rank = run_number == 0
+            top.step(
+                [p.time_s for p in points],
+                [p.batch for p in points],
+                where="post",
+                color=colour,
+                lw=0.8 if thin else 1.4,
+                label=(rank or "batch size") if first_of_rank and index < 8 else None,
+            )
+            prefill_points = [p for p in points if p.kind == "prefill"]
+            if prefill_points and not file.source_format.startswith("per-request"):
+                top.plot(
+                    [p.time_s for p in prefill_points],
+                    [p.batch for p in prefill_points],
+                    "v",
+                    color=colour,
+                    ms=4,
+                    alpha=0.7,
+                    label=admission_label if index == 0 and first_of_rank else None,
+                )
+            tok = [
+                (p.time_s, p.per_token_s * 1000 if p.per_token_s is not None else math.nan)
+                for p in points
+                if p.kind != "prefill"
+            ]
+            if any(not math.isnan(v) for _, v in tok):
+                bottom.plot(
+                    [t for t, _ in tok], [v for _, v in tok], ".-", color=colour, ms=3, lw=0.8
+                )
+    for run in with_timeline:
+        if run.token_gaps:
+            bottom.plot(
+                [t for t, _ in run.token_gaps],
+                [g * 1000 for _, g in run.token_gaps],
+                ",",
+                color="#555555",
+                alpha=0.5,
+            )
+    annotated = [r for r in shade_runs if r.steady is not None and r.steady_token_s is not None]
+    for run in annotated if len(annotated) <= 8 else ():
+        if run.steady is not None and run.steady_token_s is not None:
+            mid = (run.steady.start_s + run.steady.end_s) / 2
+            bottom.annotate(
+                f"{run.steady_token_s.median * 1000:.1f} ms",
+                (mid, run.steady_token_s.median * 1000),
+                textcoords="offset points",
+                xytext=(0, 8),
+                ha="center",
+                fontsize=8,
+                color="#1d5c2e",
+                fontweight="bold",
+            )
+    steady_values = [r.steady_token_s.p90 * 1000 for r in with_timeline if r.steady_token_s]
+    all_values = sorted(
+        p.per_token_s * 1000 for r in with_timeline for p in r.timeline if p.per_token_s is not None
+    )
+    if steady_values:
+        bottom.set_ylim(0, max(steady_values) * 2.2)
+    elif all_values:
+        bottom.set_ylim(0, all_values[int(0.8 * (len(all_values) - 1))] * 2.5)
+    aborts = sorted({r.abort_time_s for r in with_timeline if r.abort_time_s is not None})
+    if aborts:
+        for ax in (top, bottom):
+            ax.axvline(
+                aborts[0],
+                color="black",
+                lw=1.5,
+                label="traceback (run aborted)" if ax is top else None,
+            )
+    retractions = sorted({t for r in shade_runs for t in r.retraction_times_s})
+    for number, moment in enumerate(retractions):
+        for ax in (top, bottom):
+            ax.axvline(
+                moment,
+                color="#c0392b",
+                lw=1,
+                ls="--",
+                label="retraction (KV cache full)" if number == 0 and ax is top else None,
+            )
+    top.set_ylabel("requests in batch")
+    bottom.set_ylabel("per-token time (ms)")
+    origin = f" since {file.clock_origin}" if file.clock_origin else ""
+    bottom.set_xlabel(f"time (s){origin}")
+    handles = [
+        Patch(color=PHASE_COLOURS[k], alpha=0.5, label=PHASE_NAMES[k])
+        for k in PHASE_COLOURS
+        if k in used
+    ]
+    line_handles, _ = top.get_legend_handles_labels()
+    if len(ranks) > 8:
+        handles.append(Patch(color="none", label=f"(+{len(ranks) - 8} more ranks, unlabelled)"))
+    top.legend(
+        handles=line_handles + handles,
+        loc="upper left",
+        bbox_to_anchor=(1.005, 1.0),
+        fontsize=8,
+        framealpha=0.9,
+    )
+    top.set_title(_title(name, file), fontsize=10, loc="left")
+    top.grid(alpha=0.3)
+    bottom.grid(alpha=0.3)
+    if not any(p.per_token_s is not None for r in with_timeline for p in r.timeline) and not any(
+        r.token_gaps for r in with_timeline
+    ):
+        bottom.text(
+            0.5,
+            0.5,
+            "no per-token times in this trace",
+            transform=bottom.transAxes,
+            ha="center",
+            va="center",
+            color="#777777",
+        )
+    figure.tight_layout()
+    return figure
+
+
+def _rank_key(rank: str) -> tuple[int, str]:
+    digits = "".join(ch for ch in rank.split()[0] if ch.isdigit()) if rank else ""
+    return (int(digits) if digits else -1, rank)
+
+
+def _title(name: str, file: FileReport) -> str:
+    steady = [r for r in file.runs if r.steady_token_s is not None and r.steady is not None]
+    line = f"{name} — {file.source_format}"
+    if steady:
+        first = steady[0]
+        assert first.steady_token_s is not None
+        line += f"\nsteady decode at batch {first.steady_batch:g}: {first.steady_token_s.median * 1000:.1f} ms/token"
+        if first.ramp is not None:
+            line += f"; admission ramp {first.ramp.duration_s:.1f} s"
+        if first.reconciliation is not None:
+            rec = first.reconciliation
+            line += f"; harness TPOT {rec.reported_tpot_s * 1000:.1f} ms ({rec.ramp_share:.0%} from the ramp)"
+    else:
+        reasons = [c for r in file.runs for c in r.cannot if c.startswith("no steady decode phase")]
+        why = ""
+        if reasons and "retraction" in reasons[0]:
+            why = ": the KV cache filled up and retractions saw-tooth the batch"
+        elif reasons and "traceback" in reasons[0]:
+            why = ": the run ends in a traceback while still admitting"
+        elif reasons and "vLLM" in reasons[0]:
+            why = ": every 10-s vLLM window also processed prompts"
+        line += f"\nno steady decode phase{why} (see the text report)"
+    return line
+
+
+def _plot_without_timeline(file: FileReport) -> plt.Figure:
+    """bench_serving JSON: no start times, so show ITL by token position and the TTFTs."""
+    figure, (top, bottom) = plt.subplots(
+        1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 1]}
+    )
+    for run in file.runs:
+        if run.itl_by_position:
+            xs = list(range(1, len(run.itl_by_position) + 1))
+            top.plot(xs, [v * 1000 for v in run.itl_by_position], lw=1, label=f"{run.run_label}")
+    top.set_yscale("log")
+    top.set_xlabel("output token position (1 = gap after the first token)")
+    top.set_ylabel("median inter-token latency (ms, log)")
+    top.grid(alpha=0.3, which="both")
+    if top.get_legend_handles_labels()[0]:
+        top.legend(fontsize=8)
+    top.set_title(
+        f"{Path(file.path).name} — bench_serving JSON has no start times: no timeline.\n"
+        "Median ITL by position; spikes at early positions are waits for other requests' prefill.",
+        fontsize=10,
+        loc="left",
+    )
+    for run in file.runs:
+        if run.ttft_s is not None and run.ttft_values_s:
+            bottom.hist(
+                [v * 1000 for v in run.ttft_values_s], bins=30, alpha=0.6, label=run.run_label
+            )
+    bottom.set_xlabel("TTFT (ms)")
+    bottom.set_ylabel("requests")
+    bottom.set_title("TTFT distribution", fontsize=10, loc="left")
+    figure.tight_layout()
+    return figure
