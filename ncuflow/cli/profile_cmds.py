@@ -1,0 +1,276 @@
+"""``ncuflow profile``, ``ncuflow doctor`` and ``ncuflow sweep``: the GPU-host commands.
+
+These never import polars (the GPU host has none).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from ncuflow.errors import NcuflowError, UsageError
+from ncuflow.ncu import (
+    CACHE_CONTROLS,
+    CLOCK_CONTROLS,
+    DECISIVE,
+    NAMED_SETS,
+    REPLAY_MODES,
+    NcuOptions,
+)
+from ncuflow.orchestrate import DEFAULT_TIMEOUT_S
+
+APP_ARGV_KEY = "ncuflow_app_argv"
+
+
+class _CommandAfterDashes(click.Command):
+    """Keeps everything after ``--`` as the program to profile (click would mix it with SPEC)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[APP_ARGV_KEY] = args[cut + 1:]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console()
+
+
+def _options(replay_mode: str, cache_control: str, clock_control: str, metric_set: str,
+             sections: tuple[str, ...], metrics: tuple[str, ...], launch_count: int | None,
+             launch_skip: int | None, kernel: str | None, nvtx: tuple[str, ...]) -> NcuOptions:
+    extra = tuple(m.strip() for chunk in metrics for m in chunk.split(",") if m.strip())
+    return NcuOptions(
+        replay_mode=replay_mode, cache_control=cache_control, clock_control=clock_control,
+        metric_set=metric_set, sections=tuple(sections), extra_metrics=extra,
+        launch_count=launch_count, launch_skip=launch_skip, kernel_regex=kernel,
+        nvtx_include=tuple(nvtx),
+    )
+
+
+def print_run_table(record: Any, console: Any, threshold: float) -> None:
+    """The classify table of a stored run (extract + classify + render; no polars)."""
+    try:
+        from ncuflow.classify import classify
+        from ncuflow.extract import iter_launches
+        from ncuflow.render import print_launch_table
+    except ImportError as missing:  # the read side is optional on a bare GPU host
+        console.print(f"(no classify table: {missing})")
+        return
+    try:
+        launches = list(iter_launches(record.report_path))
+    except NcuflowError as error:
+        console.print(f"[yellow]The stored report cannot be classified:[/yellow] {error}")
+        return
+    verdicts = [classify(launch, threshold=threshold) for launch in launches]
+    print_launch_table(launches, verdicts, console, title=f"{record.manifest.get('cell')} {record.run_id}")
+
+
+def _collection_options(function: Any) -> Any:
+    decorators = [
+        click.option("--replay-mode", type=click.Choice(REPLAY_MODES), default="kernel", show_default=True,
+                     help="ncu replay: kernel (each kernel replayed), application, range, app-range."),
+        click.option("--cache-control", type=click.Choice(CACHE_CONTROLS), default="all", show_default=True,
+                     help="all: flush caches before each replay pass; none: keep them warm."),
+        click.option("--clock-control", type=click.Choice(CLOCK_CONTROLS), default="base", show_default=True,
+                     help="base: lock clocks to base; none: leave GPU boost on (recorded either way)."),
+        click.option("--set", "metric_set", type=click.Choice((DECISIVE, *NAMED_SETS, "none")),
+                     default=DECISIVE, show_default=True,
+                     help="decisive: only the METRICS.md fields; or one of ncu's section sets."),
+        click.option("--section", "sections", multiple=True, help="Add an ncu section (repeatable)."),
+        click.option("--metrics", "metrics", multiple=True, help="Add raw metrics (comma-separated)."),
+        click.option("--launch-count", type=click.IntRange(min=1), help="Profile at most N kernel launches."),
+        click.option("--launch-skip", type=click.IntRange(min=0), help="Skip the first N matching launches."),
+        click.option("--kernel", help="Profile only kernels whose name matches this regex."),
+        click.option("--nvtx", multiple=True,
+                     help="ncu --nvtx-include expression, e.g. 'step/' (a cell defaults to its own range)."),
+    ]
+    for decorator in reversed(decorators):
+        function = decorator(function)
+    return function
+
+
+@click.command(cls=_CommandAfterDashes, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("spec", required=False)
+@click.option("--store", "store_root", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("profiles"), show_default=True, help="Profile store root.")
+@click.option("--cells-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Folder of user cells.")
+@click.option("--ncu", "ncu_path", help="The ncu executable (default: $NCU, PATH, /opt/nvidia/nsight-compute).")
+@_collection_options
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Profile the cell N times in fresh ncu processes.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S,
+              show_default=True, help="Seconds before ncu and its children are stopped.")
+@click.option("--threshold", type=float, default=0.6, show_default=True, help="On-wall threshold of the table.")
+@click.option("--time", "time_first", is_flag=True,
+              help="Also time the cell with CUDA events outside ncu (stored as duration_unprofiled).")
+@click.option("--dry-run", is_flag=True, help="Print the exact ncu command and stop.")
+@click.pass_context
+def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cells_dir: Path | None,
+                    ncu_path: str | None, replay_mode: str, cache_control: str, clock_control: str,
+                    metric_set: str, sections: tuple[str, ...], metrics: tuple[str, ...],
+                    launch_count: int | None, launch_skip: int | None, kernel: str | None,
+                    nvtx: tuple[str, ...], replicas: int, timeout: float, threshold: float,
+                    time_first: bool, dry_run: bool) -> None:
+    """Profile a cell SPEC (e.g. flat_decode:layout=scatter) or any program after `--`
+    under ncu, store the run, and print its classify table.
+
+    \b
+      ncuflow profile paged_decode:page=16,kv=shared
+      ncuflow profile --kernel 'gemm' -- ./app --size 4096
+      ncuflow profile flat_decode --dry-run
+    """
+    from ncuflow import orchestrate
+
+    app_argv: list[str] = list(ctx.meta.get(APP_ARGV_KEY, []))
+    if spec and app_argv:
+        raise UsageError("Give either a cell spec or a program after `--`, not both.", "",
+                         "Drop one of them.")
+    if not spec and not app_argv:
+        raise UsageError("Nothing to profile.", "ncuflow profile takes a cell spec or a program after `--`.",
+                         "Run `ncuflow cells` for the cells, or write `ncuflow profile -- ./app ARGS`.")
+    if time_first and not spec:
+        raise UsageError("--time times a cell; it cannot time an arbitrary program.", "",
+                         "Drop --time, or profile a cell spec.")
+    options = _options(replay_mode, cache_control, clock_control, metric_set, sections, metrics,
+                       launch_count, launch_skip, kernel, nvtx)
+    console = _console()
+    if spec:
+        from ncuflow.cells import get_cell, parse_spec
+
+        cell_spec = parse_spec(spec, cells_dir)
+        if not get_cell(cell_spec.cell, cells_dir).needs_ncu:
+            raise UsageError(
+                f"The cell {cell_spec.cell} runs on the host and launches no kernel to profile.",
+                "ncu profiles GPU kernels; this cell measures host-side work.",
+                f"Time it instead: ncuflow time {cell_spec.text()}",
+            )
+        plan = orchestrate.plan_cell(cell_spec, options, store_root, cells_dir=cells_dir,
+                                     ncu=ncu_path, dry_run=dry_run)
+    else:
+        plan = orchestrate.plan_command_line(app_argv, options, store_root, ncu=ncu_path, dry_run=dry_run)
+    if dry_run:
+        click.echo(plan.shell_line())
+        note = "" if plan.ncu_found else "  (ncu not found here: shown as given)"
+        click.echo(f"# run folder: {plan.final_path}{note}", err=True)
+        if replicas > 1:
+            click.echo(f"# × {replicas} replicas, each in a fresh ncu process", err=True)
+        return
+    unprofiled = None
+    if time_first:
+        from ncuflow.timing import time_cell
+
+        with console.status(f"timing {cell_spec.text()} with CUDA events (no ncu)"):
+            timing = time_cell(cell_spec, cells_dir=cells_dir).to_dict()
+        timing.pop("samples_us", None)
+        unprofiled = timing
+    for replica in range(replicas):
+        label = cell_spec.text() if spec else " ".join(app_argv)
+        with console.status(f"profiling {label} under ncu") as status:
+
+            def show(line: str, status: Any = status) -> None:
+                status.update(escape(line[:110]))
+
+            if spec:
+                record = orchestrate.profile_cell(
+                    cell_spec, options, store_root, cells_dir=cells_dir, timeout=timeout,
+                    progress=show, ncu=ncu_path, manifest_extra={"replica": replica},
+                    duration_unprofiled=unprofiled)
+            else:
+                record = orchestrate.profile_command_line(
+                    app_argv, options, store_root, timeout=timeout, progress=show, ncu=ncu_path,
+                    manifest_extra={"replica": replica})
+        dropped = record.manifest.get("dropped_metrics") or []
+        if dropped:
+            console.print(f"[yellow]this ncu does not know {', '.join(dropped)}: collected without them[/yellow]")
+        console.print(f"stored {record.path} (ncu wall time {record.manifest.get('wall_time_s')} s)",
+                      soft_wrap=True)
+        print_run_table(record, console, threshold)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--ncu", "ncu_path", help="Check this ncu instead of searching.")
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+@click.option("--strict", is_flag=True, help="Exit 1 when this machine cannot profile.")
+def doctor_command(ncu_path: str | None, as_json: bool, strict: bool) -> None:
+    """Check ncu, ncu_report, the GPU, counter permission and package versions."""
+    from ncuflow.doctor import run_checks, verdict
+
+    checks = run_checks(ncu_path)
+    ok, sentence = verdict(checks)
+    if as_json:
+        click.echo(json.dumps({"can_profile": ok, "summary": sentence,
+                               "checks": [c.__dict__ for c in checks]}, indent=2))
+    else:
+        from rich.table import Table
+
+        console = _console()
+        table = Table(show_header=True, header_style="bold")
+        for column in ("check", "status", "detail"):
+            table.add_column(column)
+        style = {"ok": "green", "warn": "yellow", "fail": "red", "skip": "dim", "info": "cyan"}
+        for check in checks:
+            detail = escape(check.detail)
+            if check.fix and check.status != "ok":
+                detail += f"\n[dim]fix: {escape(check.fix)}[/dim]"
+            table.add_row(check.name, f"[{style[check.status]}]{check.status}[/]", detail)
+        console.print(table)
+        console.print(escape(sentence))
+    if strict and not ok:
+        raise click.exceptions.Exit(1)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("sweep_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--store", "store_root", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("profiles"), show_default=True, help="Profile store root.")
+@click.option("--cells-dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--ncu", "ncu_path", help="The ncu executable.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per profile (overrides the file's timeout).")
+@click.option("--keep-going", is_flag=True, help="Continue past a point's own failure.")
+@click.option("--dry-run", is_flag=True, help="List the points (and what is already stored) and stop.")
+def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, ncu_path: str | None,
+                  timeout: float | None, keep_going: bool, dry_run: bool) -> None:
+    """Profile every point of a sweep FILE (TOML); interrupt any time and re-run to resume."""
+    from ncuflow.sweep import axes_summary, describe_points, load_sweep, run_sweep
+
+    plan = load_sweep(sweep_file, cells_dir)
+    console = _console()
+    if dry_run:
+        from rich.table import Table
+
+        rows = describe_points(plan, store_root)
+        table = Table(title=f"{plan.name}: {plan.cell} {axes_summary(plan.axes)}, "
+                            f"{plan.replicas} replicas", header_style="bold")
+        for column in ("#", "point", "key", "stored", "to run"):
+            table.add_column(column)
+        for row in rows:
+            table.add_row(str(row["index"]), escape(row["axes"]), row["key8"], str(row["done"]),
+                          str(row["to_run"]))
+        console.print(table)
+        fixed = ", ".join(f"{k}={v}" for k, v in plan.fixed.items())
+        console.print(escape(f"fixed: {fixed or '(cell defaults)'}; ncu: {plan.options.metric_set_label()}, "
+                             f"replay {plan.options.replay_mode}, cache {plan.options.cache_control}, "
+                             f"clocks {plan.options.clock_control}; timeout {plan.timeout:g} s"))
+        console.print(f"{len(rows)} points, {sum(r['to_run'] for r in rows)} profiles to run")
+        return
+    try:
+        outcome = run_sweep(plan, store_root, ncu=ncu_path, cells_dir=cells_dir, timeout=timeout,
+                            keep_going=keep_going, console=console)
+    except NcuflowError as error:
+        console.print("[yellow]The sweep stopped; every finished run is stored. "
+                      "Re-run the same command to resume.[/yellow]")
+        raise error
+    console.print(f"done: {len(outcome.profiled)} profiled, {outcome.skipped_points} points skipped "
+                  f"(already complete), {len(outcome.failures)} failed")
+    if outcome.failures:
+        raise click.exceptions.Exit(3)

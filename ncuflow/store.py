@@ -1,0 +1,420 @@
+"""The profile store: one folder per complete run, written atomically.
+
+Layout (ARCHITECTURE.md)::
+
+    <root>/<cell>/<param-slug>-<key8>/<run-id>/{report.ncu-rep, manifest.json, ncu.log}
+
+A run is written into a temporary sibling folder ``.tmp-<run-id>-<pid>`` and renamed
+to ``<run-id>`` only when the report, the log and the manifest are all on disk. A
+rename within one file system is atomic, so a folder without a leading dot is always
+a complete run: an interrupted profile or sweep never leaves a half run that looks
+whole, and ``iter_runs`` never reads a temporary folder. Runs that failed are kept,
+for their log, as ``.failed-<run-id>`` (also ignored by ``iter_runs``).
+
+This module is plain file I/O: it imports neither ``ncu_report`` nor polars.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ncuflow import __version__
+from ncuflow.errors import NcuflowError
+
+SCHEMA_VERSION = 1
+REPORT_NAME = "report.ncu-rep"
+MANIFEST_NAME = "manifest.json"
+LOG_NAME = "ncu.log"
+TMP_PREFIX = ".tmp-"
+FAILED_PREFIX = ".failed-"
+
+# Every manifest holds these keys (None where unknown). Durations are labelled by
+# their clock: ``wall_time_s`` is the wall time of the whole ncu process (replay
+# included), kernel durations measured by ncu live in the report (gpu__time_duration),
+# and ``duration_unprofiled`` holds CUDA-event timings of the cell outside ncu, or None.
+MANIFEST_FIELDS: tuple[str, ...] = (
+    "schema_version",
+    "cell",
+    "params",
+    "content_key",
+    "run_id",
+    "created_utc",
+    "command",
+    "ncu_path",
+    "ncu_version",
+    "driver_version",
+    "gpu_name",
+    "gpu_uuid",
+    "torch_version",
+    "triton_version",
+    "replay_mode",
+    "cache_control",
+    "clock_control",
+    "metric_set",
+    "exit_status",
+    "wall_time_s",
+    "ncuflow_version",
+    "representation",
+    "expected_bytes",
+    "duration_unprofiled",
+)
+
+
+class StoreError(NcuflowError):
+    """The profile store cannot be written or a stored run cannot be read."""
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One complete run in the store (plain data; the manifest as read from disk)."""
+
+    path: Path
+    manifest: dict[str, Any]
+    report_path: Path
+    log_path: Path
+
+    @property
+    def cell(self) -> str:
+        return str(self.manifest.get("cell", ""))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        params = self.manifest.get("params") or {}
+        return dict(params)
+
+    @property
+    def content_key(self) -> str:
+        return str(self.manifest.get("content_key", ""))
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest.get("run_id", self.path.name))
+
+
+# ---------------------------------------------------------------------------- naming
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+
+
+def _safe(text: str) -> str:
+    cleaned = _UNSAFE.sub("-", text).strip("-.")
+    return cleaned or "x"
+
+
+def params_slug(params: Mapping[str, Any]) -> str:
+    """A readable, file-system-safe slug of parameters, in the order given.
+
+    ``{"layout": "scatter", "batch": 32}`` -> ``layout-scatter_batch-32``. Used when
+    the caller has no ``CellSpec.slug()``; the content key, not the slug, identifies
+    the point, so two slugs that collide still land in different folders.
+    """
+    if not params:
+        return "default"
+    slug = "_".join(f"{_safe(str(k))}-{_safe(str(v))}" for k, v in params.items())
+    return slug[:120]
+
+
+def point_dir(root: Path, cell: str, slug: str, content_key: str) -> Path:
+    """The folder holding every run of one (cell, parameters) point."""
+    if len(content_key) < 8:
+        raise StoreError(
+            f"The content key {content_key!r} is too short to name a store folder.",
+            "A content key is the sha256 hex digest of the cell spec.",
+            "Pass CellSpec.content_key(), not a prefix of it.",
+        )
+    return Path(root) / _safe(cell) / f"{_safe(slug)}-{content_key[:8]}"
+
+
+def new_run_id(now: datetime | None = None) -> str:
+    """A run id that sorts by creation time and does not collide: ``20261129T225501Z-3fa9c1``."""
+    moment = now or datetime.now(UTC)
+    return f"{moment.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
+
+
+def utc_now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+# ---------------------------------------------------------------------------- manifest
+
+
+def blank_manifest() -> dict[str, Any]:
+    """Every manifest field set to None, except the schema and package version."""
+    manifest: dict[str, Any] = dict.fromkeys(MANIFEST_FIELDS)
+    manifest["schema_version"] = SCHEMA_VERSION
+    manifest["ncuflow_version"] = __version__
+    return manifest
+
+
+def _write_json_durably(path: Path, data: Mapping[str, Any]) -> None:
+    text = json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+# ---------------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class PendingRun:
+    """A run being written: its temporary folder and where it will land."""
+
+    tmp_path: Path
+    final_path: Path
+    run_id: str
+
+    @property
+    def report_path(self) -> Path:
+        return self.tmp_path / REPORT_NAME
+
+    @property
+    def log_path(self) -> Path:
+        return self.tmp_path / LOG_NAME
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.tmp_path / MANIFEST_NAME
+
+
+def begin_run(
+    root: Path, cell: str, slug: str, content_key: str, run_id: str | None = None
+) -> PendingRun:
+    """Create the temporary folder of a new run (and clean temporaries of dead processes)."""
+    point = point_dir(root, cell, slug, content_key)
+    try:
+        point.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StoreError(
+            f"Cannot create the profile store folder {point}: {error.strerror or error}.",
+            "ncuflow writes every run under the store root (--store, default ./profiles).",
+            "Choose a writable --store folder or fix the permissions of this one.",
+        ) from error
+    remove_stale_temporaries(point)
+    rid = run_id or new_run_id()
+    final = point / rid
+    if final.exists():
+        raise StoreError(
+            f"A run with id {rid} already exists at {final}.",
+            "Run ids must be unique within a point.",
+            "Leave run_id unset so that ncuflow makes a fresh one.",
+        )
+    tmp = point / f"{TMP_PREFIX}{rid}-{os.getpid()}"
+    tmp.mkdir()
+    return PendingRun(tmp_path=tmp, final_path=final, run_id=rid)
+
+
+def finish_run(pending: PendingRun, manifest: Mapping[str, Any]) -> RunRecord:
+    """Write the manifest into the temporary folder and rename it into place.
+
+    The report must already be in the temporary folder. The log is created empty
+    when absent, so every complete run has all three files.
+    """
+    if not pending.report_path.is_file():
+        raise StoreError(
+            f"The run in {pending.tmp_path} has no report, so it cannot be stored as complete.",
+            "A complete run always holds report.ncu-rep, manifest.json and ncu.log.",
+            "This is a bug in the caller: store only runs whose report was written.",
+        )
+    if not pending.log_path.exists():
+        pending.log_path.touch()
+    full = blank_manifest()
+    full.update(manifest)
+    full["schema_version"] = SCHEMA_VERSION
+    full["run_id"] = pending.run_id
+    if not full.get("created_utc"):
+        full["created_utc"] = utc_now_iso()
+    _write_json_durably(pending.manifest_path, full)
+    _fsync_dir(pending.tmp_path)
+    os.rename(pending.tmp_path, pending.final_path)
+    _fsync_dir(pending.final_path.parent)
+    return RunRecord(
+        path=pending.final_path,
+        manifest=full,
+        report_path=pending.final_path / REPORT_NAME,
+        log_path=pending.final_path / LOG_NAME,
+    )
+
+
+def abandon_run(pending: PendingRun) -> None:
+    """Remove a run's temporary folder entirely (interrupt, timeout)."""
+    shutil.rmtree(pending.tmp_path, ignore_errors=True)
+
+
+def keep_failed_run(pending: PendingRun, manifest: Mapping[str, Any]) -> Path | None:
+    """Keep a failed run's log and manifest as ``.failed-<run-id>`` (never read as a run).
+
+    The partial report, if any, is deleted. Returns the folder, or None when the
+    temporary folder is already gone.
+    """
+    if not pending.tmp_path.is_dir():
+        return None
+    with contextlib.suppress(OSError):
+        pending.report_path.unlink(missing_ok=True)
+    full = blank_manifest()
+    full.update(manifest)
+    full["run_id"] = pending.run_id
+    try:
+        _write_json_durably(pending.manifest_path, full)
+        target = pending.final_path.parent / f"{FAILED_PREFIX}{pending.run_id}"
+        os.rename(pending.tmp_path, target)
+    except OSError:
+        abandon_run(pending)
+        return None
+    return target
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(point: Path) -> list[Path]:
+    """Delete ``.tmp-*`` folders left by processes that no longer exist (e.g. SIGKILL)."""
+    removed: list[Path] = []
+    if not point.is_dir():
+        return removed
+    for child in point.iterdir():
+        if not (child.is_dir() and child.name.startswith(TMP_PREFIX)):
+            continue
+        pid_text = child.name.rsplit("-", 1)[-1]
+        if pid_text.isdigit() and _pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
+            continue
+        if pid_text.isdigit() and int(pid_text) == os.getpid():
+            continue  # ours: the caller is still writing it
+        shutil.rmtree(child, ignore_errors=True)
+        removed.append(child)
+    return removed
+
+
+def write_run(
+    root: Path,
+    *,
+    cell: str,
+    params: Mapping[str, Any],
+    content_key: str,
+    report_src: Path,
+    manifest_extra: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+    slug: str | None = None,
+    log_text: str = "",
+) -> RunRecord:
+    """Copy an existing report into a complete run (for tests, imports and demos).
+
+    The manifest holds every ``MANIFEST_FIELDS`` key; ``manifest_extra`` overrides
+    or adds to them (e.g. ``gpu_name``, ``replica``, ``command``).
+    """
+    source = Path(report_src)
+    if not source.is_file():
+        raise StoreError(
+            f"The report {source} does not exist.",
+            "write_run copies an existing .ncu-rep file into the store.",
+            "Pass the path of a real report.",
+        )
+    pending = begin_run(root, cell, slug or params_slug(params), content_key, run_id)
+    try:
+        shutil.copyfile(source, pending.report_path)
+        pending.log_path.write_text(log_text, encoding="utf-8")
+        manifest: dict[str, Any] = {
+            "cell": cell,
+            "params": dict(params),
+            "content_key": content_key,
+            "exit_status": 0,
+        }
+        manifest.update(manifest_extra or {})
+        return finish_run(pending, manifest)
+    except BaseException:
+        abandon_run(pending)
+        raise
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+def read_run(path: Path) -> RunRecord | None:
+    """The complete run in ``path``, or None when the folder is not one."""
+    folder = Path(path)
+    if folder.name.startswith(".") or not folder.is_dir():
+        return None
+    manifest_path = folder / MANIFEST_NAME
+    report = folder / REPORT_NAME
+    if not (manifest_path.is_file() and report.is_file()):
+        return None
+    try:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("schema_version"), int):
+        return None
+    if manifest["schema_version"] > SCHEMA_VERSION:
+        return None
+    return RunRecord(path=folder, manifest=manifest, report_path=report, log_path=folder / LOG_NAME)
+
+
+def _visible_dirs(folder: Path) -> list[Path]:
+    try:
+        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    except OSError:
+        return []
+
+
+def iter_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord]:
+    """Every complete run under ``root`` (optionally of one cell), sorted by path.
+
+    Temporary (``.tmp-*``) and failed (``.failed-*``) folders, and folders without a
+    readable manifest of a known schema version and a report, are skipped.
+    """
+    base = Path(root)
+    if not base.is_dir():
+        return
+    cells = [base / _safe(cell)] if cell is not None else _visible_dirs(base)
+    for cell_folder in cells:
+        for point in _visible_dirs(cell_folder):
+            for run_folder in _visible_dirs(point):
+                record = read_run(run_folder)
+                if record is not None:
+                    yield record
+
+
+def complete_runs_for_key(root: Path, cell: str, content_key: str) -> list[RunRecord]:
+    """Complete runs of one point (same cell and full content key), oldest first."""
+    cell_folder = Path(root) / _safe(cell)
+    runs: list[RunRecord] = []
+    for point in _visible_dirs(cell_folder):
+        if not point.name.endswith(f"-{content_key[:8]}"):
+            continue
+        for run_folder in _visible_dirs(point):
+            record = read_run(run_folder)
+            if record is not None and record.content_key == content_key:
+                runs.append(record)
+    runs.sort(key=lambda r: (str(r.manifest.get("created_utc") or ""), r.run_id))
+    return runs

@@ -1,0 +1,32 @@
+"""Real ncu on a real GPU (marked `gpu`: skipped without nvidia-smi and ncu)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ncuflow import doctor, store
+from ncuflow.cells import parse_spec
+from ncuflow.extract import count_actions
+from ncuflow.ncu import NcuOptions
+from ncuflow.orchestrate import profile_cell
+
+pytestmark = pytest.mark.gpu
+
+
+def test_doctor_can_profile_here() -> None:
+    ok, sentence = doctor.verdict(doctor.run_checks())
+    assert ok, sentence
+
+
+def test_real_profile_of_copy_bandwidth(tmp_path: Path) -> None:
+    spec = parse_spec("copy_bandwidth:mib=64")
+    record = profile_cell(spec, NcuOptions(), tmp_path, timeout=600)
+    assert count_actions(record.report_path) > 0
+    m = record.manifest
+    assert m["exit_status"] == 0 and m["gpu_name"] and m["gpu_uuid"] and m["driver_version"]
+    assert m["ncu_version"] and m["torch_version"] and m["expected_bytes"]
+    assert [r.path for r in store.iter_runs(tmp_path)] == [record.path]
+    # NVTX filtering worked: every profiled launch ran inside the cell's range
+    assert "==PROF== Profiling" in record.log_path.read_text()
