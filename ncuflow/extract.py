@@ -22,7 +22,7 @@ from typing import Any
 
 from ncuflow.errors import NoReportsFound, ReportError
 from ncuflow.launch import DeviceInfo, KernelName, Launch
-from ncuflow.metrics import BREAKDOWN_METRICS, FIELDS, resolve
+from ncuflow.metrics import BREAKDOWN_METRICS, FIELDS, UNIT_THROUGHPUT_METRICS, resolve
 
 REPORT_SUFFIXES: tuple[str, ...] = (".ncu-rep", ".ncu-repz", ".nsight-cuprof-report")
 REPORT_MAGIC = b"NVR\x00"
@@ -295,17 +295,24 @@ def _nvtx_ranges(action: Any) -> tuple[str, ...]:
 
 
 def _breakdown(action: Any) -> dict[str, float]:
-    values: dict[str, float] = {}
+    """NVIDIA's per-unit throughput metrics (% of peak) that the model groups into terms.
+
+    The SpeedOfLight section's breakdown lists name them; a report without those lists
+    (a `--metrics` collection) contributes whichever known per-unit metrics it holds.
+    """
+    names: list[str] = []
     for list_metric in BREAKDOWN_METRICS:
         listing = _string(action, list_metric)
-        if not listing:
-            continue
-        for name in listing.split(","):
-            name = name.strip()
-            if name and name not in values:
-                value = _numeric(action, name)
-                if value is not None:
-                    values[name] = value
+        if listing:
+            names.extend(name.strip() for name in listing.split(","))
+    if not names:
+        names = list(UNIT_THROUGHPUT_METRICS)
+    values: dict[str, float] = {}
+    for name in names:
+        if name and name not in values:
+            value = _numeric(action, name)
+            if value is not None:
+                values[name] = value
     return values
 
 

@@ -186,6 +186,29 @@ FIELDS: tuple[CanonicalField, ...] = (
         "replay passes ncu needed for this launch",
     ),
     CanonicalField(
+        "grid_size", "block",
+        _v("launch__grid_size"),
+        "thread blocks in the launch's grid",
+    ),
+    CanonicalField(
+        "block_size", "thread",
+        _v("launch__block_size"),
+        "threads per block",
+    ),
+    CanonicalField(
+        "registers_per_thread", "register",
+        _v("launch__registers_per_thread"),
+        "registers per thread",
+    ),
+    CanonicalField(
+        "shared_mem_per_block", "byte",
+        (
+            Source(("launch__shared_mem_per_block_static", "launch__shared_mem_per_block_dynamic"), "sum"),
+            *_v("launch__shared_mem_per_block"),
+        ),
+        "shared memory per block, static + dynamic",
+    ),
+    CanonicalField(
         "sm_count", "SM",
         _v("device__attribute_multiprocessor_count"),
         "streaming multiprocessors on the device",
@@ -277,6 +300,26 @@ BREAKDOWN_METRICS: tuple[str, ...] = (
 )
 
 
+# Per-unit throughput metrics (% of peak over the elapsed time) that stand in for NVIDIA's
+# speed-of-light breakdown lists where a report has none (a `--metrics` collection such as
+# ncuflow's own decisive set): the model groups them into its L2, L1, issue and math terms.
+UNIT_THROUGHPUT_METRICS: tuple[str, ...] = (
+    "lts__t_sectors.avg.pct_of_peak_sustained_elapsed",
+    "lts__t_tag_requests.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__lsuin_requests.avg.pct_of_peak_sustained_elapsed",
+    "sm__issue_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_elapsed",
+)
+
+
 def decisive_metric_names() -> tuple[str, ...]:
     """Every raw metric the decisive fields' sources name, current naming scheme only.
 
@@ -289,7 +332,8 @@ def decisive_metric_names() -> tuple[str, ...]:
             for metric in source.metrics:
                 if "__" in metric and "." in metric and metric not in names:
                     names.append(metric)
-    # Passes and device attributes are always in a report; the peak comes with the .sum.
+    names.extend(m for m in UNIT_THROUGHPUT_METRICS if m not in names)
+    # Passes and device attributes are always in a report.
     return tuple(names)
 
 

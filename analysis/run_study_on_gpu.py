@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""The one script a GPU host runs to produce the study's reference runs.
+
+    python analysis/run_study_on_gpu.py                 # everything, into profiles/reference/h200
+    python analysis/run_study_on_gpu.py --dry-run       # print the commands only
+    python analysis/run_study_on_gpu.py --only paged_decode_pages --skip-headline
+
+Steps, each an ordinary `ncuflow` command printed before it runs:
+
+1. `ncuflow doctor --strict`: ncu, ncu_report, the GPU, counter permission; stops here if
+   this machine cannot profile.
+2. `ncuflow sweep analysis/sweeps/NAME.toml --store STORE` for each sweep file (resumable:
+   points whose replicas are already stored are skipped).
+3. `ncuflow stability --headline STORE --replicas 3 --store STORE`: re-profiles, in fresh
+   ncu processes, the cells whose numbers carry an explain verdict (each swept
+   parameter's baseline and extremes), and writes STORE/../stability-<gpu>.md.
+4. A short table: `ncuflow explain STORE --vary PARAM` for the study's parameters.
+
+It imports nothing but the standard library (no polars, no torch): the commands it runs
+need only what `pip install ncuflow[cells]` brings. Afterwards commit STORE and run
+`python analysis/rebuild_study.py` anywhere (no GPU) for the report and plots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SWEEPS = REPO / "analysis" / "sweeps"
+DEFAULT_STORE = REPO / "profiles" / "reference" / "h200"
+# The study's swept parameters, for the closing table.
+STUDY_PARAMS: tuple[str, ...] = ("layout", "page", "mib")
+
+
+def run(args: list[str], *, dry_run: bool, check: bool = True) -> int:
+    command = [sys.executable, "-m", "ncuflow", *args]
+    print(f"\n$ ncuflow {shlex.join(args)}", flush=True)
+    if dry_run:
+        return 0
+    started = time.monotonic()
+    returncode = subprocess.call(command, cwd=REPO)
+    print(f"  ({time.monotonic() - started:.0f} s, exit {returncode})", flush=True)
+    if check and returncode != 0:
+        print(f"\nrun_study_on_gpu: `ncuflow {args[0]}` failed (exit {returncode}); stopping here. "
+              "Fix what its message says and run this script again: completed runs are kept and skipped.",
+              file=sys.stderr)
+        raise SystemExit(returncode)
+    return returncode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Profile the study's sweeps and headline replicas on this GPU.")
+    parser.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"profile store (default {DEFAULT_STORE.relative_to(REPO)})")
+    parser.add_argument("--ncu", default=None, help="the ncu executable (default: found by ncuflow)")
+    parser.add_argument("--only", action="append", default=[], metavar="SWEEP", help="run only this sweep (file stem); repeatable")
+    parser.add_argument("--replicas", type=int, default=3, help="headline re-profiles per cell (default 3)")
+    parser.add_argument("--skip-headline", action="store_true", help="skip the headline re-profiles")
+    parser.add_argument("--keep-going", action="store_true", help="continue past a point's own failure")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    args = parser.parse_args(argv)
+
+    ncu = ["--ncu", args.ncu] if args.ncu else []
+    sweeps = sorted(SWEEPS.glob("*.toml"))
+    if args.only:
+        sweeps = [s for s in sweeps if s.stem in args.only]
+    if not sweeps:
+        print(f"run_study_on_gpu: no sweep file in {SWEEPS}" + (f" named {', '.join(args.only)}" if args.only else ""), file=sys.stderr)
+        return 2
+    store = str(args.store)
+
+    run(["doctor", "--strict", *ncu], dry_run=args.dry_run)
+    for sweep in sweeps:
+        run(["sweep", str(sweep.relative_to(REPO)), "--store", store, *ncu,
+             *(["--keep-going"] if args.keep_going else [])], dry_run=args.dry_run)
+    if not args.skip_headline:
+        markdown = args.store.parent / f"stability-{args.store.name}.md"
+        run(["stability", "--headline", store, "--replicas", str(args.replicas), "--store", store, *ncu,
+             "--markdown", str(markdown)], dry_run=args.dry_run)
+    print("\n==== the study's parameters ====", flush=True)
+    for param in STUDY_PARAMS:
+        run(["explain", store, "--vary", param], dry_run=args.dry_run, check=False)
+    print(f"\nDone. Commit {args.store} and run `python analysis/rebuild_study.py` for the report and plots.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""``paged_decode``: page-aware decode attention reading a block table.
+
+The KV cache is ``[physical_pages, page, kv_heads, head_dim]`` (K and V); each request has
+a row of ceil(kv_len / page) block-table entries. For page >= 16 the kernel loops over
+its pages, loading one block-table entry per page, then over the page's tokens, so the
+number of block-table loads and per-page address computations grows as the page shrinks.
+Page 1 is below one tile (16 tokens): the kernel then gathers a block-table entry per
+token (the token-flat case). ``kv=shared``: every request's row points at the same
+physical pages (one prefix, high L2 reuse, unique KV = kv_len tokens); ``kv=distinct``:
+each request has its own pages (unique KV = batch x kv_len tokens, DRAM streaming).
+Defaults are the study's shared-prefix cell: page=16, kv=shared, batch=32, kv_len=8192
+(32 MiB of unique KV, read 32 times).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kernels._params import decode_shape_params, triton_decode_params
+from ncuflow.cells import CellDefinition, CellInstance, ParamSpec
+
+
+def build(params: Mapping[str, Any], device: str) -> CellInstance:
+    from kernels._instances import PagedDecode
+
+    return PagedDecode(params, device)
+
+
+CELL = CellDefinition(
+    name="paged_decode",
+    params=(
+        ParamSpec("page", int, 16, (1, 16, 32, 64, 128), "tokens per KV page (the kernel's page size)"),
+        ParamSpec(
+            "kv", str, "shared", ("shared", "distinct"),
+            "shared: all requests read the same prefix pages; distinct: each its own",
+        ),
+        *decode_shape_params(batch=32, kv_len=8192),
+        *triton_decode_params(),
+    ),
+    description=(
+        "Page-aware decode attention over a block table (one table load per page); "
+        "kv=shared reuses one prefix, kv=distinct streams from DRAM."
+    ),
+    build=build,
+)

@@ -1,0 +1,653 @@
+"""Explain: does a parameter change the work that reaches the kernel, and is it on the critical path?
+
+Runs that differ in exactly one parameter are compared value by value against a
+baseline. Two conditions decide (METRICS.md), each judged against the noise band
+of the field, never against zero:
+
+1. work: does an exact work counter or a byte counter change?
+2. critical path: does the duration change, with the changed work in the binding term?
+
+=====  =====  ===============================================================
+work   time   verdict
+=====  =====  ===============================================================
+no     no     ``no_effect``: the parameter does not reach the kernel
+yes    no     ``off_critical_path``: work changes off the critical path
+yes    yes    ``critical_path``: work reaches the critical path
+no     yes    ``time_without_work``: time moved without counted work
+=====  =====  ===============================================================
+
+and ``ambiguous`` wherever the data cannot decide: noise unknown, replicas that
+disagree, counters not measured, or runs that differ in more than the parameter.
+
+Per-field rule (``compare_field``). ``t`` is the field's stability tolerance
+(exact counters 0, bytes 0.2 %, rates 2 %, duration 2 %); ``far`` = max(5·t, 1 %)
+is the difference that counts as a change even without replicas; ``w`` is the
+larger absolute range (max - min) of the two sides; ``d`` = |median_value -
+median_baseline|; ``Δ`` = d relative to the baseline median; the noise is the
+larger relative spread of the two sides.
+
+* **known noise** (both sides measured at least twice):
+  ``changed`` when the two ranges do not overlap and d > w and Δ > t;
+  else ``ambiguous`` when the noise exceeds ``far`` (the replicas disagree);
+  else ``unchanged`` when d ≤ max(t·|median|, w) (inside the noise band);
+  else ``ambiguous`` (the ranges overlap but the medians differ by more than the band).
+* **unknown noise** (one side measured once):
+  ``unchanged`` only for an exact or byte counter whose values are identical on
+  both sides (integer counts do not coincide by chance);
+  ``changed`` when Δ > max(far, noise of the side that has replicas), and, for DRAM
+  bytes, d ≥ 4 KiB (tiny kernels move a few sectors between replays);
+  else ``ambiguous`` ("re-profile with replicas").
+* ``missing`` when either side lacks the field: named, never read as 0.
+
+Pure functions over ``Launch`` records and frozen dataclasses; no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ncuflow.classify import DEFAULT_THRESHOLD, TERM_NAMES, Term, bound_of, classify
+from ncuflow.errors import UsageError
+from ncuflow.launch import Launch
+from ncuflow.stability import (
+    DEFAULT_TOLERANCES,
+    FIELD_CLASSES,
+    WORK_FIELDS,
+    Tolerances,
+    format_pct,
+    relative_spread,
+)
+
+FieldState = Literal["changed", "unchanged", "ambiguous", "missing"]
+Condition = Literal["yes", "no", "unknown"]
+VerdictCode = Literal["no_effect", "off_critical_path", "critical_path", "time_without_work", "ambiguous"]
+
+VERDICT_TEXT: Mapping[str, str] = {
+    "no_effect": "the parameter does not reach the kernel",
+    "off_critical_path": "work changes off the critical path",
+    "critical_path": "work reaches the critical path",
+    "time_without_work": "time moved without counted work",
+    "ambiguous": "ambiguous",
+}
+
+# Which model term each work field feeds (for "is the changed work in the binding term?").
+WORK_TERMS: Mapping[str, frozenset[str]] = {
+    "dram_bytes_read": frozenset({"dram", "l2"}),
+    "dram_bytes_write": frozenset({"dram", "l2"}),
+    "dram_bytes": frozenset({"dram", "l2"}),
+    "global_ld_sectors": frozenset({"l2", "l1"}),
+    "global_ld_requests": frozenset({"l1", "issue"}),
+    "global_ld_inst": frozenset({"l1", "issue"}),
+    "inst_executed": frozenset({"issue", "math"}),
+    "inst_issued": frozenset({"issue", "math"}),
+}
+
+EXPLAIN_FIELDS: tuple[str, ...] = ("duration_ns", *WORK_FIELDS)
+
+
+@dataclass(frozen=True)
+class NoiseRules:
+    """How far outside the tolerance a difference must be to count without replicas."""
+
+    far_factor: float = 5.0
+    far_floor: float = 0.01
+    # Without replicas, a DRAM byte count must also move by this much (128 sectors): tiny
+    # kernels read a few sectors more or less from one replay to the next.
+    min_bytes: float = 4096.0
+
+    def far(self, tolerance: float) -> float:
+        return max(self.far_factor * tolerance, self.far_floor)
+
+
+DEFAULT_RULES = NoiseRules()
+
+
+# ---------------------------------------------------------------------------
+# points: one parameter setting of one cell, with the launches of its kernel
+
+
+@dataclass(frozen=True)
+class Point:
+    """The launches of one kernel measured at one parameter setting (all replicas pooled)."""
+
+    cell: str
+    params: tuple[tuple[str, object], ...]  # sorted by name
+    kernel: str
+    launches: tuple[Launch, ...]
+    runs: int = 1
+    content_keys: tuple[str, ...] = ()
+
+    def param(self, name: str) -> object:
+        return dict(self.params).get(name)
+
+    def values(self, field_name: str) -> list[float]:
+        return [v for v in (launch.value(field_name) for launch in self.launches) if v is not None and math.isfinite(v)]
+
+    @property
+    def device(self) -> str | None:
+        names = sorted({launch.device.name for launch in self.launches if launch.device.name})
+        return ", ".join(names) or None
+
+    def spec(self) -> str:
+        """Cell spec text, e.g. ``paged_decode:batch=32,page=16``."""
+        if not self.params:
+            return self.cell
+        return self.cell + ":" + ",".join(f"{k}={v}" for k, v in self.params)
+
+
+def format_param(value: object) -> str:
+    return "—" if value is None else str(value)
+
+
+def _sort_key(value: object) -> tuple[int, float, str]:
+    if isinstance(value, bool):
+        return (1, 0.0, str(value))
+    if isinstance(value, (int, float)):
+        return (0, float(value), "")
+    try:
+        return (0, float(str(value)), "")
+    except ValueError:
+        return (1, 0.0, str(value))
+
+
+def sort_values(values: Iterable[object]) -> list[object]:
+    """Numbers numerically (also numeric strings), then the rest alphabetically."""
+    return sorted(values, key=_sort_key)
+
+
+# ---------------------------------------------------------------------------
+# the model terms of a point (median over its launches)
+
+
+@dataclass(frozen=True)
+class PointModel:
+    bound: str
+    utilization: Mapping[str, float | None]
+
+    def u(self, name: str) -> float | None:
+        return self.utilization.get(name)
+
+
+def point_model(launches: Sequence[Launch], threshold: float = DEFAULT_THRESHOLD) -> PointModel:
+    """Median utilization of each term over the launches, and the bound those medians give."""
+    verdicts = [classify(launch, threshold) for launch in launches]
+    medians: dict[str, float | None] = {}
+    terms: list[Term] = []
+    for name in TERM_NAMES:
+        values = [u for u in (v.utilization(name) for v in verdicts) if u is not None]
+        median = statistics.median(values) if values else None
+        medians[name] = median
+        terms.append(Term(name, median, "median over launches" if values else None, None if values else "not measured"))
+    return PointModel(bound_of(tuple(terms), threshold), medians)
+
+
+# ---------------------------------------------------------------------------
+# one field, baseline vs value
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str
+    state: FieldState
+    baseline: float | None  # median
+    value: float | None  # median
+    delta: float | None  # relative to the baseline median (inf from a zero baseline)
+    noise: float | None  # larger relative spread of the two sides; None when unknown
+    tolerance: float
+    reason: str
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline is None or self.value is None or self.baseline == 0:
+            return None
+        return self.value / self.baseline
+
+    def delta_text(self) -> str:
+        """'×2.38' for large ratios, '+9.6 %' otherwise."""
+        if self.baseline is None or self.value is None:
+            return "not measured"
+        ratio = self.ratio
+        if ratio is None:
+            return "0 → " + _short(self.value) if self.value != 0 else "0 → 0"
+        if ratio >= 100:
+            return f"×{ratio:,.0f}"
+        if ratio >= 1.5 or (0 < ratio <= 1 / 1.5):
+            return f"×{ratio:.3g}"
+        if ratio == 0:
+            return f"{_short(self.baseline)} → 0"
+        if ratio == 1:
+            return "±0 %"
+        change = ratio - 1.0
+        return f"{change * 100:+.1f} %" if abs(change) >= 0.001 else format_pct(change, signed=True)
+
+
+def _short(value: float) -> str:
+    for limit, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def compare_field(
+    field_name: str,
+    baseline: Sequence[float],
+    value: Sequence[float],
+    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    rules: NoiseRules = DEFAULT_RULES,
+) -> FieldChange:
+    """Judge one field of value against baseline with the rule in the module docstring."""
+    tolerance = tolerances.of(field_name)
+    cls = FIELD_CLASSES.get(field_name, "rate")
+    far = rules.far(tolerance)
+    if not baseline or not value:
+        side = "baseline" if not baseline else "value"
+        return FieldChange(field_name, "missing", None, None, None, None, tolerance, f"{field_name} not measured on the {side} side")
+    mb, mv = statistics.median(baseline), statistics.median(value)
+    d = abs(mv - mb)
+    scale = abs(mb) if mb != 0 else abs(mv)
+    delta = 0.0 if d == 0 else (d / abs(mb) if mb != 0 else math.inf)
+    signed_delta = delta if mv >= mb else -delta
+    spreads = [s for s in (relative_spread(baseline), relative_spread(value)) if s is not None]
+    width = max(max(baseline) - min(baseline), max(value) - min(value))
+    disjoint = min(value) > max(baseline) or max(value) < min(baseline)
+
+    def result(state: FieldState, noise: float | None, reason: str) -> FieldChange:
+        return FieldChange(field_name, state, mb, mv, signed_delta, noise, tolerance, reason)
+
+    if len(baseline) >= 2 and len(value) >= 2:
+        noise = max(spreads)
+        if disjoint and d > width and delta > tolerance:
+            return result("changed", noise, f"{format_pct(delta)} apart, outside both replica ranges (noise {format_pct(noise)})")
+        if noise > far:
+            return result("ambiguous", noise, f"replicas disagree: spread {format_pct(noise)} exceeds {format_pct(far)}")
+        if d <= max(tolerance * scale, width):
+            return result("unchanged", noise, f"{format_pct(delta)} is inside the noise band {format_pct(max(tolerance, noise))}")
+        return result("ambiguous", noise, f"{format_pct(delta)} exceeds the noise band but the replica ranges overlap")
+    known = max(spreads) if spreads else None
+    if cls in ("exact", "bytes") and min(baseline) == max(baseline) == min(value) == max(value):
+        return result("unchanged", known, "identical counts")
+    threshold = max(far, known or 0.0)
+    if cls == "bytes" and d < rules.min_bytes and delta > threshold:
+        return result("ambiguous", known, f"{d:,.0f} B apart, under {rules.min_bytes:,.0f} B with unknown noise")
+    if delta > threshold:
+        return result("changed", known, f"{format_pct(delta)} exceeds {format_pct(threshold)} (no replicas on one side)")
+    return result("ambiguous", known, f"{format_pct(delta)} with unknown noise (one side measured once): re-profile with replicas")
+
+
+# ---------------------------------------------------------------------------
+# one value against the baseline
+
+
+@dataclass(frozen=True)
+class ValueExplanation:
+    param: str
+    value: object
+    baseline_value: object
+    verdict: VerdictCode
+    work: Condition
+    time: Condition
+    fields: tuple[FieldChange, ...]
+    baseline_model: PointModel
+    value_model: PointModel
+    deltas: str  # the evidence line
+    reasons: tuple[str, ...]  # why ambiguous, and caveats
+    lean: VerdictCode | None  # for ambiguous: what a tolerance-only reading would say
+    launches: tuple[int, int]  # (baseline, value)
+    runs: tuple[int, int]
+
+    @property
+    def verdict_text(self) -> str:
+        text = VERDICT_TEXT[self.verdict]
+        if self.verdict == "ambiguous" and self.lean is not None and self.lean != "ambiguous":
+            text += f" (leans: {VERDICT_TEXT[self.lean]})"
+        return text
+
+    def field(self, name: str) -> FieldChange:
+        for item in self.fields:
+            if item.field == name:
+                return item
+        raise KeyError(name)
+
+    @property
+    def changed_work(self) -> tuple[FieldChange, ...]:
+        return tuple(f for f in self.fields if f.field in WORK_FIELDS and f.state == "changed")
+
+
+def _work_condition(fields: Sequence[FieldChange]) -> tuple[Condition, list[str]]:
+    work = [f for f in fields if f.field in WORK_FIELDS]
+    measured = [f for f in work if f.state != "missing"]
+    reasons: list[str] = []
+    if any(f.state == "changed" for f in measured):
+        return "yes", reasons
+    if not measured:
+        reasons.append("no work counter or byte counter is measured on both sides")
+        return "unknown", reasons
+    undecided = [f for f in measured if f.state == "ambiguous"]
+    if undecided:
+        reasons += [f"{f.field}: {f.reason}" for f in undecided]
+        return "unknown", reasons
+    absent = [f.field for f in work if f.state == "missing"]
+    if absent:
+        reasons.append(f"work judged on {len(measured)} counters; not measured: {', '.join(absent)}")
+    return "no", reasons
+
+
+def _time_condition(duration: FieldChange) -> tuple[Condition, list[str]]:
+    if duration.state == "changed":
+        return "yes", []
+    if duration.state == "unchanged":
+        return "no", []
+    if duration.state == "missing":
+        return "unknown", ["duration_ns is not measured"]
+    return "unknown", [f"duration_ns: {duration.reason}"]
+
+
+def _combine(work: Condition, time: Condition) -> VerdictCode:
+    if work == "unknown" or time == "unknown":
+        return "ambiguous"
+    if work == "yes":
+        return "critical_path" if time == "yes" else "off_critical_path"
+    return "time_without_work" if time == "yes" else "no_effect"
+
+
+def _naive(change: FieldChange) -> Condition:
+    if change.state == "missing" or change.delta is None:
+        return "unknown"
+    return "yes" if abs(change.delta) > change.tolerance else "no"
+
+
+def _lean(fields: Sequence[FieldChange]) -> VerdictCode:
+    work_fields = [f for f in fields if f.field in WORK_FIELDS and f.state != "missing"]
+    work: Condition = "unknown" if not work_fields else ("yes" if any(_naive(f) == "yes" for f in work_fields) else "no")
+    duration = next(f for f in fields if f.field == "duration_ns")
+    return _combine(work, _naive(duration))
+
+
+def _binding_text(model: PointModel) -> str:
+    top = model.u(model.bound) if model.bound in TERM_NAMES else None
+    if model.bound == "latency":
+        best = max(((n, u) for n, u in model.utilization.items() if u is not None), key=lambda item: item[1], default=None)
+        return "binding: latency (off every wall" + (f"; max u_{best[0]} {best[1]:.2f})" if best else ")")
+    if model.bound == "unknown":
+        return "binding term unknown (no model term measured)"
+    return f"binding term {model.bound}" + (f" (u {top:.2f})" if top is not None else "")
+
+
+# The order work fields are named in evidence lines (the study's questions first).
+_EVIDENCE_ORDER: tuple[str, ...] = (
+    "global_ld_inst", "inst_executed", "dram_bytes", "dram_bytes_read", "dram_bytes_write",
+    "global_ld_sectors", "global_ld_requests", "inst_issued",
+)
+
+
+def _duration_text(delta: float) -> str:
+    if math.isinf(delta):
+        return "∞"
+    return f"{delta * 100:+.1f} %" if abs(delta) >= 0.001 else format_pct(delta, signed=True)
+
+
+def _deltas_text(fields: Sequence[FieldChange], model: PointModel) -> str:
+    parts: list[str] = []
+    by_name = {f.field: f for f in fields}
+    changed = [by_name[n] for n in _EVIDENCE_ORDER if n in by_name and by_name[n].state == "changed"]
+    undecided = [by_name[n] for n in _EVIDENCE_ORDER if n in by_name and by_name[n].state == "ambiguous"]
+    for item in changed[:3]:
+        parts.append(f"{item.field} {item.delta_text()}")
+    for item in undecided[: max(0, 3 - len(changed))]:
+        parts.append(f"{item.field} {item.delta_text()} (?)")
+    if not changed and not undecided:
+        measured = [f for f in fields if f.field in WORK_FIELDS and f.state == "unchanged"]
+        if measured:
+            parts.append(f"work counters unchanged ({len(measured)})")
+    duration = next(f for f in fields if f.field == "duration_ns")
+    if duration.state != "missing" and duration.delta is not None:
+        parts.append(f"duration {_duration_text(duration.delta)}" + ("" if duration.state in ("changed", "unchanged") else " (?)"))
+    else:
+        parts.append("duration not measured")
+    parts.append(_binding_text(model))
+    u_dram = model.u("dram")
+    if model.bound != "dram" and u_dram is not None:
+        parts.append(f"u_dram {u_dram:.2f}")
+    return ", ".join(parts)
+
+
+def explain_value(
+    param: str,
+    baseline: Point,
+    other: Point,
+    *,
+    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    rules: NoiseRules = DEFAULT_RULES,
+    threshold: float = DEFAULT_THRESHOLD,
+    fields: Sequence[str] = EXPLAIN_FIELDS,
+) -> ValueExplanation:
+    """The verdict for one parameter value against the baseline, with the deltas that decided it."""
+    if "duration_ns" not in fields:
+        raise UsageError("explain needs duration_ns among its fields.", "The time condition is judged on it.", "Keep duration_ns in the field list.")
+    changes = tuple(
+        compare_field(name, baseline.values(name), other.values(name), tolerances, rules) for name in fields
+    )
+    work, work_reasons = _work_condition(changes)
+    duration = next(f for f in changes if f.field == "duration_ns")
+    time, time_reasons = _time_condition(duration)
+    base_model = point_model(baseline.launches, threshold)
+    value_model = point_model(other.launches, threshold)
+    reasons = [*work_reasons, *time_reasons]
+    verdict = _combine(work, time)
+    if baseline.device != other.device:
+        reasons.insert(0, f"runs on different GPUs ({baseline.device} vs {other.device}): the parameter is not the only difference")
+        verdict = "ambiguous"
+    if verdict == "critical_path":
+        bounds = {base_model.bound, value_model.bound}
+        changed = [f for f in changes if f.field in WORK_FIELDS and f.state == "changed"]
+        wall_bounds = bounds & set(TERM_NAMES)
+        if wall_bounds and not (bounds & {"latency", "unknown"}):
+            feeding = [f.field for f in changed if WORK_TERMS.get(f.field, frozenset()) & wall_bounds]
+            if not feeding:
+                reasons.append(
+                    f"time moved and work changed, but no changed counter ({', '.join(f.field for f in changed)}) "
+                    f"feeds the binding term ({', '.join(sorted(wall_bounds))})"
+                )
+                verdict = "ambiguous"
+    if verdict == "time_without_work":
+        clock = compare_field("sm_clock_hz", baseline.values("sm_clock_hz"), other.values("sm_clock_hz"), tolerances, rules)
+        if clock.delta is not None:
+            reasons.append(f"SM clock {format_pct(clock.delta, signed=True)}: look at clocks, contention or the measurement boundary")
+        else:
+            reasons.append("look at clocks, contention or the measurement boundary")
+    if verdict == "off_critical_path":
+        reasons.append(f"{_binding_text(value_model)}: the changed work does not move the time")
+    lean = _lean(changes) if verdict == "ambiguous" else None
+    return ValueExplanation(
+        param=param,
+        value=other.param(param),
+        baseline_value=baseline.param(param),
+        verdict=verdict,
+        work=work,
+        time=time,
+        fields=changes,
+        baseline_model=base_model,
+        value_model=value_model,
+        deltas=_deltas_text(changes, value_model),
+        reasons=tuple(reasons),
+        lean=lean,
+        launches=(len(baseline.launches), len(other.launches)),
+        runs=(baseline.runs, other.runs),
+    )
+
+
+# ---------------------------------------------------------------------------
+# sweeps: points that differ in exactly one parameter
+
+
+@dataclass(frozen=True)
+class SweepGroup:
+    """Points of one cell and kernel that share every parameter except ``param``."""
+
+    cell: str
+    kernel: str
+    param: str
+    fixed: tuple[tuple[str, object], ...]
+    points: tuple[Point, ...]  # one per value, sorted by value
+
+    @property
+    def values(self) -> tuple[object, ...]:
+        return tuple(p.param(self.param) for p in self.points)
+
+    def label(self) -> str:
+        fixed = ",".join(f"{k}={v}" for k, v in self.fixed)
+        return f"{self.cell}" + (f":{fixed}" if fixed else "") + f" [{self.kernel}] varying {self.param}"
+
+    def point(self, value: object) -> Point:
+        for p in self.points:
+            if format_param(p.param(self.param)) == format_param(value):
+                return p
+        raise KeyError(value)
+
+
+def merge_points(points: Sequence[Point]) -> Point:
+    first = points[0]
+    return Point(
+        cell=first.cell,
+        params=first.params,
+        kernel=first.kernel,
+        launches=tuple(launch for p in points for launch in p.launches),
+        runs=sum(p.runs for p in points),
+        content_keys=tuple(sorted({k for p in points for k in p.content_keys})),
+    )
+
+
+def vary_groups(points: Iterable[Point], param: str) -> list[SweepGroup]:
+    """Group points that differ only in ``param`` (same cell, same kernel, same other params).
+
+    Kernels are matched by function name; where every point of a cell holds one
+    kernel, they are matched whatever their names (a parameter may select another
+    kernel, e.g. a template specialization).
+    """
+    pts = [p for p in points if param in dict(p.params)]
+    kernels_per_cell: dict[tuple[str, tuple[tuple[str, object], ...]], set[str]] = {}
+    for p in pts:
+        kernels_per_cell.setdefault((p.cell, p.params), set()).add(p.kernel)
+    single_kernel_cells = {
+        cell for cell in {p.cell for p in pts}
+        if all(len(k) == 1 for (c, _), k in kernels_per_cell.items() if c == cell)
+    }
+    buckets: dict[tuple[str, str, tuple[tuple[str, object], ...]], dict[str, list[Point]]] = {}
+    for p in pts:
+        fixed = tuple((k, v) for k, v in p.params if k != param)
+        kernel_key = "" if p.cell in single_kernel_cells else p.kernel
+        key = (p.cell, kernel_key, fixed)
+        buckets.setdefault(key, {}).setdefault(format_param(p.param(param)), []).append(p)
+    groups: list[SweepGroup] = []
+    for (cell, kernel_key, fixed), by_value in buckets.items():
+        if len(by_value) < 2:
+            continue
+        merged = [merge_points(v) for v in by_value.values()]
+        ordered = sorted(merged, key=lambda p: _sort_key(p.param(param)))
+        kernel = kernel_key or " / ".join(dict.fromkeys(p.kernel for p in ordered))
+        groups.append(SweepGroup(cell, kernel, param, fixed, tuple(ordered)))
+    groups.sort(key=lambda g: (g.cell, g.kernel, [format_param(v) for _, v in g.fixed]))
+    return groups
+
+
+def choose_baseline(group: SweepGroup, requested: object | None = None) -> Point:
+    """The requested value's point, else the smallest value (numeric order, then alphabetical)."""
+    if requested is not None:
+        try:
+            return group.point(requested)
+        except KeyError:
+            raise UsageError(
+                f"--baseline {requested} is not a value of {group.param} in {group.label()}.",
+                f"The values measured there are: {', '.join(format_param(v) for v in group.values)}.",
+                "Pick one of them, or leave --baseline out to use the smallest.",
+            ) from None
+    return group.points[0]
+
+
+@dataclass(frozen=True)
+class GroupExplanation:
+    group: SweepGroup
+    baseline: Point
+    rows: tuple[ValueExplanation, ...]
+    tolerances: Tolerances
+
+
+def explain_group(
+    group: SweepGroup,
+    *,
+    baseline: object | None = None,
+    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    rules: NoiseRules = DEFAULT_RULES,
+    threshold: float = DEFAULT_THRESHOLD,
+) -> GroupExplanation:
+    base = choose_baseline(group, baseline)
+    rows = tuple(
+        explain_value(group.param, base, p, tolerances=tolerances, rules=rules, threshold=threshold)
+        for p in group.points
+        if p is not base
+    )
+    return GroupExplanation(group, base, rows, tolerances)
+
+
+def swept_params(points: Iterable[Point]) -> list[str]:
+    """Parameters that take more than one value among points of one cell."""
+    values: dict[tuple[str, str], set[str]] = {}
+    for p in points:
+        for name, value in p.params:
+            values.setdefault((p.cell, name), set()).add(format_param(value))
+    names = sorted({name for (_, name), seen in values.items() if len(seen) > 1})
+    return names
+
+
+def headline_points(groups: Iterable[GroupExplanation]) -> list[Point]:
+    """The points whose numbers carry an explain verdict: each group's baseline and its extremes."""
+    chosen: dict[tuple[str, tuple[tuple[str, object], ...]], Point] = {}
+    for explained in groups:
+        points = explained.group.points
+        for p in (explained.baseline, points[0], points[-1]):
+            chosen.setdefault((p.cell, p.params), p)
+    return list(chosen.values())
+
+
+# ---------------------------------------------------------------------------
+# tables
+
+
+EXPLAIN_COLUMNS: tuple[str, ...] = (
+    "cell", "kernel", "param", "fixed", "baseline", "value", "verdict", "work", "time",
+    "deltas", "reasons", "lean", "bound_baseline", "bound_value", "launches_baseline",
+    "launches_value",
+)
+
+
+def explain_rows(explained: Iterable[GroupExplanation]) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for group in explained:
+        for row in group.rows:
+            record: dict[str, object] = {
+                "cell": group.group.cell,
+                "kernel": group.group.kernel,
+                "param": row.param,
+                "fixed": ",".join(f"{k}={v}" for k, v in group.group.fixed),
+                "baseline": format_param(row.baseline_value),
+                "value": format_param(row.value),
+                "verdict": row.verdict,
+                "work": row.work,
+                "time": row.time,
+                "deltas": row.deltas,
+                "reasons": "; ".join(row.reasons),
+                "lean": row.lean,
+                "bound_baseline": row.baseline_model.bound,
+                "bound_value": row.value_model.bound,
+                "launches_baseline": row.launches[0],
+                "launches_value": row.launches[1],
+            }
+            for change in row.fields:
+                record[f"{change.field}_state"] = change.state
+                record[f"{change.field}_delta"] = change.delta
+            rows.append(record)
+    return rows
