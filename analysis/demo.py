@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
     ):
         _run(["classify", str(args.corpus / name)])
     _run(["export", str(args.corpus), "-o", str(args.out / "launches.parquet"), "--metrics-long"])
-    _run(["stability", str(args.corpus / "bwd29__self-join-MiSTIC__profile.ncu-rep")])
+    _run(["stability", str(args.corpus / "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep")])
     log = args.logs / "shun8686_qwen3-next-80b_mamba_c80.log"
     if log.is_file():
         _run(["phases", str(log), "--plot", str(args.out / "phases.png")])
