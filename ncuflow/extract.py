@@ -12,8 +12,12 @@ report whose complete actions are intact, a ``DamagedAction`` warning).
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
+import sys
+import tempfile
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -173,11 +177,50 @@ def read_ncu_version(path: Path) -> str | None:
     return f"{match.group(1).decode()} (build {match.group(2).decode()})"
 
 
+@contextlib.contextmanager
+def _native_stderr_captured() -> Iterator[list[str]]:
+    """Capture what native code writes to file descriptor 2 while the block runs.
+
+    ncu_report's C++ layers log parse failures of damaged files straight to stderr
+    (absl/protobuf lines); ncuflow says what went wrong in one paragraph instead and
+    keeps their text to quote in it.
+    """
+    captured: list[str] = []
+    try:
+        saved = os.dup(2)
+    except OSError:  # no usable stderr: nothing to capture
+        yield captured
+        return
+    with tempfile.TemporaryFile() as sink:
+        sys.stderr.flush()
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace").strip()
+            if text:
+                captured.append(text)
+
+
+def _native_note(captured: list[str]) -> str:
+    if not captured:
+        return ""
+    last = captured[-1].splitlines()[-1].strip()
+    last = last.split("] ", 1)[-1]  # drop the native logger's "E0000 time pid file:line]" prefix
+    return f"ncu_report's own log said: {last[:300]}"
+
+
 def _load_context(path: Path) -> Any:
     _check_bytes(path)
     ncu_report = _import_ncu_report()
     try:
-        context = ncu_report.load_report(str(path))
+        with _native_stderr_captured() as native_log:
+            context = ncu_report.load_report(str(path))
+            empty = context.num_ranges() == 0
     except Exception as error:
         raise ReportError(
             f"{path} could not be opened as an Nsight Compute report: {error}.",
@@ -185,12 +228,12 @@ def _load_context(path: Path) -> Any:
             "Check that the file is a complete report written by ncu; a newer ncu_report wheel "
             "(`pip install -U ncu-report`) reads reports of every older ncu version.",
         ) from error
-    if context.num_ranges() == 0:
+    if empty:
         raise ReportError(
             f"{path} holds no profiled launch: ncu_report opened it as zero ranges.",
             "The file carries the report signature but ncu_report found no readable result in it: "
             "it is cut off (an interrupted ncu or an incomplete copy), corrupted, or ncu profiled "
-            "no kernel.",
+            f"no kernel. {_native_note(native_log)}",
             "Profile again and let ncu finish; check its log for 'No kernels were profiled'.",
         )
     return context
