@@ -32,6 +32,7 @@ REPORT_SUFFIXES: tuple[str, ...] = (".ncu-rep", ".ncu-repz", ".nsight-cuprof-rep
 REPORT_MAGIC = b"NVR\x00"
 _LFS_POINTER = b"version https://git-lfs"
 _VERSION_PATTERN = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?) \(build (\d+)\)")
+_BUILD_MARK = b" (build "
 _SOL_RULE = "SOLBottleneck"
 
 
@@ -169,12 +170,18 @@ def read_ncu_version(path: Path) -> str | None:
     "2025.3.1.0 (build 36398880)"); legacy files do not, and give None.
     """
     try:
-        match = _VERSION_PATTERN.search(path.read_bytes())
+        data = path.read_bytes()
     except OSError:
         return None
-    if match is None:
-        return None
-    return f"{match.group(1).decode()} (build {match.group(2).decode()})"
+    # bytes.find is many times faster than a regex scan over megabytes; the regex then
+    # checks each candidate in a small window.
+    start = data.find(_BUILD_MARK)
+    while start != -1:
+        match = _VERSION_PATTERN.search(data, max(0, start - 24), start + 24)
+        if match is not None:
+            return f"{match.group(1).decode()} (build {match.group(2).decode()})"
+        start = data.find(_BUILD_MARK, start + 1)
+    return None
 
 
 @contextlib.contextmanager

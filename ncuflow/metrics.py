@@ -12,6 +12,7 @@ nothing from ``ncu_report``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -35,11 +36,7 @@ class Source:
 
     def label(self) -> str:
         """How the value was obtained, for provenance columns and evidence lines."""
-        sep = {"value": "", "sum": " + ", "ratio": " / ", "product": " × "}[self.op]
-        text = sep.join(self.metrics) if self.op != "value" else self.metrics[0]
-        if self.scale != 1.0:
-            text = f"({text}) × {self.scale:g}" if self.op != "value" else f"{text} × {self.scale:g}"
-        return text
+        return _label(self)
 
     def combine(self, values: tuple[float, ...]) -> float | None:
         """Combine raw values; None where the arithmetic is undefined (division by 0)."""
@@ -54,6 +51,15 @@ class Source:
                 return None
             result = values[0] / values[1]
         return result * self.scale
+
+
+@functools.lru_cache(maxsize=None)
+def _label(source: Source) -> str:
+    sep = {"value": "", "sum": " + ", "ratio": " / ", "product": " × "}[source.op]
+    text = sep.join(source.metrics) if source.op != "value" else source.metrics[0]
+    if source.scale != 1.0:
+        text = f"({text}) × {source.scale:g}" if source.op != "value" else f"{text} × {source.scale:g}"
+    return text
 
 
 @dataclass(frozen=True)
