@@ -53,7 +53,7 @@ class Source:
         return result * self.scale
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _label(source: Source) -> str:
     sep = {"value": "", "sum": " + ", "ratio": " / ", "product": " × "}[source.op]
     text = sep.join(source.metrics) if source.op != "value" else source.metrics[0]

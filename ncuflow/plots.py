@@ -136,7 +136,11 @@ def plot_sweep(explained: GroupExplanation, path: Path) -> Path:
     ax_work.set_xticks(x, labels)
     ax_work.set_xlabel(group.param)
     fixed = ", ".join(f"{k}={v}" for k, v in group.fixed)
-    fig.suptitle(f"{group.cell}: {group.param} sweep" + (f" ({fixed})" if fixed else "") + f"\nkernel {group.kernel}", fontsize=10)
+    kernels = textwrap.shorten(f"kernel {group.kernel}", width=300, placeholder=" …")
+    fig.suptitle(
+        f"{group.cell}: {group.param} sweep" + (f" ({fixed})" if fixed else "") + "\n" + textwrap.fill(kernels, 110),
+        fontsize=9,
+    )
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -48,7 +48,8 @@ def _number(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
     return f"{value * scale:,.{digits}f}"
 
 
-def _duration(ns: float | None) -> str:
+def duration_text(ns: float | None) -> str:
+    """A kernel duration in the unit that reads best (ns, µs or ms)."""
     if ns is None:
         return "—"
     if ns >= 1e6:
@@ -105,7 +106,7 @@ def print_launch_table(
         table.add_row(
             str(launch.action_index),
             _short(launch.kernel.function, 44),
-            _duration(launch.value("duration_ns")),
+            duration_text(launch.value("duration_ns")),
             _number(launch.value("dram_throughput_pct")),
             _number(launch.value("l2_hit_rate_pct")),
             _number(launch.value("sectors_per_request"), 2),

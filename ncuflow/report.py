@@ -34,6 +34,7 @@ from ncuflow.explain import (
     vary_groups,
 )
 from ncuflow.launch import Launch
+from ncuflow.render import duration_text
 from ncuflow.stability import (
     DEFAULT_TOLERANCES,
     FIELD_UNITS,
@@ -354,16 +355,6 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
     return lines
-
-
-def duration_text(ns: float | None) -> str:
-    if ns is None:
-        return "—"
-    if ns >= 1e6:
-        return f"{ns / 1e6:,.3f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:,.2f} µs"
-    return f"{ns:,.0f} ns"
 
 
 def _u(value: float | None) -> str:
