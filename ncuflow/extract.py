@@ -13,9 +13,11 @@ report whose complete actions are intact, a ``DamagedAction`` warning).
 from __future__ import annotations
 
 import contextlib
+import glob
 import math
 import os
 import re
+import shutil
 import sys
 import tempfile
 import warnings
@@ -65,7 +67,40 @@ class RawMetric:
     unit: str
 
 
+def ncu_install_python_dirs() -> list[Path]:
+    """The ``extras/python`` folders of Nsight Compute installs on this machine.
+
+    Where the ``ncu-report`` wheel is not installed (a GPU host with no network), the
+    module that ships with ncu is used: next to the ``ncu`` that ``NCU`` or PATH names,
+    then under the usual install prefixes. Looks at files only: runs nothing.
+    """
+    candidates: list[Path] = []
+    for ncu in (os.environ.get("NCU"), shutil.which("ncu")):
+        if ncu:
+            real = Path(ncu).resolve()
+            candidates += [real.parent / "extras" / "python", real.parent.parent / "extras" / "python"]
+    for pattern in (
+        "/opt/nvidia/nsight-compute/*/extras/python",
+        "/usr/local/cuda/nsight-compute*/extras/python",
+        "/usr/local/cuda*/nsight-compute*/extras/python",
+    ):
+        candidates += sorted((Path(p) for p in glob.glob(pattern)), reverse=True)
+    unique = dict.fromkeys(c for c in candidates if (c / "ncu_report.py").is_file() or (c / "ncu_report").is_dir())
+    return list(unique)
+
+
 def _import_ncu_report() -> Any:
+    try:
+        import ncu_report
+    except ImportError:
+        for folder in ncu_install_python_dirs():
+            sys.path.insert(0, str(folder))
+            try:
+                import ncu_report
+            except ImportError:
+                sys.path.remove(str(folder))
+                continue
+            return ncu_report
     try:
         import ncu_report
     except ImportError as error:  # pragma: no cover - exercised only without the wheel

@@ -119,3 +119,16 @@ def test_kernel_names_in_three_forms_and_nvtx(corpus_dir: Path) -> None:
 def test_nvtx_ranges_are_read(corpus_dir: Path) -> None:
     launches = list(iter_launches(corpus_dir / "panjd123__cutlass__report.ncu-rep"))
     assert any(launch.nvtx for launch in launches), [launch.nvtx for launch in launches]
+
+
+def test_ncu_report_is_looked_for_next_to_the_ncu_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ncuflow.extract import ncu_install_python_dirs
+
+    install = tmp_path / "nsight-compute-2025.3.1"
+    (install / "extras" / "python").mkdir(parents=True)
+    (install / "extras" / "python" / "ncu_report.py").write_text("# the module ncu ships\n")
+    (install / "ncu").write_text("#!/bin/sh\n")
+    monkeypatch.setenv("NCU", str(install / "ncu"))
+    assert ncu_install_python_dirs()[0] == install / "extras" / "python"
+    monkeypatch.setenv("NCU", str(tmp_path / "elsewhere" / "ncu"))
+    assert install / "extras" / "python" not in ncu_install_python_dirs()

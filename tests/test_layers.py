@@ -135,3 +135,13 @@ def test_profiling_modules_import_with_polars_blocked() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_gpu_hosts_commands_run_without_polars(corpus_dir: Path) -> None:
+    """The GPU host has no polars: the study script's stability and classify steps must run."""
+    report = corpus_dir / "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep"
+    for args in (["classify", str(report)], ["stability", str(report)]):
+        code = "import sys; sys.modules['polars'] = None\nfrom ncuflow.cli import main\nmain(sys.argv[1:])"
+        result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=False)
+        assert result.returncode == 0, result.stderr
+        assert "kernel_conv2d_baseline" in result.stdout
