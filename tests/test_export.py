@@ -108,3 +108,18 @@ def test_classify_works_on_every_corpus_report(corpus_dir: Path) -> None:
     table = runner.invoke(cli, ["classify", str(corpus_dir)])
     assert table.exit_code == 0
     assert table.output.count("launch") >= len(read_sources(corpus_dir))  # one titled table per report
+
+
+def test_export_of_a_store_carries_each_runs_identity(corpus_dir: Path, tmp_path: Path) -> None:
+    from ncuflow.store import write_run
+
+    for page, name in ((16, "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep"), (64, "flyinglandlord__sglang__profile.ncu-rep")):
+        write_run(tmp_path / "store", cell="paged_decode", params={"page": page}, content_key=f"{page:064d}", report_src=corpus_dir / name)
+    output = tmp_path / "store.parquet"
+    assert CliRunner().invoke(cli, ["export", str(tmp_path / "store"), "-o", str(output)]).exit_code == 0
+    frame = pl.read_parquet(output)
+    assert frame.height == 4 + 5
+    assert set(frame["cell"].to_list()) == {"paged_decode"}
+    pages = {json.loads(p)["page"] for p in frame["params_json"].to_list()}
+    assert pages == {16, 64}
+    assert frame.filter(pl.col("kernel_function") == "kernel_conv2d_baseline")["content_key"].unique().to_list() == [f"{16:064d}"]
