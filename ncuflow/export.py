@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -154,30 +154,6 @@ def launch_record(launch: Launch, verdict: Verdict, identity: RunIdentity = _NO_
         }
     )
     return record
-
-
-def launches_frame(
-    launches: Iterable[Launch], verdicts: Iterable[Verdict] | None = None, *, threshold: float = DEFAULT_THRESHOLD
-) -> pl.DataFrame:
-    """The launches table of already-read launches (verdicts computed when not given)."""
-    launch_list = list(launches)
-    verdict_list = list(verdicts) if verdicts is not None else [classify(x, threshold) for x in launch_list]
-    identities: dict[str, RunIdentity] = {}
-    records = []
-    for launch, verdict in zip(launch_list, verdict_list, strict=True):
-        if launch.report not in identities:
-            identities[launch.report] = run_identity(Path(launch.report))
-        records.append(launch_record(launch, verdict, identities[launch.report]))
-    return pl.DataFrame(records, schema=launches_schema())
-
-
-def report_launches_frame(report: Path, *, threshold: float = DEFAULT_THRESHOLD) -> pl.DataFrame:
-    """The launches table of one report, read one launch at a time."""
-    identity = run_identity(report)
-    records = [
-        launch_record(launch, classify(launch, threshold), identity) for launch in iter_launches(report)
-    ]
-    return pl.DataFrame(records, schema=launches_schema())
 
 
 # ---------------------------------------------------------------------------

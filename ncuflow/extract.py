@@ -90,9 +90,10 @@ def ncu_install_python_dirs() -> list[Path]:
 
 
 def _import_ncu_report() -> Any:
+    """The ncu_report module: the installed wheel, else the copy an ncu install ships."""
     try:
         import ncu_report
-    except ImportError:
+    except ImportError as error:
         for folder in ncu_install_python_dirs():
             sys.path.insert(0, str(folder))
             try:
@@ -101,12 +102,10 @@ def _import_ncu_report() -> Any:
                 sys.path.remove(str(folder))
                 continue
             return ncu_report
-    try:
-        import ncu_report
-    except ImportError as error:  # pragma: no cover - exercised only without the wheel
         raise ReportError(
             "Cannot read Nsight Compute reports: the Python module ncu_report is not importable.",
-            f"Importing it failed with: {error}.",
+            f"Importing it failed with: {error}, and no Nsight Compute install with an "
+            "extras/python folder was found (NCU, PATH, /opt/nvidia/nsight-compute, /usr/local/cuda).",
             "Install the wheel with `pip install ncu-report`, or add the `extras/python` folder "
             "of your Nsight Compute install to PYTHONPATH.",
         ) from error
@@ -488,10 +487,6 @@ def iter_launches(path: Path | str, *, with_rules: bool = True) -> Iterator[Laun
             ncu_report=ncu_report,
             with_rules=with_rules,
         )
-
-
-def read_launches(path: Path | str) -> list[Launch]:
-    return list(iter_launches(path))
 
 
 def iter_raw_metrics(path: Path | str) -> Iterator[tuple[int, int, RawMetric]]:

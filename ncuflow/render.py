@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ncuflow.classify import DEFAULT_THRESHOLD, TERM_NAMES, Verdict, classify
+from ncuflow.classify import TERM_NAMES, Verdict
 from ncuflow.launch import Launch
 
 # The keys of `ncuflow classify --json`, in order.
@@ -36,10 +36,6 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
     row["nvidia_sol"] = launch.nvidia_sol
     row["missing"] = list(launch.missing)
     return row
-
-
-def launch_rows(launches: Iterable[Launch], threshold: float = DEFAULT_THRESHOLD) -> list[dict[str, Any]]:
-    return [launch_row(launch, classify(launch, threshold)) for launch in launches]
 
 
 def _number(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
