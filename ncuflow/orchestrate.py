@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 from ncuflow import store
 from ncuflow.errors import NcuflowError, ReportError, UsageError
@@ -227,6 +227,43 @@ def _terminating_signals_raise() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+def _spawn_in_new_session(
+    command: list[str], log: IO[bytes], *, env: dict[str, str] | None, kill_grace: float
+) -> subprocess.Popen[bytes]:
+    """Start ncu as the leader of its own session, with no window where a signal orphans it.
+
+    A Ctrl-C (or SIGTERM/SIGHUP) that lands after the fork but before the caller holds
+    the Popen object would leave ncu running in its own session, where no signal of
+    ours reaches it. Signals are held while it starts; one that arrived meanwhile stops
+    the new process group first and is then delivered to the handlers in force.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+    held: list[int] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        held.append(signum)
+
+    previous = {
+        sig: signal.signal(sig, hold)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(sig) is not signal.SIG_IGN  # an ignored signal stays ignored
+    }
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, env=env)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+        if held:
+            if proc is not None:
+                stop_process_group(proc, kill_grace)
+            signal.raise_signal(held[0])
+    return proc
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -389,9 +426,8 @@ def execute(
                                "", "Plan and execute in the same process.")
         manifest["created_utc"] = store.utc_now_iso()
         with open(pending.log_path, "wb") as log, _terminating_signals_raise():
-            proc = subprocess.Popen(
-                list(plan.command), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, env=dict(env) if env is not None else None,
+            proc = _spawn_in_new_session(
+                list(plan.command), log, env=dict(env) if env is not None else None, kill_grace=kill_grace
             )
             returncode = _wait(proc, timeout, _LogFollower(pending.log_path, progress))
         manifest["wall_time_s"] = round(time.monotonic() - started, 3)

@@ -276,3 +276,24 @@ def test_a_users_own_unknown_metric_is_not_dropped(fake: Path, tmp_path: Path,
         profile_command_line(["./app"], NcuOptions(metric_set="full", extra_metrics=("my__metric.sum",)),
                              tmp_path / "p", ncu=FAKE_NCU, timeout=60)
     assert len(list((tmp_path / "p").rglob(".failed-*"))) == 1
+
+
+def test_a_signal_while_ncu_starts_never_orphans_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C landing after the fork but before the Popen object exists: the child is stopped."""
+    from ncuflow import orchestrate
+
+    real_popen = subprocess.Popen
+    started: list[subprocess.Popen[bytes]] = []
+
+    def popen_then_interrupted(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        proc = real_popen(*args, **kwargs)  # type: ignore[call-overload]
+        started.append(proc)
+        signal.raise_signal(signal.SIGINT)  # arrives before the caller gets the object
+        return proc
+
+    monkeypatch.setattr(orchestrate.subprocess, "Popen", popen_then_interrupted)
+    with (tmp_path / "log").open("wb") as log, pytest.raises(KeyboardInterrupt):
+        orchestrate._spawn_in_new_session([sys.executable, "-c", "import time; time.sleep(30)"], log, env=None, kill_grace=2)
+    (child,) = started
+    assert child.poll() is not None  # stopped, not left running in its own session
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
