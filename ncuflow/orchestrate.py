@@ -32,6 +32,7 @@ from typing import IO, Any, Protocol
 from ncuflow import store
 from ncuflow.errors import NcuflowError, ReportError, UsageError
 from ncuflow.ncu import (
+    DECISIVE,
     MetricNotFound,
     NcuFailed,
     NcuOptions,
@@ -116,6 +117,37 @@ def _resolve_ncu(ncu: str | os.PathLike[str] | None, *, must_exist: bool) -> tup
 def _paths(store_root: Path, cell: str, slug: str, key: str, run_id: str) -> tuple[Path, Path]:
     point = store.point_dir(store_root, cell, slug, key)
     return point / f"{store.TMP_PREFIX}{run_id}-{os.getpid()}", point / run_id
+
+
+def recorded_options(manifest: Mapping[str, Any]) -> NcuOptions:
+    """The collection options a stored run was profiled with, to re-profile it alike.
+
+    Replicas of one point must differ only in the replay itself: a re-profile with other
+    options (a locked clock, another metric set) would be pooled with the stored run and
+    read as instability. The metric-set label is the one ``NcuOptions.metric_set_label``
+    wrote (``set;sections:a,b;+metrics:x;-metrics:y``).
+    """
+    label = str(manifest.get("metric_set") or DECISIVE)
+    metric_set, *parts = label.split(";")
+    lists: dict[str, tuple[str, ...]] = {"sections:": (), "+metrics:": (), "-metrics:": ()}
+    for part in parts:
+        for prefix in lists:
+            if part.startswith(prefix):
+                lists[prefix] = tuple(name for name in part[len(prefix):].split(",") if name)
+    defaults = NcuOptions()
+    launch_count = manifest.get("launch_count")
+    return NcuOptions(
+        replay_mode=str(manifest.get("replay_mode") or defaults.replay_mode),
+        cache_control=str(manifest.get("cache_control") or defaults.cache_control),
+        clock_control=str(manifest.get("clock_control") or defaults.clock_control),
+        metric_set=metric_set,
+        sections=lists["sections:"],
+        extra_metrics=lists["+metrics:"],
+        exclude_metrics=lists["-metrics:"],
+        launch_count=int(launch_count) if launch_count is not None else None,
+        kernel_regex=manifest.get("kernel_regex") or None,
+        nvtx_include=tuple(manifest.get("nvtx_include") or ()),
+    )
 
 
 def cell_options(spec: SpecLike, options: NcuOptions) -> NcuOptions:

@@ -22,7 +22,7 @@ def test_doctor_can_profile_here() -> None:
 
 def test_real_profile_of_copy_bandwidth(tmp_path: Path) -> None:
     spec = parse_spec("copy_bandwidth:mib=64")
-    record = profile_cell(spec, NcuOptions(), tmp_path, timeout=600)
+    record = profile_cell(spec, NcuOptions(clock_control="none"), tmp_path, timeout=600)
     assert count_actions(record.report_path) > 0
     m = record.manifest
     assert m["exit_status"] == 0 and m["gpu_name"] and m["gpu_uuid"] and m["driver_version"]

@@ -15,6 +15,7 @@ import click
 
 from ncuflow.classify import DEFAULT_THRESHOLD
 from ncuflow.errors import UsageError
+from ncuflow.ncu import CLOCK_CONTROLS
 from ncuflow.stability import STABILITY_FIELDS, GroupStability, Tolerances
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -127,22 +128,33 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
     console.print(f"{len(groups)} groups: {counts['stable']} stable, {counts['unstable']} unstable, {counts['insufficient']} insufficient.")
 
 
-def _reprofile(specs: Sequence[str], replicas: int, store: Path, ncu: str | None, cells_dir: Path | None, timeout: float) -> list[Any]:
-    """Profile each spec ``replicas`` times in fresh ncu processes; returns the stored runs."""
+def _reprofile(specs: Sequence[tuple[str, Any]], replicas: int, store: Path, ncu: str | None, cells_dir: Path | None, timeout: float) -> list[Any]:
+    """Profile each (spec, NcuOptions) ``replicas`` times in fresh ncu processes; returns the stored runs."""
     from ncuflow.cells import parse_spec
-    from ncuflow.ncu import NcuOptions
     from ncuflow.orchestrate import profile_cell
 
-    parsed = [parse_spec(text, cells_dir) for text in specs]  # every spec checked before any run
+    parsed = [(parse_spec(text, cells_dir), options) for text, options in specs]  # every spec checked before any run
     records = []
-    for spec in parsed:
+    for spec, options in parsed:
         for replica in range(replicas):
-            click.echo(f"ncuflow: profiling {spec.text()} (replica {replica + 1}/{replicas})", err=True)
+            click.echo(f"ncuflow: profiling {spec.text()} (replica {replica + 1}/{replicas}; "
+                       f"clocks {options.clock_control}, cache {options.cache_control})", err=True)
             records.append(
-                profile_cell(spec, NcuOptions(), store, cells_dir=cells_dir, timeout=timeout, ncu=ncu,
+                profile_cell(spec, options, store, cells_dir=cells_dir, timeout=timeout, ncu=ncu,
                              manifest_extra={"replica": replica + 1, "replicas": replicas})
             )
     return records
+
+
+def _headline_options(store_root: Path) -> dict[str, Any]:
+    """content key -> the NcuOptions its newest stored run was profiled with."""
+    from ncuflow.orchestrate import recorded_options
+    from ncuflow.store import iter_runs
+
+    newest: dict[str, Any] = {}
+    for record in iter_runs(store_root):
+        newest[record.content_key] = record  # iter_runs sorts by path; run ids sort by time
+    return {key: recorded_options(record.manifest) for key, record in newest.items()}
 
 
 def _loaded_from_records(records: Sequence[Any], kernel: str | None) -> Any:
@@ -170,6 +182,9 @@ def _loaded_from_records(records: Sequence[Any], kernel: str | None) -> Any:
 @click.option("--cells-dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Folder with your own cell definitions.")
 @click.option("--timeout", type=click.FloatRange(min=1.0), default=900.0, show_default=True, help="Seconds per ncu run.")
+@click.option("--clock-control", type=click.Choice(CLOCK_CONTROLS), default="base", show_default=True,
+              help="For cell specs: base locks clocks to base, none leaves them as found. "
+                   "--headline cells always reuse the options their stored run was profiled with.")
 @_tolerance_options
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the tables as Markdown to this file.")
@@ -178,7 +193,7 @@ def _loaded_from_records(records: Sequence[Any], kernel: str | None) -> Any:
 @click.option("--strict", is_flag=True, help="Exit with status 1 when any group is unstable (for CI).")
 def stability_command(
     targets: tuple[str, ...], replicas: int, headline: Path | None, store: Path, ncu_path: str | None,
-    cells_dir: Path | None, timeout: float, tol_exact: float, tol_bytes: float, tol_rate: float,
+    cells_dir: Path | None, timeout: float, clock_control: str, tol_exact: float, tol_bytes: float, tol_rate: float,
     tol_time: float, field_tols: tuple[str, ...], kernel: str | None, markdown_path: Path | None,
     parquet_path: Path | None, strict: bool,
 ) -> None:
@@ -210,6 +225,9 @@ def stability_command(
             "stability needs cell specs, report files, store folders, or --headline STORE.",
             "Try `ncuflow stability profiles/` or `ncuflow stability paged_decode:page=16 --replicas 3`.",
         )
+    from ncuflow.ncu import NcuOptions
+
+    default_options = NcuOptions(clock_control=clock_control)
     paths = [Path(t) for t in targets if Path(t).exists()]
     specs = [t for t in targets if not Path(t).exists()]
     for text in specs:
@@ -220,6 +238,7 @@ def stability_command(
                 "paged_decode:page=16; this looks like a path.",
                 "Check the path.",
             )
+    to_profile: list[tuple[str, Any]] = [(text, default_options) for text in specs]
     groups: list[GroupStability] = []
     singles: list[str] = []
     notes: list[str] = []
@@ -251,10 +270,15 @@ def stability_command(
                 "no parameter takes two values among its runs.",
                 "Run a sweep first (`ncuflow sweep FILE.toml`), or name cell specs directly.",
             )
-        specs += list(dict.fromkeys(p.spec() for p in chosen))
-        click.echo(f"ncuflow: headline cells: {', '.join(dict.fromkeys(p.spec() for p in chosen))}", err=True)
-    if specs:
-        records = _reprofile(specs, replicas, store, ncu_path, cells_dir, timeout)
+        recorded = _headline_options(headline)
+        for point in chosen:
+            options = next((recorded[k] for k in point.content_keys if k in recorded), default_options)
+            if (point.spec(), options) not in to_profile:
+                to_profile.append((point.spec(), options))
+        click.echo(f"ncuflow: headline cells: {', '.join(dict.fromkeys(p.spec() for p in chosen))} "
+                   "(each re-profiled with the options its stored run was profiled with)", err=True)
+    if to_profile:
+        records = _reprofile(to_profile, replicas, store, ncu_path, cells_dir, timeout)
         loaded_new: Loaded = _loaded_from_records(records, kernel)
         groups += point_stability(points_of(loaded_new, split_content_keys=True), tolerances)
         notes += loaded_new.notes
