@@ -25,9 +25,10 @@ from pathlib import Path
 
 import ncu_report
 
-from ncuflow.export import export_reports
-from ncuflow.extract import count_actions, find_reports, iter_launches
-from ncuflow.metrics import FIELDS
+from ncuflow.output.export import export_reports
+from ncuflow.read.extract import count_actions, iter_launches
+from ncuflow.read.metrics import FIELDS
+from ncuflow.read.reportfile import find_reports
 
 FIRST_CHOICE_METRICS = tuple(dict.fromkeys(m for f in FIELDS for m in f.sources[0].metrics))
 

@@ -29,9 +29,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from ncuflow.analyze.explain import VERDICT_TEXT  # noqa: E402
+from ncuflow.analyze.study import analyse  # noqa: E402
 from ncuflow.errors import NcuflowError  # noqa: E402
-from ncuflow.explain import VERDICT_TEXT  # noqa: E402
-from ncuflow.report import analyse, load_paths, store_roots, write_report  # noqa: E402
+from ncuflow.output.report import write_report  # noqa: E402
+from ncuflow.read.runs import load_paths, store_roots  # noqa: E402
 
 REFERENCE = REPO / "profiles" / "reference"
 

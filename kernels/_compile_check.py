@@ -22,7 +22,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from ncuflow.cells import get_cell, parse_spec
+from ncuflow.cells.registry import get_cell, parse_spec
 
 _POINTER_TYPES = {
     torch.float16: "*fp16",
@@ -95,7 +95,7 @@ def _signature(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tu
 
 def compile_cell(spec_text: str, arch: int = 90) -> list[CompiledLaunch]:
     """Compile every Triton launch of the cell's ``run()`` for ``sm_<arch>``."""
-    import kernels._instances as instances
+    import ncuflow.kernels._instances as instances
 
     spec = parse_spec(spec_text)
     instance = get_cell(spec.cell).build(spec.as_dict(), "cpu")

@@ -9,8 +9,7 @@ from typing import Any
 
 import flashinfer
 import torch
-
-from kernels._common import (
+from ncuflow.kernels._common import (
     describe,
     gqa_attention_reference,
     random_tensor,
@@ -18,6 +17,7 @@ from kernels._common import (
     token_layout,
     torch_dtype,
 )
+
 from ncuflow.errors import UsageError
 
 WORKSPACE_BYTES = 128 * 1024 * 1024

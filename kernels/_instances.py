@@ -1,7 +1,7 @@
 """Built cells: tensors, launches and torch references (imports torch and triton).
 
 Every instance follows ``ncuflow.cells.CellInstance``. ``representation()`` always holds
-``footprint_bytes`` (bytes of every tensor the timed launch touches; ``ncuflow.timing``
+``footprint_bytes`` (bytes of every tensor the timed launch touches; ``ncuflow.cells.timing``
 rotates copies of a cell whose footprint fits in L2), ``index_len``, ``page_table_len``
 and ``effective_page_size`` (the page size the kernel itself sees).
 """
@@ -13,8 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-
-from kernels._common import (
+from ncuflow.kernels._common import (
     describe,
     gqa_attention_reference,
     next_power_of_two,
@@ -23,12 +22,13 @@ from kernels._common import (
     token_layout,
     torch_dtype,
 )
-from kernels._triton_kernels import (
+from ncuflow.kernels._triton_kernels import (
     copy_kernel,
     flat_decode_split_kernel,
     merge_splits_kernel,
     paged_decode_split_kernel,
 )
+
 from ncuflow.errors import UsageError
 
 COPY_BLOCK = 4096

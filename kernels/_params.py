@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ncuflow.cells import ParamSpec
+from ncuflow.cells.contract import ParamSpec
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 

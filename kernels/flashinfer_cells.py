@@ -17,18 +17,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernels._params import decode_shape_params
-from ncuflow.cells import CellDefinition, CellInstance, ParamSpec
+from ncuflow.kernels._params import decode_shape_params
+
+from ncuflow.cells.contract import CellDefinition, CellInstance, ParamSpec
 
 
 def build_decode(params: Mapping[str, Any], device: str) -> CellInstance:
-    from kernels._flashinfer import FlashInferDecode
+    from ncuflow.kernels._flashinfer import FlashInferDecode
 
     return FlashInferDecode(params, device)
 
 
 def build_plan(params: Mapping[str, Any], device: str) -> CellInstance:
-    from kernels._flashinfer import FlashInferPlan
+    from ncuflow.kernels._flashinfer import FlashInferPlan
 
     return FlashInferPlan(params, device)
 

@@ -17,12 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernels._params import decode_shape_params, triton_decode_params
-from ncuflow.cells import CellDefinition, CellInstance, ParamSpec
+from ncuflow.kernels._params import decode_shape_params, triton_decode_params
+
+from ncuflow.cells.contract import CellDefinition, CellInstance, ParamSpec
 
 
 def build(params: Mapping[str, Any], device: str) -> CellInstance:
-    from kernels._instances import PagedDecode
+    from ncuflow.kernels._instances import PagedDecode
 
     return PagedDecode(params, device)
 

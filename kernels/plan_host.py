@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ncuflow.cells import CellDefinition, CellInstance, ParamSpec
+from ncuflow.cells.contract import CellDefinition, CellInstance, ParamSpec
 
 
 def build(params: Mapping[str, Any], device: str) -> CellInstance:
-    from kernels._planning import PlanHost
+    from ncuflow.kernels._planning import PlanHost
 
     return PlanHost(params, device)
 

@@ -1,13 +1,58 @@
 """ncuflow: profile the smallest decisive kernel cell under Nsight Compute and say which wall binds.
 
-The package is layered so that each stage only imports the ones below it:
+The stages, each a subpackage; imports only point down the list:
 
-- ``metrics``   canonical fields and their alias chains (pure data)
-- ``launch``    the ``Launch`` record one profiled kernel launch becomes
-- ``extract``   ``.ncu-rep`` -> ``Launch`` records (the only module that imports ``ncu_report``)
-- ``classify``  the critical-path max model over a ``Launch``
-- ``export``    launches -> polars frames -> parquet (the only read-side module that needs polars)
-- ``cli``       the click command line, a thin layer over all of the above
+- ``cli``       the click command line, a thin layer over everything below
+- ``output``    parquet, console tables, Markdown reports, plots
+- ``analyze``   the field table, the max model (classify), replay stability, explain
+- ``read``      ``.ncu-rep`` -> ``Launch`` rows (the only place that imports ``ncu_report``)
+- ``store``     the profile store: run folders, manifests, atomic commits
+- ``profile``   the ncu command line, planning, running a cell under ncu, sweeps, doctor
+- ``cells``     the cell registry and spec grammar, ``cellrun`` (what ncu launches), timing
+- ``phases``    timing phases of serving traces (its own pipeline: parse -> model -> report)
+- ``kernels``   the built-in cells (the top-level ``kernels/`` folder, installed as ``ncuflow.kernels``)
 """
 
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+
 __version__ = "0.1.0"
+
+_KERNELS_NAME = "ncuflow.kernels"
+
+
+class _SourceCheckoutKernels(importlib.abc.MetaPathFinder):
+    """Maps ``ncuflow.kernels`` to the checkout's top-level ``kernels/`` folder.
+
+    An installed ncuflow (``pip install .`` or ``-e .``) gets that mapping from
+    setuptools' ``package-dir``. A checkout run without installing (``python -m ncuflow``
+    on a GPU host that has no network to install from) needs this finder; it is added
+    only when nothing else provides ``ncuflow.kernels``.
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != _KERNELS_NAME:
+            return None
+        return importlib.util.spec_from_file_location(
+            fullname, self.folder / "__init__.py", submodule_search_locations=[str(self.folder)]
+        )
+
+
+def _provide_kernels_from_checkout() -> None:
+    # Appended last: an installed mapping (setuptools' editable finder, or a real
+    # ncuflow/kernels folder on sys.path) is always found first.
+    checkout = Path(__file__).resolve().parent.parent
+    folder = checkout / "kernels"
+    if (folder / "__init__.py").is_file() and (checkout / "pyproject.toml").is_file():
+        sys.meta_path.append(_SourceCheckoutKernels(folder))
+
+
+_provide_kernels_from_checkout()

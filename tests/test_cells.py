@@ -16,19 +16,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ncuflow.cells import (
-    CellSpec,
-    get_cell,
-    gpu_status,
-    list_cells,
-    make_spec,
-    nvtx_range_name,
-    nvtx_range_stack,
-    parse_spec,
-)
+from ncuflow.cells.contract import CellSpec, nvtx_range_name, nvtx_range_stack
+from ncuflow.cells.registry import get_cell, gpu_status, list_cells, make_spec, parse_spec
+from ncuflow.cells.timing import TimingStats, rotating_copy_count, time_cell
 from ncuflow.cli import cli
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.timing import TimingStats, rotating_copy_count, time_cell
 
 BUILTIN = {"copy_bandwidth", "flat_decode", "paged_decode", "plan_host", "flashinfer_decode", "flashinfer_plan"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -426,7 +418,7 @@ def test_time_command_bad_spec_is_a_usage_error() -> None:
 
 def _cellrun(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ncuflow.cellrun", *args], capture_output=True, text=True,
+        [sys.executable, "-m", "ncuflow.cells.cellrun", *args], capture_output=True, text=True,
         env=_env_without_interpreter(), timeout=180, check=False,
     )
 

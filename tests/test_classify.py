@@ -8,8 +8,9 @@ from pathlib import Path
 import ncu_report
 import pytest
 
-from ncuflow.classify import breakdown_group, classify, nvidia_category
-from ncuflow.extract import find_reports, iter_launches
+from ncuflow.analyze.classify import breakdown_group, classify, nvidia_category
+from ncuflow.read.extract import iter_launches
+from ncuflow.read.reportfile import find_reports
 
 DRAM_PCT = "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
 

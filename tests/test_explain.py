@@ -11,18 +11,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ncuflow.cli import cli
-from ncuflow.explain import (
-    Point,
+from ncuflow.analyze.change import compare_field
+from ncuflow.analyze.explain import (
     choose_baseline,
-    compare_field,
     explain_group,
     explain_value,
     headline_points,
     vary_groups,
 )
-from ncuflow.extract import iter_launches
-from ncuflow.launch import Launch
+from ncuflow.analyze.point import Point
+from ncuflow.cli import cli
+from ncuflow.read.extract import iter_launches
+from ncuflow.read.launch import Launch
 
 JESTES = "jestes15__EE384_FinalProject__profile_output.ncu-rep"  # H100 PCIe, full set
 SILU = "AlpriElse__cs599k__silu_CUDA_ncu-reports_2025-04-21-77_06-MT.ncu-rep"  # A100, 3 launches
@@ -162,7 +162,8 @@ def store(corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_store_groups_baselines_and_headline(store: Path) -> None:
-    from ncuflow.report import load_store, points_of
+    from ncuflow.analyze.study import points_of
+    from ncuflow.read.runs import load_store
 
     points = points_of(load_store(store))
     groups = vary_groups(points, "stage")

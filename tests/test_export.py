@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from ncuflow.cli import cli
-from ncuflow.export import SCHEMA_VERSION, metrics_path_for, read_schema_version
-from ncuflow.render import ROW_KEYS
+from ncuflow.output.export import SCHEMA_VERSION, metrics_path_for, read_schema_version
+from ncuflow.output.render import ROW_KEYS
 
 from .corpus import read_sources
 
@@ -87,7 +87,7 @@ def test_threshold_out_of_range_is_a_usage_error(corpus_dir: Path, bad: str) -> 
 
 
 def test_streaming_export_in_small_chunks_gives_the_same_tables(corpus_dir: Path, tmp_path: Path) -> None:
-    from ncuflow.export import export_reports
+    from ncuflow.output.export import export_reports
 
     reports = [corpus_dir / "spymaster2h__spyinfer__report.ncu-rep", corpus_dir / "flyinglandlord__sglang__profile.ncu-rep"]
     whole = export_reports(reports, tmp_path / "whole.parquet", metrics_long=True)

@@ -7,8 +7,9 @@ from pathlib import Path
 import ncu_report
 import pytest
 
-from ncuflow.extract import find_reports, iter_launches, read_ncu_version
-from ncuflow.metrics import FIELDS
+from ncuflow.read.extract import iter_launches
+from ncuflow.read.metrics import FIELDS
+from ncuflow.read.reportfile import find_reports, read_ncu_version
 
 from .conftest import CORPUS_DIR
 from .corpus import read_sources
@@ -122,7 +123,7 @@ def test_nvtx_ranges_are_read(corpus_dir: Path) -> None:
 
 
 def test_ncu_report_is_looked_for_next_to_the_ncu_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ncuflow.extract import ncu_install_python_dirs
+    from ncuflow.read.reportfile import ncu_install_python_dirs
 
     install = tmp_path / "nsight-compute-2025.3.1"
     (install / "extras" / "python").mkdir(parents=True)

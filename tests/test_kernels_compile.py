@@ -43,7 +43,7 @@ def test_every_launch_compiles_for_sm90() -> None:
     script = textwrap.dedent(
         f"""
         import json, dataclasses
-        from kernels._compile_check import compile_cell
+        from ncuflow.kernels._compile_check import compile_cell
         out = {{}}
         for spec in {list(SPECS)!r}:
             out[spec] = [dataclasses.asdict(c) for c in compile_cell(spec, arch=90)]

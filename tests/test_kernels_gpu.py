@@ -27,7 +27,7 @@ def _env() -> dict[str, str]:
 
 def _cellrun(spec: str, out: Path) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-m", "ncuflow.cellrun", spec, "--representation-out", str(out)],
+        [sys.executable, "-m", "ncuflow.cells.cellrun", spec, "--representation-out", str(out)],
         capture_output=True, text=True, env=_env(), timeout=600, check=False,
     )
     assert done.returncode == 0, done.stderr

@@ -49,9 +49,9 @@ with _interpreter_env():
     torch = pytest.importorskip("torch")
     triton = pytest.importorskip("triton")
 
-from ncuflow.cells import get_cell, make_spec  # noqa: E402
+from ncuflow.cells.registry import get_cell, make_spec  # noqa: E402
 
-KERNEL_MODULES = ("kernels._triton_kernels", "kernels._instances")
+KERNEL_MODULES = ("ncuflow.kernels._triton_kernels", "ncuflow.kernels._instances")
 SMALL = {"batch": 3, "kv_len": 100, "heads": 4, "kv_heads": 2, "head_dim": 16, "splits": 3}
 ATOL = 2e-3
 RTOL = 2e-2
@@ -87,8 +87,8 @@ def interpreted_kernels() -> Iterator[None]:
         sys.modules.pop(name, None)
     # set for this module's tests only: triton also consults it lazily at first launch
     with _interpreter_env():
-        module = importlib.import_module("kernels._triton_kernels")
-        importlib.import_module("kernels._instances")
+        module = importlib.import_module("ncuflow.kernels._triton_kernels")
+        importlib.import_module("ncuflow.kernels._instances")
         assert isinstance(module.paged_decode_split_kernel, InterpretedFunction)
         try:
             yield
@@ -221,7 +221,7 @@ def test_decode_shapes(shape: dict[str, int], cell_page: tuple[str, int | None])
 
 def test_reference_agrees_with_torch_sdpa() -> None:
     """The reference itself, against torch's own attention with the KV heads repeated."""
-    from kernels._common import gqa_attention_reference
+    from ncuflow.kernels._common import gqa_attention_reference
 
     generator = torch.Generator().manual_seed(1)
     q = torch.randn(8, 32, generator=generator)
@@ -236,7 +236,7 @@ def test_reference_agrees_with_torch_sdpa() -> None:
 
 def test_a_wrong_kernel_result_is_caught() -> None:
     """The comparison cellrun records fails when the output is wrong."""
-    from ncuflow.cellrun import check_output
+    from ncuflow.cells.cellrun import check_output
 
     instance = build("paged_decode", page=16, kv="distinct", **SMALL)
     instance.run()

@@ -22,6 +22,8 @@ PACKAGES = ("ncuflow", "kernels")
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] == "kernels":  # installed as ncuflow.kernels (package-dir)
+        parts.insert(0, "ncuflow")
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
@@ -87,21 +89,90 @@ def _top_levels(names: set[str]) -> set[str]:
     return {name.split(".")[0] for name in names}
 
 
-READ_SIDE = [
-    m for m in SOURCES
-    if m in {"ncuflow.extract", "ncuflow.classify", "ncuflow.export", "ncuflow.render", "ncuflow.stability",
-             "ncuflow.explain", "ncuflow.report", "ncuflow.plots"}
-    or m.startswith("ncuflow.phases")
-]
-PROFILING_PATH = [
-    m for m in SOURCES
-    if m in {"ncuflow.ncu", "ncuflow.orchestrate", "ncuflow.store", "ncuflow.sweep", "ncuflow.doctor",
-             "ncuflow.cells", "ncuflow.cellrun", "ncuflow.timing", "ncuflow.cli.profile_cmds", "ncuflow.cli.cells_cmd"}
-]
+def _stage(module: str) -> str:
+    """The stage a module belongs to: its subpackage below ``ncuflow`` (``core`` for top-level modules)."""
+    parts = module.split(".")
+    if module == "ncuflow.__main__":  # the entry point is part of the command line
+        return "cli"
+    if len(parts) == 1 or (len(parts) == 2 and SOURCES[module].name != "__init__.py"):
+        return "core"
+    return parts[1]
+
+
+# What each stage may import from the project (besides itself and ``core``): arrows point down.
+ALLOWED_STAGES: dict[str, set[str]] = {
+    "core": set(),
+    "read": {"store"},
+    "store": set(),
+    "analyze": {"read", "store"},
+    "output": {"analyze", "read", "store"},
+    "cells": set(),
+    "kernels": {"cells"},
+    "profile": {"cells", "store", "read"},
+    "phases": set(),
+    "cli": {"output", "analyze", "read", "store", "cells", "kernels", "profile", "phases"},
+}
+READ_SIDE = [m for m in SOURCES if _stage(m) in {"read", "analyze", "output", "phases"}]
+PROFILING_PATH = [m for m in SOURCES if _stage(m) in {"profile", "store", "cells", "kernels"}
+                  or m in {"ncuflow.cli.profile_cmds", "ncuflow.cli.cells_cmd"}]
+
+
+def test_every_module_has_a_stage_with_rules() -> None:
+    assert {_stage(m) for m in SOURCES} <= set(ALLOWED_STAGES), sorted({_stage(m) for m in SOURCES} - set(ALLOWED_STAGES))
+
+
+@pytest.mark.parametrize("module", sorted(SOURCES))
+def test_imports_point_down_the_stages(module: str) -> None:
+    stage = _stage(module)
+    allowed = ALLOWED_STAGES[stage] | {stage, "core"}
+    wrong = sorted(name for name in GRAPH[module] if name in SOURCES and _stage(name) not in allowed)
+    assert not wrong, f"{module} ({stage}) imports {wrong}"
+
+
+def _project_edges(module: str) -> set[str]:
+    edges = set()
+    for name in GRAPH[module]:
+        if name in SOURCES:
+            edges.add(name)
+        elif name.rpartition(".")[0] in SOURCES:  # from package import name
+            edges.add(name.rpartition(".")[0])
+    return edges - {module}
+
+
+def test_no_import_cycle() -> None:
+    """No two modules import each other, directly or through others (lazy imports count too)."""
+    edges = {m: {e for e in _project_edges(m) if not m.startswith(e + ".")} for m in SOURCES}
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for nxt in sorted(edges[module]):
+            if state.get(nxt) == 1:
+                cycles.append([*path[path.index(nxt):], nxt] if nxt in path else [module, nxt])
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[module] = 2
+
+    for module in sorted(SOURCES):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, cycles
+
+
+@pytest.mark.parametrize("module", sorted(SOURCES))
+def test_no_module_over_500_lines(module: str) -> None:
+    lines = len(SOURCES[module].read_text().splitlines())
+    assert lines <= 500, f"{module} has {lines} lines"
+
+
+def test_at_most_six_top_level_modules() -> None:
+    top = sorted(p.name for p in (ROOT / "ncuflow").glob("*.py"))
+    assert len(top) <= 6, top
 
 
 def test_the_layers_are_there() -> None:
-    assert {"ncuflow.extract", "ncuflow.classify", "ncuflow.export"} <= set(READ_SIDE)
+    assert {"ncuflow.read.extract", "ncuflow.analyze.classify", "ncuflow.output.export"} <= set(READ_SIDE)
 
 
 @pytest.mark.parametrize("module", READ_SIDE)
@@ -120,9 +191,9 @@ def test_library_never_imports_the_cli(module: str) -> None:
     assert not any(name.startswith("ncuflow.cli") for name in GRAPH[module])
 
 
-@pytest.mark.parametrize("module", [m for m in SOURCES if m.startswith("kernels")])
+@pytest.mark.parametrize("module", [m for m in SOURCES if m.startswith("ncuflow.kernels")])
 def test_cells_know_nothing_of_analysis(module: str) -> None:
-    forbidden = {"ncuflow.extract", "ncuflow.classify", "ncuflow.export", "ncuflow.stability", "ncuflow.explain", "polars"}
+    forbidden = {"ncuflow.read.extract", "ncuflow.analyze.classify", "ncuflow.output.export", "ncuflow.analyze.stability", "ncuflow.analyze.explain", "polars"}
     assert not {name for name in GRAPH[module] if name.split(".")[0] == "polars" or name in forbidden}
 
 
@@ -130,8 +201,9 @@ def test_profiling_modules_import_with_polars_blocked() -> None:
     """The same check at run time: the GPU host has no polars."""
     code = (
         "import sys; sys.modules['polars'] = None\n"
-        + "".join(f"import {m}\n" for m in PROFILING_PATH if m != "ncuflow.cellrun")
-        + "import ncuflow.render, ncuflow.extract, ncuflow.classify\n"
+        + "".join(f"import {m}\n" for m in PROFILING_PATH
+                  if m not in {"ncuflow.cells.cellrun", "ncuflow.kernels._flashinfer"})  # the latter needs flashinfer
+        + "import ncuflow.output.render, ncuflow.read.extract, ncuflow.analyze.classify\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr

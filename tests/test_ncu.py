@@ -8,29 +8,31 @@ from pathlib import Path
 
 import pytest
 
-from ncuflow import ncu as ncu_mod
 from ncuflow.errors import UsageError
-from ncuflow.metrics import decisive_metric_names
-from ncuflow.ncu import (
+from ncuflow.profile import ncu as ncu_mod
+from ncuflow.profile.ncu import (
+    NcuOptions,
+    build_command,
+    find_ncu,
+    ncu_version,
+    nvtx_include_for_range,
+    parse_version_output,
+)
+from ncuflow.profile.ncu_errors import (
     ApplicationFailed,
     CounterPermissionDenied,
     DriverMismatch,
     MetricNotFound,
     NcuFailed,
     NcuNotFound,
-    NcuOptions,
     NoKernelsProfiled,
-    build_command,
     error_from_log,
-    find_ncu,
-    ncu_version,
-    nvtx_include_for_range,
     parse_log,
-    parse_version_output,
 )
+from ncuflow.read.metrics import decisive_metric_names
 
 FAKE_NCU = Path(__file__).parent / "fake_ncu" / "ncu"
-APP = ["python3", "-m", "ncuflow.cellrun", "flat_decode:batch=32", "--representation-out", "/r/x.json"]
+APP = ["python3", "-m", "ncuflow.cells.cellrun", "flat_decode:batch=32", "--representation-out", "/r/x.json"]
 
 
 def _exe(path: Path) -> Path:

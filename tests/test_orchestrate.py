@@ -14,20 +14,21 @@ from pathlib import Path
 import pytest
 
 from ncuflow import store
-from ncuflow.cells import parse_spec
+from ncuflow.cells.registry import parse_spec
 from ncuflow.errors import ReportError
-from ncuflow.ncu import (
+from ncuflow.profile.ncu import NcuOptions
+from ncuflow.profile.ncu_errors import (
     ApplicationFailed,
     CounterPermissionDenied,
     DriverMismatch,
     MetricNotFound,
     NcuFailed,
     NcuNotFound,
-    NcuOptions,
     NoKernelsProfiled,
     ProfileTimeout,
 )
-from ncuflow.orchestrate import plan_cell, plan_command_line, profile_cell, profile_command_line
+from ncuflow.profile.orchestrate import profile_cell, profile_command_line
+from ncuflow.profile.plan import plan_cell, plan_command_line
 
 FAKE_NCU = Path(__file__).parent / "fake_ncu" / "ncu"
 REPO = Path(__file__).resolve().parent.parent
@@ -103,7 +104,7 @@ def test_profile_cell_success_stores_a_complete_run(fake: Path, tmp_path: Path, 
     received = json.loads((fake / "argv.json").read_text())
     assert m["command"][1:] == received
     assert received[received.index("--nvtx-include") + 1].endswith("flat_decode/")
-    assert spec.text() in received and "ncuflow.cellrun" in received
+    assert spec.text() in received and "ncuflow.cells.cellrun" in received
     assert "Profiling" in (record.log_path.read_text())
     assert any(line.startswith("==PROF== Profiling") for line in lines)
     assert _leftovers(root) == []
@@ -206,8 +207,8 @@ _INTERRUPT_SCRIPT = textwrap.dedent("""
     import sys
     from pathlib import Path
     from ncuflow.cells import parse_spec
-    from ncuflow.ncu import NcuOptions
-    from ncuflow.orchestrate import profile_cell
+    from ncuflow.profile.ncu import NcuOptions
+    from ncuflow.profile.orchestrate import profile_cell
     from ncuflow.errors import NcuflowError
     try:
         profile_cell(parse_spec("copy_bandwidth"), NcuOptions(), Path(sys.argv[1]),
@@ -280,7 +281,7 @@ def test_a_users_own_unknown_metric_is_not_dropped(fake: Path, tmp_path: Path,
 
 def test_a_signal_while_ncu_starts_never_orphans_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C landing after the fork but before the Popen object exists: the child is stopped."""
-    from ncuflow import orchestrate
+    from ncuflow.profile import process
 
     real_popen = subprocess.Popen
     started: list[subprocess.Popen[bytes]] = []
@@ -291,9 +292,9 @@ def test_a_signal_while_ncu_starts_never_orphans_it(tmp_path: Path, monkeypatch:
         signal.raise_signal(signal.SIGINT)  # arrives before the caller gets the object
         return proc
 
-    monkeypatch.setattr(orchestrate.subprocess, "Popen", popen_then_interrupted)
+    monkeypatch.setattr(process.subprocess, "Popen", popen_then_interrupted)
     with (tmp_path / "log").open("wb") as log, pytest.raises(KeyboardInterrupt):
-        orchestrate._spawn_in_new_session([sys.executable, "-c", "import time; time.sleep(30)"], log, env=None, kill_grace=2)
+        process.spawn_in_new_session([sys.executable, "-c", "import time; time.sleep(30)"], log, env=None, kill_grace=2)
     (child,) = started
     assert child.poll() is not None  # stopped, not left running in its own session
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

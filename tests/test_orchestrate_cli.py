@@ -13,16 +13,18 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ncuflow import doctor, store
-from ncuflow.cells import list_cells, nvtx_range_name, parse_spec
+from ncuflow import store
+from ncuflow.cells.contract import nvtx_range_name
+from ncuflow.cells.registry import list_cells, parse_spec
 from ncuflow.cli import cli
-from ncuflow.metrics import decisive_metric_names
+from ncuflow.profile import doctor
+from ncuflow.read.metrics import decisive_metric_names
 
 FAKE_NCU = Path(__file__).parent / "fake_ncu" / "ncu"
 REPO = Path(__file__).resolve().parent.parent
 REPORT_NAME = "yzwang2000__cudaCode__profile.ncu-rep"
-PROFILING_MODULES = ("ncuflow.ncu", "ncuflow.orchestrate", "ncuflow.store", "ncuflow.sweep",
-                     "ncuflow.doctor", "ncuflow.cli.profile_cmds")
+PROFILING_MODULES = ("ncuflow.profile.ncu", "ncuflow.profile.orchestrate", "ncuflow.store", "ncuflow.profile.sweep",
+                     "ncuflow.profile.doctor", "ncuflow.cli.profile_cmds")
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -47,7 +49,7 @@ def test_dry_run_prints_the_ncu_command_for_every_gpu_cell(cell: str, tmp_path: 
     assert argv[argv.index("--metrics") + 1].split(",") == list(decisive_metric_names())
     assert argv[argv.index("--replay-mode") + 1] == "kernel"
     tail = argv[argv.index("--force-overwrite") + 1:]
-    assert tail[1:4] == ["-m", "ncuflow.cellrun", spec.text()]
+    assert tail[1:4] == ["-m", "ncuflow.cells.cellrun", spec.text()]
     assert tail[4] == "--representation-out"
     export = Path(argv[argv.index("--export") + 1])
     assert export.parent.parent.name == f"{spec.slug()}-{spec.content_key()[:8]}"
@@ -138,8 +140,8 @@ def test_doctor_on_a_machine_without_gpu(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.delenv("NCU", raising=False)
     monkeypatch.setattr(doctor, "NVIDIA_VERSION", tmp_path / "no-driver")
     monkeypatch.setattr(doctor, "NVIDIA_PARAMS", tmp_path / "no-params")
-    monkeypatch.setattr("ncuflow.ncu.OPT_NCU_GLOB", str(tmp_path / "opt" / "*" / "ncu"))
-    monkeypatch.setattr("ncuflow.ncu.FIXED_NCU_LOCATIONS", (str(tmp_path / "cuda-ncu"),))
+    monkeypatch.setattr("ncuflow.profile.ncu.OPT_NCU_GLOB", str(tmp_path / "opt" / "*" / "ncu"))
+    monkeypatch.setattr("ncuflow.profile.ncu.FIXED_NCU_LOCATIONS", (str(tmp_path / "cuda-ncu"),))
     checks = {c.name: c for c in doctor.run_checks()}
     assert checks["gpu"].status == "fail" and "no NVIDIA GPU is visible" in checks["gpu"].detail
     assert checks["ncu"].status == "fail"
@@ -196,7 +198,7 @@ def test_profiling_path_never_imports_polars() -> None:
         "    assert not done.code, done.code\n"
         "from ncuflow.cli import profile_cmds\n"
         "import importlib\n"
-        "for name in ('ncuflow.render', 'ncuflow.extract', 'ncuflow.classify'):\n"
+        "for name in ('ncuflow.output.render', 'ncuflow.read.extract', 'ncuflow.analyze.classify'):\n"
         "    importlib.import_module(name)\n"
         "print('OK', 'polars' in sys.modules and sys.modules['polars'] is not None)\n"
     )

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from ncuflow import doctor, store
-from ncuflow.cells import parse_spec
-from ncuflow.extract import count_actions
-from ncuflow.ncu import NcuOptions
-from ncuflow.orchestrate import profile_cell
+from ncuflow import store
+from ncuflow.cells.registry import parse_spec
+from ncuflow.profile import doctor
+from ncuflow.profile.ncu import NcuOptions
+from ncuflow.profile.orchestrate import profile_cell
+from ncuflow.read.extract import count_actions
 
 pytestmark = pytest.mark.gpu
 

@@ -9,8 +9,10 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from ncuflow.analyze.study import analyse
 from ncuflow.cli import cli
-from ncuflow.report import analyse, load_paths, report_markdown
+from ncuflow.output.markdown import report_markdown
+from ncuflow.read.runs import load_paths
 from tests.test_explain import build_store
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -64,7 +64,7 @@ def test_gpu_side_commands_do_not_need_polars(corpus_dir: Path, tmp_path: Path, 
     store = build_store(tmp_path / "store", corpus_dir)
     for name in [m for m in sys.modules if m == "polars" or m.startswith("polars.")]:
         monkeypatch.delitem(sys.modules, name)
-    for name in ["ncuflow.report", "ncuflow.explain", "ncuflow.stability", "ncuflow.cli.analysis_cmds"]:
+    for name in ["ncuflow.output.report", "ncuflow.analyze.explain", "ncuflow.analyze.stability", "ncuflow.cli.analysis_cmds"]:
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setitem(sys.modules, "polars", None)  # `import polars` now raises ImportError
     runner = CliRunner()

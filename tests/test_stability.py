@@ -9,10 +9,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from ncuflow.cli import cli
-from ncuflow.errors import UsageError
-from ncuflow.extract import iter_launches
-from ncuflow.stability import (
+from ncuflow.analyze.stability import (
     DEFAULT_TOLERANCES,
     Tolerances,
     field_stability,
@@ -20,6 +17,9 @@ from ncuflow.stability import (
     repeated_launch_stability,
     stability_of,
 )
+from ncuflow.cli import cli
+from ncuflow.errors import UsageError
+from ncuflow.read.extract import iter_launches
 
 SPY = "spymaster2h__spyinfer__report.ncu-rep"  # 105 launches of one kernel, default set (A10)
 SKEL = "SkeletonSkelettron__Yanni__prof.ncu-rep"  # 31 launches, 3 kernels, instructions only
@@ -178,7 +178,7 @@ def test_cli_stability_needs_something(tmp_path: Path) -> None:
 def test_cli_stability_headline_reprofiles_baseline_and_extremes(corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--headline picks each swept parameter's baseline and extremes from a store and re-profiles
     just those (fake ncu writing a real report; the store's runs are real corpus reports)."""
-    from ncuflow.cells import parse_spec
+    from ncuflow.cells.registry import parse_spec
     from ncuflow.store import write_run
 
     store = tmp_path / "store"

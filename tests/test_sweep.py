@@ -16,8 +16,8 @@ from rich.console import Console
 
 from ncuflow import store
 from ncuflow.errors import UsageError
-from ncuflow.ncu import ApplicationFailed, CounterPermissionDenied
-from ncuflow.sweep import load_sweep, parse_sweep, point_status, run_sweep
+from ncuflow.profile.ncu_errors import ApplicationFailed, CounterPermissionDenied
+from ncuflow.profile.sweep import load_sweep, parse_sweep, point_status, run_sweep
 
 FAKE_NCU = Path(__file__).parent / "fake_ncu" / "ncu"
 REPO = Path(__file__).resolve().parent.parent

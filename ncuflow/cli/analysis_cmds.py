@@ -1,8 +1,8 @@
 """`ncuflow stability`, `ncuflow explain`, `ncuflow report`: the analysis side of the CLI.
 
-Thin click layers over ``ncuflow.stability``, ``ncuflow.explain`` and ``ncuflow.report``.
+Thin click layers over ``ncuflow.analyze.stability``, ``ncuflow.analyze.explain`` and ``ncuflow.output.report``.
 Only ``stability CELL_SPEC`` and ``stability --headline`` re-profile (through
-``ncuflow.orchestrate``, imported when needed); everything else reads reports on disk.
+``ncuflow.profile.orchestrate``, imported when needed); everything else reads reports on disk.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
-from ncuflow.classify import DEFAULT_THRESHOLD
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD
+from ncuflow.analyze.stability import STABILITY_FIELDS, GroupStability, Tolerances
 from ncuflow.errors import UsageError
-from ncuflow.ncu import CLOCK_CONTROLS
-from ncuflow.stability import STABILITY_FIELDS, GroupStability, Tolerances
+from ncuflow.profile.ncu import CLOCK_CONTROLS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,7 +88,7 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
     from rich.markup import escape
     from rich.table import Table
 
-    from ncuflow.stability import FIELD_UNITS, format_pct, format_tolerance, format_value
+    from ncuflow.analyze.stability import FIELD_UNITS, format_pct, format_tolerance, format_value
 
     console = _console()
     shown_notes: set[str] = set()
@@ -130,8 +130,8 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
 
 def _reprofile(specs: Sequence[tuple[str, Any]], replicas: int, store: Path, ncu: str | None, cells_dir: Path | None, timeout: float) -> list[Any]:
     """Profile each (spec, NcuOptions) ``replicas`` times in fresh ncu processes; returns the stored runs."""
-    from ncuflow.cells import parse_spec
-    from ncuflow.orchestrate import profile_cell
+    from ncuflow.cells.registry import parse_spec
+    from ncuflow.profile.orchestrate import profile_cell
 
     parsed = [(parse_spec(text, cells_dir), options) for text, options in specs]  # every spec checked before any run
     records = []
@@ -148,7 +148,7 @@ def _reprofile(specs: Sequence[tuple[str, Any]], replicas: int, store: Path, ncu
 
 def _headline_options(store_root: Path) -> dict[str, Any]:
     """content key -> the NcuOptions its newest stored run was profiled with."""
-    from ncuflow.orchestrate import recorded_options
+    from ncuflow.profile.plan import recorded_options
     from ncuflow.store import iter_runs
 
     newest: dict[str, Any] = {}
@@ -158,7 +158,7 @@ def _headline_options(store_root: Path) -> dict[str, Any]:
 
 
 def _loaded_from_records(records: Sequence[Any], kernel: str | None) -> Any:
-    from ncuflow.report import Loaded, LoadedRun, _read_launches, params_tuple
+    from ncuflow.read.runs import Loaded, LoadedRun, _read_launches, params_tuple
 
     notes: list[str] = []
     runs = []
@@ -207,16 +207,9 @@ def stability_command(
     (needs a GPU and ncu). Verdict per group: stable, unstable (naming the fields and
     by how much) or insufficient (fewer than 2 launches).
     """
-    from ncuflow.report import (
-        Loaded,
-        analyse,
-        load_reports,
-        load_store,
-        point_stability,
-        points_of,
-        reports_stability,
-        stability_markdown,
-    )
+    from ncuflow.analyze.study import analyse, point_stability, points_of, reports_stability
+    from ncuflow.output.markdown import stability_markdown
+    from ncuflow.read.runs import Loaded, load_reports, load_store
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols)
     if not targets and headline is None:
@@ -225,7 +218,7 @@ def stability_command(
             "stability needs cell specs, report files, store folders, or --headline STORE.",
             "Try `ncuflow stability profiles/` or `ncuflow stability paged_decode:page=16 --replicas 3`.",
         )
-    from ncuflow.ncu import NcuOptions
+    from ncuflow.profile.ncu import NcuOptions
 
     default_options = NcuOptions(clock_control=clock_control)
     paths = [Path(t) for t in targets if Path(t).exists()]
@@ -242,7 +235,7 @@ def stability_command(
     groups: list[GroupStability] = []
     singles: list[str] = []
     notes: list[str] = []
-    from ncuflow.report import store_roots
+    from ncuflow.read.runs import store_roots
 
     for path in paths:
         roots = store_roots(path)
@@ -260,7 +253,7 @@ def stability_command(
     if headline is not None:
         headline_loaded = load_store(headline, kernel=kernel)
         analysis = analyse(headline_loaded, paths=[headline], tolerances=tolerances)
-        from ncuflow.explain import headline_points
+        from ncuflow.analyze.explain import headline_points
 
         chosen = headline_points([ge for groups_ in analysis.sweeps.values() for ge in groups_])
         if not chosen:
@@ -291,8 +284,8 @@ def stability_command(
         markdown_path.write_text("# ncuflow stability\n\n" + "\n".join(stability_markdown(groups, tolerances, singles)) + "\n", encoding="utf-8")
         click.echo(f"wrote {markdown_path}", err=True)
     if parquet_path is not None:
-        from ncuflow.export import write_parquet
-        from ncuflow.stability import stability_frame
+        from ncuflow.analyze.stability import stability_frame
+        from ncuflow.output.export import write_parquet
 
         write_parquet(stability_frame(groups), parquet_path, table="stability")
         click.echo(f"wrote {parquet_path}", err=True)
@@ -333,8 +326,10 @@ def explain_command(
     from rich.markup import escape
     from rich.table import Table
 
-    from ncuflow.explain import explain_group, explain_rows, swept_params, vary_groups
-    from ncuflow.report import explain_markdown, load_paths, points_of
+    from ncuflow.analyze.explain import explain_group, explain_rows, swept_params, vary_groups
+    from ncuflow.analyze.study import points_of
+    from ncuflow.output.markdown import explain_markdown
+    from ncuflow.read.runs import load_paths
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols)
     loaded = load_paths(list(paths), kernel=kernel)
@@ -386,7 +381,7 @@ def explain_command(
     if parquet_path is not None:
         import polars as pl
 
-        from ncuflow.export import write_parquet
+        from ncuflow.output.export import write_parquet
 
         write_parquet(pl.DataFrame(explain_rows(explained), infer_schema_length=None), parquet_path, table="explain")
         click.echo(f"wrote {parquet_path}", err=True)
@@ -415,7 +410,9 @@ def report_command(
     parameter: the explain table, duration and work counters against the parameter;
     and the utilization terms as bars per cell. The numbers go to parquet beside it.
     """
-    from ncuflow.report import analyse, load_paths, write_report
+    from ncuflow.analyze.study import analyse
+    from ncuflow.output.report import write_report
+    from ncuflow.read.runs import load_paths
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols)
     chosen: dict[str, object] = {}

@@ -11,14 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ncuflow.cells import (
-    NO_GPU_PREFIX,
-    CellInfo,
-    format_value,
-    gpu_status,
-    list_cells,
-    parse_spec,
-)
+from ncuflow.cells.contract import CellInfo, format_value
+from ncuflow.cells.registry import NO_GPU_PREFIX, gpu_status, list_cells, parse_spec
 
 CELLS_DIR_OPTION = click.option(
     "--cells-dir",
@@ -119,7 +113,7 @@ def time_command(
     (small footprints rotate through copies instead), so they differ from ncu's
     gpu__time_duration; both are recorded, labelled.
     """
-    from ncuflow.timing import time_cell
+    from ncuflow.cells.timing import time_cell
 
     spec = parse_spec(cell_spec, cells_dir)
     result = time_cell(spec, repeats=repeats, warmup=warmup, rotate=not no_rotate, cells_dir=cells_dir)

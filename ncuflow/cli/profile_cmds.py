@@ -13,7 +13,7 @@ import click
 from rich.markup import escape
 
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.ncu import (
+from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
     DECISIVE,
@@ -21,7 +21,7 @@ from ncuflow.ncu import (
     REPLAY_MODES,
     NcuOptions,
 )
-from ncuflow.orchestrate import DEFAULT_TIMEOUT_S
+from ncuflow.profile.plan import DEFAULT_TIMEOUT_S
 
 APP_ARGV_KEY = "ncuflow_app_argv"
 
@@ -58,9 +58,9 @@ def _options(replay_mode: str, cache_control: str, clock_control: str, metric_se
 def print_run_table(record: Any, console: Any, threshold: float) -> None:
     """The classify table of a stored run (extract + classify + render; no polars)."""
     try:
-        from ncuflow.classify import classify
-        from ncuflow.extract import iter_launches
-        from ncuflow.render import print_launch_table
+        from ncuflow.analyze.classify import classify
+        from ncuflow.output.render import print_launch_table
+        from ncuflow.read.extract import iter_launches
     except ImportError as missing:  # the read side is optional on a bare GPU host
         console.print(f"(no classify table: {missing})")
         return
@@ -128,7 +128,7 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
       ncuflow profile --kernel 'gemm' -- ./app --size 4096
       ncuflow profile flat_decode --dry-run
     """
-    from ncuflow import orchestrate
+    from ncuflow.profile import orchestrate
 
     app_argv: list[str] = list(ctx.meta.get(APP_ARGV_KEY, []))
     if spec and app_argv:
@@ -144,7 +144,7 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
                        launch_count, launch_skip, kernel, nvtx)
     console = _console()
     if spec:
-        from ncuflow.cells import get_cell, parse_spec
+        from ncuflow.cells.registry import get_cell, parse_spec
 
         cell_spec = parse_spec(spec, cells_dir)
         if not get_cell(cell_spec.cell, cells_dir).needs_ncu:
@@ -166,7 +166,7 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
         return
     unprofiled = None
     if time_first:
-        from ncuflow.timing import time_cell
+        from ncuflow.cells.timing import time_cell
 
         with console.status(f"timing {cell_spec.text()} with CUDA events (no ncu)"):
             timing = time_cell(cell_spec, cells_dir=cells_dir).to_dict()
@@ -202,7 +202,7 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
 @click.option("--strict", is_flag=True, help="Exit 1 when this machine cannot profile.")
 def doctor_command(ncu_path: str | None, as_json: bool, strict: bool) -> None:
     """Check ncu, ncu_report, the GPU, counter permission and package versions."""
-    from ncuflow.doctor import run_checks, verdict
+    from ncuflow.profile.doctor import run_checks, verdict
 
     checks = run_checks(ncu_path)
     ok, sentence = verdict(checks)
@@ -241,7 +241,7 @@ def doctor_command(ncu_path: str | None, as_json: bool, strict: bool) -> None:
 def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, ncu_path: str | None,
                   timeout: float | None, keep_going: bool, dry_run: bool) -> None:
     """Profile every point of a sweep FILE (TOML); interrupt any time and re-run to resume."""
-    from ncuflow.sweep import axes_summary, describe_points, load_sweep, run_sweep
+    from ncuflow.profile.sweep import axes_summary, describe_points, load_sweep, run_sweep
 
     plan = load_sweep(sweep_file, cells_dir)
     console = _console()

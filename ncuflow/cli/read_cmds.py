@@ -11,8 +11,9 @@ from pathlib import Path
 
 import click
 
-from ncuflow.classify import DEFAULT_THRESHOLD, classify
-from ncuflow.extract import find_reports, iter_launches
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD, classify
+from ncuflow.read.extract import iter_launches
+from ncuflow.read.reportfile import find_reports
 
 
 def _threshold_option(function: click.decorators.FC) -> click.decorators.FC:
@@ -51,7 +52,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     model and the binding wall (dram, l2, l1, issue, math) or `latency` when none is
     above the threshold; NVIDIA's own SpeedOfLight verdict is shown beside ours.
     """
-    from ncuflow.render import launch_row, print_launch_table
+    from ncuflow.output.render import launch_row, print_launch_table
 
     reports = find_reports(paths)
     per_report = []
@@ -63,7 +64,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         rows = [launch_row(x, v) for _, launches, verdicts in per_report for x, v in zip(launches, verdicts, strict=True)]
         click.echo(json.dumps(rows, indent=1))
         return
-    from ncuflow.render import make_console
+    from ncuflow.output.render import make_console
 
     console = make_console()
     for report, launches, verdicts in per_report:
@@ -92,7 +93,7 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
     """
     from rich.progress import Progress
 
-    from ncuflow.export import export_reports
+    from ncuflow.output.export import export_reports
 
     reports = find_reports(paths)
     with _warnings_to_stderr(), Progress(transient=True, disable=not sys.stderr.isatty(), console=None) as progress:

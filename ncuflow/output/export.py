@@ -21,11 +21,11 @@ from typing import Any
 import polars as pl
 
 from ncuflow import __version__
-from ncuflow.classify import DEFAULT_THRESHOLD, TERM_NAMES, Verdict, classify
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES, Verdict, classify
 from ncuflow.errors import NcuflowError
-from ncuflow.extract import iter_launches, iter_raw_metrics
-from ncuflow.launch import Launch
-from ncuflow.metrics import FIELDS
+from ncuflow.read.extract import iter_launches, iter_raw_metrics
+from ncuflow.read.launch import Launch
+from ncuflow.read.metrics import FIELDS
 
 SCHEMA_VERSION = "1"
 METADATA_KEY = "ncuflow.schema_version"

@@ -1,47 +1,4 @@
-"""Kernel cells: the registry, the spec grammar and the interface a cell implements.
-
-A *cell* is the smallest decisive GPU workload of the study (a copy, a decode attention
-kernel, a host-side planner), registered by name with typed parameters and defaults.
-This module knows the cells only through their declarations; it never imports torch or
-triton at module level, so ``ncuflow cells`` works on a machine without them.
-
-Spec grammar (what ``ncuflow profile`` / ``ncuflow time`` take)::
-
-    spec   := CELL [ ":" assign ( "," assign )* ]
-    assign := NAME "=" VALUE
-
-e.g. ``paged_decode:page=16,kv=shared,batch=32,kv_len=8192``. Parameters left out take
-their defaults; values are checked against the parameter's type (int, float, str, bool:
-``true``/``false``/``1``/``0``/``yes``/``no``) and its choices. ``CellSpec.text()`` is
-the canonical form: every parameter, sorted by name.
-
-Declaring a cell (built-in ones live in the ``kernels`` package; users put ``.py`` files
-in a folder and pass ``--cells-dir DIR``): a module defines ``CELL`` (one
-``CellDefinition``) or ``CELLS`` (a sequence of them) at module level::
-
-    from ncuflow.cells import CellDefinition, ParamSpec
-
-    def build(params, device):          # params: dict name -> typed value; device: "cuda"
-        import torch                    # heavy imports inside build, never at module level
-        ...
-        return MyInstance(...)          # an object following the CellInstance protocol
-
-    CELL = CellDefinition(
-        name="my_cell",
-        params=(ParamSpec("n", int, 1 << 20, None, "elements"),),
-        description="what it measures",
-        build=build,
-        requires=("torch", "triton", "cuda"),   # what must be present for it to run
-    )
-
-``CellInstance`` (what ``build`` returns) has ``run()`` (the timed launch, asynchronous
-on the GPU), ``output()`` (the result of the last ``run()``), ``reference()`` (the
-same result computed by plain torch), ``expected_bytes`` (the bytes the operation must
-move at least) and ``representation()`` (a JSON-able dict of what reaches the timed
-operation: shapes, index-list length, page-table length, the effective page size...).
-``build`` allocates and fills every tensor; warm-up is done by the runner, outside the
-NVTX range ``ncuflow/<cell>``.
-"""
+"""The cell registry: built-in cells (``ncuflow.kernels``) and user folders, spec parsing, and whether a cell can run here."""
 
 from __future__ import annotations
 
@@ -49,233 +6,26 @@ import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
-import json
 import pkgutil
-import re
 import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal, Protocol, runtime_checkable
 
+from ncuflow.cells.contract import (
+    NAME_PATTERN,
+    CellDefinition,
+    CellInfo,
+    CellSpec,
+    ParamValue,
+    coerce_value,
+    format_value,
+)
 from ncuflow.errors import NcuflowError, UsageError
 
-ParamValue = str | int | float | bool
-
-# ----------------------------------------------------------------------------- contract
-
-
-@dataclass(frozen=True)
-class ParamSpec:
-    """One typed parameter of a cell."""
-
-    name: str
-    type: type  # int, float, str or bool
-    default: object
-    choices: tuple[Any, ...] | None = None
-    help: str = ""
-
-
-@dataclass(frozen=True)
-class CellInfo:
-    """What ``ncuflow cells`` lists about one cell."""
-
-    name: str
-    params: tuple[ParamSpec, ...]
-    description: str
-    available: bool
-    unavailable_reason: str | None
-    needs_ncu: bool  # False for host-side cells such as plan_host
-
-
-@dataclass(frozen=True)
-class CellSpec:
-    """A fully specified cell: every parameter present (defaults filled), sorted by name."""
-
-    cell: str
-    params: tuple[tuple[str, ParamValue], ...]
-
-    def text(self) -> str:
-        """Canonical spec text, e.g. ``paged_decode:batch=32,kv=shared,kv_len=8192,page=16``."""
-        if not self.params:
-            return self.cell
-        return self.cell + ":" + ",".join(f"{k}={format_value(v)}" for k, v in self.params)
-
-    def slug(self) -> str:
-        """Filesystem-safe parameter slug, e.g. ``batch32-kvshared-kv_len8192-page16``."""
-        if not self.params:
-            return "default"
-        parts = [f"{k}{format_value(v)}" for k, v in self.params]
-        return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))
-
-    def content_key(self) -> str:
-        """sha256 hex of the canonical JSON ``{"cell": ..., "params": {...}}``."""
-        payload = json.dumps(
-            {"cell": self.cell, "params": dict(self.params)},
-            sort_keys=True,
-            separators=(",", ":"),
-        )
-        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
-
-    def param(self, name: str) -> object:
-        for key, value in self.params:
-            if key == name:
-                return value
-        known = ", ".join(k for k, _ in self.params) or "(none)"
-        raise KeyError(f"cell {self.cell!r} has no parameter {name!r}; it has: {known}")
-
-    def as_dict(self) -> dict[str, ParamValue]:
-        return dict(self.params)
-
-
-def nvtx_range_name(cell: str) -> str:
-    """The NVTX range a cell's timed launch runs inside, as a path: ``ncuflow/<cell>``.
-
-    ncu's ``--nvtx-include`` reads ``/`` as nesting (``ncuflow/<cell>/`` = range ``<cell>``
-    pushed inside range ``ncuflow``), so the runner pushes the path's parts as nested
-    push/pop ranges (see ``nvtx_range_stack``), which that expression matches.
-    """
-    return f"ncuflow/{cell}"
-
-
-def nvtx_range_stack(cell: str) -> tuple[str, ...]:
-    """The nested push/pop ranges, outermost first, whose path is ``nvtx_range_name(cell)``."""
-    return tuple(nvtx_range_name(cell).split("/"))
-
-
-# ----------------------------------------------------------------------------- cell interface
-
-
-@runtime_checkable
-class CellInstance(Protocol):
-    """A built cell: tensors allocated, ready to launch."""
-
-    expected_bytes: int
-
-    def run(self) -> None:
-        """The timed operation (launch only; the caller synchronizes)."""
-
-    def output(self) -> Any:
-        """The result of the last ``run()``."""
-
-    def reference(self) -> Any:
-        """The same result computed with plain torch, for correctness."""
-
-    def representation(self) -> dict[str, Any]:
-        """JSON-able description of what reaches the timed operation."""
-
-
-BuildFunction = Callable[[Mapping[str, Any], str], CellInstance]
-
-
-@dataclass(frozen=True)
-class CellDefinition:
-    """A cell as a module declares it (see the module docstring).
-
-    ``requires`` names what must be present: module names (``"torch"``, ``"triton"``,
-    ``"flashinfer"``...) and ``"cuda"`` (a CUDA GPU visible to torch). ``timing`` is
-    ``"cuda"`` (CUDA events around a GPU launch) or ``"host"`` (a host clock: the timed
-    operation is host work). ``source`` is filled by the registry.
-    """
-
-    name: str
-    params: tuple[ParamSpec, ...]
-    description: str
-    build: BuildFunction
-    requires: tuple[str, ...] = ("torch", "triton", "cuda")
-    needs_ncu: bool = True
-    timing: Literal["cuda", "host"] = "cuda"
-    source: str = field(default="", compare=False)
-
-    def param_spec(self, name: str) -> ParamSpec | None:
-        for spec in self.params:
-            if spec.name == name:
-                return spec
-        return None
-
-
-# ----------------------------------------------------------------------------- values
-
-
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off"}
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def format_value(value: object) -> str:
-    """How a value is written in spec text (bools as true/false)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-def _type_name(kind: type) -> str:
-    return {int: "an integer", float: "a number", bool: "true or false", str: "a word"}.get(
-        kind, kind.__name__
-    )
-
-
-def coerce_value(cell: str, spec: ParamSpec, raw: object) -> ParamValue:
-    """Turn ``raw`` (spec text or a Python value) into the parameter's type, or raise UsageError."""
-    value: ParamValue
-    try:
-        if spec.type is bool:
-            if isinstance(raw, bool):
-                value = raw
-            else:
-                text = str(raw).strip().lower()
-                if text in _TRUE:
-                    value = True
-                elif text in _FALSE:
-                    value = False
-                else:
-                    raise ValueError(text)
-        elif spec.type is int:
-            if isinstance(raw, bool):
-                raise ValueError(raw)
-            value = raw if isinstance(raw, int) else int(str(raw).strip(), 10)
-        elif spec.type is float:
-            if isinstance(raw, bool):
-                raise ValueError(raw)
-            value = float(raw) if isinstance(raw, int | float) else float(str(raw).strip())
-        elif spec.type is str:
-            value = str(raw).strip()
-            if not value:
-                raise ValueError(raw)
-        else:
-            raise UsageError(
-                f"Parameter {spec.name!r} of cell {cell!r} has an unsupported type "
-                f"{spec.type!r}.",
-                "A cell parameter must be int, float, str or bool.",
-                "Fix the cell's ParamSpec.",
-            )
-    except ValueError:
-        choices = f" (one of: {', '.join(map(format_value, spec.choices))})" if spec.choices else ""
-        raise UsageError(
-            f"Parameter {spec.name!r} of cell {cell!r} got {raw!r}, which is not "
-            f"{_type_name(spec.type)}{choices}.",
-            f"{spec.name}: {spec.help}" if spec.help else "",
-            f"Write it as {spec.name}={format_value(spec.default)} (the default) or another valid value.",
-        ) from None
-    if spec.choices is not None and value not in spec.choices:
-        raise UsageError(
-            f"Parameter {spec.name!r} of cell {cell!r} got {format_value(value)!r}, "
-            f"which is not one of its choices: {', '.join(map(format_value, spec.choices))}.",
-            f"{spec.name}: {spec.help}" if spec.help else "",
-            f"Pick one of the choices (the default is {format_value(spec.default)}).",
-        )
-    return value
-
-
-# ----------------------------------------------------------------------------- registry
-
-
-_BUILTIN_PACKAGE = "kernels"
+_BUILTIN_PACKAGE = "ncuflow.kernels"
 
 
 def _definitions_of(module: ModuleType, source: str) -> list[CellDefinition]:
@@ -306,7 +56,7 @@ def _with_source(definition: CellDefinition, source: str) -> CellDefinition:
 
 
 def _validate_definition(definition: CellDefinition, source: str) -> None:
-    if not _NAME.match(definition.name):
+    if not NAME_PATTERN.match(definition.name):
         raise NcuflowError(
             f"{source} declares a cell named {definition.name!r}.",
             "A cell name must be a Python-style identifier (letters, digits, underscores).",
@@ -314,7 +64,7 @@ def _validate_definition(definition: CellDefinition, source: str) -> None:
         )
     seen: set[str] = set()
     for spec in definition.params:
-        if not _NAME.match(spec.name) or spec.name in seen:
+        if not NAME_PATTERN.match(spec.name) or spec.name in seen:
             raise NcuflowError(
                 f"{source}: cell {definition.name!r} has a bad or repeated parameter name {spec.name!r}.",
                 "Parameter names must be unique identifiers.",
@@ -427,9 +177,6 @@ def get_cell(name: str, cells_dir: Path | None = None) -> CellDefinition:
     return definition
 
 
-# ----------------------------------------------------------------------------- spec parsing
-
-
 def _spec_from_definition(definition: CellDefinition, given: Mapping[str, object]) -> CellSpec:
     values: dict[str, ParamValue] = {}
     known = {spec.name: spec for spec in definition.params}
@@ -497,9 +244,6 @@ def parse_spec(text: str, cells_dir: Path | None = None) -> CellSpec:
                 )
             given[key] = value
     return _spec_from_definition(definition, given)
-
-
-# ----------------------------------------------------------------------------- availability
 
 
 def _module_present(module: str) -> str | None:
@@ -599,24 +343,3 @@ def module_version(module: str) -> str | None:
         return importlib.metadata.version(module)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-__all__: Sequence[str] = (
-    "CellDefinition",
-    "CellInfo",
-    "CellInstance",
-    "CellSpec",
-    "ParamSpec",
-    "cell_definitions",
-    "coerce_value",
-    "format_value",
-    "get_cell",
-    "gpu_status",
-    "list_cells",
-    "make_spec",
-    "module_version",
-    "nvtx_range_name",
-    "nvtx_range_stack",
-    "parse_spec",
-    "unavailable_reason",
-)

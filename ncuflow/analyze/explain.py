@@ -19,25 +19,7 @@ no     yes    ``time_without_work``: time moved without counted work
 and ``ambiguous`` wherever the data cannot decide: noise unknown, replicas that
 disagree, counters not measured, or runs that differ in more than the parameter.
 
-Per-field rule (``compare_field``). ``t`` is the field's stability tolerance
-(exact counters 0, bytes 0.2 %, rates 2 %, duration 2 %); ``far`` = max(5·t, 1 %)
-is the difference that counts as a change even without replicas; ``w`` is the
-larger absolute range (max - min) of the two sides; ``d`` = |median_value -
-median_baseline|; ``Δ`` = d relative to the baseline median; the noise is the
-larger relative spread of the two sides.
-
-* **known noise** (both sides measured at least twice):
-  ``changed`` when the two ranges do not overlap and d > w and Δ > t;
-  else ``ambiguous`` when the noise exceeds ``far`` (the replicas disagree);
-  else ``unchanged`` when d ≤ max(t·|median|, w) (inside the noise band);
-  else ``ambiguous`` (the ranges overlap but the medians differ by more than the band).
-* **unknown noise** (one side measured once):
-  ``unchanged`` only for an exact or byte counter whose values are identical on
-  both sides (integer counts do not coincide by chance);
-  ``changed`` when Δ > max(far, noise of the side that has replicas), and, for DRAM
-  bytes, d ≥ 4 KiB (tiny kernels move a few sectors between replays);
-  else ``ambiguous`` ("re-profile with replicas").
-* ``missing`` when either side lacks the field: named, never read as 0.
+Each field's change is judged by ``ncuflow.analyze.change.compare_field``.
 
 Pure functions over ``Launch`` records and frozen dataclasses; no I/O.
 """
@@ -45,24 +27,21 @@ Pure functions over ``Launch`` records and frozen dataclasses; no I/O.
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ncuflow.classify import DEFAULT_THRESHOLD, TERM_NAMES, Term, bound_of, classify
-from ncuflow.errors import UsageError
-from ncuflow.launch import Launch
-from ncuflow.stability import (
+from ncuflow.analyze.change import DEFAULT_RULES, FieldChange, NoiseRules, compare_field
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
+from ncuflow.analyze.point import Point, PointModel, format_param, point_model, sort_key
+from ncuflow.analyze.stability import (
     DEFAULT_TOLERANCES,
-    FIELD_CLASSES,
     WORK_FIELDS,
     Tolerances,
     format_pct,
-    relative_spread,
 )
+from ncuflow.errors import UsageError
 
-FieldState = Literal["changed", "unchanged", "ambiguous", "missing"]
 Condition = Literal["yes", "no", "unknown"]
 VerdictCode = Literal["no_effect", "off_critical_path", "critical_path", "time_without_work", "ambiguous"]
 
@@ -89,193 +68,16 @@ WORK_TERMS: Mapping[str, frozenset[str]] = {
 EXPLAIN_FIELDS: tuple[str, ...] = ("duration_ns", *WORK_FIELDS)
 
 
-@dataclass(frozen=True)
-class NoiseRules:
-    """How far outside the tolerance a difference must be to count without replicas."""
-
-    far_factor: float = 5.0
-    far_floor: float = 0.01
-    # Without replicas, a DRAM byte count must also move by this much (128 sectors): tiny
-    # kernels read a few sectors more or less from one replay to the next.
-    min_bytes: float = 4096.0
-
-    def far(self, tolerance: float) -> float:
-        return max(self.far_factor * tolerance, self.far_floor)
-
-
-DEFAULT_RULES = NoiseRules()
-
-
 # ---------------------------------------------------------------------------
 # points: one parameter setting of one cell, with the launches of its kernel
-
-
-@dataclass(frozen=True)
-class Point:
-    """The launches of one kernel measured at one parameter setting (all replicas pooled)."""
-
-    cell: str
-    params: tuple[tuple[str, object], ...]  # sorted by name
-    kernel: str
-    launches: tuple[Launch, ...]
-    runs: int = 1
-    content_keys: tuple[str, ...] = ()
-
-    def param(self, name: str) -> object:
-        return dict(self.params).get(name)
-
-    def values(self, field_name: str) -> list[float]:
-        return [v for v in (launch.value(field_name) for launch in self.launches) if v is not None and math.isfinite(v)]
-
-    @property
-    def device(self) -> str | None:
-        names = sorted({launch.device.name for launch in self.launches if launch.device.name})
-        return ", ".join(names) or None
-
-    def spec(self) -> str:
-        """Cell spec text, e.g. ``paged_decode:batch=32,page=16``."""
-        if not self.params:
-            return self.cell
-        return self.cell + ":" + ",".join(f"{k}={v}" for k, v in self.params)
-
-
-def format_param(value: object) -> str:
-    return "—" if value is None else str(value)
-
-
-def _sort_key(value: object) -> tuple[int, float, str]:
-    if isinstance(value, bool):
-        return (1, 0.0, str(value))
-    if isinstance(value, (int, float)):
-        return (0, float(value), "")
-    try:
-        return (0, float(str(value)), "")
-    except ValueError:
-        return (1, 0.0, str(value))
-
-
-def sort_values(values: Iterable[object]) -> list[object]:
-    """Numbers numerically (also numeric strings), then the rest alphabetically."""
-    return sorted(values, key=_sort_key)
 
 
 # ---------------------------------------------------------------------------
 # the model terms of a point (median over its launches)
 
 
-@dataclass(frozen=True)
-class PointModel:
-    bound: str
-    utilization: Mapping[str, float | None]
-
-    def u(self, name: str) -> float | None:
-        return self.utilization.get(name)
-
-
-def point_model(launches: Sequence[Launch], threshold: float = DEFAULT_THRESHOLD) -> PointModel:
-    """Median utilization of each term over the launches, and the bound those medians give."""
-    verdicts = [classify(launch, threshold) for launch in launches]
-    medians: dict[str, float | None] = {}
-    terms: list[Term] = []
-    for name in TERM_NAMES:
-        values = [u for u in (v.utilization(name) for v in verdicts) if u is not None]
-        median = statistics.median(values) if values else None
-        medians[name] = median
-        terms.append(Term(name, median, "median over launches" if values else None, None if values else "not measured"))
-    return PointModel(bound_of(tuple(terms), threshold), medians)
-
-
 # ---------------------------------------------------------------------------
 # one field, baseline vs value
-
-
-@dataclass(frozen=True)
-class FieldChange:
-    field: str
-    state: FieldState
-    baseline: float | None  # median
-    value: float | None  # median
-    delta: float | None  # relative to the baseline median (inf from a zero baseline)
-    noise: float | None  # larger relative spread of the two sides; None when unknown
-    tolerance: float
-    reason: str
-
-    @property
-    def ratio(self) -> float | None:
-        if self.baseline is None or self.value is None or self.baseline == 0:
-            return None
-        return self.value / self.baseline
-
-    def delta_text(self) -> str:
-        """'×2.38' for large ratios, '+9.6 %' otherwise."""
-        if self.baseline is None or self.value is None:
-            return "not measured"
-        ratio = self.ratio
-        if ratio is None:
-            return "0 → " + _short(self.value) if self.value != 0 else "0 → 0"
-        if ratio >= 100:
-            return f"×{ratio:,.0f}"
-        if ratio >= 1.5 or (0 < ratio <= 1 / 1.5):
-            return f"×{ratio:.3g}"
-        if ratio == 0:
-            return f"{_short(self.baseline)} → 0"
-        if ratio == 1:
-            return "±0 %"
-        change = ratio - 1.0
-        return f"{change * 100:+.1f} %" if abs(change) >= 0.001 else format_pct(change, signed=True)
-
-
-def _short(value: float) -> str:
-    for limit, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= limit:
-            return f"{value / limit:.3g}{suffix}"
-    return f"{value:.3g}"
-
-
-def compare_field(
-    field_name: str,
-    baseline: Sequence[float],
-    value: Sequence[float],
-    tolerances: Tolerances = DEFAULT_TOLERANCES,
-    rules: NoiseRules = DEFAULT_RULES,
-) -> FieldChange:
-    """Judge one field of value against baseline with the rule in the module docstring."""
-    tolerance = tolerances.of(field_name)
-    cls = FIELD_CLASSES.get(field_name, "rate")
-    far = rules.far(tolerance)
-    if not baseline or not value:
-        side = "baseline" if not baseline else "value"
-        return FieldChange(field_name, "missing", None, None, None, None, tolerance, f"{field_name} not measured on the {side} side")
-    mb, mv = statistics.median(baseline), statistics.median(value)
-    d = abs(mv - mb)
-    scale = abs(mb) if mb != 0 else abs(mv)
-    delta = 0.0 if d == 0 else (d / abs(mb) if mb != 0 else math.inf)
-    signed_delta = delta if mv >= mb else -delta
-    spreads = [s for s in (relative_spread(baseline), relative_spread(value)) if s is not None]
-    width = max(max(baseline) - min(baseline), max(value) - min(value))
-    disjoint = min(value) > max(baseline) or max(value) < min(baseline)
-
-    def result(state: FieldState, noise: float | None, reason: str) -> FieldChange:
-        return FieldChange(field_name, state, mb, mv, signed_delta, noise, tolerance, reason)
-
-    if len(baseline) >= 2 and len(value) >= 2:
-        noise = max(spreads)
-        if disjoint and d > width and delta > tolerance:
-            return result("changed", noise, f"{format_pct(delta)} apart, outside both replica ranges (noise {format_pct(noise)})")
-        if noise > far:
-            return result("ambiguous", noise, f"replicas disagree: spread {format_pct(noise)} exceeds {format_pct(far)}")
-        if d <= max(tolerance * scale, width):
-            return result("unchanged", noise, f"{format_pct(delta)} is inside the noise band {format_pct(max(tolerance, noise))}")
-        return result("ambiguous", noise, f"{format_pct(delta)} exceeds the noise band but the replica ranges overlap")
-    known = max(spreads) if spreads else None
-    if cls in ("exact", "bytes") and min(baseline) == max(baseline) == min(value) == max(value):
-        return result("unchanged", known, "identical counts")
-    threshold = max(far, known or 0.0)
-    if cls == "bytes" and d < rules.min_bytes and delta > threshold:
-        return result("ambiguous", known, f"{d:,.0f} B apart, under {rules.min_bytes:,.0f} B with unknown noise")
-    if delta > threshold:
-        return result("changed", known, f"{format_pct(delta)} exceeds {format_pct(threshold)} (no replicas on one side)")
-    return result("ambiguous", known, f"{format_pct(delta)} with unknown noise (one side measured once): re-profile with replicas")
 
 
 # ---------------------------------------------------------------------------
@@ -547,7 +349,7 @@ def vary_groups(points: Iterable[Point], param: str) -> list[SweepGroup]:
         if len(by_value) < 2:
             continue
         merged = [merge_points(v) for v in by_value.values()]
-        ordered = sorted(merged, key=lambda p: _sort_key(p.param(param)))
+        ordered = sorted(merged, key=lambda p: sort_key(p.param(param)))
         kernel = kernel_key or " / ".join(dict.fromkeys(p.kernel for p in ordered))
         groups.append(SweepGroup(cell, kernel, param, fixed, tuple(ordered)))
     groups.sort(key=lambda g: (g.cell, g.kernel, [format_param(v) for _, v in g.fixed]))

@@ -29,7 +29,7 @@ class DeviceInfo:
 class Launch:
     """One action of one range of one report.
 
-    ``values`` maps every canonical field of ``ncuflow.metrics.FIELDS`` to its value,
+    ``values`` maps every canonical field of ``ncuflow.read.metrics.FIELDS`` to its value,
     or to None where the report holds no usable source for it (then the field is in
     ``missing``). ``provenance`` maps each present field to the raw metric (or the
     arithmetic over raw metrics) that supplied it.

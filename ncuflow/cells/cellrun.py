@@ -1,4 +1,4 @@
-"""Run one cell once, the way ncu profiles it: ``python -m ncuflow.cellrun SPEC --representation-out PATH``.
+"""Run one cell once, the way ncu profiles it: ``python -m ncuflow.cells.cellrun SPEC --representation-out PATH``.
 
 Steps: parse the spec; build the cell (allocate and fill every tensor); warm it up and
 compile its kernels OUTSIDE the NVTX range; push the range ``ncuflow/<cell>`` (as two
@@ -33,16 +33,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ncuflow.cells import (
-    CellDefinition,
-    CellInstance,
-    get_cell,
-    nvtx_range_name,
-    nvtx_range_stack,
-    parse_spec,
-)
+from ncuflow.cells.contract import CellDefinition, CellInstance, nvtx_range_name, nvtx_range_stack
+from ncuflow.cells.registry import get_cell, parse_spec
+from ncuflow.cells.timing import build_device, device_facts, require_runnable
 from ncuflow.errors import NcuflowError
-from ncuflow.timing import build_device, device_facts, require_runnable
 
 DEFAULT_WARMUP = 3
 ABS_TOLERANCE = 2e-2
@@ -51,7 +45,7 @@ REL_TOLERANCE = 2e-2
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m ncuflow.cellrun",
+        prog="python -m ncuflow.cells.cellrun",
         description="Run one ncuflow cell once inside its NVTX range (what ncu profiles).",
     )
     parser.add_argument("spec", help="cell spec, e.g. paged_decode:page=16,kv=shared")

@@ -27,14 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ncuflow.cells import (
-    CellDefinition,
-    CellInstance,
-    CellSpec,
-    get_cell,
-    module_version,
-    unavailable_reason,
-)
+from ncuflow.cells.contract import CellDefinition, CellInstance, CellSpec
+from ncuflow.cells.registry import get_cell, module_version, unavailable_reason
 from ncuflow.errors import NcuflowError, UsageError
 
 ROTATE_FOOTPRINT_FACTOR = 4  # rotate enough copies to cover this many times the L2 size

@@ -20,7 +20,8 @@ from typing import Literal
 
 from ncuflow import __version__
 from ncuflow.errors import NcuflowError
-from ncuflow.ncu import find_ncu, ncu_report_locations, ncu_version
+from ncuflow.profile.ncu import find_ncu, ncu_version
+from ncuflow.read.reportfile import ncu_install_python_dirs
 
 Status = Literal["ok", "warn", "fail", "skip", "info"]
 NVIDIA_PARAMS = Path("/proc/driver/nvidia/params")
@@ -67,10 +68,9 @@ def check_ncu_report(ncu: Path | None) -> Check:
                          "Reinstall it: pip install --force-reinstall ncu-report.")
         version = _dist_version("ncu-report", "ncu_report") or "unknown version"
         return Check("ncu_report", "ok", f"importable ({version}, {spec.origin})")
-    extras = ncu_report_locations(ncu)
-    if extras:
-        return Check("ncu_report", "warn", f"not installed, but the ncu install has it in {extras[0]}",
-                     f"pip install ncu-report, or export PYTHONPATH={extras[0]}.")
+    extras = ncu_install_python_dirs(ncu)
+    if extras:  # ncuflow imports it from there by itself (read.reportfile.import_ncu_report)
+        return Check("ncu_report", "ok", f"from the ncu install: {extras[0]} (the ncu-report wheel is not installed)")
     return Check("ncu_report", "fail", "the Python module ncu_report is not importable",
                  "pip install ncu-report (or add <nsight-compute>/extras/python to PYTHONPATH).")
 

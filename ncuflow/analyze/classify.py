@@ -22,8 +22,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ncuflow.launch import Launch
-from ncuflow.metrics import first_choice
+from ncuflow.read.launch import Launch
+from ncuflow.read.metrics import first_choice
 
 DEFAULT_THRESHOLD = 0.6
 TERM_NAMES: tuple[str, ...] = ("dram", "l2", "l1", "issue", "math")

@@ -19,9 +19,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from ncuflow.classify import DEFAULT_THRESHOLD, TERM_NAMES
-from ncuflow.explain import GroupExplanation, format_param
-from ncuflow.report import PointSummary
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
+from ncuflow.analyze.explain import GroupExplanation
+from ncuflow.analyze.point import format_param
+from ncuflow.analyze.study import PointSummary
 
 VERDICT_COLORS: dict[str, str] = {
     "baseline": "#444444",

@@ -25,14 +25,13 @@ so that a GPU host without polars can use the rest.
 from __future__ import annotations
 
 import math
-import re
 import statistics
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from ncuflow.errors import UsageError
-from ncuflow.launch import Launch
+from ncuflow.read.launch import Launch
 
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
@@ -387,23 +386,6 @@ def group_by_signature(launches: Iterable[Launch]) -> dict[tuple[object, ...], l
     for launch in launches:
         groups.setdefault(launch_signature(launch), []).append(launch)
     return groups
-
-
-def kernel_filter(pattern: str | None) -> Callable[[Launch], bool]:
-    """A predicate on launches: the kernel's function or demangled name matches ``pattern``."""
-    if not pattern:
-        return lambda launch: True
-    try:
-        compiled = re.compile(pattern)
-    except re.error as error:
-        raise UsageError(
-            f"--kernel {pattern!r} is not a valid regular expression: {error}.",
-            "The kernel filter is a Python regular expression searched in the kernel name.",
-            "Quote it in the shell, e.g. --kernel 'decode.*'.",
-        ) from error
-    return lambda launch: bool(
-        compiled.search(launch.kernel.function) or compiled.search(launch.kernel.demangled)
-    )
 
 
 def repeated_launch_stability(

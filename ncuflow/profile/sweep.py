@@ -32,15 +32,15 @@ from typing import Any
 
 from ncuflow import store
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.ncu import (
+from ncuflow.profile.ncu import NcuOptions
+from ncuflow.profile.ncu_errors import (
     CounterPermissionDenied,
     DriverMismatch,
     MetricNotFound,
     NcuNotFound,
-    NcuOptions,
     ProfileInterrupted,
 )
-from ncuflow.orchestrate import DEFAULT_TIMEOUT_S
+from ncuflow.profile.plan import DEFAULT_TIMEOUT_S
 
 TOP_KEYS = {"cell", "replicas", "timeout", "fixed", "axes", "ncu", "description", "name"}
 NCU_KEYS = {
@@ -103,7 +103,7 @@ def _scalar(value: Any) -> bool:
 
 def parse_sweep(data: Mapping[str, Any], *, source: Path | None = None,
                 cells_dir: Path | None = None) -> SweepPlan:
-    from ncuflow.cells import make_spec
+    from ncuflow.cells.registry import make_spec
 
     where = str(source) if source else "(inline)"
     unknown = set(data) - TOP_KEYS
@@ -211,7 +211,7 @@ def run_sweep(
         TimeRemainingColumn,
     )
 
-    from ncuflow.orchestrate import profile_cell
+    from ncuflow.profile.orchestrate import profile_cell
 
     run_one = profile or profile_cell
     console = console or Console()

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ncuflow.classify import TERM_NAMES, Verdict
-from ncuflow.launch import Launch
+from ncuflow.analyze.classify import TERM_NAMES, Verdict
+from ncuflow.read.launch import Launch
 
 # The keys of `ncuflow classify --json`, in order.
 ROW_KEYS: tuple[str, ...] = (

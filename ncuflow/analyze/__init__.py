@@ -1,0 +1,1 @@
+"""Analysis of launches: the max model, replay stability, explain and compare."""

@@ -1,0 +1,146 @@
+"""Did a field change between two points? Judged against the noise band, never against zero.
+
+Per-field rule (``compare_field``). ``t`` is the field's stability tolerance
+(exact counters 0, bytes 0.2 %, rates 2 %, duration 2 %); ``far`` = max(5·t, 1 %)
+is the difference that counts as a change even without replicas; ``w`` is the
+larger absolute range (max - min) of the two sides; ``d`` = |median_value -
+median_baseline|; ``Δ`` = d relative to the baseline median; the noise is the
+larger relative spread of the two sides.
+
+* **known noise** (both sides measured at least twice):
+  ``changed`` when the two ranges do not overlap and d > w and Δ > t;
+  else ``ambiguous`` when the noise exceeds ``far`` (the replicas disagree);
+  else ``unchanged`` when d ≤ max(t·|median|, w) (inside the noise band);
+  else ``ambiguous`` (the ranges overlap but the medians differ by more than the band).
+* **unknown noise** (one side measured once):
+  ``unchanged`` only for an exact or byte counter whose values are identical on
+  both sides (integer counts do not coincide by chance);
+  ``changed`` when Δ > max(far, noise of the side that has replicas), and, for DRAM
+  bytes, d ≥ 4 KiB (tiny kernels move a few sectors between replays);
+  else ``ambiguous`` ("re-profile with replicas").
+* ``missing`` when either side lacks the field: named, never read as 0.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ncuflow.analyze.stability import (
+    DEFAULT_TOLERANCES,
+    FIELD_CLASSES,
+    Tolerances,
+    format_pct,
+    relative_spread,
+)
+
+FieldState = Literal["changed", "unchanged", "ambiguous", "missing"]
+
+
+@dataclass(frozen=True)
+class NoiseRules:
+    """How far outside the tolerance a difference must be to count without replicas."""
+
+    far_factor: float = 5.0
+    far_floor: float = 0.01
+    # Without replicas, a DRAM byte count must also move by this much (128 sectors): tiny
+    # kernels read a few sectors more or less from one replay to the next.
+    min_bytes: float = 4096.0
+
+    def far(self, tolerance: float) -> float:
+        return max(self.far_factor * tolerance, self.far_floor)
+
+
+DEFAULT_RULES = NoiseRules()
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str
+    state: FieldState
+    baseline: float | None  # median
+    value: float | None  # median
+    delta: float | None  # relative to the baseline median (inf from a zero baseline)
+    noise: float | None  # larger relative spread of the two sides; None when unknown
+    tolerance: float
+    reason: str
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline is None or self.value is None or self.baseline == 0:
+            return None
+        return self.value / self.baseline
+
+    def delta_text(self) -> str:
+        """'×2.38' for large ratios, '+9.6 %' otherwise."""
+        if self.baseline is None or self.value is None:
+            return "not measured"
+        ratio = self.ratio
+        if ratio is None:
+            return "0 → " + _short(self.value) if self.value != 0 else "0 → 0"
+        if ratio >= 100:
+            return f"×{ratio:,.0f}"
+        if ratio >= 1.5 or (0 < ratio <= 1 / 1.5):
+            return f"×{ratio:.3g}"
+        if ratio == 0:
+            return f"{_short(self.baseline)} → 0"
+        if ratio == 1:
+            return "±0 %"
+        change = ratio - 1.0
+        return f"{change * 100:+.1f} %" if abs(change) >= 0.001 else format_pct(change, signed=True)
+
+
+def _short(value: float) -> str:
+    for limit, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def compare_field(
+    field_name: str,
+    baseline: Sequence[float],
+    value: Sequence[float],
+    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    rules: NoiseRules = DEFAULT_RULES,
+) -> FieldChange:
+    """Judge one field of value against baseline with the rule in the module docstring."""
+    tolerance = tolerances.of(field_name)
+    cls = FIELD_CLASSES.get(field_name, "rate")
+    far = rules.far(tolerance)
+    if not baseline or not value:
+        side = "baseline" if not baseline else "value"
+        return FieldChange(field_name, "missing", None, None, None, None, tolerance, f"{field_name} not measured on the {side} side")
+    mb, mv = statistics.median(baseline), statistics.median(value)
+    d = abs(mv - mb)
+    scale = abs(mb) if mb != 0 else abs(mv)
+    delta = 0.0 if d == 0 else (d / abs(mb) if mb != 0 else math.inf)
+    signed_delta = delta if mv >= mb else -delta
+    spreads = [s for s in (relative_spread(baseline), relative_spread(value)) if s is not None]
+    width = max(max(baseline) - min(baseline), max(value) - min(value))
+    disjoint = min(value) > max(baseline) or max(value) < min(baseline)
+
+    def result(state: FieldState, noise: float | None, reason: str) -> FieldChange:
+        return FieldChange(field_name, state, mb, mv, signed_delta, noise, tolerance, reason)
+
+    if len(baseline) >= 2 and len(value) >= 2:
+        noise = max(spreads)
+        if disjoint and d > width and delta > tolerance:
+            return result("changed", noise, f"{format_pct(delta)} apart, outside both replica ranges (noise {format_pct(noise)})")
+        if noise > far:
+            return result("ambiguous", noise, f"replicas disagree: spread {format_pct(noise)} exceeds {format_pct(far)}")
+        if d <= max(tolerance * scale, width):
+            return result("unchanged", noise, f"{format_pct(delta)} is inside the noise band {format_pct(max(tolerance, noise))}")
+        return result("ambiguous", noise, f"{format_pct(delta)} exceeds the noise band but the replica ranges overlap")
+    known = max(spreads) if spreads else None
+    if cls in ("exact", "bytes") and min(baseline) == max(baseline) == min(value) == max(value):
+        return result("unchanged", known, "identical counts")
+    threshold = max(far, known or 0.0)
+    if cls == "bytes" and d < rules.min_bytes and delta > threshold:
+        return result("ambiguous", known, f"{d:,.0f} B apart, under {rules.min_bytes:,.0f} B with unknown noise")
+    if delta > threshold:
+        return result("changed", known, f"{format_pct(delta)} exceeds {format_pct(threshold)} (no replicas on one side)")
+    return result("ambiguous", known, f"{format_pct(delta)} with unknown noise (one side measured once): re-profile with replicas")

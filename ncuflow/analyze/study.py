@@ -1,0 +1,161 @@
+"""A study: the points of loaded runs, their stability and each swept parameter explained.
+
+Runs with the same content key are replicas; the launches of one kernel (same name and
+launch signature) inside a run are pooled with the replicas' as measurements of one point.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD
+from ncuflow.analyze.explain import GroupExplanation, explain_group, swept_params, vary_groups
+from ncuflow.analyze.point import Point, PointModel, format_param, point_model
+from ncuflow.analyze.stability import (
+    DEFAULT_TOLERANCES,
+    GroupStability,
+    Tolerances,
+    group_by_signature,
+    repeated_launch_stability,
+    signature_labels,
+    stability_of,
+)
+from ncuflow.read.launch import Launch
+from ncuflow.read.runs import Loaded, LoadedRun
+
+
+def points_of(loaded: Loaded, *, split_content_keys: bool = False) -> list[Point]:
+    """One point per (cell, parameters, kernel signature): replicas and repeats pooled.
+
+    With ``split_content_keys`` runs of one parameter setting but different content keys
+    (e.g. another ncu metric set) are different points: replicas are runs of one key.
+    """
+    # Labels are made per (cell, parameters): two kernels of one point that share a name are
+    # told apart, while the same kernel name at another parameter value keeps its plain name.
+    by_point: dict[tuple[str, tuple[tuple[str, object], ...]], list[LoadedRun]] = {}
+    for run in loaded.runs:
+        by_point.setdefault((run.cell, run.params), []).append(run)
+    BucketKey = tuple[str, tuple[tuple[str, object], ...], str, str]
+    buckets: dict[BucketKey, list[tuple[LoadedRun, list[Launch]]]] = {}
+    for (cell, params), runs in by_point.items():
+        labels = signature_labels(group_by_signature(launch for run in runs for launch in run.launches))
+        for run in runs:
+            key = run.content_key if split_content_keys else ""
+            for sig, members in group_by_signature(run.launches).items():
+                buckets.setdefault((cell, params, key, labels[sig]), []).append((run, members))
+    points: list[Point] = []
+    for (cell, params, _, kernel), items in buckets.items():
+        points.append(
+            Point(
+                cell=cell,
+                params=params,
+                kernel=kernel,
+                launches=tuple(launch for _, members in items for launch in members),
+                runs=len({run.run_id for run, _ in items}),
+                content_keys=tuple(sorted({run.content_key for run, _ in items})),
+            )
+        )
+    points.sort(key=lambda p: (p.cell, [format_param(v) for _, v in p.params], p.kernel, p.content_keys))
+    return points
+
+
+def point_stability(points: Iterable[Point], tolerances: Tolerances = DEFAULT_TOLERANCES) -> list[GroupStability]:
+    """Stability of every point: its replicas (runs of one content key) and repeated launches."""
+    results: list[GroupStability] = []
+    points = list(points)
+    specs_seen: dict[tuple[str, str], int] = {}
+    for p in points:
+        specs_seen[(p.spec(), p.kernel)] = specs_seen.get((p.spec(), p.kernel), 0) + 1
+    for p in points:
+        source = "replicas" if p.runs > 1 else "repeated launches"
+        notes = []
+        if len(p.content_keys) > 1:
+            notes.append(f"{len(p.content_keys)} content keys pooled under the same parameters")
+        label = f"{p.spec()} [{p.kernel}]"
+        if specs_seen[(p.spec(), p.kernel)] > 1 and len(p.content_keys) == 1:
+            label += f" key {p.content_keys[0][:8]}"
+        results.append(
+            stability_of(p.launches, label=label, source=source, runs=p.runs, tolerances=tolerances, notes=notes)
+        )
+    return results
+
+
+def reports_stability(loaded: Loaded, tolerances: Tolerances = DEFAULT_TOLERANCES) -> tuple[list[GroupStability], list[str]]:
+    """Repeated launches inside each report, per kernel signature; kernels launched once listed apart."""
+    groups: list[GroupStability] = []
+    singles: list[str] = []
+    for run in loaded.runs:
+        found, once = repeated_launch_stability(run.launches, report_label=run.report.name, tolerances=tolerances)
+        groups += found
+        singles += [f"{run.report.name}: {name}" for name in once]
+    return groups, singles
+
+
+@dataclass(frozen=True)
+class PointSummary:
+    point: Point
+    model: PointModel
+    duration_median: float | None
+    stability: GroupStability
+
+
+@dataclass(frozen=True)
+class Analysis:
+    source: str
+    paths: tuple[str, ...]
+    points: tuple[PointSummary, ...]
+    sweeps: Mapping[str, tuple[GroupExplanation, ...]]  # param -> explained groups
+    tolerances: Tolerances
+    stability: tuple[GroupStability, ...] = ()  # replicas = runs of one content key
+    notes: tuple[str, ...] = ()
+    created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"))
+
+
+def analyse(
+    loaded: Loaded,
+    *,
+    paths: Sequence[Path] = (),
+    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    threshold: float = DEFAULT_THRESHOLD,
+    baselines: Mapping[str, object] | None = None,
+) -> Analysis:
+    points = points_of(loaded)
+    stabilities = point_stability(points, tolerances)
+    summaries = tuple(
+        PointSummary(
+            p,
+            point_model(p.launches, threshold),
+            statistics.median(p.values("duration_ns")) if p.values("duration_ns") else None,
+            s,
+        )
+        for p, s in zip(points, stabilities, strict=True)
+    )
+    sweeps: dict[str, tuple[GroupExplanation, ...]] = {}
+    notes = list(loaded.notes)
+    swept = swept_params(points)
+    for param, value in (baselines or {}).items():
+        if param not in swept:
+            notes.append(f"--baseline {param}={value}: {param} is not a swept parameter here ({', '.join(swept) or 'none is'})")
+        elif not any(_has_value(g.values, value) for g in vary_groups(points, param)):
+            notes.append(f"--baseline {param}={value}: no run has {param}={value}; the smallest value is used")
+    for param in swept:
+        groups = vary_groups(points, param)
+        requested = (baselines or {}).get(param)
+        sweeps[param] = tuple(
+            explain_group(g, baseline=requested if requested is not None and _has_value(g.values, requested) else None,
+                          tolerances=tolerances, threshold=threshold)
+            for g in groups
+        )
+    by_key = tuple(point_stability(points_of(loaded, split_content_keys=True), tolerances))
+    return Analysis(
+        source=loaded.source, paths=tuple(str(p) for p in paths), points=summaries, sweeps=sweeps,
+        tolerances=tolerances, stability=by_key, notes=tuple(notes),
+    )
+
+
+def _has_value(values: Iterable[object], requested: object) -> bool:
+    return any(format_param(v) == format_param(requested) for v in values)

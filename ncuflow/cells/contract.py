@@ -1,0 +1,216 @@
+"""The cell contract: parameters, specs (the canonical text and content key), the interface a cell implements, and value coercion."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ncuflow.errors import UsageError
+
+ParamValue = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One typed parameter of a cell."""
+
+    name: str
+    type: type  # int, float, str or bool
+    default: object
+    choices: tuple[Any, ...] | None = None
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class CellInfo:
+    """What ``ncuflow cells`` lists about one cell."""
+
+    name: str
+    params: tuple[ParamSpec, ...]
+    description: str
+    available: bool
+    unavailable_reason: str | None
+    needs_ncu: bool  # False for host-side cells such as plan_host
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """A fully specified cell: every parameter present (defaults filled), sorted by name."""
+
+    cell: str
+    params: tuple[tuple[str, ParamValue], ...]
+
+    def text(self) -> str:
+        """Canonical spec text, e.g. ``paged_decode:batch=32,kv=shared,kv_len=8192,page=16``."""
+        if not self.params:
+            return self.cell
+        return self.cell + ":" + ",".join(f"{k}={format_value(v)}" for k, v in self.params)
+
+    def slug(self) -> str:
+        """Filesystem-safe parameter slug, e.g. ``batch32-kvshared-kv_len8192-page16``."""
+        if not self.params:
+            return "default"
+        parts = [f"{k}{format_value(v)}" for k, v in self.params]
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))
+
+    def content_key(self) -> str:
+        """sha256 hex of the canonical JSON ``{"cell": ..., "params": {...}}``."""
+        payload = json.dumps(
+            {"cell": self.cell, "params": dict(self.params)},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    def param(self, name: str) -> object:
+        for key, value in self.params:
+            if key == name:
+                return value
+        known = ", ".join(k for k, _ in self.params) or "(none)"
+        raise KeyError(f"cell {self.cell!r} has no parameter {name!r}; it has: {known}")
+
+    def as_dict(self) -> dict[str, ParamValue]:
+        return dict(self.params)
+
+
+def nvtx_range_name(cell: str) -> str:
+    """The NVTX range a cell's timed launch runs inside, as a path: ``ncuflow/<cell>``.
+
+    ncu's ``--nvtx-include`` reads ``/`` as nesting (``ncuflow/<cell>/`` = range ``<cell>``
+    pushed inside range ``ncuflow``), so the runner pushes the path's parts as nested
+    push/pop ranges (see ``nvtx_range_stack``), which that expression matches.
+    """
+    return f"ncuflow/{cell}"
+
+
+def nvtx_range_stack(cell: str) -> tuple[str, ...]:
+    """The nested push/pop ranges, outermost first, whose path is ``nvtx_range_name(cell)``."""
+    return tuple(nvtx_range_name(cell).split("/"))
+
+
+@runtime_checkable
+class CellInstance(Protocol):
+    """A built cell: tensors allocated, ready to launch."""
+
+    expected_bytes: int
+
+    def run(self) -> None:
+        """The timed operation (launch only; the caller synchronizes)."""
+
+    def output(self) -> Any:
+        """The result of the last ``run()``."""
+
+    def reference(self) -> Any:
+        """The same result computed with plain torch, for correctness."""
+
+    def representation(self) -> dict[str, Any]:
+        """JSON-able description of what reaches the timed operation."""
+
+
+BuildFunction = Callable[[Mapping[str, Any], str], CellInstance]
+
+
+@dataclass(frozen=True)
+class CellDefinition:
+    """A cell as a module declares it (see the module docstring).
+
+    ``requires`` names what must be present: module names (``"torch"``, ``"triton"``,
+    ``"flashinfer"``...) and ``"cuda"`` (a CUDA GPU visible to torch). ``timing`` is
+    ``"cuda"`` (CUDA events around a GPU launch) or ``"host"`` (a host clock: the timed
+    operation is host work). ``source`` is filled by the registry.
+    """
+
+    name: str
+    params: tuple[ParamSpec, ...]
+    description: str
+    build: BuildFunction
+    requires: tuple[str, ...] = ("torch", "triton", "cuda")
+    needs_ncu: bool = True
+    timing: Literal["cuda", "host"] = "cuda"
+    source: str = field(default="", compare=False)
+
+    def param_spec(self, name: str) -> ParamSpec | None:
+        for spec in self.params:
+            if spec.name == name:
+                return spec
+        return None
+
+
+_TRUE = {"true", "1", "yes", "on"}
+
+
+_FALSE = {"false", "0", "no", "off"}
+
+
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def format_value(value: object) -> str:
+    """How a value is written in spec text (bools as true/false)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _type_name(kind: type) -> str:
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a word"}.get(
+        kind, kind.__name__
+    )
+
+
+def coerce_value(cell: str, spec: ParamSpec, raw: object) -> ParamValue:
+    """Turn ``raw`` (spec text or a Python value) into the parameter's type, or raise UsageError."""
+    value: ParamValue
+    try:
+        if spec.type is bool:
+            if isinstance(raw, bool):
+                value = raw
+            else:
+                text = str(raw).strip().lower()
+                if text in _TRUE:
+                    value = True
+                elif text in _FALSE:
+                    value = False
+                else:
+                    raise ValueError(text)
+        elif spec.type is int:
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            value = raw if isinstance(raw, int) else int(str(raw).strip(), 10)
+        elif spec.type is float:
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            value = float(raw) if isinstance(raw, int | float) else float(str(raw).strip())
+        elif spec.type is str:
+            value = str(raw).strip()
+            if not value:
+                raise ValueError(raw)
+        else:
+            raise UsageError(
+                f"Parameter {spec.name!r} of cell {cell!r} has an unsupported type "
+                f"{spec.type!r}.",
+                "A cell parameter must be int, float, str or bool.",
+                "Fix the cell's ParamSpec.",
+            )
+    except ValueError:
+        choices = f" (one of: {', '.join(map(format_value, spec.choices))})" if spec.choices else ""
+        raise UsageError(
+            f"Parameter {spec.name!r} of cell {cell!r} got {raw!r}, which is not "
+            f"{_type_name(spec.type)}{choices}.",
+            f"{spec.name}: {spec.help}" if spec.help else "",
+            f"Write it as {spec.name}={format_value(spec.default)} (the default) or another valid value.",
+        ) from None
+    if spec.choices is not None and value not in spec.choices:
+        raise UsageError(
+            f"Parameter {spec.name!r} of cell {cell!r} got {format_value(value)!r}, "
+            f"which is not one of its choices: {', '.join(map(format_value, spec.choices))}.",
+            f"{spec.name}: {spec.help}" if spec.help else "",
+            f"Pick one of the choices (the default is {format_value(spec.default)}).",
+        )
+    return value

@@ -1,0 +1,1 @@
+"""Outputs: parquet, console tables, Markdown reports and plots."""

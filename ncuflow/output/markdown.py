@@ -1,0 +1,133 @@
+"""Markdown tables of stability, explain and the whole study report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from ncuflow.analyze.classify import TERM_NAMES
+from ncuflow.analyze.explain import VERDICT_TEXT, GroupExplanation
+from ncuflow.analyze.point import format_param
+from ncuflow.analyze.stability import (
+    FIELD_UNITS,
+    GroupStability,
+    Tolerances,
+    format_pct,
+    format_tolerance,
+    format_value,
+)
+from ncuflow.analyze.study import Analysis
+from ncuflow.output.render import duration_text
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _u(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}"
+
+
+def stability_markdown(groups: Sequence[GroupStability], tolerances: Tolerances, singles: Sequence[str] = ()) -> list[str]:
+    """The stability section: one summary table, then per-field tables for every group."""
+    lines = [f"Tolerances used: {tolerances.describe()}. Spread = (max − min) / median.", ""]
+    lines += _table(
+        ["group", "source", "launches", "runs", "verdict"],
+        [[g.label, g.source, str(g.launches), str(g.runs), g.summary()] for g in groups],
+    )
+    for g in groups:
+        if g.launches < 2:
+            continue
+        lines += ["", f"**{g.label}** — {g.verdict}" + (f" ({g.device})" if g.device else ""), ""]
+        lines += _table(
+            ["field", "class", "tolerance", "n", "median", "min", "max", "spread", "verdict"],
+            [
+                [f.field, f.tolerance_class, format_tolerance(f.tolerance), str(f.n),
+                 format_value(f.median) + f" {FIELD_UNITS.get(f.field, '')}", format_value(f.minimum),
+                 format_value(f.maximum), format_pct(f.spread), f.verdict]
+                for f in g.fields if f.verdict != "missing"
+            ],
+        )
+        if g.missing_fields:
+            lines += ["", "Not measured: " + ", ".join(g.missing_fields) + "."]
+        for note in g.notes:
+            lines += ["", f"Note: {note}."]
+    if singles:
+        lines += ["", f"Launched once (no spread): {', '.join(singles)}."]
+    return lines
+
+
+def explain_markdown(explained: Sequence[GroupExplanation]) -> list[str]:
+    lines: list[str] = []
+    for ge in explained:
+        g = ge.group
+        lines += [
+            "",
+            f"**{g.label()}**; baseline {g.param}={format_param(ge.baseline.param(g.param))} "
+            f"({len(ge.baseline.launches)} launches, {ge.baseline.runs} runs)",
+            "",
+        ]
+        lines += _table(
+            [g.param, "verdict", "work", "time", "evidence", "why / caveats"],
+            [
+                [format_param(r.value), r.verdict_text, r.work, r.time, r.deltas, "; ".join(r.reasons) or "—"]
+                for r in ge.rows
+            ],
+        )
+    return lines
+
+
+def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None) -> str:
+    """The whole report as Markdown; ``plots`` maps plot keys to file names beside it."""
+    plots = plots or {}
+    lines = [
+        "# ncuflow report",
+        "",
+        f"Source: {', '.join(analysis.paths) or analysis.source} ({analysis.source}); "
+        f"{len(analysis.points)} points (cell × parameters × kernel); generated {analysis.created_utc}.",
+        "",
+        "Verdicts use the critical-path max model T ≈ max(T_DRAM, T_L2, T_L1, T_issue, T_math): the term "
+        "with the largest utilization u = T / duration binds; below the on-wall threshold the kernel is "
+        "latency-bound. Each u is the median over the point's launches.",
+        "",
+        "## Verdict per cell",
+        "",
+    ]
+    lines += _table(
+        ["cell", "kernel", "GPU", "runs", "launches", "duration (median)", "bound",
+         *[f"u_{t}" for t in TERM_NAMES], "stability"],
+        [
+            [s.point.spec(), s.point.kernel, s.point.device or "—", str(s.point.runs), str(len(s.point.launches)),
+             duration_text(s.duration_median), s.model.bound, *[_u(s.model.u(t)) for t in TERM_NAMES], s.stability.verdict]
+            for s in analysis.points
+        ],
+    )
+    for key in sorted((k for k in plots if k == "terms" or k.startswith("terms:")), key=lambda k: int(k.partition(":")[2] or 1)):
+        lines += ["", f"![utilization of each term per cell]({plots[key]})"]
+    lines += ["", "## Stability", ""]
+    lines += stability_markdown(list(analysis.stability) or [s.stability for s in analysis.points], analysis.tolerances)
+    lines += ["", "## Parameters", ""]
+    if not analysis.sweeps:
+        lines += ["No parameter takes more than one value among the runs of a cell, so there is nothing to explain."]
+    lines += [
+        "Verdicts: " + "; ".join(f"`{code}` = {text}" for code, text in VERDICT_TEXT.items()) + ". "
+        "Work = any exact work counter or byte counter changed beyond its noise band; time = the duration did. "
+        "`(?)` marks a difference the noise cannot decide.",
+    ] if analysis.sweeps else []
+    for param, explained in analysis.sweeps.items():
+        lines += ["", f"### {param}"]
+        if not explained:
+            lines += ["", f"No two runs differ only in {param}."]
+        lines += explain_markdown(explained)
+        for index, ge in enumerate(explained):
+            key = f"sweep:{param}:{index}"
+            if key in plots:
+                lines += ["", f"![{ge.group.label()}]({plots[key]})"]
+    if analysis.notes:
+        lines += ["", "## Notes", ""] + [f"- {_md_escape(n)}" for n in analysis.notes]
+    return "\n".join(lines) + "\n"
