@@ -268,6 +268,7 @@ def export_reports(
     with tempfile.TemporaryDirectory(prefix=".ncuflow-tmp-", dir=output.parent) as folder:
         launches = _PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
         metrics = _PartWriter(Path(folder), "metrics", METRICS_SCHEMA, chunk_rows)
+        exported = 0
         for index, report in enumerate(reports):
             if progress is not None:
                 progress(index, report)
@@ -277,6 +278,7 @@ def export_reports(
                 run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
                 warnings.warn(DamagedRunWarning(run.line() + "; none of its launches is exported"), stacklevel=2)
                 continue
+            exported += 1
             for launch in iter_launches(report):
                 launches.add(launch_record(launch, classify(launch, threshold), identity))
             if metrics_long:
@@ -303,7 +305,7 @@ def export_reports(
     return ExportResult(
         launches_path=output,
         launch_count=launches.rows,
-        report_count=len(reports),
+        report_count=exported,
         metrics_path=metrics_path,
         metric_rows=metrics.rows if metrics_long else None,
     )
