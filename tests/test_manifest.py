@@ -268,3 +268,20 @@ def test_explain_reads_the_swept_axes_from_the_manifests(corpus_dir: Path, tmp_p
     # without recorded axes (older manifests) the parameters that vary are inferred: seed too
     assert swept_by_cell(points_of(old)) == {"copy_bandwidth": ("mib", "seed")}
     assert set(analyse(old).sweeps) == {"mib", "seed"}
+
+
+def test_a_cell_fact_of_the_wrong_type_is_left_out_not_the_run(corpus_dir: Path, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from ncuflow.cells.registry import parse_spec
+    from ncuflow.profile.ncu import NcuOptions
+    from ncuflow.profile.orchestrate import profile_cell
+
+    facts = tmp_path / "representation_src.json"
+    facts.write_text(json.dumps({"expected_bytes": "lots", "gpu_name": "NVIDIA H200", "gpu_uuid": "GPU-1",
+                                 "driver_version": "580", "check": {"passed": True}}))
+    monkeypatch.setenv("FAKE_NCU_REPORT", str(corpus_dir / SILU))
+    monkeypatch.setenv("FAKE_NCU_REPRESENTATION", str(facts))
+    monkeypatch.delenv("FAKE_NCU_MODE", raising=False)
+    record = profile_cell(parse_spec("copy_bandwidth:mib=16"), NcuOptions(), tmp_path / "p", ncu=FAKE_NCU, timeout=60)
+    assert record.manifest.expected_bytes is None and record.manifest.gpu_name == "NVIDIA H200"
+    assert read_manifest(record.path / "manifest.json") == record.manifest

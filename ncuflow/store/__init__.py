@@ -38,6 +38,7 @@ from ncuflow.store.manifest import (
     Manifest,
     ManifestError,
     RunRef,
+    field_accepts,
     new_manifest,
     params_tuple,
     read_manifest,
@@ -45,7 +46,7 @@ from ncuflow.store.manifest import (
 
 __all__ = [
     "MANIFEST_FIELDS", "MANIFEST_NAME", "SCHEMA_VERSION", "DamagedRun", "DamagedRunWarning", "Manifest",
-    "ManifestError", "RunRecord", "RunRef", "StoreError", "iter_runs", "new_manifest", "params_tuple",
+    "ManifestError", "RunRecord", "RunRef", "StoreError", "field_accepts", "iter_runs", "new_manifest", "params_tuple",
     "read_manifest", "read_run", "scan_runs", "write_run",
 ]
 

@@ -295,6 +295,15 @@ assert set(_FIELD_KINDS) == {f.name for f in dataclasses.fields(Manifest)} - {"e
 assert set(MANIFEST_FIELDS) <= set(_FIELD_KINDS)
 
 
+def field_accepts(name: str, value: object) -> bool:
+    """Whether ``value`` may be written as the manifest field ``name`` (None always may)."""
+    kind = _FIELD_KINDS.get(name)
+    if kind is None or value is None:
+        return True
+    check, _ = _KINDS[kind]
+    return bool(check(_jsonable(value)))
+
+
 def _short(value: object) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 40 else text[:37] + "..."
