@@ -9,7 +9,10 @@ to ``<run-id>`` only when the report, the log and the manifest are all on disk. 
 rename within one file system is atomic, so a folder without a leading dot is always
 a complete run: an interrupted profile or sweep never leaves a half run that looks
 whole, and ``iter_runs`` never reads a temporary folder. Runs that failed are kept,
-for their log, as ``.failed-<run-id>`` (also ignored by ``iter_runs``).
+for their log, as ``.failed-<run-id>`` (also ignored by ``iter_runs``). A visible run
+folder whose manifest does not validate (``ncuflow.store.manifest``) or whose report is
+gone is damaged: ``iter_runs`` skips it with one ``DamagedRunWarning`` and
+``ncuflow.store.check`` moves it aside as ``.damaged-<run-id>``.
 
 This module is plain file I/O: it imports neither ``ncu_report`` nor polars.
 """
