@@ -48,7 +48,7 @@ QUESTIONS: tuple[tuple[str, str, str], ...] = (
 # Demo store from the shared corpus: (cell, params, report file, kernel filter of the run).
 CORPUS_DEMO: tuple[tuple[str, dict[str, object], str, str | None], ...] = (
     ("scan", {"stage": "init"}, "jestes15__EE384_FinalProject__profile_output.ncu-rep", "DeviceScanInitKernel"),
-    ("scan", {"stage": "fill"}, "jestes15__EE384_FinalProject__profile_output.ncu-rep", "regex:uninitialized_fill"),
+    ("scan", {"stage": "fill"}, "jestes15__EE384_FinalProject__profile_output.ncu-rep", "regex:uninitialized_fill"),  # regex:EXPR, else an exact name
     ("scan", {"stage": "scan"}, "jestes15__EE384_FinalProject__profile_output.ncu-rep", "DeviceScanKernel"),
     ("silu", {"flag": "off"}, "AlpriElse__cs599k__silu_CUDA_ncu-reports_2025-04-21-77_06-MT.ncu-rep", None),
     ("silu", {"flag": "on"}, "AlpriElse__cs599k__silu_CUDA_ncu-reports_2025-04-21-77_06-MT.ncu-rep", None),
@@ -68,13 +68,20 @@ def corpus_dir() -> Path:
     raise SystemExit("rebuild_study: the corpus of real reports is not at ../shared/ncu-reports; set NCUFLOW_CORPUS.")
 
 
+def _kernel_filter(kernel: str | None) -> dict[str, str | None]:
+    """The manifest keys of a run imported from a larger report: a regex or an exact kernel name."""
+    if kernel is not None and kernel.startswith("regex:"):
+        return {"kernel_regex": kernel[len("regex:"):]}
+    return {"kernel_name": kernel}
+
+
 def build_corpus_demo(root: Path, corpus: Path) -> Path:
     from ncuflow.store import write_run
 
     for cell, params, report, kernel in CORPUS_DEMO:
         key = hashlib.sha256(json.dumps({"cell": cell, "params": params}, sort_keys=True).encode()).hexdigest()
         write_run(root, cell=cell, params=params, content_key=key, report_src=corpus / report,
-                  manifest_extra={"kernel_regex": kernel, "representation": "imported from the shared corpus"})
+                  manifest_extra={**_kernel_filter(kernel), "representation": "imported from the shared corpus"})
     return root
 
 

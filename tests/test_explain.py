@@ -141,12 +141,12 @@ def build_store(root: Path, corpus_dir: Path) -> Path:
     transpose (implementation sweep, one launch per run)."""
     from ncuflow.store import write_run
 
-    def add(cell: str, params: dict, report: str, kernel: str | None = None) -> None:
+    def add(cell: str, params: dict, report: str, kernel: str | None = None, regex: str | None = None) -> None:
         write_run(root, cell=cell, params=params, content_key=content_key(cell, params),
-                  report_src=corpus_dir / report, manifest_extra={"kernel_regex": kernel})
+                  report_src=corpus_dir / report, manifest_extra={"kernel_name": kernel, "kernel_regex": regex})
 
     add("scan", {"stage": "init", "n": 1}, JESTES, "DeviceScanInitKernel")
-    add("scan", {"stage": "fill", "n": 1}, JESTES, "regex:uninitialized_fill")
+    add("scan", {"stage": "fill", "n": 1}, JESTES, regex="uninitialized_fill")
     add("scan", {"stage": "scan", "n": 1}, JESTES, "DeviceScanKernel")
     add("silu", {"flag": "off"}, SILU)
     add("silu", {"flag": "on"}, SILU)

@@ -87,7 +87,8 @@ def test_profile_cell_success_stores_a_complete_run(fake: Path, tmp_path: Path, 
                           duration_unprofiled=timed)
     assert record.path.parent == root / "flat_decode" / f"{spec.slug()}-{spec.content_key()[:8]}"
     assert record.report_path.read_bytes() == (corpus_dir / REPORT_NAME).read_bytes()
-    m = record.manifest
+    m = json.loads((record.path / store.MANIFEST_NAME).read_text())
+    assert m == record.manifest.to_json() and m["schema_version"] == store.SCHEMA_VERSION
     assert set(store.MANIFEST_FIELDS) <= set(m)
     assert m["cell"] == "flat_decode" and m["content_key"] == spec.content_key()
     assert m["params"] == dict(spec.params)

@@ -47,7 +47,7 @@ def test_write_run_layout_and_manifest(tmp_path: Path, report: Path) -> None:
     assert record.report_path.read_bytes() == report.read_bytes()
     assert record.log_path.is_file()
     on_disk = json.loads((record.path / "manifest.json").read_text())
-    assert on_disk == record.manifest
+    assert on_disk == record.manifest.to_json()
     assert set(MANIFEST_FIELDS) <= set(on_disk)
     assert on_disk["schema_version"] == SCHEMA_VERSION
     assert on_disk["params"] == {"layout": "scatter", "batch": 32}
@@ -67,10 +67,12 @@ def test_iter_runs_sees_complete_runs_only(tmp_path: Path, report: Path) -> None
     failed = begin_run(tmp_path, "c", "x-1", KEY_A)
     kept = keep_failed_run(failed, {"cell": "c", "exit_status": 1})
     assert kept is not None and kept.name.startswith(".failed-")
-    (a1.path.parent / "junk").mkdir()
-    found = {r.path for r in iter_runs(tmp_path)}
+    (a1.path.parent / "junk").mkdir()  # a visible folder in a point claims to be a run: damaged, named
+    with pytest.warns(store.DamagedRunWarning, match=r"damaged run .*junk skipped: manifest.json: the file is missing"):
+        found = {r.path for r in iter_runs(tmp_path)}
     assert found == {a1.path, a2.path, b.path}
     assert {r.path for r in iter_runs(tmp_path, cell="d")} == {b.path}
+    (a1.path.parent / "junk").rmdir()
     assert {r.path for r in complete_runs_for_key(tmp_path, "c", KEY_A)} == {a1.path, a2.path}
     assert complete_runs_for_key(tmp_path, "c", KEY_B) == []
     # completing the pending one makes it visible, atomically
@@ -95,14 +97,16 @@ def test_finish_without_report_refuses(tmp_path: Path) -> None:
     assert list(iter_runs(tmp_path)) == []
 
 
-def test_unknown_schema_and_garbage_manifest_are_skipped(tmp_path: Path, report: Path) -> None:
+def test_unknown_schema_and_garbage_manifest_are_skipped_with_a_warning(tmp_path: Path, report: Path) -> None:
     rec = write_run(tmp_path, cell="c", params={}, content_key=KEY_A, report_src=report)
     manifest = json.loads((rec.path / "manifest.json").read_text())
     manifest["schema_version"] = SCHEMA_VERSION + 1
     (rec.path / "manifest.json").write_text(json.dumps(manifest))
-    assert list(iter_runs(tmp_path)) == []
+    with pytest.warns(store.DamagedRunWarning, match="newer ncuflow"):
+        assert list(iter_runs(tmp_path)) == []
     (rec.path / "manifest.json").write_text("{not json")
-    assert list(iter_runs(tmp_path)) == []
+    with pytest.warns(store.DamagedRunWarning, match=r"damaged run .*manifest.json: it is not valid JSON"):
+        assert list(iter_runs(tmp_path)) == []
 
 
 def test_stale_temporary_of_dead_process_is_removed(tmp_path: Path) -> None:

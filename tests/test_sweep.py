@@ -134,6 +134,7 @@ def test_run_then_rerun_skips_everything(fake: Path, tmp_path: Path) -> None:
     assert len(runs) == 6
     assert sorted(r.manifest["replica"] for r in runs) == [0, 0, 0, 1, 1, 1]
     assert all(r.manifest["sweep"] == "small" for r in runs)
+    assert all(r.manifest.sweep_axes == plan.axes and r.ref.sweep_axes == ("mib",) for r in runs)
     again = run_sweep(plan, root, ncu=str(FAKE_NCU), console=_quiet(), show_progress=False)
     assert again.profiled == [] and again.skipped_points == 3
     assert len(_profiles(fake)) == 6

@@ -395,14 +395,32 @@ def explain_group(
     return GroupExplanation(group, base, rows, tolerances)
 
 
-def swept_params(points: Iterable[Point]) -> list[str]:
-    """Parameters that take more than one value among points of one cell."""
+def swept_by_cell(points: Iterable[Point]) -> dict[str, tuple[str, ...]]:
+    """Per cell, the parameters swept there, each taking more than one value among the points.
+
+    Read from the runs' manifests (a sweep records its axes, carried on each launch's
+    ``RunRef``): a parameter that only differs between unrelated runs is not an axis.
+    For a cell none of whose runs records axes (manifests from before axes were recorded,
+    runs not made by a sweep), inferred: every parameter that takes more than one value.
+    """
+    recorded: dict[str, set[str]] = {}
     values: dict[tuple[str, str], set[str]] = {}
     for p in points:
+        for launch in p.launches:
+            if launch.run is not None and launch.run.sweep_axes is not None:
+                recorded.setdefault(p.cell, set()).update(launch.run.sweep_axes)
         for name, value in p.params:
             values.setdefault((p.cell, name), set()).add(format_param(value))
-    names = sorted({name for (_, name), seen in values.items() if len(seen) > 1})
-    return names
+    swept: dict[str, set[str]] = {}
+    for (cell, name), seen in values.items():
+        if len(seen) > 1 and (cell not in recorded or name in recorded[cell]):
+            swept.setdefault(cell, set()).add(name)
+    return {cell: tuple(sorted(names)) for cell, names in sorted(swept.items())}
+
+
+def swept_params(points: Iterable[Point]) -> list[str]:
+    """Every parameter swept in some cell (see ``swept_by_cell``)."""
+    return sorted({name for names in swept_by_cell(points).values() for name in names})
 
 
 def headline_points(groups: Iterable[GroupExplanation]) -> list[Point]:

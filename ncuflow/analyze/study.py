@@ -13,7 +13,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD
-from ncuflow.analyze.explain import GroupExplanation, explain_group, swept_params, vary_groups
+from ncuflow.analyze.explain import (
+    GroupExplanation,
+    explain_group,
+    swept_by_cell,
+    swept_params,
+    vary_groups,
+)
 from ncuflow.analyze.point import Point, PointModel, format_param, point_model
 from ncuflow.analyze.stability import (
     DEFAULT_TOLERANCES,
@@ -136,6 +142,7 @@ def analyse(
     )
     sweeps: dict[str, tuple[GroupExplanation, ...]] = {}
     notes = list(loaded.notes)
+    swept_in = swept_by_cell(points)
     swept = swept_params(points)
     for param, value in (baselines or {}).items():
         if param not in swept:
@@ -143,7 +150,7 @@ def analyse(
         elif not any(_has_value(g.values, value) for g in vary_groups(points, param)):
             notes.append(f"--baseline {param}={value}: no run has {param}={value}; the smallest value is used")
     for param in swept:
-        groups = vary_groups(points, param)
+        groups = [g for g in vary_groups(points, param) if param in swept_in.get(g.cell, ())]
         requested = (baselines or {}).get(param)
         sweeps[param] = tuple(
             explain_group(g, baseline=requested if requested is not None and _has_value(g.values, requested) else None,

@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "report": "ncuflow.cli.analysis_cmds:report_command",
     "phases": "ncuflow.cli.phases_cmd:phases_command",
     "phases-record": "ncuflow.cli.phases_cmd:record_command",
+    "store": "ncuflow.cli.store_cmd:store_group",
 }
 
 SHORT_HELP: dict[str, str] = {
@@ -46,6 +47,7 @@ SHORT_HELP: dict[str, str] = {
     "report": "Markdown report and plots of a profile store.",
     "phases": "Split serving traces into admission ramp, steady decode and drain.",
     "phases-record": "Record per-request streaming timestamps from an OpenAI-compatible server.",
+    "store": "Check a profile store for damaged runs (and move them aside).",
 }
 
 
@@ -73,6 +75,31 @@ class LazyGroup(click.Group):
 def cli() -> None:
     """Profile the smallest decisive kernel cell under Nsight Compute, check that
     re-profiling gives the same counters, and say which wall binds."""
+    _store_warnings_as_lines()
+
+
+def _store_warnings_as_lines() -> None:
+    """Each damaged run a command skips is one ``ncuflow: warning:`` line on stderr (once)."""
+    import warnings
+
+    from ncuflow.store import DamagedRunWarning
+
+    previous = warnings.showwarning
+    if getattr(previous, "ncuflow_lines", False):
+        return
+    shown: set[str] = set()
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        if not issubclass(category, DamagedRunWarning):
+            previous(message, category, filename, lineno, file, line)
+        elif str(message) not in shown:
+            shown.add(str(message))
+            click.echo(f"ncuflow: warning: {message}", err=True)
+
+    show.ncuflow_lines = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
+    warnings.simplefilter("always", DamagedRunWarning)
 
 
 def main(argv: list[str] | None = None) -> Any:

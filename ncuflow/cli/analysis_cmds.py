@@ -141,7 +141,7 @@ def _reprofile(specs: Sequence[tuple[str, Any]], replicas: int, store: Path, ncu
                        f"clocks {options.clock_control}, cache {options.cache_control})", err=True)
             records.append(
                 profile_cell(spec, options, store, cells_dir=cells_dir, timeout=timeout, ncu=ncu,
-                             manifest_extra={"replica": replica + 1, "replicas": replicas})
+                             manifest_extra={"replica": replica, "replicas": replicas})
             )
     return records
 
@@ -158,15 +158,9 @@ def _headline_options(store_root: Path) -> dict[str, Any]:
 
 
 def _loaded_from_records(records: Sequence[Any], kernel: str | None) -> Any:
-    from ncuflow.read.runs import Loaded, LoadedRun, _read_launches, params_tuple
+    from ncuflow.read.runs import load_records
 
-    notes: list[str] = []
-    runs = []
-    for record in records:
-        launches = _read_launches(record.report_path, notes, kernel, record.manifest.get("kernel_regex"))
-        if launches is not None:
-            runs.append(LoadedRun(record.cell, params_tuple(record.params), record.content_key, record.run_id, record.report_path, launches))
-    return Loaded("store", tuple(runs), tuple(notes))
+    return load_records(records, kernel=kernel)
 
 
 @click.command("stability")

@@ -70,7 +70,7 @@ def print_run_table(record: Any, console: Any, threshold: float) -> None:
         console.print(f"[yellow]The stored report cannot be classified:[/yellow] {error}")
         return
     verdicts = [classify(launch, threshold=threshold) for launch in launches]
-    print_launch_table(launches, verdicts, console, title=f"{record.manifest.get('cell')} {record.run_id}")
+    print_launch_table(launches, verdicts, console, title=f"{record.cell} {record.run_id}")
 
 
 def _collection_options(function: Any) -> Any:
@@ -188,10 +188,10 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
                 record = orchestrate.profile_command_line(
                     app_argv, options, store_root, timeout=timeout, progress=show, ncu=ncu_path,
                     manifest_extra={"replica": replica})
-        dropped = record.manifest.get("dropped_metrics") or []
+        dropped = record.manifest.dropped_metrics or ()
         if dropped:
             console.print(f"[yellow]this ncu does not know {', '.join(dropped)}: collected without them[/yellow]")
-        console.print(f"stored {record.path} (ncu wall time {record.manifest.get('wall_time_s')} s)",
+        console.print(f"stored {record.path} (ncu wall time {record.manifest.wall_time_s} s)",
                       soft_wrap=True)
         print_run_table(record, console, threshold)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -76,6 +76,18 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         print_launch_table(launches, verdicts, console, title=title, evidence=evidence)
 
 
+def _warn_runs_without_report(paths: Sequence[Path]) -> None:
+    """Store runs whose report is gone are invisible to a search for reports: name them."""
+    from ncuflow.read.runs import store_roots
+    from ncuflow.store import REPORT_NAME, DamagedRun, scan_runs
+
+    for path in paths:
+        for root in store_roots(path) if path.is_dir() else []:
+            for found in scan_runs(root):
+                if isinstance(found, DamagedRun) and not (found.path / REPORT_NAME).exists():
+                    click.echo(f"ncuflow: warning: {found.line()}", err=True)
+
+
 @click.command("export")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The launches parquet file to write.")
@@ -89,13 +101,15 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
     the raw metric it came from (src_*), the model terms u_* and their sources, the
     verdict, NVIDIA's rule verdict, and the list of missing fields. The schema version
     is in the file's metadata (key ncuflow.schema_version). Nothing is written when a
-    report cannot be read.
+    report cannot be read. A store run whose manifest does not validate is skipped with
+    one warning line: no row is written without the run's identity.
     """
     from rich.progress import Progress
 
     from ncuflow.output.export import export_reports
 
     reports = find_reports(paths)
+    _warn_runs_without_report(paths)
     with _warnings_to_stderr(), Progress(transient=True, disable=not sys.stderr.isatty(), console=None) as progress:
         task = progress.add_task("reading reports", total=len(reports))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from ncuflow.errors import NcuflowError
 from ncuflow.read.extract import iter_launches, iter_raw_metrics
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
+from ncuflow.store import DamagedRun, DamagedRunWarning
+from ncuflow.store.manifest import MANIFEST_NAME, ManifestError, read_manifest
 
 SCHEMA_VERSION = "1"
 METADATA_KEY = "ncuflow.schema_version"
@@ -97,20 +100,20 @@ _NO_RUN = RunIdentity(None, None, None, None)
 
 
 def run_identity(report: Path) -> RunIdentity:
-    """The store run a report belongs to, from the manifest.json beside it (if any)."""
-    manifest_path = report.parent / "manifest.json"
-    if not manifest_path.is_file():
+    """The store run a report belongs to, from the manifest.json beside it (if any).
+
+    Raises ``ManifestError`` (naming the file and the field) when that manifest does not
+    validate: a row is never written with an identity that was guessed or left out.
+    """
+    manifest_path = report.parent / MANIFEST_NAME
+    if not manifest_path.exists():
         return _NO_RUN
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError):
-        return _NO_RUN
-    params = manifest.get("params")
+    manifest = read_manifest(manifest_path)
     return RunIdentity(
-        cell=manifest.get("cell"),
-        params_json=json.dumps(params, sort_keys=True) if params is not None else None,
-        content_key=manifest.get("content_key"),
-        run_id=manifest.get("run_id"),
+        cell=manifest.cell,
+        params_json=json.dumps(dict(manifest.params), sort_keys=True),
+        content_key=manifest.content_key,
+        run_id=manifest.run_id,
     )
 
 
@@ -265,10 +268,17 @@ def export_reports(
     with tempfile.TemporaryDirectory(prefix=".ncuflow-tmp-", dir=output.parent) as folder:
         launches = _PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
         metrics = _PartWriter(Path(folder), "metrics", METRICS_SCHEMA, chunk_rows)
+        exported = 0
         for index, report in enumerate(reports):
             if progress is not None:
                 progress(index, report)
-            identity = run_identity(report)
+            try:
+                identity = run_identity(report)
+            except ManifestError as damaged:
+                run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
+                warnings.warn(DamagedRunWarning(run.line() + "; none of its launches is exported"), stacklevel=2)
+                continue
+            exported += 1
             for launch in iter_launches(report):
                 launches.add(launch_record(launch, classify(launch, threshold), identity))
             if metrics_long:
@@ -295,7 +305,7 @@ def export_reports(
     return ExportResult(
         launches_path=output,
         launch_count=launches.rows,
-        report_count=len(reports),
+        report_count=exported,
         metrics_path=metrics_path,
         metric_rows=metrics.rows if metrics_long else None,
     )

@@ -191,8 +191,8 @@ def _run_facts(plan: ProfilePlan) -> dict[str, Any]:
         if isinstance(data, dict):
             for key in ("representation", "expected_bytes", "torch_version", "triton_version",
                         "gpu_name", "gpu_uuid", "driver_version", "check", "nvtx_range"):
-                if data.get(key) is not None:
-                    facts[key] = data[key]
+                if data.get(key) is not None and store.field_accepts(key, data[key]):
+                    facts[key] = data[key]  # a fact of the wrong type is left out, never fails the run
     if not all(facts.get(k) for k in ("gpu_name", "gpu_uuid", "driver_version")):
         for key, value in nvidia_smi_facts().items():
             facts.setdefault(key, value)

@@ -92,7 +92,7 @@ def _paths(store_root: Path, cell: str, slug: str, key: str, run_id: str) -> tup
     return point / f"{store.TMP_PREFIX}{run_id}-{os.getpid()}", point / run_id
 
 
-def recorded_options(manifest: Mapping[str, Any]) -> NcuOptions:
+def recorded_options(manifest: store.Manifest) -> NcuOptions:
     """The collection options a stored run was profiled with, to re-profile it alike.
 
     Replicas of one point must differ only in the replay itself: a re-profile with other
@@ -100,7 +100,7 @@ def recorded_options(manifest: Mapping[str, Any]) -> NcuOptions:
     read as instability. The metric-set label is the one ``NcuOptions.metric_set_label``
     wrote (``set;sections:a,b;+metrics:x;-metrics:y``).
     """
-    label = str(manifest.get("metric_set") or DECISIVE)
+    label = manifest.metric_set or DECISIVE
     metric_set, *parts = label.split(";")
     lists: dict[str, tuple[str, ...]] = {"sections:": (), "+metrics:": (), "-metrics:": ()}
     for part in parts:
@@ -108,18 +108,17 @@ def recorded_options(manifest: Mapping[str, Any]) -> NcuOptions:
             if part.startswith(prefix):
                 lists[prefix] = tuple(name for name in part[len(prefix):].split(",") if name)
     defaults = NcuOptions()
-    launch_count = manifest.get("launch_count")
     return NcuOptions(
-        replay_mode=str(manifest.get("replay_mode") or defaults.replay_mode),
-        cache_control=str(manifest.get("cache_control") or defaults.cache_control),
-        clock_control=str(manifest.get("clock_control") or defaults.clock_control),
+        replay_mode=manifest.replay_mode or defaults.replay_mode,
+        cache_control=manifest.cache_control or defaults.cache_control,
+        clock_control=manifest.clock_control or defaults.clock_control,
         metric_set=metric_set,
         sections=lists["sections:"],
         extra_metrics=lists["+metrics:"],
         exclude_metrics=lists["-metrics:"],
-        launch_count=int(launch_count) if launch_count is not None else None,
-        kernel_regex=manifest.get("kernel_regex") or None,
-        nvtx_include=tuple(manifest.get("nvtx_include") or ()),
+        launch_count=manifest.launch_count,
+        kernel_regex=manifest.kernel_regex or None,
+        nvtx_include=tuple(manifest.nvtx_include or ()),
     )
 
 

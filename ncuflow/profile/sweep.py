@@ -18,7 +18,9 @@
 Execution is resumable: before profiling, every point's complete runs are counted in
 the store (by content key) and only the missing replicas are profiled. A run becomes
 complete atomically (see ``store``), so a sweep stopped at any moment and re-run loses
-nothing and profiles nothing twice.
+nothing and profiles nothing twice. Each run's manifest records its ``replica`` (counted
+from 0), the sweep's ``name``, file and ``sweep_axes`` (each axis and its values): explain
+takes the swept parameters from there.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from ncuflow.profile.ncu_errors import (
     ProfileInterrupted,
 )
 from ncuflow.profile.plan import DEFAULT_TIMEOUT_S
+from ncuflow.store.manifest import axes_json
 
 TOP_KEYS = {"cell", "replicas", "timeout", "fixed", "axes", "ncu", "description", "name"}
 NCU_KEYS = {
@@ -241,7 +244,8 @@ def run_sweep(
                         status.point.spec, plan.options, store_root, cells_dir=cells_dir,
                         timeout=timeout or plan.timeout, ncu=ncu,
                         manifest_extra={"replica": replica, "sweep": plan.name,
-                                        "sweep_file": str(plan.source) if plan.source else None},
+                                        "sweep_file": str(plan.source) if plan.source else None,
+                                        "sweep_axes": axes_json(plan.axes)},
                     )
                 except ProfileInterrupted:
                     raise

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ncuflow.store.manifest import RunRef
+
 
 @dataclass(frozen=True)
 class KernelName:
@@ -49,6 +51,8 @@ class Launch:
     breakdown: Mapping[str, float] = field(default_factory=dict)
     # NVIDIA's SOLBottleneck rule result title where the report holds one, e.g. "Latency Issue".
     nvidia_sol: str | None = None
+    # The stored run the launch was read from (None for a plain report outside a store).
+    run: RunRef | None = None
 
     def value(self, name: str) -> float | None:
         return self.values.get(name)

@@ -8,25 +8,41 @@ report cannot be read is skipped and named in the notes, never counted.
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ncuflow.errors import NcuflowError, NoReportsFound, UsageError
 from ncuflow.read.launch import Launch
+from ncuflow.store import RunRecord
+from ncuflow.store.manifest import Manifest, RunRef, params_tuple
+
+__all__ = ["Loaded", "LoadedRun", "kernel_filter", "load_paths", "load_records", "load_reports", "load_store",
+           "manifest_kernel_filter", "params_tuple", "read_run_launches"]
 
 
 @dataclass(frozen=True)
 class LoadedRun:
+    """One run (a store run, or a plain report) and its launches.
+
+    ``ref`` identifies a store run (every launch carries the same ``RunRef`` as
+    ``launch.run``); it is None for a plain report, whose cell is the file name.
+    """
+
     cell: str
     params: tuple[tuple[str, object], ...]
     content_key: str
     run_id: str
     report: Path
     launches: tuple[Launch, ...]
+    ref: RunRef | None = None
+
+    @classmethod
+    def of_store_run(cls, record: RunRecord, launches: tuple[Launch, ...]) -> LoadedRun:
+        ref = record.ref
+        return cls(ref.cell, ref.params, ref.content_key, ref.run_id, record.report_path, launches, ref)
 
 
 @dataclass(frozen=True)
@@ -36,16 +52,6 @@ class Loaded:
     source: str  # "store" or "reports"
     runs: tuple[LoadedRun, ...]
     notes: tuple[str, ...] = ()
-
-
-def _hashable(value: object) -> object:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def params_tuple(params: Mapping[str, object]) -> tuple[tuple[str, object], ...]:
-    return tuple(sorted((str(k), _hashable(v)) for k, v in params.items()))
 
 
 def kernel_filter(pattern: str | None) -> Callable[[Launch], bool]:
@@ -65,27 +71,36 @@ def kernel_filter(pattern: str | None) -> Callable[[Launch], bool]:
     )
 
 
-def manifest_kernel_filter(value: object) -> Callable[[Launch], bool]:
-    """The kernel filter a run was profiled with (ncu ``-k``): ``regex:EXPR`` or an exact name.
+def manifest_kernel_filter(manifest: Manifest) -> Callable[[Launch], bool]:
+    """The kernel filter a run was profiled (or imported) with.
 
-    A report ncu wrote with ``-k`` holds only matching launches, so applying it again is
-    a no-op; it lets a run imported from a larger report say which kernel it is about.
+    ``kernel_regex`` is the ``--kernel`` regular expression ncu got as ``regex:<it>`` and is
+    searched in the function and demangled names, as ``--kernel`` is everywhere in ncuflow;
+    ``kernel_name`` is an exact name (a run imported from a larger report). A report ncu
+    wrote with ``-k`` holds only matching launches, so applying it again is a no-op; it
+    lets an imported run say which kernel it is about.
     """
-    if not value:
-        return lambda launch: True
-    text = str(value)
-    if text.startswith("regex:"):
-        return kernel_filter(text[len("regex:"):])
-    return lambda launch: text in (launch.kernel.function, launch.kernel.demangled, launch.kernel.mangled)
+    by_regex = kernel_filter(manifest.kernel_regex)
+    name = manifest.kernel_name
+    if not name:
+        return by_regex
+    return lambda launch: by_regex(launch) and name in (
+        launch.kernel.function, launch.kernel.demangled, launch.kernel.mangled)
 
 
-def _read_launches(
-    report: Path, notes: list[str], kernel: str | None, manifest_kernel: object = None
+def read_run_launches(
+    report: Path, notes: list[str], kernel: str | None, run: RunRecord | None = None
 ) -> tuple[Launch, ...] | None:
+    """The launches of one report that match ``--kernel`` (and the run's own filter).
+
+    Launches of a store run carry its ``RunRef``. None (with a note) when the report
+    cannot be read.
+    """
     from ncuflow.read.extract import iter_launches
 
     user_keep = kernel_filter(kernel)
-    run_keep = manifest_kernel_filter(manifest_kernel)
+    run_keep = manifest_kernel_filter(run.manifest) if run is not None else (lambda launch: True)
+    ref = run.ref if run is not None else None
 
     def keep(launch: Launch) -> bool:
         return user_keep(launch) and run_keep(launch)
@@ -93,7 +108,8 @@ def _read_launches(
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            launches = tuple(launch for launch in iter_launches(report) if keep(launch))
+            launches = tuple(replace(launch, run=ref) if ref is not None else launch
+                             for launch in iter_launches(report) if keep(launch))
         notes.extend(f"{report}: {w.message}" for w in caught)
     except NcuflowError as error:
         notes.append(f"skipped {report}: {error}")
@@ -103,20 +119,29 @@ def _read_launches(
     return launches
 
 
-def load_store(root: Path, *, kernel: str | None = None) -> Loaded:
-    """Every complete run of a store with its launches (unreadable runs are named in notes)."""
-    from ncuflow.store import iter_runs
+_read_launches = read_run_launches  # the name earlier callers used
 
+
+def load_records(records: Iterable[RunRecord], *, kernel: str | None = None) -> Loaded:
+    """Store runs with their launches (unreadable reports are named in notes)."""
     notes: list[str] = []
     runs: list[LoadedRun] = []
-    for record in iter_runs(Path(root)):
-        launches = _read_launches(record.report_path, notes, kernel, record.manifest.get("kernel_regex"))
-        if launches is None:
-            continue
-        runs.append(
-            LoadedRun(record.cell, params_tuple(record.params), record.content_key, record.run_id, record.report_path, launches)
-        )
+    for record in records:
+        launches = read_run_launches(record.report_path, notes, kernel, record)
+        if launches is not None:
+            runs.append(LoadedRun.of_store_run(record, launches))
     return Loaded("store", tuple(runs), tuple(notes))
+
+
+def load_store(root: Path, *, kernel: str | None = None) -> Loaded:
+    """Every complete run of a store with its launches.
+
+    Unreadable reports are named in notes; each damaged run is skipped with one
+    ``DamagedRunWarning`` (``ncuflow.store.iter_runs``).
+    """
+    from ncuflow.store import iter_runs
+
+    return load_records(iter_runs(Path(root)), kernel=kernel)
 
 
 def load_reports(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
@@ -126,7 +151,7 @@ def load_reports(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
     notes: list[str] = []
     runs: list[LoadedRun] = []
     for report in find_reports(paths):
-        launches = _read_launches(report, notes, kernel)
+        launches = read_run_launches(report, notes, kernel)
         if launches is None:
             continue
         runs.append(LoadedRun(report.name, (), str(report), report.name, report, launches))
@@ -134,9 +159,16 @@ def load_reports(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
 
 
 def is_store(path: Path) -> bool:
-    from ncuflow.store import iter_runs
+    """A folder holding store runs: a complete one, or a damaged one that has a manifest.
 
-    return Path(path).is_dir() and next(iter_runs(Path(path)), None) is not None
+    A store whose runs are all damaged is still a store (its runs are named as damaged,
+    never read as plain reports without their identity).
+    """
+    from ncuflow.store import MANIFEST_NAME, scan_runs
+
+    return Path(path).is_dir() and any(
+        isinstance(found, RunRecord) or (found.path / MANIFEST_NAME).exists() for found in scan_runs(Path(path))
+    )
 
 
 def store_roots(path: Path, depth: int = 2) -> list[Path]:

@@ -9,7 +9,10 @@ to ``<run-id>`` only when the report, the log and the manifest are all on disk. 
 rename within one file system is atomic, so a folder without a leading dot is always
 a complete run: an interrupted profile or sweep never leaves a half run that looks
 whole, and ``iter_runs`` never reads a temporary folder. Runs that failed are kept,
-for their log, as ``.failed-<run-id>`` (also ignored by ``iter_runs``).
+for their log, as ``.failed-<run-id>`` (also ignored by ``iter_runs``). A visible run
+folder whose manifest does not validate (``ncuflow.store.manifest``) or whose report is
+gone is damaged: ``iter_runs`` skips it with one ``DamagedRunWarning`` and
+``ncuflow.store.check`` moves it aside as ``.damaged-<run-id>``.
 
 This module is plain file I/O: it imports neither ``ncu_report`` nor polars.
 """
@@ -22,6 +25,7 @@ import os
 import re
 import secrets
 import shutil
+import warnings
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,44 +34,30 @@ from typing import Any
 
 from ncuflow import __version__
 from ncuflow.errors import NcuflowError
+from ncuflow.store.manifest import (
+    MANIFEST_FIELDS,
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    Manifest,
+    ManifestError,
+    RunRef,
+    field_accepts,
+    new_manifest,
+    params_tuple,
+    read_manifest,
+)
 
-SCHEMA_VERSION = 1
+__all__ = [
+    "MANIFEST_FIELDS", "MANIFEST_NAME", "SCHEMA_VERSION", "DamagedRun", "DamagedRunWarning", "Manifest",
+    "ManifestError", "RunRecord", "RunRef", "StoreError", "field_accepts", "iter_runs", "new_manifest", "params_tuple",
+    "read_manifest", "read_run", "scan_runs", "write_run",
+]
+
 REPORT_NAME = "report.ncu-rep"
-MANIFEST_NAME = "manifest.json"
 LOG_NAME = "ncu.log"
 TMP_PREFIX = ".tmp-"
 FAILED_PREFIX = ".failed-"
-
-# Every manifest holds these keys (None where unknown). Durations are labelled by
-# their clock: ``wall_time_s`` is the wall time of the whole ncu process (replay
-# included), kernel durations measured by ncu live in the report (gpu__time_duration),
-# and ``duration_unprofiled`` holds CUDA-event timings of the cell outside ncu, or None.
-MANIFEST_FIELDS: tuple[str, ...] = (
-    "schema_version",
-    "cell",
-    "params",
-    "content_key",
-    "run_id",
-    "created_utc",
-    "command",
-    "ncu_path",
-    "ncu_version",
-    "driver_version",
-    "gpu_name",
-    "gpu_uuid",
-    "torch_version",
-    "triton_version",
-    "replay_mode",
-    "cache_control",
-    "clock_control",
-    "metric_set",
-    "exit_status",
-    "wall_time_s",
-    "ncuflow_version",
-    "representation",
-    "expected_bytes",
-    "duration_unprofiled",
-)
+DAMAGED_PREFIX = ".damaged-"
 
 
 class StoreError(NcuflowError):
@@ -76,29 +66,56 @@ class StoreError(NcuflowError):
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One complete run in the store (plain data; the manifest as read from disk)."""
+    """One complete run in the store: its folder, files and validated manifest."""
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     report_path: Path
     log_path: Path
 
     @property
     def cell(self) -> str:
-        return str(self.manifest.get("cell", ""))
+        return self.manifest.cell
 
     @property
     def params(self) -> dict[str, Any]:
-        params = self.manifest.get("params") or {}
-        return dict(params)
+        return dict(self.manifest.params)
 
     @property
     def content_key(self) -> str:
-        return str(self.manifest.get("content_key", ""))
+        return self.manifest.content_key
 
     @property
     def run_id(self) -> str:
-        return str(self.manifest.get("run_id", self.path.name))
+        return self.manifest.run_id
+
+    @property
+    def ref(self) -> RunRef:
+        return self.manifest.ref()
+
+
+@dataclass(frozen=True)
+class DamagedRun:
+    """A visible run folder that is not a readable complete run, and why.
+
+    ``newer`` runs were written by a newer ncuflow (an unknown schema version): they are
+    named but never moved aside.
+    """
+
+    path: Path
+    problem: str
+    newer: bool = False
+
+    def line(self) -> str:
+        """One line for a warning: which run, which file, what is wrong."""
+        if self.newer:
+            return f"run {self.path} skipped: {self.problem} (written by a newer ncuflow; upgrade to read it)"
+        return (f"damaged run {self.path} skipped: {self.problem} "
+                f"(`ncuflow store check {self.path.parent.parent.parent} --repair` moves it aside)")
+
+
+class DamagedRunWarning(UserWarning):
+    """Issued once per damaged run a store reader skips (the CLI prints it as one line)."""
 
 
 # ---------------------------------------------------------------------------- naming
@@ -240,19 +257,25 @@ def finish_run(pending: PendingRun, manifest: Mapping[str, Any]) -> RunRecord:
         )
     if not pending.log_path.exists():
         pending.log_path.touch()
-    full = blank_manifest()
-    full.update(manifest)
-    full["schema_version"] = SCHEMA_VERSION
-    full["run_id"] = pending.run_id
-    if not full.get("created_utc"):
-        full["created_utc"] = utc_now_iso()
-    _write_json_durably(pending.manifest_path, full)
+    fields = dict(manifest)
+    fields["run_id"] = pending.run_id
+    if not fields.get("created_utc"):
+        fields["created_utc"] = utc_now_iso()
+    try:  # the writer is held to the contract the readers check
+        typed = new_manifest(fields, pending.manifest_path)
+    except ManifestError as error:
+        raise StoreError(
+            f"Internal error: the manifest of the run in {pending.tmp_path} does not validate: {error.problem}.",
+            "Every manifest is checked against ncuflow.store.manifest.Manifest before it is written.",
+            "This is a bug in the caller; please report it with the command you ran.",
+        ) from error
+    _write_json_durably(pending.manifest_path, typed.to_json())
     _fsync_dir(pending.tmp_path)
     os.rename(pending.tmp_path, pending.final_path)
     _fsync_dir(pending.final_path.parent)
     return RunRecord(
         path=pending.final_path,
-        manifest=full,
+        manifest=typed,
         report_path=pending.final_path / REPORT_NAME,
         log_path=pending.final_path / LOG_NAME,
     )
@@ -360,24 +383,32 @@ def write_run(
 # ---------------------------------------------------------------------------- reading
 
 
-def read_run(path: Path) -> RunRecord | None:
-    """The complete run in ``path``, or None when the folder is not one."""
+def inspect_run(path: Path) -> RunRecord | DamagedRun | None:
+    """The complete run in ``path``, what is wrong with it, or None for a hidden/non-folder path.
+
+    A visible folder inside a point folder is, by the store's atomic commit, a complete
+    run; one without its report or with a manifest that does not validate is damaged.
+    """
     folder = Path(path)
     if folder.name.startswith(".") or not folder.is_dir():
         return None
-    manifest_path = folder / MANIFEST_NAME
     report = folder / REPORT_NAME
-    if not (manifest_path.is_file() and report.is_file()):
-        return None
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("schema_version"), int):
-        return None
-    if manifest["schema_version"] > SCHEMA_VERSION:
-        return None
+        manifest = read_manifest(folder / MANIFEST_NAME)
+    except ManifestError as error:
+        return DamagedRun(folder, f"{MANIFEST_NAME}: {error.problem}", newer=error.newer)
+    if not report.is_file():
+        return DamagedRun(folder, f"{REPORT_NAME} is missing")
     return RunRecord(path=folder, manifest=manifest, report_path=report, log_path=folder / LOG_NAME)
+
+
+def read_run(path: Path) -> RunRecord | None:
+    """The complete run in ``path``, or None when the folder is not one (damage is warned)."""
+    found = inspect_run(path)
+    if isinstance(found, DamagedRun):
+        warnings.warn(DamagedRunWarning(found.line()), stacklevel=2)
+        return None
+    return found
 
 
 def _visible_dirs(folder: Path) -> list[Path]:
@@ -387,11 +418,11 @@ def _visible_dirs(folder: Path) -> list[Path]:
         return []
 
 
-def iter_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord]:
-    """Every complete run under ``root`` (optionally of one cell), sorted by path.
+def scan_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord | DamagedRun]:
+    """Every run folder under ``root`` (optionally of one cell), sorted by path: complete or damaged.
 
-    Temporary (``.tmp-*``) and failed (``.failed-*``) folders, and folders without a
-    readable manifest of a known schema version and a report, are skipped.
+    Temporary (``.tmp-*``), failed (``.failed-*``) and moved-aside (``.damaged-*``) folders
+    are not runs and are not visited.
     """
     base = Path(root)
     if not base.is_dir():
@@ -400,9 +431,22 @@ def iter_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord]:
     for cell_folder in cells:
         for point in _visible_dirs(cell_folder):
             for run_folder in _visible_dirs(point):
-                record = read_run(run_folder)
-                if record is not None:
-                    yield record
+                found = inspect_run(run_folder)
+                if found is not None:
+                    yield found
+
+
+def iter_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord]:
+    """Every complete run under ``root`` (optionally of one cell), sorted by path.
+
+    Each damaged run is skipped with one ``DamagedRunWarning`` naming the folder, the
+    file and what is wrong (``scan_runs`` gives them as data).
+    """
+    for found in scan_runs(root, cell):
+        if isinstance(found, DamagedRun):
+            warnings.warn(DamagedRunWarning(found.line()), stacklevel=2)
+        else:
+            yield found
 
 
 def complete_runs_for_key(root: Path, cell: str, content_key: str) -> list[RunRecord]:
@@ -416,5 +460,5 @@ def complete_runs_for_key(root: Path, cell: str, content_key: str) -> list[RunRe
             record = read_run(run_folder)
             if record is not None and record.content_key == content_key:
                 runs.append(record)
-    runs.sort(key=lambda r: (str(r.manifest.get("created_utc") or ""), r.run_id))
+    runs.sort(key=lambda r: (r.manifest.created_utc or "", r.run_id))
     return runs

@@ -1,0 +1,50 @@
+"""`ncuflow store check STORE [--repair]`: name the damaged runs of a profile store, move them aside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.group("store", context_settings={"help_option_names": ["-h", "--help"]})
+def store_group() -> None:
+    """Look after a profile store (the --store folder of profile, sweep and stability)."""
+
+
+@click.command("check")
+@click.argument("store", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--repair", is_flag=True,
+              help="Move each damaged run aside to .damaged-<run-id> in its point folder "
+                   "(nothing is deleted; a sweep then profiles the point again).")
+def check_command(store: Path, repair: bool) -> None:
+    """List the damaged runs of STORE: one line each, naming the folder, the file and what is wrong.
+
+    A damaged run is a run folder whose manifest.json does not validate (truncated
+    JSON, a required field missing, a field of the wrong type) or whose report is
+    missing. Runs written by a newer ncuflow are listed but never moved. Exits 1 when
+    damaged runs remain (none found, or all moved with --repair: 0).
+    """
+    from ncuflow.store.check import check_store, move_aside
+
+    result = check_store(store)
+    for run in result.damaged:
+        kind = "newer" if run.newer else "damaged"
+        click.echo(f"{kind}\t{run.path}\t{run.problem}")
+        if repair and not run.newer:
+            target = move_aside(run)
+            click.echo(f"moved\t{run.path} -> {target.name}")
+    repairable = len(result.repairable)
+    summary = f"{result.complete} complete runs, {repairable} damaged"
+    if len(result.damaged) > repairable:
+        summary += f", {len(result.damaged) - repairable} written by a newer ncuflow"
+    if repair and repairable:
+        summary += f"; {repairable} moved aside"
+    elif repairable:
+        summary += f"; `ncuflow store check {store} --repair` moves them aside"
+    click.echo(summary, err=True)
+    if repairable and not repair:
+        raise click.exceptions.Exit(1)
+
+
+store_group.add_command(check_command)
