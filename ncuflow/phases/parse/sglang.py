@@ -15,7 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import BatchSample, BenchSummary, LogEvent, ServerTrace
+from ncuflow.phases.model.traces import BatchSample, BenchSummary, LogEvent, ServerTrace
 
 TIMESTAMP = re.compile(
     r"^\[(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d{1,6}))?"

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import RequestRecord, RequestTrace
+from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 
 
 def is_bench_object(obj: Any) -> bool:

@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import BatchSample, LogEvent, ServerTrace
+from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 STATS = re.compile(

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import RequestRecord, RequestTrace
+from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 
 FIX = (
     "Each line must be one JSON object with 'submit_time' (seconds) and 'chunk_times' (list of "

@@ -1,0 +1,93 @@
+"""bench_serving --output-details JSON: TTFT and inter-token latencies per request, but no
+start times, so requests cannot be placed on one timeline. Unknowns stay None."""
+
+from __future__ import annotations
+
+import statistics
+from itertools import pairwise
+
+from ncuflow.phases.model.results import Reconciliation, RunAnalysis
+from ncuflow.phases.model.stats import Distribution, distribution
+from ncuflow.phases.model.traces import RequestTrace
+
+
+def analyse_without_start_times(
+    trace: RequestTrace,
+    ttft: Distribution | None,
+    tokens: int | None,
+    tokens_source: str,
+    mean_request_tpot: float | None,
+    run_index: int,
+) -> RunAnalysis:
+    """bench_serving --output-details JSON: per-request TTFT and inter-token latencies, but
+    no start times, so requests cannot be placed on one timeline."""
+    itls: list[float] = []
+    for r in trace.requests:
+        times = r.chunk_times_s
+        itls.extend(b - a for a, b in pairwise(times))
+    itl = distribution(itls)
+    stalls: list[float] = []
+    if itl is not None:
+        for r in trace.requests:
+            times = r.chunk_times_s
+            gaps = [b - a for a, b in pairwise(times)]
+            stalls.append(sum(gaps) - len(gaps) * itl.median)
+    mean_stall = statistics.fmean(stalls) if stalls else None
+    by_position: list[list[float]] = []
+    for r in trace.requests:
+        times = r.chunk_times_s
+        for k in range(1, len(times)):
+            if len(by_position) < k:
+                by_position.append([])
+            by_position[k - 1].append(times[k] - times[k - 1])
+    itl_by_position = tuple(statistics.median(values) for values in by_position if values)
+    reported = (
+        trace.reported_mean_tpot_ms / 1000.0 if trace.reported_mean_tpot_ms else mean_request_tpot
+    )
+    reconciliation = None
+    if reported and itl is not None and tokens and tokens > 1 and mean_stall is not None:
+        reconciliation = Reconciliation(
+            reported_label="mean per-request TPOT",
+            reported_tpot_s=reported,
+            steady_term_s=itl.median,
+            ramp_term_s=mean_stall / (tokens - 1),
+            ramp_s=mean_stall,
+            output_tokens=tokens,
+        )
+    return RunAnalysis(
+        path=trace.path,
+        source_format=trace.source_format,
+        run_index=run_index,
+        run_label=trace.run,
+        rank=None,
+        clock_origin="",
+        start_s=0.0,
+        end_s=0.0,
+        peak_batch=0,
+        steady_batch=None,
+        ramp=None,
+        steady=None,
+        drain=None,
+        admission_span_s=None,
+        mean_admission_wait_s=None,
+        requests_admitted=len(trace.requests),
+        ttft_s=ttft,
+        steady_token_s=itl,
+        steady_step_s=itl.median if itl else None,
+        step_method="steady per-token time ≈ median inter-token latency over all requests; the "
+        "ramp term is the mean per-request time above median ITL (stalls), not a measured ramp",
+        output_tokens=tokens,
+        output_tokens_source=tokens_source,
+        harness_tpot_s=None,
+        mean_request_tpot_s=mean_request_tpot,
+        reconciliation=reconciliation,
+        cannot=(
+            "bench_serving JSON has no per-request start times: batch size over time, the "
+            "admission ramp, steady window, drain and the harness-style (batch) TPOT cannot "
+            "be derived; only TTFT/ITL distributions and per-request stalls can",
+        ),
+        notes=(),
+        timeline=(),
+        itl_by_position=itl_by_position,
+        ttft_values_s=tuple(r.chunk_times_s[0] - r.submit_s for r in trace.requests),
+    )
