@@ -15,7 +15,7 @@ from ncuflow.phases.model import (
     amortization_test,
     analyse_request_trace,
     analyse_server_trace,
-    bench_reconciliation,
+    closed_loop_reconciliation,
     config_gaps,
 )
 from ncuflow.phases.report import FileReport, PhasesReport, amortization_runs
@@ -90,7 +90,7 @@ def analyse_file(
                     run_index=len(runs) + 1,
                 )
             )
-    bench_rec = bench_reconciliation(runs, bench) if bench is not None else None
+    bench_rec = closed_loop_reconciliation(runs, bench) if bench is not None else None
     if bench is not None and bench.mean_tpot_ms is not None and bench_rec is None:
         notes.append(
             f"the bench_serving result block (line {bench.line}) reports mean TPOT "

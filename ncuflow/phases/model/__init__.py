@@ -16,7 +16,9 @@ Vocabulary used throughout:
   token; this is the ``T_ramp`` of ``TPOT_reported ≈ T_steady + T_ramp / (N_output − 1)``.
 
 Modules, one concept each: ``traces`` (inputs), ``stats`` (distributions), ``results``
-(outputs, and the one place a ``RunAnalysis`` is built), ``server`` (server logs),
+(outputs, and the one place a ``RunAnalysis`` is built), ``segments`` (decode intervals,
+``#running-req`` plateaus, one segment per concurrency level), ``runs`` (idle points cut a
+scheduler's lines into runs), ``server`` and ``server_text`` (server-log runs and what they say), ``reconcile`` (the TPOT terms),
 ``requests`` (per-request traces), ``bench`` (bench_serving JSON without start times),
 ``amortization`` (comparing runs of different output lengths).
 """
@@ -30,13 +32,18 @@ from ncuflow.phases.model.amortization import (
     amortization_test,
     config_gaps,
 )
+from ncuflow.phases.model.reconcile import closed_loop_reconciliation
 from ncuflow.phases.model.requests import analyse_request_trace
-from ncuflow.phases.model.results import PhaseSpan, Reconciliation, RunAnalysis, TimelinePoint
-from ncuflow.phases.model.server import (
-    analyse_server_trace,
-    bench_reconciliation,
-    split_server_runs,
+from ncuflow.phases.model.results import (
+    PhaseSpan,
+    Reconciliation,
+    RunAnalysis,
+    Segment,
+    Term,
+    TimelinePoint,
 )
+from ncuflow.phases.model.runs import split_server_runs
+from ncuflow.phases.model.server import analyse_server_trace
 from ncuflow.phases.model.stats import Distribution, distribution, quantile
 from ncuflow.phases.model.traces import (
     BatchSample,
@@ -60,12 +67,14 @@ __all__ = [
     "RequestRecord",
     "RequestTrace",
     "RunAnalysis",
+    "Segment",
     "ServerTrace",
+    "Term",
     "TimelinePoint",
     "amortization_test",
     "analyse_request_trace",
     "analyse_server_trace",
-    "bench_reconciliation",
+    "closed_loop_reconciliation",
     "config_gaps",
     "distribution",
     "quantile",

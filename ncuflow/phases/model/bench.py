@@ -6,7 +6,17 @@ from __future__ import annotations
 import statistics
 from itertools import pairwise
 
-from ncuflow.phases.model.results import Reconciliation, RunAnalysis
+from ncuflow.phases.model.results import (
+    Reconciliation,
+    RunAdmission,
+    RunAnalysis,
+    RunIdentity,
+    RunPhases,
+    RunPlotData,
+    RunTiming,
+    RunTokens,
+    assemble_run,
+)
 from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import RequestTrace
 
@@ -54,40 +64,27 @@ def analyse_without_start_times(
             ramp_s=mean_stall,
             output_tokens=tokens,
         )
-    return RunAnalysis(
-        path=trace.path,
-        source_format=trace.source_format,
-        run_index=run_index,
-        run_label=trace.run,
-        rank=None,
-        clock_origin="",
-        start_s=0.0,
-        end_s=0.0,
-        peak_batch=0,
-        steady_batch=None,
-        ramp=None,
-        steady=None,
-        drain=None,
-        admission_span_s=None,
-        mean_admission_wait_s=None,
-        requests_admitted=len(trace.requests),
-        ttft_s=ttft,
-        steady_token_s=itl,
-        steady_step_s=itl.median if itl else None,
-        step_method="steady per-token time ≈ median inter-token latency over all requests; the "
-        "ramp term is the mean per-request time above median ITL (stalls), not a measured ramp",
-        output_tokens=tokens,
-        output_tokens_source=tokens_source,
-        harness_tpot_s=None,
-        mean_request_tpot_s=mean_request_tpot,
-        reconciliation=reconciliation,
+    return assemble_run(
+        RunIdentity(trace.path, trace.source_format, run_index, trace.run, None, ""),
+        RunPhases(),  # no start times: no timeline, no peak, no phases (None, never 0)
+        admission=RunAdmission(requests_admitted=len(trace.requests)),
+        timing=RunTiming(
+            step_method="steady per-token time ≈ median inter-token latency over all requests; "
+            "the ramp term is the mean per-request time above median ITL (stalls), not a "
+            "measured ramp",
+            ttft_s=ttft,
+            steady_token_s=itl,
+            steady_step_s=itl.median if itl else None,
+            mean_request_tpot_s=mean_request_tpot,
+        ),
+        tokens=RunTokens(tokens, tokens_source, None, reconciliation),
         cannot=(
             "bench_serving JSON has no per-request start times: batch size over time, the "
             "admission ramp, steady window, drain and the harness-style (batch) TPOT cannot "
             "be derived; only TTFT/ITL distributions and per-request stalls can",
         ),
-        notes=(),
-        timeline=(),
-        itl_by_position=itl_by_position,
-        ttft_values_s=tuple(r.chunk_times_s[0] - r.submit_s for r in trace.requests),
+        plot=RunPlotData(
+            itl_by_position=itl_by_position,
+            ttft_values_s=tuple(r.chunk_times_s[0] - r.submit_s for r in trace.requests),
+        ),
     )

@@ -7,7 +7,19 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from ncuflow.phases.model.bench import analyse_without_start_times
-from ncuflow.phases.model.results import PhaseSpan, Reconciliation, RunAnalysis, TimelinePoint
+from ncuflow.phases.model.results import (
+    PhaseSpan,
+    Reconciliation,
+    RunAdmission,
+    RunAnalysis,
+    RunIdentity,
+    RunPhases,
+    RunPlotData,
+    RunTiming,
+    RunTokens,
+    TimelinePoint,
+    assemble_run,
+)
 from ncuflow.phases.model.stats import distribution
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 
@@ -100,6 +112,7 @@ def analyse_request_trace(
     steady_tokens = None
     admission_span = None
     mean_wait = None
+    total_wait = None
     admitted = None
     steady_batch: float | None = None
     if best is None:
@@ -130,6 +143,7 @@ def analyse_request_trace(
             last_admission = max(admitted_before)
             admission_span = last_admission - min(first_tokens)
             mean_wait = statistics.fmean(last_admission - t for t in admitted_before)
+            total_wait = sum(last_admission - t for t in admitted_before)
 
     gaps = [
         (r.chunk_times_s[k], (r.chunk_times_s[k] - r.chunk_times_s[k - 1]) / r.chunk_tokens[k])
@@ -153,37 +167,24 @@ def analyse_request_trace(
                 ramp_s=admission_span,
                 output_tokens=tokens,
             )
-    return RunAnalysis(
-        path=trace.path,
-        source_format=trace.source_format,
-        run_index=run_index,
-        run_label=trace.run,
-        rank=None,
-        clock_origin=trace.clock_origin,
-        start_s=start_s,
-        end_s=end_s,
-        peak_batch=peak,
-        steady_batch=steady_batch,
-        ramp=ramp,
-        steady=steady,
-        drain=drain,
-        admission_span_s=admission_span,
-        mean_admission_wait_s=mean_wait,
-        requests_admitted=admitted,
-        ttft_s=ttft,
-        steady_token_s=steady_tokens,
-        steady_step_s=steady_tokens.median if steady_tokens else None,
-        step_method="per-token time = gap between consecutive streamed chunks of one request "
-        "(divided by the chunk's tokens) inside the steady stretch",
-        output_tokens=tokens,
-        output_tokens_source=tokens_source,
-        harness_tpot_s=harness,
-        mean_request_tpot_s=mean_request_tpot,
-        reconciliation=reconciliation,
-        cannot=tuple(cannot),
-        notes=tuple(notes),
-        timeline=timeline,
-        token_gaps=token_gaps,
+    return assemble_run(
+        RunIdentity(
+            trace.path, trace.source_format, run_index, trace.run, None, trace.clock_origin
+        ),
+        RunPhases(start_s, end_s, peak, steady_batch, ramp, steady, None, drain),
+        admission=RunAdmission(admission_span, mean_wait, admitted, total_wait),
+        timing=RunTiming(
+            step_method="per-token time = gap between consecutive streamed chunks of one request "
+            "(divided by the chunk's tokens) inside the steady stretch",
+            ttft_s=ttft,
+            steady_token_s=steady_tokens,
+            steady_step_s=steady_tokens.median if steady_tokens else None,
+            mean_request_tpot_s=mean_request_tpot,
+        ),
+        tokens=RunTokens(tokens, tokens_source, harness, reconciliation),
+        cannot=cannot,
+        notes=notes,
+        plot=RunPlotData(timeline=timeline, token_gaps=token_gaps),
     )
 
 

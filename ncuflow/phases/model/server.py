@@ -1,109 +1,64 @@
-"""Server logs (SGLang, vLLM): split into runs, find the phases of each run."""
+"""Server logs (SGLang, vLLM): split into runs, and each run into segments and phases.
+
+``split_server_runs`` cuts a scheduler's lines at idle points; ``segments`` finds the
+``#running-req`` plateaus of a run (one segment per concurrency level); this module turns
+them into one ``RunAnalysis`` per run, whose run-level phases are those of the run's main
+segment (its highest plateau), and says what the log cannot tell.
+"""
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 
-from ncuflow.phases.model.results import PhaseSpan, Reconciliation, RunAnalysis, TimelinePoint
-from ncuflow.phases.model.stats import Distribution, distribution, stable
-from ncuflow.phases.model.traces import BatchSample, BenchSummary, LogEvent, ServerTrace
+from ncuflow.phases.model.reconcile import harness_reconciliation
+from ncuflow.phases.model.results import (
+    PhaseSpan,
+    Reconciliation,
+    RunAdmission,
+    RunAnalysis,
+    RunIdentity,
+    RunPhases,
+    RunPlotData,
+    RunTiming,
+    RunTokens,
+    Segment,
+    TimelinePoint,
+    assemble_run,
+)
+from ncuflow.phases.model.runs import ServerRun, split_server_runs
+from ncuflow.phases.model.segments import (
+    DecodeInterval,
+    Plateau,
+    SegmentInputs,
+    build_segments,
+    decode_intervals,
+    find_plateaus,
+    is_decode,
+    per_token_from_throughput,
+    refilled_plateaus,
+)
+from ncuflow.phases.model.server_text import (
+    concurrency_note,
+    no_steady_reason,
+    spec_decoding_note,
+    step_method,
+)
+from ncuflow.phases.model.traces import BatchSample, ServerTrace
 
 
 @dataclass(frozen=True)
-class ServerRun:
-    index: int
-    samples: tuple[BatchSample, ...]
-    events: tuple[LogEvent, ...]
-
-
-def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
-    """Cut a scheduler's lines into runs: a new run starts when the batch was empty.
-
-    SGLang: a Prefill line with ``#running-req: 0`` after any Decode line (or after a run
-    that already admitted requests and decoded) starts a new run. vLLM: a run is a stretch
-    of stats lines with running or waiting requests, closed by the first idle line.
-    """
-    runs: list[list[BatchSample]] = []
-    if trace.engine == "vllm":
-        current: list[BatchSample] = []
-        for sample in trace.samples:
-            busy = sample.running > 0 or (sample.queued or 0) > 0
-            if busy:
-                current.append(sample)
-            elif current:
-                current.append(sample)  # the idle line closes the run (its window had output)
-                runs.append(current)
-                current = []
-        if current:
-            runs.append(current)
-    else:
-        current = []
-        for sample in trace.samples:
-            continues_chunked_prefill = bool(current) and (current[-1].pending_tokens or 0) > 0
-            starts_new = (
-                sample.kind == "prefill"
-                and sample.running == 0
-                and bool(current)
-                and not continues_chunked_prefill
-            )
-            if starts_new:
-                runs.append(current)
-                current = []
-            current.append(sample)
-        if current:
-            runs.append(current)
-    result = []
-    for index, samples in enumerate(runs, start=1):
-        # events before the first run or after the last one belong to those runs
-        first = samples[0].time_s if index > 1 else -math.inf
-        last = runs[index][0].time_s if index < len(runs) else math.inf
-        events = tuple(e for e in trace.events if e.time_s is not None and first <= e.time_s < last)
-        result.append(ServerRun(index=index, samples=tuple(samples), events=events))
-    return tuple(result)
-
-
-def _stable_stretches(
-    samples: Sequence[BatchSample], tolerance: float, retraction_times: Sequence[float]
-) -> list[tuple[int, int]]:
-    """Index ranges [i, j] of consecutive decode samples with no prefill between and a batch
-    size within ``tolerance`` of the stretch's first sample."""
-    stretches: list[tuple[int, int]] = []
-    start: int | None = None
-    for index, sample in enumerate(samples):
-        is_decode = sample.kind in ("decode", "stats")
-        mixed_prefill = (sample.kind == "stats" and (sample.prompt_throughput or 0.0) > 0.0) or (
-            (sample.incoming or 0) > 0  # a PD decode node still receiving requests
-        )
-        retracted = start is not None and any(
-            samples[index - 1].time_s < t <= sample.time_s for t in retraction_times
-        )
-        if not is_decode or mixed_prefill or sample.running == 0:
-            if start is not None and index - 1 > start:
-                stretches.append((start, index - 1))
-            start = None if not is_decode or sample.running == 0 else index
-            continue
-        if start is None:
-            start = index
-            continue
-        if retracted or not stable(sample.running, samples[start].running, tolerance):
-            if index - 1 > start:
-                stretches.append((start, index - 1))
-            start = index
-    if start is not None and len(samples) - 1 > start:
-        stretches.append((start, len(samples) - 1))
-    return stretches
-
-
-def _per_token_from_throughput(sample: BatchSample) -> float | None:
-    """Seconds per output token of one request over the interval ending at ``sample``:
-    the scheduler's generated-token rate is shared by ``running`` requests."""
-    if sample.gen_throughput is None or sample.gen_throughput <= 0 or sample.running <= 0:
-        return None
-    return sample.running / sample.gen_throughput
+class RunSettings:
+    decode_log_interval: int
+    batch_tolerance: float
+    output_tokens: int | None
+    output_tokens_source: str
+    retraction_times: tuple[float, ...]
+    lockstep_admissions: tuple[float, ...]
+    stated_concurrency: int | None
+    run_label_prefix: str
+    several_runs: bool
 
 
 def analyse_server_trace(
@@ -113,83 +68,253 @@ def analyse_server_trace(
     batch_tolerance: float = 0.05,
     output_tokens: int | None = None,
     run_label_prefix: str = "",
+    lockstep_admissions: Sequence[float] = (),
 ) -> tuple[RunAnalysis, ...]:
+    """One ``RunAnalysis`` per run of one scheduler. ``lockstep_admissions``: admission
+    times of the other DP-attention ranks, which stall this rank too (ranks step together)."""
     runs = split_server_runs(trace)
     bench = trace.bench
-    tokens, tokens_source = output_tokens, "--output-tokens" if output_tokens else ""
+    tokens, source = output_tokens, "--output-tokens" if output_tokens else ""
     if tokens is None and bench is not None and bench.output_tokens is not None:
-        tokens, tokens_source = bench.output_tokens, bench.output_tokens_source
-    retractions = [
-        e.time_s for e in trace.events if e.kind == "retraction" and e.time_s is not None
-    ]
-    results = []
-    for run in runs:
-        results.append(
-            _analyse_server_run(
-                trace,
-                run,
-                decode_log_interval=decode_log_interval,
-                batch_tolerance=batch_tolerance,
-                output_tokens=tokens,
-                output_tokens_source=tokens_source,
-                retraction_times=retractions,
-                run_label_prefix=run_label_prefix,
+        tokens, source = bench.output_tokens, bench.output_tokens_source
+    settings = RunSettings(
+        decode_log_interval=decode_log_interval,
+        batch_tolerance=batch_tolerance,
+        output_tokens=tokens,
+        output_tokens_source=source,
+        retraction_times=tuple(
+            e.time_s for e in trace.events if e.kind == "retraction" and e.time_s is not None
+        ),
+        lockstep_admissions=tuple(lockstep_admissions),
+        stated_concurrency=bench.max_concurrency
+        if bench is not None and trace.rank is None
+        else None,
+        run_label_prefix=run_label_prefix,
+        several_runs=len(runs) > 1,
+    )
+    return tuple(_analyse_server_run(trace, run, settings) for run in runs)
+
+
+def _timeline(samples: Sequence[BatchSample]) -> tuple[TimelinePoint, ...]:
+    return tuple(
+        TimelinePoint(
+            s.time_s,
+            s.kind,
+            s.running + (s.new_seqs or 0) if s.kind == "prefill" else s.running,
+            s.queued,
+            per_token_from_throughput(s) if s.kind != "prefill" else None,
+        )
+        for s in samples
+    )
+
+
+def _peak(samples: Sequence[BatchSample]) -> int:
+    """From Decode lines: a Prefill line's #running-req still counts finished requests."""
+    decoding = [s.running for s in samples if is_decode(s)]
+    if decoding and max(decoding) > 0:
+        return max(decoding)
+    return max([s.running + (s.new_seqs or 0) for s in samples if s.kind == "prefill"] + [0])
+
+
+def _main_segment(segments: Sequence[Segment]) -> Segment | None:
+    if not segments:
+        return None
+    return max(segments, key=lambda s: (s.level, s.plateau.duration_s))
+
+
+def _ramp_admissions(samples: Sequence[BatchSample], segment: Segment) -> tuple[RunAdmission, int]:
+    """Admission span and waits of the segment's ramp; and readmissions on its plateau."""
+    start = segment.ramp.start_s if segment.ramp is not None else segment.plateau.start_s
+    first_on_plateau = next(
+        i for i, s in enumerate(samples) if is_decode(s) and s.time_s >= segment.plateau.start_s
+    )
+    prefills = [s for s in samples[:first_on_plateau] if s.kind == "prefill" and s.time_s >= start]
+    later = sum(
+        s.new_seqs or 0
+        for s in samples[first_on_plateau:]
+        if s.kind == "prefill" and s.time_s <= segment.plateau.end_s
+    )
+    total = sum(s.new_seqs or 0 for s in samples if s.kind == "prefill")
+    if not prefills:
+        return RunAdmission(requests_total=total or None), later
+    last = prefills[-1].time_s
+    admitted = sum(s.new_seqs or 0 for s in prefills)
+    waits = sum((s.new_seqs or 0) * (last - s.time_s) for s in prefills)
+    return (
+        RunAdmission(
+            admission_span_s=last - prefills[0].time_s,
+            mean_admission_wait_s=waits / admitted if admitted else None,
+            requests_admitted=admitted or None,
+            total_admission_wait_s=waits if admitted else None,
+            requests_total=total or None,
+        ),
+        later,
+    )
+
+
+def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSettings) -> RunAnalysis:
+    samples = run.samples
+    engine, resolution = trace.engine, trace.time_resolution_s
+    decodes = tuple(s for s in samples if is_decode(s))
+    prefills = [s for s in samples if s.kind == "prefill"]
+    intervals = decode_intervals(
+        samples,
+        engine=engine,
+        decode_log_interval=settings.decode_log_interval,
+        retraction_times=settings.retraction_times,
+        lockstep_admissions=settings.lockstep_admissions,
+    )
+    plateaus = find_plateaus(
+        decodes,
+        tolerance=settings.batch_tolerance,
+        resolution_s=resolution,
+        aborted=_aborted(run),
+    )
+    segments = build_segments(
+        SegmentInputs(
+            samples,
+            decodes,
+            tuple(intervals),
+            resolution,
+            settings.batch_tolerance,
+            settings.decode_log_interval,
+        ),
+        _concurrency_levels(run, plateaus, decodes, intervals),
+    )
+    main = _main_segment(segments)
+    notes, cannot = _run_findings(trace, run, settings, decodes, prefills, segments)
+    peak = _peak(samples)
+    admission, readmitted = _ramp_admissions(samples, main) if main else (RunAdmission(), 0)
+    closed_loop = readmitted > 0 or len(segments) > 1
+    steady = main.steady if main is not None else None
+    timing = _run_timing(trace, settings, main, intervals, notes, cannot, len(prefills) > 0)
+    if main is not None and steady is None:
+        cannot.append("no steady decode phase: " + no_steady_reason(run.events, engine, main))
+    elif main is None and len(decodes) >= 2:
+        cannot.append(
+            "no steady decode phase: the batch never held a plateau of #running-req"
+            + (
+                " (the run ends in a traceback while still admitting requests)"
+                if _aborted(run)
+                else ""
             )
         )
-    return tuple(results)
+    if main is not None and settings.stated_concurrency is not None and peak > 1:
+        notes.append(concurrency_note(peak, settings.stated_concurrency))
+    if closed_loop and main is not None and readmitted:
+        notes.append(
+            f"{readmitted} request(s) were admitted while the batch stayed near {main.level} (a "
+            "closed loop refilling finished requests): those intervals mix prefill into decode "
+            f"and are counted as 'mixed' ({main.mixed_s:.0f} s), not steady"
+        )
+    tokens = _run_tokens(
+        settings, main, admission, timing, decodes, prefills, closed_loop, notes, cannot
+    )
+    mixed = None
+    if main is not None and main.mixed_s > 0 and readmitted:
+        mixed_start = (
+            steady.end_s
+            if steady is not None and steady.end_s < main.plateau.end_s
+            else main.plateau.start_s
+        )
+        mixed = PhaseSpan("mixed", mixed_start, main.plateau.end_s)
+    label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
+    return assemble_run(
+        RunIdentity(
+            trace.path,
+            f"{engine} server log",
+            run.index,
+            label.strip(),
+            trace.rank,
+            trace.clock_origin,
+        ),
+        RunPhases(
+            start_s=samples[0].time_s,
+            end_s=samples[-1].time_s,
+            peak_batch=peak,
+            steady_batch=_steady_batch(main, intervals)
+            if main is not None and steady is not None
+            else None,
+            ramp=main.ramp if main is not None else None,
+            steady=steady,
+            mixed=mixed,
+            drain=main.drain if main is not None and steady is not None else None,
+            warmup=main.warmup if main is not None else None,
+            warmup_excess_s=main.warmup_excess_s if main is not None else None,
+            segments=segments,
+        ),
+        admission=admission,
+        timing=timing,
+        tokens=tokens,
+        cannot=cannot,
+        notes=notes,
+        plot=RunPlotData(
+            timeline=_timeline(samples),
+            retraction_times_s=tuple(
+                e.time_s for e in run.events if e.kind == "retraction" and e.time_s is not None
+            ),
+            abort_time_s=next(
+                (e.time_s for e in run.events if e.kind == "traceback" and e.time_s is not None),
+                None,
+            ),
+        ),
+        stated_concurrency=settings.stated_concurrency,
+    )
 
 
-def _analyse_server_run(
+def _concurrency_levels(
+    run: ServerRun,
+    plateaus: Sequence[Plateau],
+    decodes: Sequence[BatchSample],
+    intervals: Sequence[DecodeInterval],
+) -> list[Plateau]:
+    """The plateaus that are concurrency levels. Under KV-cache retractions the batch
+    saw-tooths between levels the client never chose: only the highest one counts."""
+    if any(e.kind == "retraction" for e in run.events) and plateaus:
+        return [max(plateaus, key=lambda p: (p.level, p.last - p.first))]
+    return refilled_plateaus(plateaus, decodes, intervals)
+
+
+def _aborted(run: ServerRun) -> bool:
+    return any(e.kind == "traceback" for e in run.events)
+
+
+def _steady_batch(segment: Segment, intervals: Sequence[DecodeInterval]) -> float:
+    steady = segment.steady
+    assert steady is not None
+    values = [i.running for i in intervals if steady.start_s < i.end_s <= steady.end_s]
+    return float(statistics.median(values)) if values else float(segment.level)
+
+
+def _run_findings(
     trace: ServerTrace,
     run: ServerRun,
-    *,
-    decode_log_interval: int,
-    batch_tolerance: float,
-    output_tokens: int | None,
-    output_tokens_source: str,
-    retraction_times: Sequence[float],
-    run_label_prefix: str,
-) -> RunAnalysis:
-    samples = run.samples
-    engine = trace.engine
+    settings: RunSettings,
+    decodes: Sequence[BatchSample],
+    prefills: Sequence[BatchSample],
+    segments: Sequence[Segment],
+) -> tuple[list[str], list[str]]:
     notes: list[str] = []
     cannot: list[str] = []
-    prefills = [s for s in samples if s.kind == "prefill"]
-    decodes = [s for s in samples if s.kind in ("decode", "stats")]
-    start_s, end_s = samples[0].time_s, samples[-1].time_s
-    peak = max(
-        [s.running for s in decodes] + [s.running + (s.new_seqs or 0) for s in prefills] + [0]
-    )
-    resolution = trace.time_resolution_s
-
-    # timeline for the plot
-    timeline: list[TimelinePoint] = []
-    for sample in samples:
-        per_token = _per_token_from_throughput(sample) if sample.kind != "prefill" else None
-        batch = (
-            sample.running + (sample.new_seqs or 0) if sample.kind == "prefill" else sample.running
-        )
-        timeline.append(TimelinePoint(sample.time_s, sample.kind, batch, sample.queued, per_token))
-
-    if engine == "sglang" and not prefills:
+    if trace.engine == "sglang" and not prefills:
         cannot.append(
             "no Prefill lines in this run (e.g. a PD decode node): admissions are seen only as "
             "increases of #running-req between Decode lines, so TTFT and the admission span "
             "cannot be measured"
         )
-    if len(decodes) < 2:
+    if len([s for s in decodes if s.running > 0]) < 2:
         cannot.append(
             f"only {len(decodes)} Decode line(s): the run is shorter than two decode-log "
-            f"intervals ({decode_log_interval} steps each), so no step time can be derived"
-            if engine == "sglang"
+            f"intervals ({settings.decode_log_interval} steps each), so no step time can be derived"
+            if trace.engine == "sglang"
             else f"only {len(decodes)} stats line(s) with running requests: too short for the "
             "10-s statistics window"
         )
     if (
         run.index == 1
-        and peak <= 1
+        and _peak(run.samples) <= 1
         and trace.bench is not None
-        and len(split_server_runs(trace)) > 1
+        and settings.several_runs
     ):
         notes.append(
             "a single request before the benchmark: probably bench_serving's warm-up request"
@@ -197,307 +322,148 @@ def _analyse_server_run(
     for event in run.events:
         if event.kind in ("traceback", "shutdown"):
             notes.append(f"line {event.line}: {event.text}")
-    n_retractions = sum(1 for e in run.events if e.kind == "retraction")
-    if n_retractions:
+    retractions = sum(1 for e in run.events if e.kind == "retraction")
+    if retractions:
         notes.append(
-            f"{n_retractions} retraction(s) (KV cache full, requests pushed back to the queue): "
+            f"{retractions} retraction(s) (KV cache full, requests pushed back to the queue): "
             "the batch size is not stable around them"
         )
-
-    # steady stretch: longest (in time) stable stretch at ≥ 90 % of the peak batch
-    stretches = _stable_stretches(samples, batch_tolerance, retraction_times)
-    candidates = [
-        (i, j)
-        for i, j in stretches
-        if peak > 0
-        and samples[i].running >= (1 - batch_tolerance) * peak - 1e-9
-        and (samples[j].time_s - samples[i].time_s >= resolution or j - i >= 2)
-    ]
-    steady: PhaseSpan | None = None
-    ramp: PhaseSpan | None = None
-    drain: PhaseSpan | None = None
-    steady_tokens: Distribution | None = None
-    steady_step: float | None = None
-    steady_batch: float | None = None
-    step_method = ""
-    admission_span: float | None = None
-    mean_wait: float | None = None
-    admitted: int | None = None
-    mixed: PhaseSpan | None = None
-    closed_loop = False
-    if not candidates and len(decodes) >= 2:
-        best_any = max((samples[j].time_s - samples[i].time_s for i, j in stretches), default=None)
-        reason = (
-            "the batch never held its peak size between two consecutive statistics lines with "
-            "no admission in between (Prefill lines, vLLM prompt throughput, or PD "
-            "#transfer-req/#prealloc-req)"
+    if len(segments) > 1:
+        notes.append(
+            f"{len(segments)} segments (plateaus of #running-req: "
+            + ", ".join(str(s.level) for s in segments)
+            + "): each concurrency level has its own ramp, per-token time and drain"
         )
-        if n_retractions:
-            reason += (
-                f" (the KV cache filled up: {n_retractions} retraction(s) make the batch size "
-                "saw-tooth)"
-            )
-        elif any(e.kind == "traceback" for e in run.events):
-            reason += " (the run ends in a traceback while still admitting requests)"
-        elif engine == "vllm":
-            reason += (
-                " (vLLM prints one line per 10 s; every busy window here also processed prompts)"
-            )
-        if best_any:
-            reason += f"; the longest stable stretch below the peak lasts {best_any:.1f} s"
-        cannot.append("no steady decode phase: " + reason)
-    if candidates:
-        i, j = max(
-            candidates,
-            key=lambda ij: (samples[ij[1]].time_s - samples[ij[0]].time_s, ij[1] - ij[0]),
+    if settings.lockstep_admissions:
+        notes.append(
+            "DP attention: ranks step in lockstep, so an admission on any rank counts as an "
+            "admission (a mixed interval) for this rank too"
         )
-        stretch = samples[i : j + 1]
-        steady = PhaseSpan("steady", stretch[0].time_s, stretch[-1].time_s)
-        steady_batch = statistics.median(s.running for s in stretch)
-        ramp = PhaseSpan("ramp", start_s, stretch[0].time_s)
-        drain = PhaseSpan("drain", stretch[-1].time_s, end_s)
-        token_times = [_per_token_from_throughput(s) for s in stretch[1:]]
-        accept = [s.accept_len for s in stretch[1:] if s.accept_len is not None]
-        mean_accept = statistics.fmean(accept) if accept else None
-        span = stretch[-1].time_s - stretch[0].time_s
-        intervals = len(stretch) - 1
-        if all(v is not None for v in token_times) and token_times:
-            values = [v for v in token_times if v is not None]
-            steady_tokens = distribution(values)
-            assert steady_tokens is not None
-            steady_step = steady_tokens.median * (mean_accept or 1.0)
-            if engine == "sglang":
-                step_method = (
-                    "per-token time = #running-req / gen throughput on each Decode line of the "
-                    "steady stretch"
-                )
-                if mean_accept:
-                    step_method += (
-                        f"; speculative decoding: step = per-token × accept len ({mean_accept:.2f})"
-                    )
-                if span > 0 and steady_step > 0:
-                    implied = span / (intervals * steady_step)
-                    step_method += (
-                        f"; cross-check: the timestamps imply {implied:.0f} steps between Decode "
-                        f"lines (assumed --decode-log-interval {decode_log_interval}"
-                        + (
-                            f"; ±{resolution / span * implied:.0f} from the "
-                            f"{resolution:g}-s timestamps"
-                            if resolution >= 0.5
-                            else ""
-                        )
-                        + ")"
-                    )
-                    if abs(implied - decode_log_interval) > max(
-                        0.15 * decode_log_interval, 2 * resolution / span * implied
-                    ):
-                        notes.append(
-                            f"timestamps imply ≈{implied:.0f} decode steps between Decode lines, "
-                            f"not {decode_log_interval}: check --decode-log-interval"
-                        )
-            else:
-                step_method = (
-                    "per-token time = Running / Avg generation throughput of each 10-s vLLM "
-                    "stats window (a window average, not a step time)"
-                )
-        elif engine == "sglang" and span > 0:
-            step = span / (intervals * decode_log_interval)
-            steady_step = step
-            values = [
-                (b.time_s - a.time_s) / decode_log_interval / (mean_accept or 1.0)
-                for a, b in pairwise(stretch)
-            ]
-            steady_tokens = distribution(values)
-            step_method = (
-                f"step = Δt between Decode lines / {decode_log_interval} steps (assumed "
-                "--decode-log-interval; no gen throughput on these lines)"
-            )
-            if resolution >= 0.5:
-                step_method += f"; timestamps to {resolution:g} s limit each interval's resolution"
-        else:
-            cannot.append("no step time: the steady stretch has no throughput and no time span")
-        if len(stretch) - 1 < 3:
-            notes.append(
-                f"the steady stretch covers only {len(stretch) - 1} statistics interval(s): "
-                "treat its step time as a rough estimate"
-            )
-        if resolution >= 0.5:
-            notes.append(
-                f"timestamps have {resolution:g}-s resolution: phase boundaries are uncertain "
-                f"by ±{resolution:g} s"
-            )
-        if engine == "sglang":
-            ramp_prefills = [s for s in prefills if s.time_s <= stretch[0].time_s]
-            if ramp_prefills:
-                last_admission = ramp_prefills[-1].time_s
-                admission_span = last_admission - ramp_prefills[0].time_s
-                admitted = sum(s.new_seqs or 0 for s in ramp_prefills)
-                if admitted:
-                    mean_wait = (
-                        sum((s.new_seqs or 0) * (last_admission - s.time_s) for s in ramp_prefills)
-                        / admitted
-                    )
-            last = stretch[-1]
-            later = samples[j + 1 :]
-            full = [
-                s for s in later if s.running >= (1 - 2 * batch_tolerance) * (steady_batch or 0)
-            ]
-            readmitted = sum(s.new_seqs or 0 for s in later if s.kind == "prefill")
-            if readmitted:
-                closed_loop = True
-                mixed_end = full[-1].time_s if full else last.time_s
-                mixed = PhaseSpan("mixed", last.time_s, mixed_end)
-                drain = PhaseSpan("drain", mixed_end, end_s)
-                notes.append(
-                    f"{readmitted} request(s) were admitted after the steady stretch while the batch "
-                    f"stayed near {steady_batch:g} (a closed loop refilling finished requests): "
-                    f"that stretch ({mixed.duration_s:.0f} s) mixes prefill into decode and is shown "
-                    "as 'mixed', not steady"
-                )
-                mixed_tokens = [
-                    v
-                    for v in (
-                        _per_token_from_throughput(s)
-                        for s in later
-                        if s.kind == "decode" and s.time_s <= mixed_end
-                    )
-                    if v is not None
-                ]
-                if mixed_tokens and steady_tokens is not None:
-                    notes.append(
-                        "per-token time in the mixed stretch: median "
-                        f"{statistics.median(mixed_tokens) * 1000:.1f} ms, mean "
-                        f"{statistics.fmean(mixed_tokens) * 1000:.1f} ms (steady "
-                        f"{steady_tokens.median * 1000:.1f} ms): each replacement admission "
-                        "stalls the running batch, a per-token cost the ramp term does not cover"
-                    )
-            if last is samples[-1] and last.running > 0:
-                drain = None
-                cannot.append(
-                    f"drain not visible: the run's last Decode line still shows {last.running} "
-                    f"running requests, so they all finished within one decode-log interval "
-                    f"({decode_log_interval} steps"
-                    + (f" ≈ {decode_log_interval * steady_step:.1f} s" if steady_step else "")
-                    + ") after it"
-                )
-        elif engine == "vllm":
-            cannot.append(
-                "vLLM stats lines carry no per-request times: admission span and TTFT are "
-                "not measurable"
-            )
+    if trace.engine == "sglang" and not prefills and segments:
+        notes.append(
+            "PD decode node: the ramp ends when #running-req reaches its plateau; requests still "
+            "arriving by KV transfer (#transfer-req/#prealloc-req) at the plateau were prefilled "
+            "on another node, so they do not make a plateau interval 'mixed'"
+        )
+    return notes, cannot
 
-    if engine == "sglang" and prefills:
+
+def _run_timing(
+    trace: ServerTrace,
+    settings: RunSettings,
+    main: Segment | None,
+    intervals: Sequence[DecodeInterval],
+    notes: list[str],
+    cannot: list[str],
+    has_prefills: bool,
+) -> RunTiming:
+    if main is None or main.steady is None or main.steady_token_s is None:
+        return RunTiming(
+            mixed_token_s=main.mixed_token_s if main else None,
+            drain_token_s=main.drain_token_s if main else None,
+            accept_len=main.accept_len if main else None,
+        )
+    on_plateau = [i for i in intervals if main.plateau.start_s < i.end_s <= main.plateau.end_s]
+    with_throughput = any(i.from_throughput for i in on_plateau)
+    method, step, method_notes = step_method(
+        trace.engine,
+        main,
+        on_plateau,
+        decode_log_interval=settings.decode_log_interval,
+        resolution_s=trace.time_resolution_s,
+        with_throughput=with_throughput,
+    )
+    notes.extend(method_notes)
+    notes.extend(spec_decoding_note(on_plateau))
+    if main.steady_token_s.count < 3:
+        notes.append(
+            f"the steady stretch covers only {main.steady_token_s.count} statistics interval(s): "
+            "treat its step time as a rough estimate"
+        )
+    if trace.time_resolution_s >= 0.5:
+        notes.append(
+            f"timestamps have {trace.time_resolution_s:g}-s resolution: phase boundaries are "
+            f"uncertain by ±{trace.time_resolution_s:g} s"
+        )
+    interval_s = settings.decode_log_interval * step if step else None
+    if (
+        main.warmup is not None
+        and interval_s
+        and main.warmup.duration_s > interval_s
+        and trace.engine == "sglang"
+    ):
+        notes.append(
+            f"warm-up: {main.warmup.duration_s:.1f} s from the last admission of the ramp to the "
+            f"first Decode line, longer than one decode-log interval ({settings.decode_log_interval} "
+            f"steps ≈ {interval_s:.1f} s): first-step warm-up or graph capture; counted as its own "
+            "term of the reconciliation"
+        )
+    if trace.engine == "sglang" and main.drain is None and main.end_s <= main.plateau.end_s:
+        cannot.append(
+            f"drain not visible: the run's last Decode line still shows {main.level} "
+            f"running requests, so they all finished within one decode-log interval "
+            f"({settings.decode_log_interval} steps"
+            + (f" ≈ {interval_s:.1f} s" if interval_s else "")
+            + ") after it"
+        )
+    if trace.engine == "vllm":
+        cannot.append(
+            "vLLM stats lines carry no per-request times: admission span and TTFT are not measurable"
+        )
+    if trace.engine == "sglang" and has_prefills:
         cannot.append("TTFT distribution: a server log has no per-request submit times")
+    return RunTiming(
+        step_method=method,
+        steady_token_s=main.steady_token_s,
+        steady_step_s=step,
+        mixed_token_s=main.mixed_token_s,
+        drain_token_s=main.drain_token_s,
+        accept_len=main.accept_len,
+    )
 
-    harness: float | None = None
-    reconciliation: Reconciliation | None = None
-    if closed_loop and output_tokens is not None:
+
+def _run_tokens(
+    settings: RunSettings,
+    main: Segment | None,
+    admission: RunAdmission,
+    timing: RunTiming,
+    decodes: Sequence[BatchSample],
+    prefills: Sequence[BatchSample],
+    closed_loop: bool,
+    notes: list[str],
+    cannot: list[str],
+) -> RunTokens:
+    tokens, source = settings.output_tokens, settings.output_tokens_source
+    steady = main.steady if main is not None else None
+    if closed_loop and tokens is not None and steady is not None:
         cannot.append(
             "harness-style batch TPOT: requests kept being admitted after the batch filled, so "
             "(batch end − first token)/(N − 1) would span several generations of requests"
         )
-    elif output_tokens is not None and output_tokens > 1 and prefills and steady is not None:
-        last_decode = decodes[-1].time_s
-        harness = (last_decode - prefills[0].time_s) / (output_tokens - 1)
-        notes.append(
-            "harness-style TPOT estimated from the log as (last Decode line − first Prefill "
-            f"line) / (N − 1) with N = {output_tokens} ({output_tokens_source}); the true batch "
-            "end can be up to one decode-log interval later"
-        )
-        if steady_tokens is not None and admission_span is not None and harness > 0:
-            reconciliation = Reconciliation(
-                reported_label="harness TPOT (from log)",
-                reported_tpot_s=harness,
-                steady_term_s=steady_tokens.median,
-                ramp_term_s=admission_span / (output_tokens - 1),
-                ramp_s=admission_span,
-                output_tokens=output_tokens,
+        return RunTokens(tokens, source)
+    if tokens is None:
+        if steady is not None and prefills:
+            cannot.append(
+                "harness TPOT and reconciliation: the output length per request is unknown "
+                "(give --output-tokens, or keep the bench_serving command line in the log)"
             )
-    elif output_tokens is None and steady is not None and prefills:
-        cannot.append(
-            "harness TPOT and reconciliation: the output length per request is unknown "
-            "(give --output-tokens, or keep the bench_serving command line in the log)"
+        return RunTokens(None, source)
+    if tokens <= 1 or not prefills or steady is None or main is None:
+        return RunTokens(tokens, source)
+    harness = (decodes[-1].time_s - prefills[0].time_s) / (tokens - 1)
+    notes.append(
+        "harness-style TPOT estimated from the log as (last Decode line − first Prefill "
+        f"line) / (N − 1) with N = {tokens} ({source}); the true batch "
+        "end can be up to one decode-log interval later"
+    )
+    reconciliation: Reconciliation | None = None
+    if timing.steady_token_s is not None and admission.admission_span_s is not None and harness > 0:
+        reconciliation = harness_reconciliation(
+            label="harness TPOT (from log)",
+            reported_tpot_s=harness,
+            steady_token_s=timing.steady_token_s.median,
+            admission_span_s=admission.admission_span_s,
+            warmup_s=main.warmup_excess_s,
+            output_tokens=tokens,
         )
-
-    label = f"{run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
-    return RunAnalysis(
-        path=trace.path,
-        source_format=f"{engine} server log",
-        run_index=run.index,
-        run_label=label.strip(),
-        rank=trace.rank,
-        clock_origin=trace.clock_origin,
-        start_s=start_s,
-        end_s=end_s,
-        peak_batch=peak,
-        steady_batch=steady_batch,
-        ramp=ramp,
-        steady=steady,
-        drain=drain,
-        admission_span_s=admission_span,
-        mean_admission_wait_s=mean_wait,
-        requests_admitted=admitted,
-        ttft_s=None,
-        steady_token_s=steady_tokens,
-        steady_step_s=steady_step,
-        step_method=step_method,
-        output_tokens=output_tokens,
-        output_tokens_source=output_tokens_source,
-        harness_tpot_s=harness,
-        mean_request_tpot_s=None,
-        reconciliation=reconciliation,
-        cannot=tuple(dict.fromkeys(cannot)),
-        notes=tuple(dict.fromkeys(notes)),
-        timeline=tuple(timeline),
-        mixed=mixed,
-        retraction_times_s=tuple(
-            e.time_s for e in run.events if e.kind == "retraction" and e.time_s is not None
-        ),
-        abort_time_s=next(
-            (e.time_s for e in run.events if e.kind == "traceback" and e.time_s is not None), None
-        ),
-    )
-
-
-def bench_reconciliation(runs: Sequence[RunAnalysis], bench: BenchSummary) -> Reconciliation | None:
-    """bench_serving's mean TPOT (per request) against steady decode plus admission stalls.
-
-    A request admitted at ``a_i`` into a ramp that ends at ``a_last`` waits through the
-    prefills of everyone admitted after it, so its share of the ramp is ``a_last − a_i``;
-    the mean over requests of that, divided by N − 1, is the ramp term. The per-run values
-    are combined weighting each run by the requests it admitted.
-    """
-    if bench.mean_tpot_ms is None or bench.output_tokens is None or bench.output_tokens < 2:
-        return None
-    usable = [
-        r
-        for r in runs
-        if r.steady_token_s is not None and r.requests_admitted and r.ramp is not None
-    ]
-    if not usable:
-        return None
-    usable = [r for r in usable if r.mean_admission_wait_s is not None]
-    if not usable:
-        return None
-    weights = [float(r.requests_admitted or 0) for r in usable]
-    total = sum(weights)
-    steady = (
-        sum(
-            w * r.steady_token_s.median
-            for w, r in zip(weights, usable, strict=True)
-            if r.steady_token_s
-        )
-        / total
-    )
-    mean_stall = (
-        sum(w * (r.mean_admission_wait_s or 0.0) for w, r in zip(weights, usable, strict=True))
-        / total
-    )
-    return Reconciliation(
-        reported_label="bench_serving mean TPOT",
-        reported_tpot_s=bench.mean_tpot_ms / 1000.0,
-        steady_term_s=steady,
-        ramp_term_s=mean_stall / (bench.output_tokens - 1),
-        ramp_s=mean_stall,
-        output_tokens=bench.output_tokens,
-    )
+    return RunTokens(tokens, source, harness, reconciliation)

@@ -54,6 +54,7 @@ class BenchSummary:
     median_ttft_ms: float | None = None
     median_itl_ms: float | None = None
     max_concurrency: int | None = None
+    completed_requests: int | None = None  # 'Successful requests' of the result block
 
 
 @dataclass(frozen=True)

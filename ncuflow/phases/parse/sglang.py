@@ -258,6 +258,9 @@ def _bench_summary(
         tokens = round(result["Total generated tokens"] / result["Successful requests"])
         source = f"mean generated tokens per request in the bench result block (line {result_line})"
     concurrency = result.get("Max request concurrency")
+    if concurrency is None and args.get("max-concurrency", "").isdigit():
+        concurrency = float(args["max-concurrency"])
+    completed = result.get("Successful requests")
     return BenchSummary(
         line=result_line or command_line,
         output_tokens=tokens,
@@ -268,4 +271,5 @@ def _bench_summary(
         median_ttft_ms=result.get("Median TTFT (ms)"),
         median_itl_ms=result.get("Median ITL (ms)"),
         max_concurrency=int(concurrency) if concurrency is not None else None,
+        completed_requests=int(completed) if completed is not None else None,
     )
