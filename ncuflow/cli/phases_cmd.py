@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from ncuflow.phases.pipeline import build_report
-from ncuflow.phases.report import render_text, report_to_dict
+from ncuflow.phases.report import report_to_dict
+from ncuflow.phases.text import render_text
 
 EPILOG = """\b
 Inputs (format detected per file):

@@ -49,8 +49,7 @@ def harness_reconciliation(
             Term(
                 "warm-up",
                 warmup_s / steps,
-                f"last admission → first Decode line, less half a decode-log interval of "
-                f"ordinary steps: {warmup_s:.2f} s / {steps}",
+                f"{warmup_s:.2f} s/{steps}",
             )
         )
     return Reconciliation(
@@ -114,7 +113,7 @@ def closed_loop_reconciliation(
         Term(
             "ramp",
             total_wait / requests / steps,
-            f"Σ ramp waits {total_wait:.0f} request-s / {requests} requests / {steps}",
+            f"{total_wait:.0f} request-s/{requests}/{steps}",
         )
     )
     warmup_wait = sum((r.warmup_excess_s or 0.0) * (r.requests_admitted or 0) for r in usable)
@@ -123,7 +122,7 @@ def closed_loop_reconciliation(
             Term(
                 "warm-up",
                 warmup_wait / requests / steps,
-                f"Σ warm-up × ramp requests {warmup_wait:.0f} request-s / {requests} / {steps}",
+                f"{warmup_wait:.0f} request-s/{requests}/{steps}",
             )
         )
     steady = next((t.value_s for t in terms if t.name == "steady"), 0.0)

@@ -393,10 +393,10 @@ def _run_timing(
         and trace.engine == "sglang"
     ):
         notes.append(
-            f"warm-up: {main.warmup.duration_s:.1f} s from the last admission of the ramp to the "
-            f"first Decode line, longer than one decode-log interval ({settings.decode_log_interval} "
-            f"steps ≈ {interval_s:.1f} s): first-step warm-up or graph capture; counted as its own "
-            "term of the reconciliation"
+            "warm-up (last admission → first Decode line, its own column) longer than one "
+            f"decode-log interval ({settings.decode_log_interval} steps): first-step warm-up or "
+            "graph capture; counted as its own reconciliation term, less half a decode-log "
+            "interval of ordinary steps"
         )
     if trace.engine == "sglang" and main.drain is None and main.end_s <= main.plateau.end_s:
         cannot.append(

@@ -122,12 +122,16 @@ def parse_sglang_log(
             traceback_line, traceback_time = number, last_any_time
             continue
         if traceback_line is not None and re.match(r"^[A-Za-z_.]+(Error|Exception)\b", line):
+            after_shutdown = any(e.kind == "shutdown" for e in events)
             events.append(
                 LogEvent(
                     traceback_time,
                     traceback_line,
-                    "traceback",
-                    f"the server hit an exception and the run was aborted ({line.strip()[:120]})",
+                    "shutdown" if after_shutdown else "traceback",
+                    f"an exception after the shutdown began ({line.strip()[:120]}): a shutdown, "
+                    "not an aborted run"
+                    if after_shutdown
+                    else f"the server hit an exception and the run was aborted ({line.strip()[:120]})",
                 )
             )
             traceback_line = -1  # reported once
