@@ -14,12 +14,19 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import RunAnalysis
+from ncuflow.phases.model import PhaseSpan, RunAnalysis
 from ncuflow.phases.report import FileReport, PhasesReport
 
-PHASE_COLOURS = {"ramp": "#f4a259", "steady": "#5b9e6b", "mixed": "#c9d98f", "drain": "#b0b0b0"}
+PHASE_COLOURS = {
+    "ramp": "#f4a259",
+    "warm-up": "#d1495b",
+    "steady": "#5b9e6b",
+    "mixed": "#c9d98f",
+    "drain": "#b0b0b0",
+}
 PHASE_NAMES = {
     "ramp": "admission ramp",
+    "warm-up": "warm-up (last admission → first Decode line)",
     "steady": "steady decode",
     "mixed": "full batch + admissions",
     "drain": "drain",
@@ -51,16 +58,39 @@ def plot_report(report: PhasesReport, base: Path) -> list[Path]:
     return paths
 
 
-def _shade(axes: Sequence[Axes], runs: Sequence[RunAnalysis]) -> set[str]:
+def _spans(run: RunAnalysis) -> list[PhaseSpan]:
+    """Every segment's phases (a plateau's time with admissions as 'mixed' under its steady
+    stretch); runs without segments (request traces) shade their run-level phases."""
+    if not run.segments:
+        return [s for s in (run.ramp, run.steady, run.mixed, run.drain) if s is not None]
+    spans: list[PhaseSpan] = []
+    for segment in run.segments:
+        if segment.ramp is not None:
+            spans.append(segment.ramp)
+        if segment.warmup is not None:
+            spans.append(segment.warmup)
+        if segment.mixed_s > 0:
+            spans.append(PhaseSpan("mixed", segment.plateau.start_s, segment.plateau.end_s))
+        if segment.steady is not None:
+            spans.append(segment.steady)
+        if segment.drain is not None:
+            spans.append(segment.drain)
+    return spans
+
+
+def _shade(axes: Sequence[Axes], runs: Sequence[RunAnalysis], ranks: int) -> set[str]:
+    """Shade every rank's phases; with several DP ranks each gets a fainter layer, so
+    where they agree the shade is full and where they differ it shows."""
     used: set[str] = set()
+    alpha = 0.35 / min(max(ranks, 1), 4)
     for run in runs:
-        for span in (run.ramp, run.steady, run.mixed, run.drain):
-            if span is None or span.duration_s <= 0:
+        for span in _spans(run):
+            if span.duration_s <= 0 or span.name not in PHASE_COLOURS:
                 continue
             used.add(span.name)
             for ax in axes:
                 ax.axvspan(
-                    span.start_s, span.end_s, color=PHASE_COLOURS[span.name], alpha=0.35, lw=0
+                    span.start_s, span.end_s, color=PHASE_COLOURS[span.name], alpha=alpha, lw=0
                 )
     return used
 
@@ -74,10 +104,9 @@ def plot_file(file: FileReport) -> plt.Figure:
     )
     name = Path(file.path).name
 
-    # shade the phases of the first scheduler only when ranks are aligned copies; else all
     ranks = sorted({r.rank or "" for r in with_timeline}, key=_rank_key)
     shade_runs = [r for r in with_timeline if (r.rank or "") == ranks[0]]
-    used = _shade((top, bottom), shade_runs)
+    used = _shade((top, bottom), with_timeline, len(ranks))
 
     colours = plt.get_cmap("tab10")
     thin = len(ranks) >= 4

@@ -28,7 +28,7 @@ from ncuflow.phases.model.traces import BatchSample
 # A vLLM window whose prompt throughput is at most this fraction of its generation
 # throughput (typically a cached prompt: only a few uncached tokens are computed) is not
 # counted as an admission that disqualifies a steady window.
-CACHED_PROMPT_FRACTION = 0.05
+CACHED_PROMPT_FRACTION = 0.10
 
 
 @dataclass(frozen=True)

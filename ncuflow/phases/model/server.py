@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from ncuflow.phases.model.reconcile import harness_reconciliation
 from ncuflow.phases.model.results import (
@@ -187,7 +188,9 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
     admission, readmitted = _ramp_admissions(samples, main) if main else (RunAdmission(), 0)
     closed_loop = readmitted > 0 or len(segments) > 1
     steady = main.steady if main is not None else None
-    timing = _run_timing(trace, settings, main, intervals, notes, cannot, len(prefills) > 0)
+    timing = _run_timing(
+        trace, samples, settings, main, intervals, notes, cannot, len(prefills) > 0
+    )
     if main is not None and steady is None:
         cannot.append("no steady decode phase: " + no_steady_reason(run.events, engine, main))
     elif main is None and len(decodes) >= 2:
@@ -200,7 +203,9 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
             )
         )
     if main is not None and settings.stated_concurrency is not None and peak > 1:
-        notes.append(concurrency_note(peak, settings.stated_concurrency))
+        incoming = [s.running + s.incoming for s in decodes if s.incoming is not None]
+        in_flight = max(incoming) if incoming else None
+        notes.append(concurrency_note(peak, settings.stated_concurrency, in_flight))
     if closed_loop and main is not None and readmitted:
         notes.append(
             f"{readmitted} request(s) were admitted while the batch stayed near {main.level} (a "
@@ -348,8 +353,22 @@ def _run_findings(
     return notes, cannot
 
 
+def _prefill_duration(samples: Sequence[BatchSample], segment: Segment) -> float:
+    """Typical time between consecutive Prefill lines of the ramp: the last admission's own
+    prefill runs after its line, inside the warm-up interval."""
+    start = segment.ramp.start_s if segment.ramp is not None else segment.plateau.start_s
+    times = [
+        s.time_s
+        for s in samples
+        if s.kind == "prefill" and start <= s.time_s <= segment.plateau.start_s
+    ]
+    gaps = [b - a for a, b in pairwise(times)]
+    return statistics.median(gaps) if gaps else 0.0
+
+
 def _run_timing(
     trace: ServerTrace,
+    run_samples: Sequence[BatchSample],
     settings: RunSettings,
     main: Segment | None,
     intervals: Sequence[DecodeInterval],
@@ -389,7 +408,8 @@ def _run_timing(
     if (
         main.warmup is not None
         and interval_s
-        and main.warmup.duration_s > interval_s
+        and main.warmup.duration_s
+        > interval_s * 1.05 + _prefill_duration(run_samples, main) + trace.time_resolution_s
         and trace.engine == "sglang"
     ):
         notes.append(

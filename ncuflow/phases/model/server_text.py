@@ -34,7 +34,7 @@ def step_method(
         )
         if any(i.cached_prompt for i in on_plateau):
             method += (
-                "; windows whose prompt throughput is ≤ 5 % of the generation throughput (a "
+                "; windows whose prompt throughput is ≤ 10 % of the generation throughput (a "
                 "cached prompt) count as steady"
             )
         return method, step, notes
@@ -99,7 +99,16 @@ def no_steady_reason(events: Sequence[LogEvent], engine: str, segment: Segment) 
     return reason
 
 
-def concurrency_note(peak: int, stated: int) -> str:
+def concurrency_note(peak: int, stated: int, in_flight: int | None = None) -> str:
+    """The peak (from Decode lines) against the benchmark's stated max concurrency; on a PD
+    decode node, requests in flight = #running-req + those still arriving by KV transfer."""
+    if in_flight is not None and in_flight != peak:
+        relation = "=" if in_flight == stated else "≠"
+        return (
+            f"PD decode node: up to {in_flight} requests in flight (#running-req + "
+            f"#transfer-req/#prealloc-req) {relation} the benchmark's stated max concurrency "
+            f"{stated}; #running-req peaks at {peak} while replacements are in transfer"
+        )
     if peak == stated:
         return f"peak batch {peak} (from Decode lines) = the benchmark's stated max concurrency {stated}"
     if peak > stated:
