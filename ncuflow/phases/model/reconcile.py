@@ -40,9 +40,7 @@ def harness_reconciliation(
     steps = output_tokens - 1
     terms = [
         Term("steady", steady_token_s, "steady per-token time (median)", 1.0, steady_token_s),
-        Term(
-            "ramp", admission_span_s / steps, f"admission span {admission_span_s:.2f} s / {steps}"
-        ),
+        Term("ramp", admission_span_s / steps, f"{admission_span_s:.2f} s/{steps}"),
     ]
     if warmup_s is not None and warmup_s > 0:
         terms.append(

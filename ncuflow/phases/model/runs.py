@@ -1,10 +1,13 @@
-"""Cut one scheduler's statistics lines into runs at the points where the server was idle."""
+"""Cut one scheduler's statistics lines into runs at the points where the server was idle;
+the settings every run is analysed with."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ncuflow.phases.model.segments import is_decode
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 
 
@@ -59,3 +62,28 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
         events = tuple(e for e in trace.events if e.time_s is not None and first <= e.time_s < last)
         result.append(ServerRun(index=index, samples=tuple(samples), events=events))
     return tuple(result)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    decode_log_interval: int
+    batch_tolerance: float
+    output_tokens: int | None
+    output_tokens_source: str
+    retraction_times: tuple[float, ...]
+    lockstep_admissions: tuple[float, ...]
+    stated_concurrency: int | None
+    run_label_prefix: str
+    several_runs: bool
+
+
+def aborted(run: ServerRun) -> bool:
+    return any(e.kind == "traceback" for e in run.events)
+
+
+def peak_batch(samples: Sequence[BatchSample]) -> int:
+    """From Decode lines: a Prefill line's #running-req still counts finished requests."""
+    decoding = [s.running for s in samples if is_decode(s)]
+    if decoding and max(decoding) > 0:
+        return max(decoding)
+    return max([s.running + (s.new_seqs or 0) for s in samples if s.kind == "prefill"] + [0])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
 from itertools import pairwise
 
 from ncuflow.phases.model.reconcile import harness_reconciliation
@@ -28,7 +27,7 @@ from ncuflow.phases.model.results import (
     TimelinePoint,
     assemble_run,
 )
-from ncuflow.phases.model.runs import ServerRun, split_server_runs
+from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch, split_server_runs
 from ncuflow.phases.model.segments import (
     DecodeInterval,
     Plateau,
@@ -42,24 +41,12 @@ from ncuflow.phases.model.segments import (
 )
 from ncuflow.phases.model.server_text import (
     concurrency_note,
-    no_steady_reason,
+    no_steady,
+    run_findings,
     spec_decoding_note,
     step_method,
 )
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    decode_log_interval: int
-    batch_tolerance: float
-    output_tokens: int | None
-    output_tokens_source: str
-    retraction_times: tuple[float, ...]
-    lockstep_admissions: tuple[float, ...]
-    stated_concurrency: int | None
-    run_label_prefix: str
-    several_runs: bool
 
 
 def analyse_server_trace(
@@ -109,14 +96,6 @@ def _timeline(samples: Sequence[BatchSample]) -> tuple[TimelinePoint, ...]:
     )
 
 
-def _peak(samples: Sequence[BatchSample]) -> int:
-    """From Decode lines: a Prefill line's #running-req still counts finished requests."""
-    decoding = [s.running for s in samples if is_decode(s)]
-    if decoding and max(decoding) > 0:
-        return max(decoding)
-    return max([s.running + (s.new_seqs or 0) for s in samples if s.kind == "prefill"] + [0])
-
-
 def _main_segment(segments: Sequence[Segment]) -> Segment | None:
     if not segments:
         return None
@@ -153,14 +132,15 @@ def _ramp_admissions(samples: Sequence[BatchSample], segment: Segment) -> tuple[
     )
 
 
-def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSettings) -> RunAnalysis:
+def _run_segments(
+    trace: ServerTrace, run: ServerRun, settings: RunSettings
+) -> tuple[tuple[BatchSample, ...], list[DecodeInterval], tuple[Segment, ...]]:
+    """(the run's Decode/stats lines, its decode intervals, its segments)."""
     samples = run.samples
-    engine, resolution = trace.engine, trace.time_resolution_s
     decodes = tuple(s for s in samples if is_decode(s))
-    prefills = [s for s in samples if s.kind == "prefill"]
     intervals = decode_intervals(
         samples,
-        engine=engine,
+        engine=trace.engine,
         decode_log_interval=settings.decode_log_interval,
         retraction_times=settings.retraction_times,
         lockstep_admissions=settings.lockstep_admissions,
@@ -168,102 +148,108 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
     plateaus = find_plateaus(
         decodes,
         tolerance=settings.batch_tolerance,
-        resolution_s=resolution,
-        aborted=_aborted(run),
+        resolution_s=trace.time_resolution_s,
+        aborted=aborted(run),
     )
-    segments = build_segments(
-        SegmentInputs(
-            samples,
-            decodes,
-            tuple(intervals),
-            resolution,
-            settings.batch_tolerance,
-            settings.decode_log_interval,
-        ),
-        _concurrency_levels(run, plateaus, decodes, intervals),
+    inputs = SegmentInputs(
+        samples,
+        decodes,
+        tuple(intervals),
+        trace.time_resolution_s,
+        settings.batch_tolerance,
+        settings.decode_log_interval,
     )
+    levels = _concurrency_levels(run, plateaus, decodes, intervals)
+    return decodes, intervals, build_segments(inputs, levels)
+
+
+def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSettings) -> RunAnalysis:
+    samples = run.samples
+    prefills = [s for s in samples if s.kind == "prefill"]
+    decodes, intervals, segments = _run_segments(trace, run, settings)
     main = _main_segment(segments)
-    notes, cannot = _run_findings(trace, run, settings, decodes, prefills, segments)
-    peak = _peak(samples)
+    notes, cannot = run_findings(trace, run, settings, decodes, prefills, segments)
+    peak = peak_batch(samples)
     admission, readmitted = _ramp_admissions(samples, main) if main else (RunAdmission(), 0)
-    closed_loop = readmitted > 0 or len(segments) > 1
-    steady = main.steady if main is not None else None
-    timing = _run_timing(
-        trace, samples, settings, main, intervals, notes, cannot, len(prefills) > 0
-    )
-    if main is not None and steady is None:
-        cannot.append("no steady decode phase: " + no_steady_reason(run.events, engine, main))
-    elif main is None and len(decodes) >= 2:
-        cannot.append(
-            "no steady decode phase: the batch never held a plateau of #running-req"
-            + (
-                " (the run ends in a traceback while still admitting requests)"
-                if _aborted(run)
-                else ""
-            )
-        )
+    timing = _run_timing(trace, samples, settings, main, intervals, notes, cannot)
+    cannot.extend(no_steady(trace, run, main, len(decodes)))
     if main is not None and settings.stated_concurrency is not None and peak > 1:
         incoming = [s.running + s.incoming for s in decodes if s.incoming is not None]
         in_flight = max(incoming) if incoming else None
         notes.append(concurrency_note(peak, settings.stated_concurrency, in_flight))
-    if closed_loop and main is not None and readmitted:
+    if main is not None and readmitted:
         notes.append(
             f"{readmitted} request(s) were admitted while the batch stayed near {main.level} (a "
             "closed loop refilling finished requests): those intervals mix prefill into decode "
             f"and are counted as 'mixed' ({main.mixed_s:.0f} s), not steady"
         )
+    closed_loop = readmitted > 0 or len(segments) > 1
     tokens = _run_tokens(
         settings, main, admission, timing, decodes, prefills, closed_loop, notes, cannot
     )
-    mixed = None
-    if main is not None and main.mixed_s > 0 and readmitted:
-        mixed_start = (
-            steady.end_s
-            if steady is not None and steady.end_s < main.plateau.end_s
-            else main.plateau.start_s
-        )
-        mixed = PhaseSpan("mixed", mixed_start, main.plateau.end_s)
     label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
     return assemble_run(
         RunIdentity(
             trace.path,
-            f"{engine} server log",
+            f"{trace.engine} server log",
             run.index,
             label.strip(),
             trace.rank,
             trace.clock_origin,
         ),
-        RunPhases(
-            start_s=samples[0].time_s,
-            end_s=samples[-1].time_s,
-            peak_batch=peak,
-            steady_batch=_steady_batch(main, intervals)
-            if main is not None and steady is not None
-            else None,
-            ramp=main.ramp if main is not None else None,
-            steady=steady,
-            mixed=mixed,
-            drain=main.drain if main is not None and steady is not None else None,
-            warmup=main.warmup if main is not None else None,
-            warmup_excess_s=main.warmup_excess_s if main is not None else None,
-            segments=segments,
-        ),
+        _run_phases(samples, peak, main, segments, intervals, readmitted),
         admission=admission,
         timing=timing,
         tokens=tokens,
         cannot=cannot,
         notes=notes,
-        plot=RunPlotData(
-            timeline=_timeline(samples),
-            retraction_times_s=tuple(
-                e.time_s for e in run.events if e.kind == "retraction" and e.time_s is not None
-            ),
-            abort_time_s=next(
-                (e.time_s for e in run.events if e.kind == "traceback" and e.time_s is not None),
-                None,
-            ),
-        ),
+        plot=_plot_data(run),
         stated_concurrency=settings.stated_concurrency,
+    )
+
+
+def _run_phases(
+    samples: Sequence[BatchSample],
+    peak: int,
+    main: Segment | None,
+    segments: tuple[Segment, ...],
+    intervals: Sequence[DecodeInterval],
+    readmitted: int,
+) -> RunPhases:
+    """The run-level phases are those of its main segment (the highest plateau)."""
+    if main is None:
+        return RunPhases(samples[0].time_s, samples[-1].time_s, peak, segments=segments)
+    steady = main.steady
+    mixed = None
+    if main.mixed_s > 0 and readmitted:
+        after_steady = steady is not None and steady.end_s < main.plateau.end_s
+        mixed_start = steady.end_s if steady is not None and after_steady else main.plateau.start_s
+        mixed = PhaseSpan("mixed", mixed_start, main.plateau.end_s)
+    return RunPhases(
+        start_s=samples[0].time_s,
+        end_s=samples[-1].time_s,
+        peak_batch=peak,
+        steady_batch=_steady_batch(main, intervals) if steady is not None else None,
+        ramp=main.ramp,
+        steady=steady,
+        mixed=mixed,
+        drain=main.drain if steady is not None else None,
+        warmup=main.warmup,
+        warmup_excess_s=main.warmup_excess_s,
+        segments=segments,
+    )
+
+
+def _plot_data(run: ServerRun) -> RunPlotData:
+    return RunPlotData(
+        timeline=_timeline(run.samples),
+        retraction_times_s=tuple(
+            e.time_s for e in run.events if e.kind == "retraction" and e.time_s is not None
+        ),
+        abort_time_s=next(
+            (e.time_s for e in run.events if e.kind == "traceback" and e.time_s is not None),
+            None,
+        ),
     )
 
 
@@ -280,77 +266,11 @@ def _concurrency_levels(
     return refilled_plateaus(plateaus, decodes, intervals)
 
 
-def _aborted(run: ServerRun) -> bool:
-    return any(e.kind == "traceback" for e in run.events)
-
-
 def _steady_batch(segment: Segment, intervals: Sequence[DecodeInterval]) -> float:
     steady = segment.steady
     assert steady is not None
     values = [i.running for i in intervals if steady.start_s < i.end_s <= steady.end_s]
     return float(statistics.median(values)) if values else float(segment.level)
-
-
-def _run_findings(
-    trace: ServerTrace,
-    run: ServerRun,
-    settings: RunSettings,
-    decodes: Sequence[BatchSample],
-    prefills: Sequence[BatchSample],
-    segments: Sequence[Segment],
-) -> tuple[list[str], list[str]]:
-    notes: list[str] = []
-    cannot: list[str] = []
-    if trace.engine == "sglang" and not prefills:
-        cannot.append(
-            "no Prefill lines in this run (e.g. a PD decode node): admissions are seen only as "
-            "increases of #running-req between Decode lines, so TTFT and the admission span "
-            "cannot be measured"
-        )
-    if len([s for s in decodes if s.running > 0]) < 2:
-        cannot.append(
-            f"only {len(decodes)} Decode line(s): the run is shorter than two decode-log "
-            f"intervals ({settings.decode_log_interval} steps each), so no step time can be derived"
-            if trace.engine == "sglang"
-            else f"only {len(decodes)} stats line(s) with running requests: too short for the "
-            "10-s statistics window"
-        )
-    if (
-        run.index == 1
-        and _peak(run.samples) <= 1
-        and trace.bench is not None
-        and settings.several_runs
-    ):
-        notes.append(
-            "a single request before the benchmark: probably bench_serving's warm-up request"
-        )
-    for event in run.events:
-        if event.kind in ("traceback", "shutdown"):
-            notes.append(f"line {event.line}: {event.text}")
-    retractions = sum(1 for e in run.events if e.kind == "retraction")
-    if retractions:
-        notes.append(
-            f"{retractions} retraction(s) (KV cache full, requests pushed back to the queue): "
-            "the batch size is not stable around them"
-        )
-    if len(segments) > 1:
-        notes.append(
-            f"{len(segments)} segments (plateaus of #running-req: "
-            + ", ".join(str(s.level) for s in segments)
-            + "): each concurrency level has its own ramp, per-token time and drain"
-        )
-    if settings.lockstep_admissions:
-        notes.append(
-            "DP attention: ranks step in lockstep, so an admission on any rank counts as an "
-            "admission (a mixed interval) for this rank too"
-        )
-    if trace.engine == "sglang" and not prefills and segments:
-        notes.append(
-            "PD decode node: the ramp ends when #running-req reaches its plateau; requests still "
-            "arriving by KV transfer (#transfer-req/#prealloc-req) at the plateau were prefilled "
-            "on another node, so they do not make a plateau interval 'mixed'"
-        )
-    return notes, cannot
 
 
 def _prefill_duration(samples: Sequence[BatchSample], segment: Segment) -> float:
@@ -374,7 +294,6 @@ def _run_timing(
     intervals: Sequence[DecodeInterval],
     notes: list[str],
     cannot: list[str],
-    has_prefills: bool,
 ) -> RunTiming:
     if main is None or main.steady is None or main.steady_token_s is None:
         return RunTiming(
@@ -430,8 +349,6 @@ def _run_timing(
         cannot.append(
             "vLLM stats lines carry no per-request times: admission span and TTFT are not measurable"
         )
-    if trace.engine == "sglang" and has_prefills:
-        cannot.append("TTFT distribution: a server log has no per-request submit times")
     return RunTiming(
         step_method=method,
         steady_token_s=main.steady_token_s,

@@ -7,8 +7,9 @@ import statistics
 from collections.abc import Sequence
 
 from ncuflow.phases.model.results import Segment
+from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch
 from ncuflow.phases.model.segments import DecodeInterval
-from ncuflow.phases.model.traces import LogEvent
+from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 
 
 def step_method(
@@ -142,3 +143,81 @@ def spec_decoding_note(on_plateau: Sequence[DecodeInterval]) -> list[str]:
         f"{statistics.median(slow) * 1000:.2f} ms at low: a per-token jump that follows the "
         "acceptance, not the kernels"
     ]
+
+
+def run_findings(
+    trace: ServerTrace,
+    run: ServerRun,
+    settings: RunSettings,
+    decodes: Sequence[BatchSample],
+    prefills: Sequence[BatchSample],
+    segments: Sequence[Segment],
+) -> tuple[list[str], list[str]]:
+    notes: list[str] = []
+    cannot: list[str] = []
+    if trace.engine == "sglang" and not prefills:
+        cannot.append(
+            "no Prefill lines in this run (e.g. a PD decode node): admissions are seen only as "
+            "increases of #running-req between Decode lines, so TTFT and the admission span "
+            "cannot be measured"
+        )
+    if len([s for s in decodes if s.running > 0]) < 2:
+        cannot.append(
+            f"only {len(decodes)} Decode line(s): the run is shorter than two decode-log "
+            f"intervals ({settings.decode_log_interval} steps each), so no step time can be derived"
+            if trace.engine == "sglang"
+            else f"only {len(decodes)} stats line(s) with running requests: too short for the "
+            "10-s statistics window"
+        )
+    if (
+        run.index == 1
+        and peak_batch(run.samples) <= 1
+        and trace.bench is not None
+        and settings.several_runs
+    ):
+        notes.append(
+            "a single request before the benchmark: probably bench_serving's warm-up request"
+        )
+    for event in run.events:
+        if event.kind in ("traceback", "shutdown"):
+            notes.append(f"line {event.line}: {event.text}")
+    retractions = sum(1 for e in run.events if e.kind == "retraction")
+    if retractions:
+        notes.append(
+            f"{retractions} retraction(s) (KV cache full, requests pushed back to the queue): "
+            "the batch size is not stable around them"
+        )
+    if len(segments) > 1:
+        notes.append(
+            f"{len(segments)} segments (plateaus of #running-req: "
+            + ", ".join(str(s.level) for s in segments)
+            + "): each concurrency level has its own ramp, per-token time and drain"
+        )
+    if trace.engine == "sglang" and prefills:
+        cannot.append("TTFT distribution: a server log has no per-request submit times")
+    if settings.lockstep_admissions:
+        notes.append(
+            "DP attention: ranks step in lockstep, so an admission on any rank counts as an "
+            "admission (a mixed interval) for this rank too"
+        )
+    if trace.engine == "sglang" and not prefills and segments:
+        notes.append(
+            "PD decode node: the ramp ends when #running-req reaches its plateau; requests still "
+            "arriving by KV transfer (#transfer-req/#prealloc-req) at the plateau were prefilled "
+            "on another node, so they do not make a plateau interval 'mixed'"
+        )
+    return notes, cannot
+
+
+def no_steady(
+    trace: ServerTrace, run: ServerRun, main: Segment | None, decode_lines: int
+) -> list[str]:
+    if main is not None and main.steady is None:
+        return ["no steady decode phase: " + no_steady_reason(run.events, trace.engine, main)]
+    if main is None and decode_lines >= 2:
+        ends = " (the run ends in a traceback while still admitting requests)"
+        return [
+            "no steady decode phase: the batch never held a plateau of #running-req"
+            + (ends if aborted(run) else "")
+        ]
+    return []
