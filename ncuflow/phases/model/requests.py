@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import pairwise
 
 from ncuflow.phases.model.bench import analyse_without_start_times
@@ -20,8 +22,10 @@ from ncuflow.phases.model.results import (
     TimelinePoint,
     assemble_run,
 )
-from ncuflow.phases.model.stats import distribution
+from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
+
+BatchStretch = tuple[float, float, int, int]  # (start, end, decoding, prefilling)
 
 
 def analyse_request_trace(
@@ -33,7 +37,6 @@ def analyse_request_trace(
 ) -> RunAnalysis:
     requests = trace.requests
     notes: list[str] = []
-    cannot: list[str] = []
     ttft = distribution([r.chunk_times_s[0] - r.submit_s for r in requests if r.chunk_times_s])
     lengths = sorted(r.output_tokens for r in requests)
     tokens = output_tokens or (lengths[len(lengths) // 2] if lengths else None)
@@ -49,102 +52,166 @@ def analyse_request_trace(
         if r.output_tokens > 1 and len(r.chunk_times_s) > 1
     ]
     mean_request_tpot = statistics.fmean(per_request_tpot) if per_request_tpot else None
-
     if not trace.has_start_times:
         return analyse_without_start_times(
             trace, ttft, tokens, tokens_source, mean_request_tpot, run_index
         )
-
-    first_tokens = [r.chunk_times_s[0] for r in requests]
-    last_tokens = [r.chunk_times_s[-1] for r in requests]
-    start_s = min(r.submit_s for r in requests)
-    end_s = max(last_tokens)
-
-    # piecewise-constant batch: decoding = first token ≤ t < last token; prefilling = submit ≤ t < first token
-    segments = _batch_segments(requests)
-    peak = max((d for _, _, d, _ in segments), default=0)
-
-    timeline = tuple(
-        TimelinePoint(a, "prefill" if p else "decode", d, p, None) for a, _, d, p in segments
-    ) + ((TimelinePoint(end_s, "decode", 0, 0, None),) if segments else ())
-
-    # merge prefill-free segments with a stable batch near the peak
-    # (per-request traces are exact: a stretch keeps one batch size; any change ends it)
-    best: tuple[float, float] | None = None
-    run_start: float | None = None
-    run_end: float | None = None
-    run_count = -1
-    for a, b, decoding, prefilling in segments:
-        ok = prefilling == 0 and peak > 0 and decoding >= (1 - batch_tolerance) * peak
-        if ok and run_start is not None and decoding == run_count:
-            run_end = b
-            continue
-        if (
-            run_start is not None
-            and run_end is not None
-            and (best is None or run_end - run_start > best[1] - best[0])
-        ):
-            best = (run_start, run_end)
-        run_start = run_end = None
-        if ok:
-            run_start, run_end, run_count = a, b, decoding
-    if (
-        run_start is not None
-        and run_end is not None
-        and (best is None or run_end - run_start > best[1] - best[0])
-    ):
-        best = (run_start, run_end)
-
-    all_gaps = sorted(
-        (r.chunk_times_s[k] - r.chunk_times_s[k - 1]) / max(r.chunk_tokens[k], 1)
-        for r in requests
-        for k in range(1, len(r.chunk_times_s))
+    timing = RunTiming(
+        step_method="per-token time = gap between consecutive streamed chunks of one request "
+        "(divided by the chunk's tokens) inside the steady stretch",
+        ttft_s=ttft,
+        mean_request_tpot_s=mean_request_tpot,
     )
-    typical_gap = statistics.median(all_gaps) if all_gaps else 0.0
+    return _analyse_timeline(
+        trace, timing, RunTokens(tokens, tokens_source), batch_tolerance, run_index, notes
+    )
+
+
+def _analyse_timeline(
+    trace: RequestTrace,
+    timing: RunTiming,
+    tokens: RunTokens,
+    batch_tolerance: float,
+    run_index: int,
+    notes: list[str],
+) -> RunAnalysis:
+    """Requests on one clock: rebuild the batch, find the steady stretch, reconcile."""
+    requests = trace.requests
+    cannot: list[str] = []
+    start_s = min(r.submit_s for r in requests)
+    end_s = max(r.chunk_times_s[-1] for r in requests)
+    stretches = _batch_segments(requests)
+    peak = max((d for _, _, d, _ in stretches), default=0)
+    best = _longest_stable(stretches, peak, batch_tolerance)
+    typical_gap = _typical_gap(requests)
     if best is not None and best[1] - best[0] < 5 * typical_gap:
         notes.append(
             f"the longest stable stretch lasts {best[1] - best[0]:.3f} s, under 5 token intervals: "
             "not counted as steady decode"
         )
         best = None
-
-    steady = ramp = drain = None
-    steady_tokens = None
-    admission_span = None
-    mean_wait = None
-    total_wait = None
-    admitted = None
-    steady_batch: float | None = None
+    phases = RunPhases(start_s, end_s, peak)
+    admission = RunAdmission()
     if best is None:
         cannot.append(
-            f"no steady decode phase: the batch never held ≥ {100 * (1 - batch_tolerance):.0f} % of its "
-            f"peak size ({peak}) with no request prefilling — the batch never fills"
+            f"no steady decode phase: the batch never held ≥ {100 * (1 - batch_tolerance):.0f} % "
+            f"of its peak size ({peak}) with no request prefilling — the batch never fills"
         )
     else:
-        a, b = best
-        steady = PhaseSpan("steady", a, b)
-        ramp = PhaseSpan("ramp", start_s, a)
-        drain = PhaseSpan("drain", b, end_s)
-        steady_batch = float(
-            statistics.median(d for s0, s1, d, p in segments if s0 >= a and s1 <= b)
+        phases, admission, steady_tokens = _steady_phases(requests, stretches, best, phases)
+        timing = replace(
+            timing,
+            steady_token_s=steady_tokens,
+            steady_step_s=steady_tokens.median if steady_tokens else None,
         )
-        intervals: list[float] = []
-        for r in requests:
-            times, toks = r.chunk_times_s, r.chunk_tokens
-            for k in range(1, len(times)):
-                if times[k - 1] >= a and times[k] <= b and toks[k] > 0:
-                    intervals.append((times[k] - times[k - 1]) / toks[k])
-        steady_tokens = distribution(intervals)
         if steady_tokens is None:
             cannot.append("no two consecutive chunks of one request fall inside the steady stretch")
-        admitted_before = [t for t in first_tokens if t <= a]
-        admitted = len(admitted_before)
-        if admitted_before:
-            last_admission = max(admitted_before)
-            admission_span = last_admission - min(first_tokens)
-            mean_wait = statistics.fmean(last_admission - t for t in admitted_before)
-            total_wait = sum(last_admission - t for t in admitted_before)
+    tokens = _harness(tokens, timing, admission, end_s - min(r.chunk_times_s[0] for r in requests))
+    timeline = tuple(
+        TimelinePoint(a, "prefill" if p else "decode", d, p, None) for a, _, d, p in stretches
+    ) + ((TimelinePoint(end_s, "decode", 0, 0, None),) if stretches else ())
+    return assemble_run(
+        RunIdentity(
+            trace.path, trace.source_format, run_index, trace.run, None, trace.clock_origin
+        ),
+        phases,
+        admission=admission,
+        timing=timing,
+        tokens=tokens,
+        cannot=cannot,
+        notes=notes,
+        plot=RunPlotData(timeline=timeline, token_gaps=_token_gaps(requests)),
+    )
 
+
+def _longest_stable(
+    stretches: Sequence[BatchStretch], peak: int, tolerance: float
+) -> tuple[float, float] | None:
+    """The longest run of prefill-free stretches at one batch size near the peak
+    (per-request traces are exact: a stretch keeps one batch size; any change ends it)."""
+    best: tuple[float, float] | None = None
+    current: tuple[float, float, int] | None = None
+    for a, b, decoding, prefilling in [*stretches, (math.inf, math.inf, -1, 1)]:
+        ok = prefilling == 0 and peak > 0 and decoding >= (1 - tolerance) * peak
+        if ok and current is not None and decoding == current[2]:
+            current = (current[0], b, decoding)
+            continue
+        if current is not None and (best is None or current[1] - current[0] > best[1] - best[0]):
+            best = (current[0], current[1])
+        current = (a, b, decoding) if ok else None
+    return best
+
+
+def _typical_gap(requests: Sequence[RequestRecord]) -> float:
+    gaps = [
+        (r.chunk_times_s[k] - r.chunk_times_s[k - 1]) / max(r.chunk_tokens[k], 1)
+        for r in requests
+        for k in range(1, len(r.chunk_times_s))
+    ]
+    return statistics.median(gaps) if gaps else 0.0
+
+
+def _steady_phases(
+    requests: Sequence[RequestRecord],
+    stretches: Sequence[BatchStretch],
+    best: tuple[float, float],
+    phases: RunPhases,
+) -> tuple[RunPhases, RunAdmission, Distribution | None]:
+    a, b = best
+    assert phases.start_s is not None and phases.end_s is not None
+    steady_batch = float(statistics.median(d for s0, s1, d, _ in stretches if s0 >= a and s1 <= b))
+    intervals = [
+        (r.chunk_times_s[k] - r.chunk_times_s[k - 1]) / r.chunk_tokens[k]
+        for r in requests
+        for k in range(1, len(r.chunk_times_s))
+        if r.chunk_times_s[k - 1] >= a and r.chunk_times_s[k] <= b and r.chunk_tokens[k] > 0
+    ]
+    first_tokens = [r.chunk_times_s[0] for r in requests]
+    admitted_before = [t for t in first_tokens if t <= a]
+    admission = RunAdmission(requests_admitted=len(admitted_before), requests_total=len(requests))
+    if admitted_before:
+        last = max(admitted_before)
+        admission = replace(
+            admission,
+            admission_span_s=last - min(first_tokens),
+            mean_admission_wait_s=statistics.fmean(last - t for t in admitted_before),
+            total_admission_wait_s=sum(last - t for t in admitted_before),
+        )
+    return (
+        replace(
+            phases,
+            steady_batch=steady_batch,
+            ramp=PhaseSpan("ramp", phases.start_s, a),
+            steady=PhaseSpan("steady", a, b),
+            drain=PhaseSpan("drain", b, phases.end_s),
+        ),
+        admission,
+        distribution(intervals),
+    )
+
+
+def _harness(
+    tokens: RunTokens, timing: RunTiming, admission: RunAdmission, batch_span_s: float
+) -> RunTokens:
+    """Harness TPOT = (batch end − first token)/(N − 1), reconciled when steady is known."""
+    n = tokens.output_tokens
+    if n is None or n <= 1:
+        return tokens
+    harness = batch_span_s / (n - 1)
+    reconciliation = None
+    if timing.steady_token_s is not None and admission.admission_span_s is not None:
+        reconciliation = Reconciliation(
+            reported_label="harness TPOT (batch end − first token)/(N − 1)",
+            reported_tpot_s=harness,
+            steady_term_s=timing.steady_token_s.median,
+            ramp_term_s=admission.admission_span_s / (n - 1),
+            ramp_s=admission.admission_span_s,
+            output_tokens=n,
+        )
+    return replace(tokens, harness_tpot_s=harness, reconciliation=reconciliation)
+
+
+def _token_gaps(requests: Sequence[RequestRecord]) -> tuple[tuple[float, float], ...]:
     gaps = [
         (r.chunk_times_s[k], (r.chunk_times_s[k] - r.chunk_times_s[k - 1]) / r.chunk_tokens[k])
         for r in requests
@@ -152,40 +219,7 @@ def analyse_request_trace(
         if r.chunk_tokens[k] > 0
     ]
     stride = max(1, len(gaps) // 20000)
-    token_gaps = tuple(sorted(gaps[::stride]))
-
-    harness = None
-    reconciliation = None
-    if tokens is not None and tokens > 1:
-        harness = (end_s - min(first_tokens)) / (tokens - 1)
-        if steady_tokens is not None and admission_span is not None:
-            reconciliation = Reconciliation(
-                reported_label="harness TPOT (batch end − first token)/(N − 1)",
-                reported_tpot_s=harness,
-                steady_term_s=steady_tokens.median,
-                ramp_term_s=admission_span / (tokens - 1),
-                ramp_s=admission_span,
-                output_tokens=tokens,
-            )
-    return assemble_run(
-        RunIdentity(
-            trace.path, trace.source_format, run_index, trace.run, None, trace.clock_origin
-        ),
-        RunPhases(start_s, end_s, peak, steady_batch, ramp, steady, None, drain),
-        admission=RunAdmission(admission_span, mean_wait, admitted, total_wait),
-        timing=RunTiming(
-            step_method="per-token time = gap between consecutive streamed chunks of one request "
-            "(divided by the chunk's tokens) inside the steady stretch",
-            ttft_s=ttft,
-            steady_token_s=steady_tokens,
-            steady_step_s=steady_tokens.median if steady_tokens else None,
-            mean_request_tpot_s=mean_request_tpot,
-        ),
-        tokens=RunTokens(tokens, tokens_source, harness, reconciliation),
-        cannot=cannot,
-        notes=notes,
-        plot=RunPlotData(timeline=timeline, token_gaps=token_gaps),
-    )
+    return tuple(sorted(gaps[::stride]))
 
 
 def _batch_segments(requests: Sequence[RequestRecord]) -> list[tuple[float, float, int, int]]:
