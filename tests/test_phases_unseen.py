@@ -57,6 +57,10 @@ def test_decode_node_ramp_ends_at_the_plateau(tmp_path: Path) -> None:
     assert run.steady_token_s is not None
     assert run.steady_token_s.median == pytest.approx(step_s(95), rel=0.03)
     assert any("PD decode node" in note for note in run.notes)
+    rec = report.bench_reconciliation  # requests counted by the result block (no Prefill lines)
+    assert rec is not None and rec.requests == 384
+    assert abs(rec.residual_share) <= 0.10
+    assert [t.name for t in rec.terms][:2] == ["ramp decode", "steady"]  # arrivals do not wait
     assert any(
         "in flight" in n and "= the benchmark's stated max concurrency 96" in n for n in run.notes
     )

@@ -220,8 +220,7 @@ def render_text(report: PhasesReport) -> str:
                 requests = file.bench_reconciliation.requests
                 out.append(
                     f"    whole benchmark: {reconciliation_line(file.bench_reconciliation)} "
-                    f"(shares = output tokens per phase; waits summed over the ramps' requests "
-                    f"and divided by all {requests} requests the mean is over)"
+                    f"(shares of output tokens; waits spread over all {requests} requests)"
                 )
             itl = _itl_cross_check(file)
             if itl is not None:

@@ -10,7 +10,9 @@ tokens, so the mean over requests is request-seconds of decoding per output toke
 
     TPOT_mean ≈ Σ_p share_p × t_p  +  Σ wait_i / R / (N − 1)  +  Σ T_warm-up × R_ramp / R / (N − 1)
 
-where p runs over steady, mixed (plateau intervals with admissions) and drain, ``share_p``
+where p runs over steady, mixed (plateau intervals with admissions) and drain (and, on a
+PD decode node, whose arrivals were prefilled elsewhere and start decoding at once, the
+ramp's own decode intervals instead of a wait), ``share_p``
 is the share of the output tokens generated in phase p and ``t_p`` its token-weighted
 per-token time (both from the Decode lines); ``wait_i`` is the time a request admitted
 during a ramp waits for the admissions after its own, summed over the ramp's requests and
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 from ncuflow.phases.model.results import Reconciliation, RunAnalysis, Term
 from ncuflow.phases.model.traces import BenchSummary
 
-PHASES = ("steady", "mixed", "drain")
+PHASES = ("ramp decode", "steady", "mixed", "drain")
 
 
 def harness_reconciliation(
@@ -65,7 +67,14 @@ def _phase_totals(runs: Sequence[RunAnalysis]) -> dict[str, tuple[float, float]]
     """Per phase: (output tokens, request-seconds of decoding) over every segment."""
     totals = {phase: (0.0, 0.0) for phase in PHASES}
     for run in runs:
+        decode_node = run.requests_total is None  # no Prefill lines: prefilled elsewhere
         for segment in run.segments:
+            if decode_node and segment.ramp_tokens and segment.ramp_weighted_s:
+                count, seconds = totals["ramp decode"]
+                totals["ramp decode"] = (
+                    count + segment.ramp_tokens,
+                    seconds + segment.ramp_tokens * segment.ramp_weighted_s,
+                )
             for phase, tokens, weighted in (
                 ("steady", segment.steady_tokens, segment.steady_weighted_s),
                 ("mixed", segment.mixed_tokens, segment.mixed_weighted_s),
@@ -83,10 +92,13 @@ def closed_loop_reconciliation(
     """bench_serving's mean TPOT against the phases of every run (all ranks) of the log."""
     if bench.mean_tpot_ms is None or bench.output_tokens is None or bench.output_tokens < 2:
         return None
-    usable = [r for r in runs if r.segments and r.requests_total]
+    usable = [r for r in runs if r.segments]
     totals = _phase_totals(usable)
     all_tokens = sum(tokens for tokens, _ in totals.values())
     requests = sum(r.requests_total or 0 for r in usable)
+    if any(r.requests_total is None for r in usable):
+        # a PD decode node sees no Prefill lines: only the result block counts the requests
+        requests = bench.completed_requests or 0
     if all_tokens <= 0 or requests <= 0:
         return None
     steps = bench.output_tokens - 1
@@ -106,7 +118,9 @@ def closed_loop_reconciliation(
                 per_token,
             )
         )
-    total_wait = sum(r.total_admission_wait_s or 0.0 for r in usable)
+    # a request arriving at a PD decode node starts decoding at once: no wait, only the
+    # ramp's own (faster, smaller-batch) per-token time, counted above as "ramp decode"
+    total_wait = sum(r.total_admission_wait_s or 0.0 for r in usable if r.requests_total)
     terms.append(
         Term(
             "ramp",
@@ -114,7 +128,9 @@ def closed_loop_reconciliation(
             f"{total_wait:.0f} request-s/{requests}/{steps}",
         )
     )
-    warmup_wait = sum((r.warmup_excess_s or 0.0) * (r.requests_admitted or 0) for r in usable)
+    warmup_wait = sum(
+        (r.warmup_excess_s or 0.0) * (r.requests_admitted or 0) for r in usable if r.requests_total
+    )
     if warmup_wait > 0:
         terms.append(
             Term(
@@ -123,6 +139,8 @@ def closed_loop_reconciliation(
                 f"{warmup_wait:.0f} request-s/{requests}/{steps}",
             )
         )
+    if total_wait <= 0:
+        terms = [t for t in terms if t.name != "ramp"]
     steady = next((t.value_s for t in terms if t.name == "steady"), 0.0)
     ramp = sum(t.value_s for t in terms if t.name == "ramp")
     return Reconciliation(

@@ -114,6 +114,8 @@ class Segment:
     drain_weighted_s: float | None
     accept_len: float | None = None  # speculative decoding: mean acceptance length
     warmup_excess_s: float | None = None  # warm-up less the ordinary decode steps it holds
+    ramp_tokens: float | None = None  # tokens decoded during the ramp (counted on PD nodes)
+    ramp_weighted_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -282,6 +282,7 @@ def _segment(
     steady_ids = {id(i) for i in steady}
     mixed = [i for i in on_plateau if id(i) not in steady_ids]
     draining = [i for i in inputs.intervals if last_s < i.end_s <= end]
+    ramping = [i for i in inputs.intervals if start < i.end_s <= first_s]
     accept = [i.accept_len for i in on_plateau if i.accept_len is not None]
     warmup = _warmup(inputs.samples, start, first_s)
     steady_tokens = distribution([i.per_token_s for i in steady if i.per_token_s is not None])
@@ -307,6 +308,8 @@ def _segment(
         mixed_weighted_s=_weighted(mixed),
         drain_weighted_s=_weighted(draining),
         accept_len=statistics.fmean(accept) if accept else None,
+        ramp_tokens=_tokens(ramping),
+        ramp_weighted_s=_weighted(ramping),
         warmup_excess_s=_warmup_excess(
             warmup, steady_tokens, statistics.fmean(accept) if accept else None, inputs
         ),

@@ -102,30 +102,47 @@ def _main_segment(segments: Sequence[Segment]) -> Segment | None:
     return max(segments, key=lambda s: (s.level, s.plateau.duration_s))
 
 
+def _ramp_arrivals(
+    samples: Sequence[BatchSample], start: float, first_on_plateau: int
+) -> list[tuple[float, int]]:
+    """(time, requests) admitted during the ramp: Prefill lines, or on a PD decode node
+    (no Prefill lines) the increases of #running-req between Decode lines."""
+    ramp = [s for s in samples[: first_on_plateau + 1] if s.time_s >= start]
+    prefills = [(s.time_s, s.new_seqs or 0) for s in ramp[:-1] if s.kind == "prefill"]
+    if prefills or not any(s.incoming is not None for s in ramp):
+        return prefills
+    arrivals, seen = [], 0
+    for sample in ramp:
+        if is_decode(sample) and sample.running > seen:
+            arrivals.append((sample.time_s, sample.running - seen))
+            seen = sample.running
+    return arrivals
+
+
 def _ramp_admissions(samples: Sequence[BatchSample], segment: Segment) -> tuple[RunAdmission, int]:
     """Admission span and waits of the segment's ramp; and readmissions on its plateau."""
     start = segment.ramp.start_s if segment.ramp is not None else segment.plateau.start_s
     first_on_plateau = next(
         i for i, s in enumerate(samples) if is_decode(s) and s.time_s >= segment.plateau.start_s
     )
-    prefills = [s for s in samples[:first_on_plateau] if s.kind == "prefill" and s.time_s >= start]
+    arrivals = _ramp_arrivals(samples, start, first_on_plateau)
     later = sum(
         s.new_seqs or 0
         for s in samples[first_on_plateau:]
         if s.kind == "prefill" and s.time_s <= segment.plateau.end_s
     )
     total = sum(s.new_seqs or 0 for s in samples if s.kind == "prefill")
-    if not prefills:
+    admitted = sum(count for _, count in arrivals)
+    if not arrivals or not admitted:
         return RunAdmission(requests_total=total or None), later
-    last = prefills[-1].time_s
-    admitted = sum(s.new_seqs or 0 for s in prefills)
-    waits = sum((s.new_seqs or 0) * (last - s.time_s) for s in prefills)
+    last = arrivals[-1][0]
+    waits = sum(count * (last - time) for time, count in arrivals)
     return (
         RunAdmission(
-            admission_span_s=last - prefills[0].time_s,
-            mean_admission_wait_s=waits / admitted if admitted else None,
-            requests_admitted=admitted or None,
-            total_admission_wait_s=waits if admitted else None,
+            admission_span_s=last - arrivals[0][0],
+            mean_admission_wait_s=waits / admitted,
+            requests_admitted=admitted,
+            total_admission_wait_s=waits,
             requests_total=total or None,
         ),
         later,

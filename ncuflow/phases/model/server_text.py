@@ -158,8 +158,8 @@ def run_findings(
     if trace.engine == "sglang" and not prefills:
         cannot.append(
             "no Prefill lines in this run (e.g. a PD decode node): admissions are seen only as "
-            "increases of #running-req between Decode lines, so TTFT and the admission span "
-            "cannot be measured"
+            "increases of #running-req between Decode lines (the ramp's waits are estimated "
+            "from them), so TTFT cannot be measured"
         )
     if len([s for s in decodes if s.running > 0]) < 2:
         cannot.append(
