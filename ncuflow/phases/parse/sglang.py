@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -63,41 +64,60 @@ def parse_sglang_log(
     path: Path, lines: Sequence[str], *, skip_malformed: bool = False
 ) -> tuple[ServerTrace, ...]:
     """One ``ServerTrace`` per scheduler (DP rank) found in the log."""
+    reader = _Reader(path, skip_malformed)
+    for number, raw in enumerate(lines, start=1):
+        reader.read(number, raw.rstrip("\n"))
+    return reader.traces()
+
+
+@dataclass
+class _Reader:
+    """Line-by-line state of one SGLang log (private to this parser)."""
+
+    path: Path
+    skip_malformed: bool
     origin: datetime | None = None
-    any_fraction = False
-    per_rank: dict[str, list[BatchSample]] = {}
-    events: list[LogEvent] = []
-    skipped: list[LogEvent] = []
-    last_time: dict[str, tuple[float, int]] = {}
+    any_fraction: bool = False
+    per_rank: dict[str, list[BatchSample]] = field(default_factory=dict)
+    events: list[LogEvent] = field(default_factory=list)
+    skipped: list[LogEvent] = field(default_factory=list)
+    last_time: dict[str, tuple[float, int]] = field(default_factory=dict)
     last_any_time: float | None = None
-    command_args: dict[str, str] = {}
-    command_line = 0
-    result: dict[str, float] = {}
-    result_line = 0
-    in_result = False
+    command_args: dict[str, str] = field(default_factory=dict)
+    command_line: int = 0
+    result: dict[str, float] = field(default_factory=dict)
+    result_line: int = 0
+    in_result: bool = False
     traceback_line: int | None = None
     traceback_time: float | None = None
 
-    for number, raw in enumerate(lines, start=1):
-        line = raw.rstrip("\n")
-        stamp = TIMESTAMP.match(line)
-        time_s: float | None = None
-        tags = ""
-        if stamp:
-            moment = datetime.strptime(
-                f"{stamp.group('date')} {stamp.group('time')}", "%Y-%m-%d %H:%M:%S"
-            )
-            frac = stamp.group("frac")
-            if frac:
-                any_fraction = True
-            if origin is None:
-                origin = moment
-            time_s = (moment - origin).total_seconds() + (float("0." + frac) if frac else 0.0)
-            tags = stamp.group("tags") or ""
-            last_any_time = time_s
+    def read(self, number: int, line: str) -> None:
+        time_s, tags = self._clock(line)
+        if self._bench(number, line) or self._event(number, line, time_s):
+            return
+        stats = STATS_LINE.search(line)
+        if stats and "#" in stats.group("fields"):  # else prose mentioning a batch
+            self._stats(number, line, stats, time_s, tags)
 
+    def _clock(self, line: str) -> tuple[float | None, str]:
+        stamp = TIMESTAMP.match(line)
+        if not stamp:
+            return None, ""
+        moment = datetime.strptime(
+            f"{stamp.group('date')} {stamp.group('time')}", "%Y-%m-%d %H:%M:%S"
+        )
+        frac = stamp.group("frac")
+        self.any_fraction = self.any_fraction or bool(frac)
+        if self.origin is None:
+            self.origin = moment
+        time_s = (moment - self.origin).total_seconds() + (float("0." + frac) if frac else 0.0)
+        self.last_any_time = time_s
+        return time_s, stamp.group("tags") or ""
+
+    def _bench(self, number: int, line: str) -> bool:
+        """The bench_serving command line and result block, when interleaved in the log."""
         if BENCH_COMMAND.search(line) and "--" in line:
-            command_line = number
+            self.command_line = number
             tokens = line.split()
             for i, token in enumerate(tokens):
                 if (
@@ -105,52 +125,57 @@ def parse_sglang_log(
                     and i + 1 < len(tokens)
                     and not tokens[i + 1].startswith("--")
                 ):
-                    command_args[token[2:]] = tokens[i + 1]
-            continue
+                    self.command_args[token[2:]] = tokens[i + 1]
+            return True
         if "Serving Benchmark Result" in line:
-            in_result, result_line = True, number
-            continue
-        if in_result:
-            field = RESULT_FIELD.match(line.strip())
-            if field:
-                result[field.group("key").strip()] = float(field.group("value"))
-            elif line.startswith("=====") and result:
-                in_result = False
-            continue
+            self.in_result, self.result_line = True, number
+            return True
+        if self.in_result:
+            found = RESULT_FIELD.match(line.strip())
+            if found:
+                self.result[found.group("key").strip()] = float(found.group("value"))
+            elif line.startswith("=====") and self.result:
+                self.in_result = False
+            return True
+        return False
 
-        if "Traceback (most recent call last)" in line and traceback_line is None:
-            traceback_line, traceback_time = number, last_any_time
-            continue
-        if traceback_line is not None and re.match(r"^[A-Za-z_.]+(Error|Exception)\b", line):
-            after_shutdown = any(e.kind == "shutdown" for e in events)
-            events.append(
+    def _event(self, number: int, line: str, time_s: float | None) -> bool:
+        """Tracebacks (a shutdown's own exception is not an abort), SIGTERM, retractions."""
+        if "Traceback (most recent call last)" in line and self.traceback_line is None:
+            self.traceback_line, self.traceback_time = number, self.last_any_time
+            return True
+        if self.traceback_line is not None and re.match(r"^[A-Za-z_.]+(Error|Exception)\b", line):
+            after_shutdown = any(e.kind == "shutdown" for e in self.events)
+            exception = line.strip()[:120]
+            self.events.append(
                 LogEvent(
-                    traceback_time,
-                    traceback_line,
+                    self.traceback_time,
+                    self.traceback_line,
                     "shutdown" if after_shutdown else "traceback",
-                    f"an exception after the shutdown began ({line.strip()[:120]}): a shutdown, "
-                    "not an aborted run"
+                    f"an exception after the shutdown began ({exception}): a shutdown, not an "
+                    "aborted run"
                     if after_shutdown
-                    else f"the server hit an exception and the run was aborted ({line.strip()[:120]})",
+                    else f"the server hit an exception and the run was aborted ({exception})",
                 )
             )
-            traceback_line = -1  # reported once
-            continue
+            self.traceback_line = -1  # reported once
+            return True
         if "SIGTERM received" in line:
-            events.append(
+            self.events.append(
                 LogEvent(time_s, number, "shutdown", "the server was shut down (SIGTERM)")
             )
-            continue
+            return True
         if RETRACTION.search(line):
-            events.append(LogEvent(time_s, number, "retraction", line.strip()))
-            continue
+            self.events.append(LogEvent(time_s, number, "retraction", line.strip()))
+            return True
+        return False
 
-        stats = STATS_LINE.search(line)
-        if not stats or "#" not in stats.group("fields"):
-            continue  # prose mentioning a batch, not a scheduler statistics line
-        problem = None
+    def _stats(
+        self, number: int, line: str, stats: re.Match[str], time_s: float | None, tags: str
+    ) -> None:
         fields = parse_fields(stats.group("fields"))
         running = _int_field(fields, "#running-req")
+        problem = None
         if time_s is None:
             problem = "has no timestamp in square brackets at the start of the line"
         elif running is None:
@@ -158,32 +183,22 @@ def parse_sglang_log(
         elif stats.group("kind") == "Prefill" and "#new-seq" not in fields:
             problem = "is a Prefill line without a readable '#new-seq: N' field"
         if problem is not None:
-            if skip_malformed:
-                skipped.append(LogEvent(time_s, number, "malformed", line.strip()[:100]))
-                continue
+            if self.skip_malformed:
+                self.skipped.append(LogEvent(time_s, number, "malformed", line.strip()[:100]))
+                return
             raise TraceError(
-                f"{path}:{number}: this SGLang scheduler line {problem}: {line.strip()[:160]!r}.",
+                f"{self.path}:{number}: this SGLang scheduler line {problem}: {line.strip()[:160]!r}.",
                 "ncuflow phases needs the time and the batch size of every Prefill/Decode batch line.",
                 "Use the server's own log as written (SGLang prints '[YYYY-MM-DD HH:MM:SS] Decode "
                 "batch, #running-req: …'), or pass --skip-malformed to leave such lines out.",
             )
         assert time_s is not None and running is not None
         rank = _rank_of(tags)
-        previous = last_time.get(rank)
-        if previous is not None and time_s < previous[0] - 1.0:
-            raise TraceError(
-                f"{path}:{number}: time goes back from line {previous[1]} to this line "
-                f"({time_s - previous[0]:+.0f} s) for the same scheduler{' ' + rank if rank else ''}.",
-                "The file holds interleaved or concatenated runs from different server processes or "
-                "restarts, whose lines cannot be put on one timeline.",
-                "Split the file into one log per server run (e.g. at the restart) and pass each file.",
-            )
-        last_time[rank] = (time_s, number)
-        kind = "prefill" if stats.group("kind") == "Prefill" else "decode"
-        per_rank.setdefault(rank, []).append(
+        self._check_order(number, rank, time_s)
+        self.per_rank.setdefault(rank, []).append(
             BatchSample(
                 time_s=time_s,
-                kind=kind,
+                kind="prefill" if stats.group("kind") == "Prefill" else "decode",
                 running=running,
                 line=number,
                 queued=_int_field(fields, "#queue-req"),
@@ -196,38 +211,51 @@ def parse_sglang_log(
             )
         )
 
-    if not per_rank:
-        raise TraceError(
-            f"{path}: no SGLang 'Prefill batch' or 'Decode batch' lines with a timestamp.",
-            "Without scheduler statistics lines there is nothing to split into phases.",
-            "Pass the SGLang server log (not the client output), with default logging enabled.",
-        )
-    bench = _bench_summary(command_args, command_line, result, result_line)
-    resolution = 0.001 if any_fraction else 1.0
-    clock = origin.strftime("%Y-%m-%d %H:%M:%S") if origin else ""
-    multi = len(per_rank) > 1
-    if skipped:
-        events.append(
-            LogEvent(
-                None,
-                skipped[0].line,
-                "malformed",
-                f"{len(skipped)} malformed scheduler line(s) left out (first at line {skipped[0].line})",
+    def _check_order(self, number: int, rank: str, time_s: float) -> None:
+        previous = self.last_time.get(rank)
+        if previous is not None and time_s < previous[0] - 1.0:
+            raise TraceError(
+                f"{self.path}:{number}: time goes back from line {previous[1]} to this line "
+                f"({time_s - previous[0]:+.0f} s) for the same scheduler{' ' + rank if rank else ''}.",
+                "The file holds interleaved or concatenated runs from different server processes or "
+                "restarts, whose lines cannot be put on one timeline.",
+                "Split the file into one log per server run (e.g. at the restart) and pass each file.",
             )
+        self.last_time[rank] = (time_s, number)
+
+    def traces(self) -> tuple[ServerTrace, ...]:
+        if not self.per_rank:
+            raise TraceError(
+                f"{self.path}: no SGLang 'Prefill batch' or 'Decode batch' lines with a timestamp.",
+                "Without scheduler statistics lines there is nothing to split into phases.",
+                "Pass the SGLang server log (not the client output), with default logging enabled.",
+            )
+        bench = _bench_summary(self.command_args, self.command_line, self.result, self.result_line)
+        events = list(self.events)
+        if self.skipped:
+            first = self.skipped[0].line
+            events.append(
+                LogEvent(
+                    None,
+                    first,
+                    "malformed",
+                    f"{len(self.skipped)} malformed scheduler line(s) left out (first at line {first})",
+                )
+            )
+        multi = len(self.per_rank) > 1
+        return tuple(
+            ServerTrace(
+                path=str(self.path),
+                engine="sglang",
+                rank=(rank or None) if multi else None,
+                clock_origin=self.origin.strftime("%Y-%m-%d %H:%M:%S") if self.origin else "",
+                samples=tuple(samples),
+                events=tuple(events),
+                time_resolution_s=0.001 if self.any_fraction else 1.0,
+                bench=bench,
+            )
+            for rank, samples in sorted(self.per_rank.items(), key=lambda kv: _rank_sort_key(kv[0]))
         )
-    return tuple(
-        ServerTrace(
-            path=str(path),
-            engine="sglang",
-            rank=(rank or None) if multi else None,
-            clock_origin=clock,
-            samples=tuple(samples),
-            events=tuple(events),
-            time_resolution_s=resolution,
-            bench=bench,
-        )
-        for rank, samples in sorted(per_rank.items(), key=lambda kv: _rank_sort_key(kv[0]))
-    )
 
 
 def _incoming(fields: dict[str, float]) -> int | None:
