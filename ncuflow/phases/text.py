@@ -159,98 +159,124 @@ def _itl_cross_check(file: FileReport) -> str | None:
 def render_text(report: PhasesReport) -> str:
     out: list[str] = []
     for file in report.files:
-        header = f"{file.path}  [{file.source_format}"
-        if file.ranks:
-            header += f", {len(file.ranks)} scheduler(s): {', '.join(file.ranks[:6])}{' …' if len(file.ranks) > 6 else ''}"
-        if file.clock_origin:
-            header += f"; t=0 at {file.clock_origin}"
-        if file.time_resolution_s is not None:
-            header += f"; timestamps to {'1 ms' if file.time_resolution_s < 0.5 else f'{file.time_resolution_s:g} s'}"
-        out.append(header + "]")
-        rows = [
-            [
-                "run",
-                "start",
-                "peak",
-                "steady batch",
-                "ramp",
-                "warm-up",
-                "steady",
-                "per-token (p10–p90)",
-                "drain",
-                "TTFT median",
-                "harness TPOT",
-            ]
-        ]
-        for run in file.runs:
-            rows.append(
-                [
-                    run.run_label,
-                    "—" if run.start_s is None else f"t+{run.start_s:.0f}s",
-                    str(run.peak_batch) if run.peak_batch else "—",
-                    "—" if run.steady_batch is None else f"{run.steady_batch:g}",
-                    _span(run.ramp),
-                    _span(run.warmup),
-                    _span(run.steady),
-                    _dist_ms(run.steady_token_s),
-                    _span(run.drain) if run.drain is not None or run.steady is None else "not seen",
-                    _ms(run.ttft_s.median, 0) if run.ttft_s else "—",
-                    _ms(run.harness_tpot_s),
-                ]
-            )
-        out.extend(_table(rows))
-        if file.server_rows:
-            out.extend(_server_table(file.server_rows))
-        segment_rows = _segment_rows(file.runs)
-        if len(segment_rows) > 1:
-            out.append(
-                "  segments (one per #running-req plateau; steady/mixed = time without/with admissions):"
-            )
-            out.extend(_table(segment_rows, indent="    "))
-        recs = [(r.run_label, r.reconciliation) for r in file.runs if r.reconciliation is not None]
-        if recs or file.bench_reconciliation:
-            out.append(
-                "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, drain)"
-                " + (ramp wait + warm-up)/(N − 1):"
-            )
-            for label, rec in recs:
-                assert rec is not None
-                out.append(f"    {label}: {reconciliation_line(rec)}")
-            if file.bench_reconciliation is not None:
-                requests = file.bench_reconciliation.requests
-                out.append(
-                    f"    whole benchmark: {reconciliation_line(file.bench_reconciliation)} "
-                    f"(shares of output tokens; waits spread over all {requests} requests)"
-                )
-            itl = _itl_cross_check(file)
-            if itl is not None:
-                out.append(itl)
-        methods = [(r.run_label, r.step_method) for r in file.runs if r.step_method]
-        if methods:
-            out.append("  how per-token time was derived:")
-            out.extend(_grouped(methods))
-        cannot = [(r.run_label, c) for r in file.runs for c in r.cannot]
-        if cannot:
-            out.append("  cannot tell:")
-            out.extend(_grouped(cannot))
-        notes = [(r.run_label, n) for r in file.runs for n in r.notes]
-        notes += [("file", n) for n in file.file_notes]
-        if notes:
-            out.append("  notes:")
-            out.extend(_grouped(notes))
+        out.extend(_file_lines(file))
         out.append("")
-    if report.amortization:
-        out.append("amortization test (does TPOT − T_steady shrink as 1/(N − 1)?):")
-        for result in report.amortization:
-            lengths = ", ".join(
-                f"N={r.output_tokens}: {_ms(r.reported_tpot_s)} vs steady {_ms(r.steady_token_s)}"
-                for r in result.runs
-            )
-            out.append(f"  {result.config}: {result.verdict} — {result.explanation}")
-            out.append(f"    {lengths}")
-        for gap in report.gaps:
-            out.append(
-                f"  N={gap.output_tokens}: {gap.configs[0]} vs {gap.configs[1]}: reported TPOT gap "
-                f"{gap.reported_gap:+.1%}, steady decode gap {gap.steady_gap:+.1%}"
-            )
+    out.extend(_amortization_lines(report))
     return "\n".join(out).rstrip() + "\n"
+
+
+def _header(file: FileReport) -> str:
+    header = f"{file.path}  [{file.source_format}"
+    if file.ranks:
+        more = " …" if len(file.ranks) > 6 else ""
+        header += f", {len(file.ranks)} scheduler(s): {', '.join(file.ranks[:6])}{more}"
+    if file.clock_origin:
+        header += f"; t=0 at {file.clock_origin}"
+    if file.time_resolution_s is not None:
+        resolution = "1 ms" if file.time_resolution_s < 0.5 else f"{file.time_resolution_s:g} s"
+        header += f"; timestamps to {resolution}"
+    return header + "]"
+
+
+RUN_COLUMNS = [
+    "run",
+    "start",
+    "peak",
+    "steady batch",
+    "ramp",
+    "warm-up",
+    "steady",
+    "per-token (p10–p90)",
+    "drain",
+    "TTFT median",
+    "harness TPOT",
+]
+
+
+def _run_row(run: RunAnalysis) -> list[str]:
+    return [
+        run.run_label,
+        "—" if run.start_s is None else f"t+{run.start_s:.0f}s",
+        str(run.peak_batch) if run.peak_batch else "—",
+        "—" if run.steady_batch is None else f"{run.steady_batch:g}",
+        _span(run.ramp),
+        _span(run.warmup),
+        _span(run.steady),
+        _dist_ms(run.steady_token_s),
+        _span(run.drain) if run.drain is not None or run.steady is None else "not seen",
+        _ms(run.ttft_s.median, 0) if run.ttft_s else "—",
+        _ms(run.harness_tpot_s),
+    ]
+
+
+def _file_lines(file: FileReport) -> list[str]:
+    out = [_header(file)]
+    out.extend(_table([RUN_COLUMNS] + [_run_row(run) for run in file.runs]))
+    if file.server_rows:
+        out.extend(_server_table(file.server_rows))
+    segment_rows = _segment_rows(file.runs)
+    if len(segment_rows) > 1:
+        out.append(
+            "  segments (one per #running-req plateau; steady/mixed = time without/with admissions):"
+        )
+        out.extend(_table(segment_rows, indent="    "))
+    out.extend(_reconciliation_lines(file))
+    sections = (
+        (
+            "how per-token time was derived",
+            [(r.run_label, r.step_method) for r in file.runs if r.step_method],
+        ),
+        ("cannot tell", [(r.run_label, c) for r in file.runs for c in r.cannot]),
+        (
+            "notes",
+            [(r.run_label, n) for r in file.runs for n in r.notes]
+            + [("file", n) for n in file.file_notes],
+        ),
+    )
+    for title, messages in sections:
+        if messages:
+            out.append(f"  {title}:")
+            out.extend(_grouped(messages))
+    return out
+
+
+def _reconciliation_lines(file: FileReport) -> list[str]:
+    recs = [(r.run_label, r.reconciliation) for r in file.runs if r.reconciliation is not None]
+    if not recs and file.bench_reconciliation is None:
+        return []
+    out = [
+        "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, drain)"
+        " + (ramp wait + warm-up)/(N − 1):"
+    ]
+    for label, rec in recs:
+        assert rec is not None
+        out.append(f"    {label}: {reconciliation_line(rec)}")
+    if file.bench_reconciliation is not None:
+        requests = file.bench_reconciliation.requests
+        out.append(
+            f"    whole benchmark: {reconciliation_line(file.bench_reconciliation)} "
+            f"(shares of output tokens; waits spread over all {requests} requests)"
+        )
+    itl = _itl_cross_check(file)
+    if itl is not None:
+        out.append(itl)
+    return out
+
+
+def _amortization_lines(report: PhasesReport) -> list[str]:
+    if not report.amortization:
+        return []
+    out = ["amortization test (does TPOT − T_steady shrink as 1/(N − 1)?):"]
+    for result in report.amortization:
+        lengths = ", ".join(
+            f"N={r.output_tokens}: {_ms(r.reported_tpot_s)} vs steady {_ms(r.steady_token_s)}"
+            for r in result.runs
+        )
+        out.append(f"  {result.config}: {result.verdict} — {result.explanation}")
+        out.append(f"    {lengths}")
+    for gap in report.gaps:
+        out.append(
+            f"  N={gap.output_tokens}: {gap.configs[0]} vs {gap.configs[1]}: reported TPOT gap "
+            f"{gap.reported_gap:+.1%}, steady decode gap {gap.steady_gap:+.1%}"
+        )
+    return out
