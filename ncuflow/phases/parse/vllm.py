@@ -88,15 +88,10 @@ def parse_vllm_log(
                 "generation throughput: Y tokens/s, Running: N reqs, Waiting: M reqs'.",
                 "Pass the vLLM server log as written, or --skip-malformed to leave such lines out.",
             )
-        moment = datetime.strptime(
-            f"2000-{match.group('month')}-{match.group('day')} {match.group('time')}",
-            "%Y-%m-%d %H:%M:%S",
-        )
         if origin is None:
-            origin = moment
-        frac = match.group("frac")
-        any_fraction = any_fraction or bool(frac)
-        time_s = (moment - origin).total_seconds() + (float("0." + frac) if frac else 0.0)
+            origin = _moment(match)
+        any_fraction = any_fraction or bool(match.group("frac"))
+        time_s = _seconds(match, origin)
         if last_time is not None and time_s < last_time - 1.0:
             raise TraceError(
                 f"{path}:{number}: time goes back from line {last_line} to this line.",
@@ -118,6 +113,28 @@ def parse_vllm_log(
                 prompt_throughput=float(match.group("prompt")),
             )
         )
+    return _traces(path, per_engine, events, origin, any_fraction)
+
+
+def _moment(match: re.Match[str]) -> datetime:
+    return datetime.strptime(
+        f"2000-{match.group('month')}-{match.group('day')} {match.group('time')}",
+        "%Y-%m-%d %H:%M:%S",
+    )
+
+
+def _seconds(match: re.Match[str], origin: datetime) -> float:
+    frac = match.group("frac")
+    return (_moment(match) - origin).total_seconds() + (float("0." + frac) if frac else 0.0)
+
+
+def _traces(
+    path: Path,
+    per_engine: dict[str, list[BatchSample]],
+    events: list[LogEvent],
+    origin: datetime | None,
+    any_fraction: bool,
+) -> tuple[ServerTrace, ...]:
     if not per_engine:
         raise TraceError(
             f"{path}: no vLLM 'Running: N reqs, Waiting: M reqs' statistics lines.",
