@@ -310,3 +310,40 @@ def test_json_keeps_old_keys_and_adds_the_new_ones(serving_logs_dir: Path) -> No
     text = CliRunner().invoke(cli, ["phases", str(path)]).output
     assert "segments (one per #running-req plateau" in text
     assert "mixed 42% ×" in text and "cross-check: bench_serving median ITL 30.84 ms" in text
+
+
+@pytest.mark.parametrize(
+    "name", ["shun8686_qwen3-32b_eagle3_tp4_c78.log", "shun8686_qwen3-480b_dpattn_c288.log"]
+)
+def test_steady_phase_survives_a_small_change_of_tolerance(
+    serving_logs_dir: Path, name: str
+) -> None:
+    """The plateau is judged against Decode lines, not a fraction of an inflated Prefill peak:
+    --batch-tolerance 0.04 and 0.05 find the same steady stretches."""
+    path = serving_logs_dir / name
+    if not path.exists():
+        pytest.skip(f"{name} missing")
+    spans = []
+    for tolerance in (0.04, 0.05):
+        (report,) = build_report([path], batch_tolerance=tolerance).files
+        spans.append([r.steady.duration_s if r.steady else None for r in report.runs])
+    assert spans[0] == spans[1] and any(s for s in spans[0])
+
+
+def test_bench_json_leaves_unknowns_none(tmp_path: Path) -> None:
+    """No start times: start, end and peak are unknown (None / null), never 0."""
+    result = {
+        "ttfts": [0.2, 0.3],
+        "itls": [[0.04] * 9, [0.04] * 9],
+        "output_lens": [10, 10],
+        "mean_tpot_ms": 40.0,
+    }
+    path = tmp_path / "bench.jsonl"
+    path.write_text(json.dumps(result) + "\n")
+    (report,) = build_report([path]).files
+    (run,) = report.runs
+    assert run.start_s is None and run.end_s is None and run.peak_batch is None
+    data = json.loads(CliRunner().invoke(cli, ["phases", str(path), "--json"]).output)
+    (as_json,) = data["files"][0]["runs"]
+    assert as_json["start_s"] is None and as_json["peak_batch"] is None
+    assert as_json["steady_token_s"]["median"] == pytest.approx(0.04)
