@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -23,11 +24,11 @@ def step_s(batch: int) -> float:
 
 
 def analyse_lines(
-    tmp_path: Path, lines: list[str], name: str = "server.log", **options: object
+    tmp_path: Path, lines: list[str], name: str = "server.log", **options: Any
 ) -> FileReport:
     path = tmp_path / name
     path.write_text("\n".join(lines) + "\n")
-    (report,) = build_report([path], **options).files  # type: ignore[arg-type]
+    (report,) = build_report([path], **options).files
     return report
 
 

@@ -46,7 +46,3 @@ def distribution(values: Sequence[float]) -> Distribution | None:
         minimum=ordered[0],
         maximum=ordered[-1],
     )
-
-
-def stable(batch: float, reference: float, tolerance: float) -> bool:
-    return abs(batch - reference) <= max(tolerance * reference, 0.0)
