@@ -348,3 +348,19 @@ def test_bench_json_leaves_unknowns_none(tmp_path: Path) -> None:
     (as_json,) = data["files"][0]["runs"]
     assert as_json["start_s"] is None and as_json["peak_batch"] is None
     assert as_json["steady_token_s"]["median"] == pytest.approx(0.04)
+
+
+def test_a_one_line_dip_does_not_end_a_plateau(tmp_path: Path) -> None:
+    """c = 4 where every other window ends just after a request finished (3 running): one
+    segment, the dips counted as mixed, the batch never called unstable."""
+    lines = vllm_windows(
+        levels=[(4, 1), (3, 1)] * 3 + [(4, 1)],
+        step_s=step_s,
+        prompt_tokens_per_request=8,
+        output_tokens=256,
+    )
+    (run,) = analyse_lines(tmp_path, lines, "dips.log").runs
+    (segment,) = run.segments
+    assert segment.level == 4
+    assert segment.mixed_s == pytest.approx(30.0)
+    assert segment.steady_s == pytest.approx(30.0)
