@@ -10,6 +10,7 @@ the test knows the true mean TPOT, median ITL and step time at each batch size.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ class Simulation:
     requests: list[Request]
     output_tokens: int
     plateau_reached_s: dict[int, float]  # stage → first time ≥ 90 % of its concurrency ran
+    log_origin_s: float  # simulated time of t = 0 of the parsed log (first line's whole second)
 
     @property
     def mean_tpot_s(self) -> float:
@@ -76,6 +78,7 @@ def simulate_sglang(
     steps = tokens_since_log = 0
     last_log, warmed = 0.0, warmup_s <= 0
     plateau: dict[int, float] = {}
+    first_line_s: float | None = None
 
     def submit(now: float) -> None:
         nonlocal stage, submitted_in_stage
@@ -97,6 +100,7 @@ def simulate_sglang(
     while waiting or running:
         ready = [r for r in waiting if r.submit_s <= t]
         if ready and not decode_node:
+            first_line_s = t if first_line_s is None else first_line_s
             batch = ready[:prefill_batch]
             lines.append(
                 f"[{_stamp(start, t)} {rank_tag}] Prefill batch, #new-seq: {len(batch)}, #new-token: "
@@ -136,6 +140,7 @@ def simulate_sglang(
                 produced += 1
         tokens_since_log += produced
         if steps % interval == 0:
+            first_line_s = t if first_line_s is None else first_line_s
             incoming = f"#prealloc-req: 0, #transfer-req: {len(waiting)}, " if decode_node else ""
             lines.append(
                 f"[{_stamp(start, t)} {rank_tag}] Decode batch, #running-req: {len(running)}, #token: "
@@ -149,7 +154,7 @@ def simulate_sglang(
             done.append(r)
         if finished:
             submit(t)
-    return Simulation(lines, done, output_tokens, plateau)
+    return Simulation(lines, done, output_tokens, plateau, math.floor(first_line_s or 0.0))
 
 
 def bench_block(sim: Simulation, *, max_concurrency: int) -> list[str]:
