@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from ncuflow.phases.pipeline import build_report
-from ncuflow.phases.report import render_text, report_to_dict
+from ncuflow.phases.report import report_to_dict
+from ncuflow.phases.text import render_text
 
 EPILOG = """\b
 Inputs (format detected per file):
@@ -20,7 +21,8 @@ Inputs (format detected per file):
 
 \b
 SGLang prints a Decode line every --decode-log-interval steps; per-token time comes from
-#running-req / gen throughput on each line, cross-checked against the timestamps.
+#running-req / gen throughput on each line, cross-checked against the timestamps. A change
+of the #running-req plateau (a concurrency sweep) starts a new segment.
 Examples:
   ncuflow phases server.log --plot timeline.png
   ncuflow phases ps1_out96.jsonl ps1_out512.jsonl ps128_out96.jsonl ps128_out512.jsonl \\
@@ -85,8 +87,9 @@ def phases_command(
     batch_tolerance: float,
     skip_malformed: bool,
 ) -> None:
-    """Split serving traces into admission ramp, steady decode and drain, and reconcile
-    the reported TPOT with T_steady + T_ramp / (N − 1)."""
+    """Split serving traces into segments (one per #running-req plateau) with their admission
+    ramp, warm-up, steady, mixed and drain phases, and reconcile the reported TPOT with
+    Σ share × per-token time + (ramp wait + warm-up) / (N − 1)."""
     report = build_report(
         inputs,
         labels=labels,

@@ -1,8 +1,10 @@
 """``ncuflow phases``: split serving traces into admission ramp, steady decode and drain.
 
-Parsers (``parse_sglang``, ``parse_vllm``, ``parse_jsonl``, ``parse_bench``) read files into
-the frozen dataclasses of ``model``; ``model`` holds the pure phase split, the TPOT
-reconciliation and the amortization test; ``render`` and ``plot`` present the result.
+The tree is the pipeline: ``detect`` opens a file and picks a parser from ``parse/``
+(sglang, vllm, jsonl, bench), which turns it into the frozen input types of
+``model.traces``; ``model/`` holds the pure phase split, the TPOT reconciliation and the
+amortization test; ``pipeline`` runs them per file; ``report`` and ``plot`` present the
+result. Nothing here imports torch, triton, subprocess or the CLI.
 """
 
 from __future__ import annotations

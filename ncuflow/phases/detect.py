@@ -8,10 +8,10 @@ from typing import Any
 
 from ncuflow.phases import TraceError
 from ncuflow.phases.model import RequestTrace, ServerTrace
-from ncuflow.phases.parse_bench import is_bench_object, parse_bench_json
-from ncuflow.phases.parse_jsonl import parse_request_jsonl
-from ncuflow.phases.parse_sglang import looks_like_sglang, parse_sglang_log
-from ncuflow.phases.parse_vllm import looks_like_vllm, parse_vllm_log, strip_ansi
+from ncuflow.phases.parse.bench import is_bench_object, parse_bench_json
+from ncuflow.phases.parse.jsonl import parse_request_jsonl
+from ncuflow.phases.parse.sglang import looks_like_sglang, parse_sglang_log
+from ncuflow.phases.parse.vllm import looks_like_vllm, parse_vllm_log, strip_ansi
 
 Trace = ServerTrace | RequestTrace
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.detect import load_traces
+from ncuflow.phases.detect import Trace, load_traces
 from ncuflow.phases.model import (
     AmortizationResult,
     RequestTrace,
@@ -15,10 +15,10 @@ from ncuflow.phases.model import (
     amortization_test,
     analyse_request_trace,
     analyse_server_trace,
-    bench_reconciliation,
+    closed_loop_reconciliation,
     config_gaps,
 )
-from ncuflow.phases.report import FileReport, PhasesReport, amortization_runs
+from ncuflow.phases.report import FileReport, PhasesReport, amortization_runs, server_rows
 
 
 def per_input(
@@ -48,6 +48,7 @@ def analyse_file(
     skip_malformed: bool,
 ) -> FileReport:
     traces = load_traces(path, skip_malformed=skip_malformed)
+    admissions = _admissions_by_rank(traces)
     runs: list[RunAnalysis] = []
     notes: list[str] = []
     bench = None
@@ -69,6 +70,7 @@ def analyse_file(
                     decode_log_interval=decode_log_interval,
                     batch_tolerance=batch_tolerance,
                     output_tokens=output_tokens,
+                    lockstep_admissions=_other_ranks(admissions, trace.rank),
                 )
             )
             for event in trace.events:
@@ -90,13 +92,16 @@ def analyse_file(
                     run_index=len(runs) + 1,
                 )
             )
-    bench_rec = bench_reconciliation(runs, bench) if bench is not None else None
+    bench_rec = closed_loop_reconciliation(runs, bench) if bench is not None else None
     if bench is not None and bench.mean_tpot_ms is not None and bench_rec is None:
         notes.append(
             f"the bench_serving result block (line {bench.line}) reports mean TPOT "
             f"{bench.mean_tpot_ms:.2f} ms, but no run has both a steady phase and admission "
             "times to reconcile it with"
         )
+    rows = server_rows(runs)
+    if rows and bench is not None and bench.max_concurrency is not None:
+        notes.append(dp_concurrency_note(runs, bench.max_concurrency))
     return FileReport(
         path=str(path),
         source_format=source_format,
@@ -108,6 +113,43 @@ def analyse_file(
         bench=bench,
         bench_reconciliation=bench_rec,
         file_notes=tuple(notes),
+        server_rows=rows,
+    )
+
+
+def _admissions_by_rank(traces: Sequence[Trace]) -> dict[str, tuple[float, ...]]:
+    """Prefill times of every DP-attention rank of an SGLang log (ranks step in lockstep)."""
+    return {
+        trace.rank: tuple(s.time_s for s in trace.samples if s.kind == "prefill")
+        for trace in traces
+        if isinstance(trace, ServerTrace) and trace.engine == "sglang" and trace.rank
+    }
+
+
+def _other_ranks(admissions: dict[str, tuple[float, ...]], rank: str | None) -> tuple[float, ...]:
+    if rank is None or not rank.startswith("DP"):
+        return ()
+    return tuple(sorted(t for other, times in admissions.items() if other != rank for t in times))
+
+
+def dp_concurrency_note(runs: Sequence[RunAnalysis], stated: int) -> str:
+    """The stated max concurrency against the DP ranks' peaks (from Decode lines)."""
+    ranks = sorted({r.rank for r in runs if r.rank})
+    peaks = {r.rank: r.peak_batch or 0 for r in runs if r.rank and r.steady is not None}
+    per_rank = sorted(set(peaks.values()))
+    if len(per_rank) == 1 and per_rank[0] > 0:
+        peak = per_rank[0]
+        if peak * len(ranks) == stated:
+            return f"peak batch {peak} per rank × {len(ranks)} DP ranks = the stated max concurrency {stated}"
+        if stated % peak == 0:
+            return (
+                f"peak batch {peak} per rank (from Decode lines) × {stated // peak} ranks = the stated "
+                f"max concurrency {stated}: the log holds {len(ranks)} of those {stated // peak} DP ranks"
+            )
+    total = sum(peaks.values())
+    return (
+        f"the DP ranks in the log peak at {total} requests together (from Decode lines); the "
+        f"stated max concurrency is {stated}"
     )
 
 

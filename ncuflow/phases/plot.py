@@ -14,12 +14,19 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import RunAnalysis
+from ncuflow.phases.model import PhaseSpan, RunAnalysis
 from ncuflow.phases.report import FileReport, PhasesReport
 
-PHASE_COLOURS = {"ramp": "#f4a259", "steady": "#5b9e6b", "mixed": "#c9d98f", "drain": "#b0b0b0"}
+PHASE_COLOURS = {
+    "ramp": "#f4a259",
+    "warm-up": "#d1495b",
+    "steady": "#5b9e6b",
+    "mixed": "#c9d98f",
+    "drain": "#b0b0b0",
+}
 PHASE_NAMES = {
     "ramp": "admission ramp",
+    "warm-up": "warm-up (last admission → first Decode line)",
     "steady": "steady decode",
     "mixed": "full batch + admissions",
     "drain": "drain",
@@ -51,16 +58,39 @@ def plot_report(report: PhasesReport, base: Path) -> list[Path]:
     return paths
 
 
-def _shade(axes: Sequence[Axes], runs: Sequence[RunAnalysis]) -> set[str]:
+def _spans(run: RunAnalysis) -> list[PhaseSpan]:
+    """Every segment's phases (a plateau's time with admissions as 'mixed' under its steady
+    stretch); runs without segments (request traces) shade their run-level phases."""
+    if not run.segments:
+        return [s for s in (run.ramp, run.steady, run.mixed, run.drain) if s is not None]
+    spans: list[PhaseSpan] = []
+    for segment in run.segments:
+        if segment.ramp is not None:
+            spans.append(segment.ramp)
+        if segment.warmup is not None:
+            spans.append(segment.warmup)
+        if segment.mixed_s > 0:
+            spans.append(PhaseSpan("mixed", segment.plateau.start_s, segment.plateau.end_s))
+        if segment.steady is not None:
+            spans.append(segment.steady)
+        if segment.drain is not None:
+            spans.append(segment.drain)
+    return spans
+
+
+def _shade(axes: Sequence[Axes], runs: Sequence[RunAnalysis], ranks: int) -> set[str]:
+    """Shade every rank's phases; with several DP ranks each gets a fainter layer, so
+    where they agree the shade is full and where they differ it shows."""
     used: set[str] = set()
+    alpha = 0.35 / min(max(ranks, 1), 4)
     for run in runs:
-        for span in (run.ramp, run.steady, run.mixed, run.drain):
-            if span is None or span.duration_s <= 0:
+        for span in _spans(run):
+            if span.duration_s <= 0 or span.name not in PHASE_COLOURS:
                 continue
             used.add(span.name)
             for ax in axes:
                 ax.axvspan(
-                    span.start_s, span.end_s, color=PHASE_COLOURS[span.name], alpha=0.35, lw=0
+                    span.start_s, span.end_s, color=PHASE_COLOURS[span.name], alpha=alpha, lw=0
                 )
     return used
 
@@ -72,19 +102,27 @@ def plot_file(file: FileReport) -> plt.Figure:
     figure, (top, bottom) = plt.subplots(
         2, 1, figsize=(13, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
     )
-    name = Path(file.path).name
-
-    # shade the phases of the first scheduler only when ranks are aligned copies; else all
     ranks = sorted({r.rank or "" for r in with_timeline}, key=_rank_key)
     shade_runs = [r for r in with_timeline if (r.rank or "") == ranks[0]]
-    used = _shade((top, bottom), shade_runs)
+    used = _shade((top, bottom), with_timeline, len(ranks))
+    _draw_ranks(top, bottom, file, with_timeline, ranks)
+    _annotate_steady(bottom, shade_runs)
+    _limit_per_token_axis(bottom, with_timeline)
+    _mark_events(top, bottom, with_timeline, shade_runs)
+    _finish(figure, top, bottom, file, with_timeline, used, len(ranks))
+    return figure
 
+
+def _draw_ranks(
+    top: Axes, bottom: Axes, file: FileReport, runs: Sequence[RunAnalysis], ranks: Sequence[str]
+) -> None:
+    """Batch size (and admissions) on top, per-token time below, one colour per rank."""
     colours = plt.get_cmap("tab10")
     thin = len(ranks) >= 4
     admission_label = "Prefill line" if file.source_format.startswith("SGLang") else "admission"
     for index, rank in enumerate(ranks):
         colour = colours(index % 10)
-        rank_runs = [r for r in with_timeline if (r.rank or "") == rank]
+        rank_runs = [r for r in runs if (r.rank or "") == rank]
         for run_number, run in enumerate(rank_runs):
             points = sorted(run.timeline, key=lambda p: p.time_s)
             first_of_rank = run_number == 0
@@ -116,7 +154,7 @@ def plot_file(file: FileReport) -> plt.Figure:
                 bottom.plot(
                     [t for t, _ in tok], [v for _, v in tok], ".-", color=colour, ms=3, lw=0.8
                 )
-    for run in with_timeline:
+    for run in runs:
         if run.token_gaps:
             bottom.plot(
                 [t for t, _ in run.token_gaps],
@@ -125,7 +163,10 @@ def plot_file(file: FileReport) -> plt.Figure:
                 color="#555555",
                 alpha=0.5,
             )
-    annotated = [r for r in shade_runs if r.steady is not None and r.steady_token_s is not None]
+
+
+def _annotate_steady(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
+    annotated = [r for r in runs if r.steady is not None and r.steady_token_s is not None]
     for run in annotated if len(annotated) <= 8 else ():
         if run.steady is not None and run.steady_token_s is not None:
             mid = (run.steady.start_s + run.steady.end_s) / 2
@@ -139,15 +180,23 @@ def plot_file(file: FileReport) -> plt.Figure:
                 color="#1d5c2e",
                 fontweight="bold",
             )
-    steady_values = [r.steady_token_s.p90 * 1000 for r in with_timeline if r.steady_token_s]
+
+
+def _limit_per_token_axis(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
+    steady_values = [r.steady_token_s.p90 * 1000 for r in runs if r.steady_token_s]
     all_values = sorted(
-        p.per_token_s * 1000 for r in with_timeline for p in r.timeline if p.per_token_s is not None
+        p.per_token_s * 1000 for r in runs for p in r.timeline if p.per_token_s is not None
     )
     if steady_values:
         bottom.set_ylim(0, max(steady_values) * 2.2)
     elif all_values:
         bottom.set_ylim(0, all_values[int(0.8 * (len(all_values) - 1))] * 2.5)
-    aborts = sorted({r.abort_time_s for r in with_timeline if r.abort_time_s is not None})
+
+
+def _mark_events(
+    top: Axes, bottom: Axes, runs: Sequence[RunAnalysis], shade_runs: Sequence[RunAnalysis]
+) -> None:
+    aborts = sorted({r.abort_time_s for r in runs if r.abort_time_s is not None})
     if aborts:
         for ax in (top, bottom):
             ax.axvline(
@@ -166,6 +215,17 @@ def plot_file(file: FileReport) -> plt.Figure:
                 ls="--",
                 label="retraction (KV cache full)" if number == 0 and ax is top else None,
             )
+
+
+def _finish(
+    figure: plt.Figure,
+    top: Axes,
+    bottom: Axes,
+    file: FileReport,
+    runs: Sequence[RunAnalysis],
+    used: set[str],
+    ranks: int,
+) -> None:
     top.set_ylabel("requests in batch")
     bottom.set_ylabel("per-token time (ms)")
     origin = f" since {file.clock_origin}" if file.clock_origin else ""
@@ -176,8 +236,8 @@ def plot_file(file: FileReport) -> plt.Figure:
         if k in used
     ]
     line_handles, _ = top.get_legend_handles_labels()
-    if len(ranks) > 8:
-        handles.append(Patch(color="none", label=f"(+{len(ranks) - 8} more ranks, unlabelled)"))
+    if ranks > 8:
+        handles.append(Patch(color="none", label=f"(+{ranks - 8} more ranks, unlabelled)"))
     top.legend(
         handles=line_handles + handles,
         loc="upper left",
@@ -185,11 +245,11 @@ def plot_file(file: FileReport) -> plt.Figure:
         fontsize=8,
         framealpha=0.9,
     )
-    top.set_title(_title(name, file), fontsize=10, loc="left")
+    top.set_title(_title(Path(file.path).name, file), fontsize=10, loc="left")
     top.grid(alpha=0.3)
     bottom.grid(alpha=0.3)
-    if not any(p.per_token_s is not None for r in with_timeline for p in r.timeline) and not any(
-        r.token_gaps for r in with_timeline
+    if not any(p.per_token_s is not None for r in runs for p in r.timeline) and not any(
+        r.token_gaps for r in runs
     ):
         bottom.text(
             0.5,
@@ -201,7 +261,6 @@ def plot_file(file: FileReport) -> plt.Figure:
             color="#777777",
         )
     figure.tight_layout()
-    return figure
 
 
 def _rank_key(rank: str) -> tuple[int, str]:

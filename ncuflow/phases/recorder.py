@@ -2,7 +2,7 @@
 
 Sends ``requests`` streaming completions with ``concurrency`` workers in a closed loop (all
 workers start together, each takes the next prompt when its request ends) and writes one
-JSONL line per request in the schema of ``parse_jsonl``: ``submit_time`` and the arrival time
+JSONL line per request in the schema of ``ncuflow.phases.parse.jsonl``: ``submit_time`` and the arrival time
 of every chunk that carried text, plus ``output_tokens`` from the final usage chunk when the
 server sends one. Times are ``time.time()`` at the start plus ``time.perf_counter()``
 deltas: one monotonic clock with sub-millisecond resolution.

@@ -1,4 +1,6 @@
-"""Assemble per-file results and render them as a text table or JSON-ready dicts. Pure."""
+"""Per-file results, the whole-server rows of DP ranks, and their JSON form. Pure.
+
+The text tables are in ``ncuflow.phases.text``."""
 
 from __future__ import annotations
 
@@ -16,7 +18,50 @@ from ncuflow.phases.model import (
     PhaseSpan,
     Reconciliation,
     RunAnalysis,
+    Segment,
+    Term,
 )
+
+
+@dataclass(frozen=True)
+class ServerRow:
+    """The whole server across its DP-attention ranks for one run index: batch sizes add
+    up; ranks step in lockstep, so the server's per-token time is the slowest rank's."""
+
+    run_index: int
+    ranks: int
+    start_s: float | None
+    peak_batch: int
+    steady_batch: float | None
+    steady_token_s: float | None  # the largest of the ranks' steady medians
+    rank_spread: float | None  # (largest − smallest) / smallest of the ranks' steady medians
+
+
+def server_rows(runs: Sequence[RunAnalysis]) -> tuple[ServerRow, ...]:
+    ranks = sorted({r.rank for r in runs if r.rank})
+    if len(ranks) < 2:
+        return ()
+    rows = []
+    for index in sorted({r.run_index for r in runs}):
+        same = [r for r in runs if r.run_index == index]
+        if len(same) != len(ranks):
+            continue
+        medians = [r.steady_token_s.median for r in same if r.steady_token_s is not None]
+        batches = [r.steady_batch for r in same if r.steady_batch is not None]
+        starts = [r.start_s for r in same if r.start_s is not None]
+        complete = len(medians) == len(same)
+        rows.append(
+            ServerRow(
+                run_index=index,
+                ranks=len(same),
+                start_s=min(starts) if starts else None,
+                peak_batch=sum(r.peak_batch or 0 for r in same),
+                steady_batch=sum(batches) if len(batches) == len(same) else None,
+                steady_token_s=max(medians) if complete else None,
+                rank_spread=(max(medians) - min(medians)) / min(medians) if complete else None,
+            )
+        )
+    return tuple(rows)
 
 
 @dataclass(frozen=True)
@@ -31,6 +76,7 @@ class FileReport:
     bench: BenchSummary | None
     bench_reconciliation: Reconciliation | None
     file_notes: tuple[str, ...]
+    server_rows: tuple[ServerRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -60,145 +106,6 @@ def amortization_runs(files: Sequence[FileReport]) -> list[AmortizationRun]:
     return runs
 
 
-# ----------------------------------------------------------------------------- text
-
-
-def _ms(seconds: float | None, digits: int = 2) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:.{digits}f} ms"
-
-
-def _s(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
-
-
-def _span(span: PhaseSpan | None) -> str:
-    return "—" if span is None else _s(span.duration_s)
-
-
-def _dist_ms(dist: Distribution | None) -> str:
-    if dist is None:
-        return "—"
-    return f"{dist.median * 1000:.2f} ms ({dist.p10 * 1000:.1f}–{dist.p90 * 1000:.1f})"
-
-
-def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    ]
-
-
-def _grouped(messages: Sequence[tuple[str, str]]) -> list[str]:
-    """'message (runs a, b)' once per distinct message, in first-seen order."""
-    order: dict[str, list[str]] = {}
-    for label, message in messages:
-        order.setdefault(message, []).append(label)
-    lines = []
-    for message, labels in order.items():
-        where = (
-            labels[0]
-            if len(labels) == 1
-            else f"{len(labels)} runs: {', '.join(labels[:4])}{', …' if len(labels) > 4 else ''}"
-        )
-        lines.append(f"    - {message} [{where}]")
-    return lines
-
-
-def reconciliation_line(rec: Reconciliation) -> str:
-    return (
-        f"{rec.reported_label} {_ms(rec.reported_tpot_s)} ≈ steady {_ms(rec.steady_term_s)} "
-        f"({rec.steady_share:.0%}) + ramp {rec.ramp_s:.2f} s/{rec.output_tokens - 1} = "
-        f"{_ms(rec.ramp_term_s)} ({rec.ramp_share:.0%}); unexplained "
-        f"{round(rec.residual_share, 2) + 0.0:+.0%}"
-    )
-
-
-def render_text(report: PhasesReport) -> str:
-    out: list[str] = []
-    for file in report.files:
-        header = f"{file.path}  [{file.source_format}"
-        if file.ranks:
-            header += f", {len(file.ranks)} scheduler(s): {', '.join(file.ranks[:6])}{' …' if len(file.ranks) > 6 else ''}"
-        if file.clock_origin:
-            header += f"; t=0 at {file.clock_origin}"
-        if file.time_resolution_s is not None:
-            header += f"; timestamps to {'1 ms' if file.time_resolution_s < 0.5 else f'{file.time_resolution_s:g} s'}"
-        out.append(header + "]")
-        rows = [
-            [
-                "run",
-                "start",
-                "peak",
-                "steady batch",
-                "ramp",
-                "steady",
-                "per-token (p10–p90)",
-                "drain",
-                "TTFT median",
-                "harness TPOT",
-            ]
-        ]
-        for run in file.runs:
-            rows.append(
-                [
-                    run.run_label,
-                    f"t+{run.start_s:.0f}s" if run.source_format != "bench-json" else "—",
-                    str(run.peak_batch) if run.peak_batch else "—",
-                    "—" if run.steady_batch is None else f"{run.steady_batch:g}",
-                    _span(run.ramp),
-                    _span(run.steady),
-                    _dist_ms(run.steady_token_s),
-                    _span(run.drain) if run.drain is not None or run.steady is None else "not seen",
-                    _ms(run.ttft_s.median, 0) if run.ttft_s else "—",
-                    _ms(run.harness_tpot_s),
-                ]
-            )
-        out.extend(_table(rows))
-        recs = [(r.run_label, r.reconciliation) for r in file.runs if r.reconciliation is not None]
-        if recs or file.bench_reconciliation:
-            out.append("  reconciliation  TPOT ≈ T_steady + T_ramp/(N − 1):")
-            for label, rec in recs:
-                assert rec is not None
-                out.append(f"    {label}: {reconciliation_line(rec)}")
-            if file.bench_reconciliation is not None:
-                out.append(
-                    f"    whole benchmark: {reconciliation_line(file.bench_reconciliation)} "
-                    "(ramp = mean wait of a request for the admissions after its own)"
-                )
-        methods = [(r.run_label, r.step_method) for r in file.runs if r.step_method]
-        if methods:
-            out.append("  how per-token time was derived:")
-            out.extend(_grouped(methods))
-        cannot = [(r.run_label, c) for r in file.runs for c in r.cannot]
-        if cannot:
-            out.append("  cannot tell:")
-            out.extend(_grouped(cannot))
-        notes = [(r.run_label, n) for r in file.runs for n in r.notes]
-        notes += [("file", n) for n in file.file_notes]
-        if notes:
-            out.append("  notes:")
-            out.extend(_grouped(notes))
-        out.append("")
-    if report.amortization:
-        out.append("amortization test (does TPOT − T_steady shrink as 1/(N − 1)?):")
-        for result in report.amortization:
-            lengths = ", ".join(
-                f"N={r.output_tokens}: {_ms(r.reported_tpot_s)} vs steady {_ms(r.steady_token_s)}"
-                for r in result.runs
-            )
-            out.append(f"  {result.config}: {result.verdict} — {result.explanation}")
-            out.append(f"    {lengths}")
-        for gap in report.gaps:
-            out.append(
-                f"  N={gap.output_tokens}: {gap.configs[0]} vs {gap.configs[1]}: reported TPOT gap "
-                f"{gap.reported_gap:+.1%}, steady decode gap {gap.steady_gap:+.1%}"
-            )
-    return "\n".join(out).rstrip() + "\n"
-
-
 # ----------------------------------------------------------------------------- JSON
 
 
@@ -214,6 +121,44 @@ def _plain(value: Any) -> Any:
         }
     if isinstance(value, PhaseSpan):
         return {"start_s": value.start_s, "end_s": value.end_s, "duration_s": value.duration_s}
+    if isinstance(value, Segment):
+        return {
+            key: _plain(getattr(value, key))
+            for key in (
+                "index",
+                "level",
+                "start_s",
+                "end_s",
+                "ramp",
+                "warmup",
+                "warmup_excess_s",
+                "plateau",
+                "steady",
+                "steady_s",
+                "mixed_s",
+                "drain",
+                "steady_token_s",
+                "mixed_token_s",
+                "drain_token_s",
+                "steady_tokens",
+                "mixed_tokens",
+                "drain_tokens",
+                "steady_weighted_s",
+                "mixed_weighted_s",
+                "drain_weighted_s",
+                "accept_len",
+            )
+        }
+    if isinstance(value, Term):
+        return {
+            "name": value.name,
+            "value_s": value.value_s,
+            "detail": value.detail,
+            "token_share": value.token_share,
+            "per_token_s": value.per_token_s,
+        }
+    if isinstance(value, ServerRow):
+        return dict(value.__dict__)
     if isinstance(value, Reconciliation):
         return {
             "reported": value.reported_label,
@@ -226,6 +171,8 @@ def _plain(value: Any) -> Any:
             "steady_share": value.steady_share,
             "ramp_share": value.ramp_share,
             "unexplained_share": value.residual_share,
+            "terms": [_plain(term) for term in value.terms],
+            "requests": value.requests,
         }
     return value
 
@@ -256,8 +203,17 @@ def run_to_dict(run: RunAnalysis) -> dict[str, Any]:
         "harness_tpot_s",
         "mean_request_tpot_s",
         "reconciliation",
+        "warmup",
+        "warmup_excess_s",
+        "mixed_token_s",
+        "drain_token_s",
+        "accept_len",
+        "requests_total",
+        "total_admission_wait_s",
+        "stated_concurrency",
     ]
     data = {key: _plain(getattr(run, key)) for key in keys}
+    data["segments"] = [_plain(s) for s in run.segments]
     data["cannot"] = list(run.cannot)
     data["notes"] = list(run.notes)
     return data
@@ -278,6 +234,7 @@ def report_to_dict(report: PhasesReport) -> dict[str, Any]:
                 "bench_reconciliation": _plain(f.bench_reconciliation),
                 "notes": list(f.file_notes),
                 "runs": [run_to_dict(r) for r in f.runs],
+                "server_rows": [_plain(row) for row in f.server_rows],
             }
             for f in report.files
         ],

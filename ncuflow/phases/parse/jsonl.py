@@ -22,12 +22,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import RequestRecord, RequestTrace
+from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 
 FIX = (
     "Each line must be one JSON object with 'submit_time' (seconds) and 'chunk_times' (list of "
@@ -50,81 +51,12 @@ def parse_request_jsonl(path: Path, lines: Sequence[str]) -> tuple[RequestTrace,
         text = raw.strip()
         if not text or text.startswith("#"):
             continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise TraceError(
-                f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno}).", "", FIX
-            ) from None
-        if not isinstance(obj, dict):
-            raise TraceError(
-                f"{path}:{number}: a JSON {type(obj).__name__}, not an object.", "", FIX
-            )
+        obj = _object(path, number, text)
         if obj.get("error"):
             failed += 1
             continue
-        for key in ("submit_time", "chunk_times"):
-            if key not in obj:
-                raise TraceError(f"{path}:{number}: the request has no '{key}'.", "", FIX)
-        submit = _number(obj["submit_time"], path, number, "submit_time")
-        chunks_raw = obj["chunk_times"]
-        if not isinstance(chunks_raw, list) or not chunks_raw:
-            raise TraceError(
-                f"{path}:{number}: 'chunk_times' is empty or not a list.",
-                "A request without streamed chunks has no token times (if it failed, mark it "
-                "with an 'error' field so it is left out).",
-                FIX,
-            )
-        chunks = tuple(_number(v, path, number, "chunk_times") for v in chunks_raw)
-        if any(b < a for a, b in pairwise(chunks)):
-            raise TraceError(
-                f"{path}:{number}: 'chunk_times' go back in time.",
-                "Chunks arrive in order on one stream.",
-                FIX,
-            )
-        if chunks[0] < submit:
-            raise TraceError(
-                f"{path}:{number}: the first chunk arrives {submit - chunks[0]:.3f} s before 'submit_time'.",
-                "Submit and chunk times must come from the same clock.",
-                FIX,
-            )
-        tokens_raw = obj.get("chunk_tokens")
-        if tokens_raw is None:
-            tokens: tuple[int, ...] = (1,) * len(chunks)
-        elif (
-            not isinstance(tokens_raw, list)
-            or len(tokens_raw) != len(chunks)
-            or not all(
-                isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in tokens_raw
-            )
-        ):
-            raise TraceError(
-                f"{path}:{number}: 'chunk_tokens' must be a list of non-negative integers, one per chunk.",
-                "",
-                FIX,
-            )
-        else:
-            tokens = tuple(tokens_raw)
-        declared = obj.get("output_tokens")
-        if declared is not None and (
-            not isinstance(declared, int) or isinstance(declared, bool) or declared < 1
-        ):
-            raise TraceError(
-                f"{path}:{number}: 'output_tokens' is {declared!r}, not a positive integer.",
-                "",
-                FIX,
-            )
         run = str(obj["run"]) if "run" in obj else ""
-        by_run.setdefault(run, []).append(
-            RequestRecord(
-                request_id=str(obj.get("request_id", f"line {number}")),
-                submit_s=submit,
-                chunk_times_s=chunks,
-                chunk_tokens=tokens,
-                line=number,
-                declared_output_tokens=declared,
-            )
-        )
+        by_run.setdefault(run, []).append(_record(path, number, obj))
     if not by_run:
         raise TraceError(
             f"{path}: no requests" + (f" ({failed} failed request(s) only)." if failed else "."),
@@ -139,29 +71,99 @@ def parse_request_jsonl(path: Path, lines: Sequence[str]) -> tuple[RequestTrace,
             by_run[f"{path.stem} #1"] = by_run.pop(path.stem)
     _check_runs_do_not_overlap(path, by_run)
     origin = min(r.submit_s for records in by_run.values() for r in records)
-    traces = []
-    for run, records in sorted(by_run.items(), key=lambda kv: min(r.submit_s for r in kv[1])):
-        shifted = tuple(
-            RequestRecord(
-                request_id=r.request_id,
-                submit_s=r.submit_s - origin,
-                chunk_times_s=tuple(t - origin for t in r.chunk_times_s),
-                chunk_tokens=r.chunk_tokens,
-                line=r.line,
-                declared_output_tokens=r.declared_output_tokens,
-            )
-            for r in records
+    return tuple(
+        RequestTrace(
+            path=str(path),
+            run=run,
+            source_format="jsonl",
+            requests=tuple(
+                replace(
+                    r,
+                    submit_s=r.submit_s - origin,
+                    chunk_times_s=tuple(t - origin for t in r.chunk_times_s),
+                )
+                for r in records
+            ),
+            clock_origin=f"{origin:.3f} s on the recorder's clock",
         )
-        traces.append(
-            RequestTrace(
-                path=str(path),
-                run=run,
-                source_format="jsonl",
-                requests=shifted,
-                clock_origin=f"{origin:.3f} s on the recorder's clock",
-            )
+        for run, records in sorted(by_run.items(), key=lambda kv: min(r.submit_s for r in kv[1]))
+    )
+
+
+def _object(path: Path, number: int, text: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise TraceError(
+            f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno}).", "", FIX
+        ) from None
+    if not isinstance(obj, dict):
+        raise TraceError(f"{path}:{number}: a JSON {type(obj).__name__}, not an object.", "", FIX)
+    return obj
+
+
+def _record(path: Path, number: int, obj: dict[str, Any]) -> RequestRecord:
+    for key in ("submit_time", "chunk_times"):
+        if key not in obj:
+            raise TraceError(f"{path}:{number}: the request has no '{key}'.", "", FIX)
+    submit = _number(obj["submit_time"], path, number, "submit_time")
+    chunks = _chunk_times(path, number, obj["chunk_times"], submit)
+    return RequestRecord(
+        request_id=str(obj.get("request_id", f"line {number}")),
+        submit_s=submit,
+        chunk_times_s=chunks,
+        chunk_tokens=_chunk_tokens(path, number, obj.get("chunk_tokens"), len(chunks)),
+        line=number,
+        declared_output_tokens=_declared_tokens(path, number, obj.get("output_tokens")),
+    )
+
+
+def _chunk_times(path: Path, number: int, value: Any, submit: float) -> tuple[float, ...]:
+    if not isinstance(value, list) or not value:
+        raise TraceError(
+            f"{path}:{number}: 'chunk_times' is empty or not a list.",
+            "A request without streamed chunks has no token times (if it failed, mark it "
+            "with an 'error' field so it is left out).",
+            FIX,
         )
-    return tuple(traces)
+    chunks = tuple(_number(v, path, number, "chunk_times") for v in value)
+    if any(b < a for a, b in pairwise(chunks)):
+        raise TraceError(
+            f"{path}:{number}: 'chunk_times' go back in time.",
+            "Chunks arrive in order on one stream.",
+            FIX,
+        )
+    if chunks[0] < submit:
+        raise TraceError(
+            f"{path}:{number}: the first chunk arrives {submit - chunks[0]:.3f} s before 'submit_time'.",
+            "Submit and chunk times must come from the same clock.",
+            FIX,
+        )
+    return chunks
+
+
+def _chunk_tokens(path: Path, number: int, value: Any, chunks: int) -> tuple[int, ...]:
+    if value is None:
+        return (1,) * chunks
+    if (
+        not isinstance(value, list)
+        or len(value) != chunks
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    ):
+        raise TraceError(
+            f"{path}:{number}: 'chunk_tokens' must be a list of non-negative integers, one per chunk.",
+            "",
+            FIX,
+        )
+    return tuple(value)
+
+
+def _declared_tokens(path: Path, number: int, value: Any) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise TraceError(
+            f"{path}:{number}: 'output_tokens' is {value!r}, not a positive integer.", "", FIX
+        )
+    return value
 
 
 def split_at_idle(records: list[RequestRecord]) -> list[list[RequestRecord]]:

@@ -2,7 +2,8 @@
 
 vLLM (V0 and V1 engines) logs one line per ``--log-stats`` window (10 s by default) with the
 average prompt and generation throughput over the window and the running/waiting counts at
-its end. ANSI colour codes and ``(APIServer pid=…)`` prefixes are stripped. The log has no
+its end, and (with speculative decoding) a ``SpecDecoding metrics`` line whose mean
+acceptance length is attached to that window. ANSI colour codes and ``(APIServer pid=…)`` prefixes are stripped. The log has no
 year, so times wrap at the new year (reported as an error if it happens).
 """
 
@@ -10,11 +11,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import BatchSample, LogEvent, ServerTrace
+from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 STATS = re.compile(
@@ -24,6 +26,8 @@ STATS = re.compile(
     r"(?:, Swapped: \d+ reqs?)?, (?:Waiting|Pending): (?P<waiting>\d+) reqs?"
 )
 STATS_HINT = re.compile(r"Running: \d+ reqs?")
+SPEC_DECODING = re.compile(r"SpecDecoding metrics:.*?Mean acceptance length: (?P<accept>[\d.]+)")
+SHUTDOWN = re.compile(r"SIGTERM|Shutting down|Gracefully stopping")
 
 
 def strip_ansi(text: str) -> str:
@@ -32,6 +36,18 @@ def strip_ansi(text: str) -> str:
 
 def looks_like_vllm(lines: Sequence[str]) -> bool:
     return any(STATS_HINT.search(line) and "throughput" in line for line in lines)
+
+
+def _traceback_event(time_s: float | None, line: int, *, shutting_down: bool) -> LogEvent:
+    if shutting_down:
+        return LogEvent(
+            time_s,
+            line,
+            "shutdown",
+            "a traceback (EngineDeadError) after the shutdown began: the engine was stopped "
+            "by the shutdown; the run was not aborted",
+        )
+    return LogEvent(time_s, line, "traceback", "the log contains a traceback")
 
 
 def parse_vllm_log(
@@ -43,10 +59,21 @@ def parse_vllm_log(
     events: list[LogEvent] = []
     last_time: float | None = None
     last_line = 0
+    last_engine: str | None = None
+    shutting_down = False
     for number, raw in enumerate(lines, start=1):
         line = strip_ansi(raw.rstrip("\n"))
-        if "Traceback (most recent call last)" in line:
-            events.append(LogEvent(last_time, number, "traceback", "the log contains a traceback"))
+        if SHUTDOWN.search(line) and not shutting_down:
+            shutting_down = True
+            events.append(LogEvent(last_time, number, "shutdown", "the server was shut down"))
+            continue
+        if "Traceback (most recent call last)" in line or "EngineDeadError" in line:
+            events.append(_traceback_event(last_time, number, shutting_down=shutting_down))
+            continue
+        spec = SPEC_DECODING.search(line)
+        if spec is not None and last_engine is not None and per_engine.get(last_engine):
+            samples = per_engine[last_engine]
+            samples[-1] = replace(samples[-1], accept_len=float(spec.group("accept")))
             continue
         if not STATS_HINT.search(line):
             continue
@@ -61,15 +88,10 @@ def parse_vllm_log(
                 "generation throughput: Y tokens/s, Running: N reqs, Waiting: M reqs'.",
                 "Pass the vLLM server log as written, or --skip-malformed to leave such lines out.",
             )
-        moment = datetime.strptime(
-            f"2000-{match.group('month')}-{match.group('day')} {match.group('time')}",
-            "%Y-%m-%d %H:%M:%S",
-        )
         if origin is None:
-            origin = moment
-        frac = match.group("frac")
-        any_fraction = any_fraction or bool(frac)
-        time_s = (moment - origin).total_seconds() + (float("0." + frac) if frac else 0.0)
+            origin = _moment(match)
+        any_fraction = any_fraction or bool(match.group("frac"))
+        time_s = _seconds(match, origin)
         if last_time is not None and time_s < last_time - 1.0:
             raise TraceError(
                 f"{path}:{number}: time goes back from line {last_line} to this line.",
@@ -79,6 +101,7 @@ def parse_vllm_log(
             )
         last_time, last_line = time_s, number
         engine = match.group("engine") or "0"
+        last_engine = engine
         per_engine.setdefault(engine, []).append(
             BatchSample(
                 time_s=time_s,
@@ -90,6 +113,28 @@ def parse_vllm_log(
                 prompt_throughput=float(match.group("prompt")),
             )
         )
+    return _traces(path, per_engine, events, origin, any_fraction)
+
+
+def _moment(match: re.Match[str]) -> datetime:
+    return datetime.strptime(
+        f"2000-{match.group('month')}-{match.group('day')} {match.group('time')}",
+        "%Y-%m-%d %H:%M:%S",
+    )
+
+
+def _seconds(match: re.Match[str], origin: datetime) -> float:
+    frac = match.group("frac")
+    return (_moment(match) - origin).total_seconds() + (float("0." + frac) if frac else 0.0)
+
+
+def _traces(
+    path: Path,
+    per_engine: dict[str, list[BatchSample]],
+    events: list[LogEvent],
+    origin: datetime | None,
+    any_fraction: bool,
+) -> tuple[ServerTrace, ...]:
     if not per_engine:
         raise TraceError(
             f"{path}: no vLLM 'Running: N reqs, Waiting: M reqs' statistics lines.",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import RequestRecord, RequestTrace
+from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 
 
 def is_bench_object(obj: Any) -> bool:
@@ -60,7 +60,7 @@ def parse_bench_json(
             records.append(
                 RequestRecord(
                     request_id=str(i),
-                    submit_s=0.0,
+                    submit_s=0.0,  # each request on its own clock: times from its submission
                     chunk_times_s=times,
                     chunk_tokens=(1,) * len(times),
                     line=line,

@@ -1,0 +1,155 @@
+"""Reconcile a reported TPOT with the phases that produced it.
+
+Single generation (every request admitted in one ramp; the harness's batch TPOT):
+
+    TPOT_harness ≈ T_steady + T_ramp / (N − 1) + T_warm-up / (N − 1)
+
+Closed loop with several generations (bench_serving's per-request mean TPOT over R
+requests of N output tokens each; a request's TPOT is its decode time over its N − 1
+tokens, so the mean over requests is request-seconds of decoding per output token):
+
+    TPOT_mean ≈ Σ_p share_p × t_p  +  Σ wait_i / R / (N − 1)  +  Σ T_warm-up × R_ramp / R / (N − 1)
+
+where p runs over steady, mixed (plateau intervals with admissions) and drain (and, on a
+PD decode node, whose arrivals were prefilled elsewhere and start decoding at once, the
+ramp's own decode intervals instead of a wait), ``share_p``
+is the share of the output tokens generated in phase p and ``t_p`` its token-weighted
+per-token time (both from the Decode lines); ``wait_i`` is the time a request admitted
+during a ramp waits for the admissions after its own, summed over the ramp's requests and
+divided by *all* R requests the mean is over (not just the ramp's); the warm-up interval
+(last admission → first Decode line) delays the R_ramp requests of its ramp.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ncuflow.phases.model.results import Reconciliation, RunAnalysis, Term
+from ncuflow.phases.model.traces import BenchSummary
+
+PHASES = ("ramp decode", "steady", "mixed", "drain")
+
+
+def harness_reconciliation(
+    *,
+    label: str,
+    reported_tpot_s: float,
+    steady_token_s: float,
+    admission_span_s: float,
+    warmup_s: float | None,
+    output_tokens: int,
+) -> Reconciliation:
+    steps = output_tokens - 1
+    terms = [
+        Term("steady", steady_token_s, "steady per-token time (median)", 1.0, steady_token_s),
+        Term("ramp", admission_span_s / steps, f"{admission_span_s:.2f} s/{steps}"),
+    ]
+    if warmup_s is not None and warmup_s > 0:
+        terms.append(
+            Term(
+                "warm-up",
+                warmup_s / steps,
+                f"{warmup_s:.2f} s/{steps}",
+            )
+        )
+    return Reconciliation(
+        reported_label=label,
+        reported_tpot_s=reported_tpot_s,
+        steady_term_s=steady_token_s,
+        ramp_term_s=admission_span_s / steps,
+        ramp_s=admission_span_s,
+        output_tokens=output_tokens,
+        terms=tuple(terms),
+    )
+
+
+def _phase_totals(runs: Sequence[RunAnalysis]) -> dict[str, tuple[float, float]]:
+    """Per phase: (output tokens, request-seconds of decoding) over every segment."""
+    totals = {phase: (0.0, 0.0) for phase in PHASES}
+    for run in runs:
+        decode_node = run.requests_total is None  # no Prefill lines: prefilled elsewhere
+        for segment in run.segments:
+            if decode_node and segment.ramp_tokens and segment.ramp_weighted_s:
+                count, seconds = totals["ramp decode"]
+                totals["ramp decode"] = (
+                    count + segment.ramp_tokens,
+                    seconds + segment.ramp_tokens * segment.ramp_weighted_s,
+                )
+            for phase, tokens, weighted in (
+                ("steady", segment.steady_tokens, segment.steady_weighted_s),
+                ("mixed", segment.mixed_tokens, segment.mixed_weighted_s),
+                ("drain", segment.drain_tokens, segment.drain_weighted_s),
+            ):
+                if tokens and weighted:
+                    count, seconds = totals[phase]
+                    totals[phase] = (count + tokens, seconds + tokens * weighted)
+    return totals
+
+
+def closed_loop_reconciliation(
+    runs: Sequence[RunAnalysis], bench: BenchSummary
+) -> Reconciliation | None:
+    """bench_serving's mean TPOT against the phases of every run (all ranks) of the log."""
+    if bench.mean_tpot_ms is None or bench.output_tokens is None or bench.output_tokens < 2:
+        return None
+    usable = [r for r in runs if r.segments]
+    totals = _phase_totals(usable)
+    all_tokens = sum(tokens for tokens, _ in totals.values())
+    requests = sum(r.requests_total or 0 for r in usable)
+    if any(r.requests_total is None for r in usable):
+        # a PD decode node sees no Prefill lines: only the result block counts the requests
+        requests = bench.completed_requests or 0
+    if all_tokens <= 0 or requests <= 0:
+        return None
+    steps = bench.output_tokens - 1
+    terms: list[Term] = []
+    for phase in PHASES:
+        tokens, seconds = totals[phase]
+        if tokens <= 0:
+            continue
+        per_token = seconds / tokens
+        share = tokens / all_tokens
+        terms.append(
+            Term(
+                phase,
+                share * per_token,
+                f"{share:.0%} of tokens × {per_token * 1000:.2f} ms",
+                share,
+                per_token,
+            )
+        )
+    # a request arriving at a PD decode node starts decoding at once: no wait, only the
+    # ramp's own (faster, smaller-batch) per-token time, counted above as "ramp decode"
+    total_wait = sum(r.total_admission_wait_s or 0.0 for r in usable if r.requests_total)
+    terms.append(
+        Term(
+            "ramp",
+            total_wait / requests / steps,
+            f"{total_wait:.0f} request-s/{requests}/{steps}",
+        )
+    )
+    warmup_wait = sum(
+        (r.warmup_excess_s or 0.0) * (r.requests_admitted or 0) for r in usable if r.requests_total
+    )
+    if warmup_wait > 0:
+        terms.append(
+            Term(
+                "warm-up",
+                warmup_wait / requests / steps,
+                f"{warmup_wait:.0f} request-s/{requests}/{steps}",
+            )
+        )
+    if total_wait <= 0:
+        terms = [t for t in terms if t.name != "ramp"]
+    steady = next((t.value_s for t in terms if t.name == "steady"), 0.0)
+    ramp = sum(t.value_s for t in terms if t.name == "ramp")
+    return Reconciliation(
+        reported_label="bench_serving mean TPOT",
+        reported_tpot_s=bench.mean_tpot_ms / 1000.0,
+        steady_term_s=steady,
+        ramp_term_s=ramp,
+        ramp_s=total_wait / requests,
+        output_tokens=bench.output_tokens,
+        terms=tuple(terms),
+        requests=requests,
+    )

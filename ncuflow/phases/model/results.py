@@ -1,0 +1,293 @@
+"""What the analysis produces: phases, segments, reconciliation and one ``RunAnalysis`` per run.
+
+``assemble_run`` is the one place a ``RunAnalysis`` is built: each analyser (server logs,
+per-request traces, bench JSON) hands it the parts it knows, and every part it does not
+know stays ``None`` ("missing is missing, never 0").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ncuflow.phases.model.stats import Distribution
+
+
+@dataclass(frozen=True)
+class PhaseSpan:
+    name: str  # "ramp", "warm-up", "steady", "mixed", "drain", "plateau"
+    start_s: float
+    end_s: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class Term:
+    """One term of a reconciliation: its contribution to the TPOT and how it was derived.
+
+    Phase terms (steady, mixed, drain) are ``token_share × per_token_s``: the share of the
+    output tokens generated in that phase times the phase's per-token time. Wait terms
+    (ramp, warm-up) are a time every request waits, spread over its N − 1 tokens.
+    """
+
+    name: str
+    value_s: float
+    detail: str
+    token_share: float | None = None
+    per_token_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """TPOT_reported ≈ Σ terms, and what each term explains.
+
+    Without ``terms`` (the classic single-generation form) the terms are the steady
+    per-token time and ``T_ramp / (N − 1)``.
+    """
+
+    reported_label: str
+    reported_tpot_s: float
+    steady_term_s: float
+    ramp_term_s: float
+    ramp_s: float
+    output_tokens: int
+    terms: tuple[Term, ...] = ()
+    requests: int | None = None  # the requests the reported mean is over, when it is a mean
+
+    @property
+    def predicted_tpot_s(self) -> float:
+        if self.terms:
+            return sum(term.value_s for term in self.terms)
+        return self.steady_term_s + self.ramp_term_s
+
+    @property
+    def steady_share(self) -> float:
+        return self.steady_term_s / self.reported_tpot_s
+
+    @property
+    def ramp_share(self) -> float:
+        return self.ramp_term_s / self.reported_tpot_s
+
+    @property
+    def residual_share(self) -> float:
+        return 1.0 - self.predicted_tpot_s / self.reported_tpot_s
+
+
+@dataclass(frozen=True)
+class TimelinePoint:
+    time_s: float
+    kind: str
+    batch: int
+    queued: int | None
+    per_token_s: float | None  # per-token time over the interval ending here, if known
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One plateau of ``#running-req`` (one concurrency level) of a run and its phases.
+
+    A change of plateau starts a new segment: a closed-loop client sweeping c = 1, 2, 4
+    without idle gaps gives three segments, each with its own per-token times.
+    """
+
+    index: int
+    level: int  # the plateau's batch size (largest #running-req seen on it)
+    start_s: float
+    end_s: float
+    ramp: PhaseSpan | None
+    warmup: PhaseSpan | None  # last admission of the ramp → first Decode line after it
+    plateau: PhaseSpan
+    steady: PhaseSpan | None  # the longest stretch of admission-free intervals
+    steady_s: float  # time of all admission-free intervals on the plateau
+    mixed_s: float  # time of intervals on the plateau with admissions
+    drain: PhaseSpan | None
+    steady_token_s: Distribution | None
+    mixed_token_s: Distribution | None
+    drain_token_s: Distribution | None
+    steady_tokens: float | None  # output tokens generated in each phase (all requests)
+    mixed_tokens: float | None
+    drain_tokens: float | None
+    steady_weighted_s: float | None  # token-weighted per-token time of each phase
+    mixed_weighted_s: float | None
+    drain_weighted_s: float | None
+    accept_len: float | None = None  # speculative decoding: mean acceptance length
+    warmup_excess_s: float | None = None  # warm-up less the ordinary decode steps it holds
+    ramp_tokens: float | None = None  # tokens decoded during the ramp (counted on PD nodes)
+    ramp_weighted_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    path: str
+    source_format: str
+    run_index: int
+    run_label: str
+    rank: str | None
+    clock_origin: str
+
+
+@dataclass(frozen=True)
+class RunPhases:
+    start_s: float | None = None
+    end_s: float | None = None
+    peak_batch: int | None = None
+    steady_batch: float | None = None
+    ramp: PhaseSpan | None = None
+    steady: PhaseSpan | None = None
+    mixed: PhaseSpan | None = None
+    drain: PhaseSpan | None = None
+    warmup: PhaseSpan | None = None
+    warmup_excess_s: float | None = None
+    segments: tuple[Segment, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunAdmission:
+    admission_span_s: float | None = None
+    mean_admission_wait_s: float | None = None  # mean over admitted of (last admission − own)
+    requests_admitted: int | None = None
+    total_admission_wait_s: float | None = None  # the sum of the same waits
+    requests_total: int | None = None  # every request admitted in the run (all generations)
+
+
+@dataclass(frozen=True)
+class RunTiming:
+    step_method: str = ""
+    ttft_s: Distribution | None = None
+    steady_token_s: Distribution | None = None
+    steady_step_s: float | None = None
+    mixed_token_s: Distribution | None = None
+    drain_token_s: Distribution | None = None
+    mean_request_tpot_s: float | None = None
+    accept_len: float | None = None
+
+
+@dataclass(frozen=True)
+class RunTokens:
+    output_tokens: int | None = None
+    output_tokens_source: str = ""
+    harness_tpot_s: float | None = None
+    reconciliation: Reconciliation | None = None
+
+
+@dataclass(frozen=True)
+class RunPlotData:
+    timeline: tuple[TimelinePoint, ...] = ()
+    token_gaps: tuple[tuple[float, float], ...] = ()  # (time, s/token)
+    itl_by_position: tuple[float, ...] = ()  # median ITL per output position
+    retraction_times_s: tuple[float, ...] = ()
+    ttft_values_s: tuple[float, ...] = ()
+    abort_time_s: float | None = None  # a traceback ended the run here
+
+
+@dataclass(frozen=True)
+class RunAnalysis:
+    path: str
+    source_format: str
+    run_index: int
+    run_label: str
+    rank: str | None
+    clock_origin: str
+    start_s: float | None
+    end_s: float | None
+    peak_batch: int | None
+    steady_batch: float | None
+    ramp: PhaseSpan | None
+    steady: PhaseSpan | None
+    drain: PhaseSpan | None
+    admission_span_s: float | None
+    mean_admission_wait_s: float | None
+    requests_admitted: int | None
+    ttft_s: Distribution | None
+    steady_token_s: Distribution | None
+    steady_step_s: float | None
+    step_method: str
+    output_tokens: int | None
+    output_tokens_source: str
+    harness_tpot_s: float | None
+    mean_request_tpot_s: float | None
+    reconciliation: Reconciliation | None
+    cannot: tuple[str, ...]
+    notes: tuple[str, ...]
+    timeline: tuple[TimelinePoint, ...] = field(default=(), repr=False)
+    mixed: PhaseSpan | None = None  # batch at steady size but with admissions (closed loop)
+    token_gaps: tuple[tuple[float, float], ...] = field(default=(), repr=False)
+    itl_by_position: tuple[float, ...] = field(default=(), repr=False)
+    retraction_times_s: tuple[float, ...] = ()
+    ttft_values_s: tuple[float, ...] = field(default=(), repr=False)
+    abort_time_s: float | None = None
+    warmup: PhaseSpan | None = None
+    segments: tuple[Segment, ...] = ()
+    mixed_token_s: Distribution | None = None
+    drain_token_s: Distribution | None = None
+    accept_len: float | None = None
+    total_admission_wait_s: float | None = None
+    requests_total: int | None = None
+    stated_concurrency: int | None = None
+    warmup_excess_s: float | None = None
+
+
+def assemble_run(
+    identity: RunIdentity,
+    phases: RunPhases,
+    *,
+    admission: RunAdmission | None = None,
+    timing: RunTiming | None = None,
+    tokens: RunTokens | None = None,
+    cannot: tuple[str, ...] | list[str] = (),
+    notes: tuple[str, ...] | list[str] = (),
+    plot: RunPlotData | None = None,
+    stated_concurrency: int | None = None,
+) -> RunAnalysis:
+    """The one constructor of ``RunAnalysis``; parts not given are unknown (None)."""
+    admission = admission or RunAdmission()
+    timing = timing or RunTiming()
+    tokens = tokens or RunTokens()
+    plot = plot or RunPlotData()
+    return RunAnalysis(
+        path=identity.path,
+        source_format=identity.source_format,
+        run_index=identity.run_index,
+        run_label=identity.run_label,
+        rank=identity.rank,
+        clock_origin=identity.clock_origin,
+        start_s=phases.start_s,
+        end_s=phases.end_s,
+        peak_batch=phases.peak_batch,
+        steady_batch=phases.steady_batch,
+        ramp=phases.ramp,
+        steady=phases.steady,
+        drain=phases.drain,
+        admission_span_s=admission.admission_span_s,
+        mean_admission_wait_s=admission.mean_admission_wait_s,
+        requests_admitted=admission.requests_admitted,
+        ttft_s=timing.ttft_s,
+        steady_token_s=timing.steady_token_s,
+        steady_step_s=timing.steady_step_s,
+        step_method=timing.step_method,
+        output_tokens=tokens.output_tokens,
+        output_tokens_source=tokens.output_tokens_source,
+        harness_tpot_s=tokens.harness_tpot_s,
+        mean_request_tpot_s=timing.mean_request_tpot_s,
+        reconciliation=tokens.reconciliation,
+        cannot=tuple(dict.fromkeys(cannot)),
+        notes=tuple(dict.fromkeys(notes)),
+        timeline=plot.timeline,
+        mixed=phases.mixed,
+        token_gaps=plot.token_gaps,
+        itl_by_position=plot.itl_by_position,
+        retraction_times_s=plot.retraction_times_s,
+        ttft_values_s=plot.ttft_values_s,
+        abort_time_s=plot.abort_time_s,
+        warmup=phases.warmup,
+        segments=phases.segments,
+        mixed_token_s=timing.mixed_token_s,
+        drain_token_s=timing.drain_token_s,
+        accept_len=timing.accept_len,
+        total_admission_wait_s=admission.total_admission_wait_s,
+        requests_total=admission.requests_total,
+        stated_concurrency=stated_concurrency,
+        warmup_excess_s=phases.warmup_excess_s,
+    )

@@ -1,0 +1,89 @@
+"""Cut one scheduler's statistics lines into runs at the points where the server was idle;
+the settings every run is analysed with."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ncuflow.phases.model.segments import is_decode
+from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
+
+
+@dataclass(frozen=True)
+class ServerRun:
+    index: int
+    samples: tuple[BatchSample, ...]
+    events: tuple[LogEvent, ...]
+
+
+def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
+    """Cut a scheduler's lines into runs: a new run starts when the batch was empty.
+
+    SGLang: a Prefill line with ``#running-req: 0`` after any Decode line (or after a run
+    that already admitted requests and decoded) starts a new run. vLLM: a run is a stretch
+    of stats lines with running or waiting requests, closed by the first idle line.
+    """
+    runs: list[list[BatchSample]] = []
+    if trace.engine == "vllm":
+        current: list[BatchSample] = []
+        for sample in trace.samples:
+            busy = sample.running > 0 or (sample.queued or 0) > 0
+            if busy:
+                current.append(sample)
+            elif current:
+                current.append(sample)  # the idle line closes the run (its window had output)
+                runs.append(current)
+                current = []
+        if current:
+            runs.append(current)
+    else:
+        current = []
+        for sample in trace.samples:
+            continues_chunked_prefill = bool(current) and (current[-1].pending_tokens or 0) > 0
+            starts_new = (
+                sample.kind == "prefill"
+                and sample.running == 0
+                and bool(current)
+                and not continues_chunked_prefill
+            )
+            if starts_new:
+                runs.append(current)
+                current = []
+            current.append(sample)
+        if current:
+            runs.append(current)
+    result = []
+    for index, samples in enumerate(runs, start=1):
+        # events before the first run or after the last one belong to those runs
+        first = samples[0].time_s if index > 1 else -math.inf
+        last = runs[index][0].time_s if index < len(runs) else math.inf
+        events = tuple(e for e in trace.events if e.time_s is not None and first <= e.time_s < last)
+        result.append(ServerRun(index=index, samples=tuple(samples), events=events))
+    return tuple(result)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    decode_log_interval: int
+    batch_tolerance: float
+    output_tokens: int | None
+    output_tokens_source: str
+    retraction_times: tuple[float, ...]
+    lockstep_admissions: tuple[float, ...]
+    stated_concurrency: int | None
+    run_label_prefix: str
+    several_runs: bool
+
+
+def aborted(run: ServerRun) -> bool:
+    return any(e.kind == "traceback" for e in run.events)
+
+
+def peak_batch(samples: Sequence[BatchSample]) -> int:
+    """From Decode lines: a Prefill line's #running-req still counts finished requests."""
+    decoding = [s.running for s in samples if is_decode(s)]
+    if decoding and max(decoding) > 0:
+        return max(decoding)
+    return max([s.running + (s.new_seqs or 0) for s in samples if s.kind == "prefill"] + [0])

@@ -1,0 +1,423 @@
+"""Server logs (SGLang, vLLM): split into runs, and each run into segments and phases.
+
+``split_server_runs`` cuts a scheduler's lines at idle points; ``segments`` finds the
+``#running-req`` plateaus of a run (one segment per concurrency level); this module turns
+them into one ``RunAnalysis`` per run, whose run-level phases are those of the run's main
+segment (its highest plateau), and says what the log cannot tell.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from itertools import pairwise
+
+from ncuflow.phases.model.reconcile import harness_reconciliation
+from ncuflow.phases.model.results import (
+    PhaseSpan,
+    Reconciliation,
+    RunAdmission,
+    RunAnalysis,
+    RunIdentity,
+    RunPhases,
+    RunPlotData,
+    RunTiming,
+    RunTokens,
+    Segment,
+    TimelinePoint,
+    assemble_run,
+)
+from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch, split_server_runs
+from ncuflow.phases.model.segments import (
+    DecodeInterval,
+    Plateau,
+    SegmentInputs,
+    build_segments,
+    decode_intervals,
+    find_plateaus,
+    is_decode,
+    per_token_from_throughput,
+    refilled_plateaus,
+)
+from ncuflow.phases.model.server_text import (
+    concurrency_note,
+    no_steady,
+    run_findings,
+    spec_decoding_note,
+    step_method,
+)
+from ncuflow.phases.model.traces import BatchSample, ServerTrace
+
+
+def analyse_server_trace(
+    trace: ServerTrace,
+    *,
+    decode_log_interval: int = 40,
+    batch_tolerance: float = 0.05,
+    output_tokens: int | None = None,
+    run_label_prefix: str = "",
+    lockstep_admissions: Sequence[float] = (),
+) -> tuple[RunAnalysis, ...]:
+    """One ``RunAnalysis`` per run of one scheduler. ``lockstep_admissions``: admission
+    times of the other DP-attention ranks, which stall this rank too (ranks step together)."""
+    runs = split_server_runs(trace)
+    bench = trace.bench
+    tokens, source = output_tokens, "--output-tokens" if output_tokens else ""
+    if tokens is None and bench is not None and bench.output_tokens is not None:
+        tokens, source = bench.output_tokens, bench.output_tokens_source
+    settings = RunSettings(
+        decode_log_interval=decode_log_interval,
+        batch_tolerance=batch_tolerance,
+        output_tokens=tokens,
+        output_tokens_source=source,
+        retraction_times=tuple(
+            e.time_s for e in trace.events if e.kind == "retraction" and e.time_s is not None
+        ),
+        lockstep_admissions=tuple(lockstep_admissions),
+        stated_concurrency=bench.max_concurrency
+        if bench is not None and trace.rank is None
+        else None,
+        run_label_prefix=run_label_prefix,
+        several_runs=len(runs) > 1,
+    )
+    return tuple(_analyse_server_run(trace, run, settings) for run in runs)
+
+
+def _timeline(samples: Sequence[BatchSample]) -> tuple[TimelinePoint, ...]:
+    return tuple(
+        TimelinePoint(
+            s.time_s,
+            s.kind,
+            s.running + (s.new_seqs or 0) if s.kind == "prefill" else s.running,
+            s.queued,
+            per_token_from_throughput(s) if s.kind != "prefill" else None,
+        )
+        for s in samples
+    )
+
+
+def _main_segment(segments: Sequence[Segment]) -> Segment | None:
+    if not segments:
+        return None
+    return max(segments, key=lambda s: (s.level, s.plateau.duration_s))
+
+
+def _ramp_arrivals(
+    samples: Sequence[BatchSample], start: float, first_on_plateau: int
+) -> list[tuple[float, int]]:
+    """(time, requests) admitted during the ramp: Prefill lines, or on a PD decode node
+    (no Prefill lines) the increases of #running-req between Decode lines."""
+    ramp = [s for s in samples[: first_on_plateau + 1] if s.time_s >= start]
+    prefills = [(s.time_s, s.new_seqs or 0) for s in ramp[:-1] if s.kind == "prefill"]
+    if prefills or not any(s.incoming is not None for s in ramp):
+        return prefills
+    arrivals, seen = [], 0
+    for sample in ramp:
+        if is_decode(sample) and sample.running > seen:
+            arrivals.append((sample.time_s, sample.running - seen))
+            seen = sample.running
+    return arrivals
+
+
+def _ramp_admissions(samples: Sequence[BatchSample], segment: Segment) -> tuple[RunAdmission, int]:
+    """Admission span and waits of the segment's ramp; and readmissions on its plateau."""
+    start = segment.ramp.start_s if segment.ramp is not None else segment.plateau.start_s
+    first_on_plateau = next(
+        i for i, s in enumerate(samples) if is_decode(s) and s.time_s >= segment.plateau.start_s
+    )
+    arrivals = _ramp_arrivals(samples, start, first_on_plateau)
+    later = sum(
+        s.new_seqs or 0
+        for s in samples[first_on_plateau:]
+        if s.kind == "prefill" and s.time_s <= segment.plateau.end_s
+    )
+    total = sum(s.new_seqs or 0 for s in samples if s.kind == "prefill")
+    admitted = sum(count for _, count in arrivals)
+    if not arrivals or not admitted:
+        return RunAdmission(requests_total=total or None), later
+    last = arrivals[-1][0]
+    waits = sum(count * (last - time) for time, count in arrivals)
+    return (
+        RunAdmission(
+            admission_span_s=last - arrivals[0][0],
+            mean_admission_wait_s=waits / admitted,
+            requests_admitted=admitted,
+            total_admission_wait_s=waits,
+            requests_total=total or None,
+        ),
+        later,
+    )
+
+
+def _run_segments(
+    trace: ServerTrace, run: ServerRun, settings: RunSettings
+) -> tuple[tuple[BatchSample, ...], list[DecodeInterval], tuple[Segment, ...]]:
+    """(the run's Decode/stats lines, its decode intervals, its segments)."""
+    samples = run.samples
+    decodes = tuple(s for s in samples if is_decode(s))
+    intervals = decode_intervals(
+        samples,
+        engine=trace.engine,
+        decode_log_interval=settings.decode_log_interval,
+        retraction_times=settings.retraction_times,
+        lockstep_admissions=settings.lockstep_admissions,
+    )
+    plateaus = find_plateaus(
+        decodes,
+        tolerance=settings.batch_tolerance,
+        resolution_s=trace.time_resolution_s,
+        aborted=aborted(run),
+    )
+    inputs = SegmentInputs(
+        samples,
+        decodes,
+        tuple(intervals),
+        trace.time_resolution_s,
+        settings.batch_tolerance,
+        settings.decode_log_interval,
+    )
+    levels = _concurrency_levels(run, plateaus, decodes, intervals)
+    return decodes, intervals, build_segments(inputs, levels)
+
+
+def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSettings) -> RunAnalysis:
+    samples = run.samples
+    prefills = [s for s in samples if s.kind == "prefill"]
+    decodes, intervals, segments = _run_segments(trace, run, settings)
+    main = _main_segment(segments)
+    notes, cannot = run_findings(trace, run, settings, decodes, prefills, segments)
+    peak = peak_batch(samples)
+    admission, readmitted = _ramp_admissions(samples, main) if main else (RunAdmission(), 0)
+    timing = _run_timing(trace, samples, settings, main, intervals, notes, cannot)
+    cannot.extend(no_steady(trace, run, main, len(decodes)))
+    if main is not None and settings.stated_concurrency is not None and peak > 1:
+        incoming = [s.running + s.incoming for s in decodes if s.incoming is not None]
+        in_flight = max(incoming) if incoming else None
+        notes.append(concurrency_note(peak, settings.stated_concurrency, in_flight))
+    if main is not None and readmitted:
+        notes.append(
+            f"{readmitted} request(s) were admitted while the batch stayed near {main.level} (a "
+            "closed loop refilling finished requests): those intervals mix prefill into decode "
+            f"and are counted as 'mixed' ({main.mixed_s:.0f} s), not steady"
+        )
+    closed_loop = readmitted > 0 or len(segments) > 1
+    tokens = _run_tokens(
+        settings, main, admission, timing, decodes, prefills, closed_loop, notes, cannot
+    )
+    label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
+    return assemble_run(
+        RunIdentity(
+            trace.path,
+            f"{trace.engine} server log",
+            run.index,
+            label.strip(),
+            trace.rank,
+            trace.clock_origin,
+        ),
+        _run_phases(samples, peak, main, segments, intervals, readmitted),
+        admission=admission,
+        timing=timing,
+        tokens=tokens,
+        cannot=cannot,
+        notes=notes,
+        plot=_plot_data(run),
+        stated_concurrency=settings.stated_concurrency,
+    )
+
+
+def _run_phases(
+    samples: Sequence[BatchSample],
+    peak: int,
+    main: Segment | None,
+    segments: tuple[Segment, ...],
+    intervals: Sequence[DecodeInterval],
+    readmitted: int,
+) -> RunPhases:
+    """The run-level phases are those of its main segment (the highest plateau)."""
+    if main is None:
+        return RunPhases(samples[0].time_s, samples[-1].time_s, peak, segments=segments)
+    steady = main.steady
+    mixed = None
+    if main.mixed_s > 0 and readmitted:
+        after_steady = steady is not None and steady.end_s < main.plateau.end_s
+        mixed_start = steady.end_s if steady is not None and after_steady else main.plateau.start_s
+        mixed = PhaseSpan("mixed", mixed_start, main.plateau.end_s)
+    return RunPhases(
+        start_s=samples[0].time_s,
+        end_s=samples[-1].time_s,
+        peak_batch=peak,
+        steady_batch=_steady_batch(main, intervals) if steady is not None else None,
+        ramp=main.ramp,
+        steady=steady,
+        mixed=mixed,
+        drain=main.drain if steady is not None else None,
+        warmup=main.warmup,
+        warmup_excess_s=main.warmup_excess_s,
+        segments=segments,
+    )
+
+
+def _plot_data(run: ServerRun) -> RunPlotData:
+    return RunPlotData(
+        timeline=_timeline(run.samples),
+        retraction_times_s=tuple(
+            e.time_s for e in run.events if e.kind == "retraction" and e.time_s is not None
+        ),
+        abort_time_s=next(
+            (e.time_s for e in run.events if e.kind == "traceback" and e.time_s is not None),
+            None,
+        ),
+    )
+
+
+def _concurrency_levels(
+    run: ServerRun,
+    plateaus: Sequence[Plateau],
+    decodes: Sequence[BatchSample],
+    intervals: Sequence[DecodeInterval],
+) -> list[Plateau]:
+    """The plateaus that are concurrency levels. Under KV-cache retractions the batch
+    saw-tooths between levels the client never chose: only the highest one counts."""
+    if any(e.kind == "retraction" for e in run.events) and plateaus:
+        return [max(plateaus, key=lambda p: (p.level, p.last - p.first))]
+    return refilled_plateaus(plateaus, decodes, intervals)
+
+
+def _steady_batch(segment: Segment, intervals: Sequence[DecodeInterval]) -> float:
+    steady = segment.steady
+    assert steady is not None
+    values = [i.running for i in intervals if steady.start_s < i.end_s <= steady.end_s]
+    return float(statistics.median(values)) if values else float(segment.level)
+
+
+def _prefill_duration(samples: Sequence[BatchSample], segment: Segment) -> float:
+    """Typical time between consecutive Prefill lines of the ramp: the last admission's own
+    prefill runs after its line, inside the warm-up interval."""
+    start = segment.ramp.start_s if segment.ramp is not None else segment.plateau.start_s
+    times = [
+        s.time_s
+        for s in samples
+        if s.kind == "prefill" and start <= s.time_s <= segment.plateau.start_s
+    ]
+    gaps = [b - a for a, b in pairwise(times)]
+    return statistics.median(gaps) if gaps else 0.0
+
+
+def _run_timing(
+    trace: ServerTrace,
+    run_samples: Sequence[BatchSample],
+    settings: RunSettings,
+    main: Segment | None,
+    intervals: Sequence[DecodeInterval],
+    notes: list[str],
+    cannot: list[str],
+) -> RunTiming:
+    if main is None or main.steady is None or main.steady_token_s is None:
+        return RunTiming(
+            mixed_token_s=main.mixed_token_s if main else None,
+            drain_token_s=main.drain_token_s if main else None,
+            accept_len=main.accept_len if main else None,
+        )
+    on_plateau = [i for i in intervals if main.plateau.start_s < i.end_s <= main.plateau.end_s]
+    with_throughput = any(i.from_throughput for i in on_plateau)
+    method, step, method_notes = step_method(
+        trace.engine,
+        main,
+        on_plateau,
+        decode_log_interval=settings.decode_log_interval,
+        resolution_s=trace.time_resolution_s,
+        with_throughput=with_throughput,
+    )
+    notes.extend(method_notes)
+    notes.extend(spec_decoding_note(on_plateau))
+    if main.steady_token_s.count < 3:
+        notes.append(
+            f"the steady stretch covers only {main.steady_token_s.count} statistics interval(s): "
+            "treat its step time as a rough estimate"
+        )
+    if trace.time_resolution_s >= 0.5:
+        notes.append(
+            f"timestamps have {trace.time_resolution_s:g}-s resolution: phase boundaries are "
+            f"uncertain by ±{trace.time_resolution_s:g} s"
+        )
+    interval_s = settings.decode_log_interval * step if step else None
+    if (
+        main.warmup is not None
+        and interval_s
+        and main.warmup.duration_s
+        > interval_s * 1.05 + _prefill_duration(run_samples, main) + trace.time_resolution_s
+        and trace.engine == "sglang"
+    ):
+        notes.append(
+            "warm-up (last admission → first Decode line, its own column) longer than one "
+            f"decode-log interval ({settings.decode_log_interval} steps): first-step warm-up or "
+            "graph capture; counted as its own reconciliation term, less half a decode-log "
+            "interval of ordinary steps"
+        )
+    if trace.engine == "sglang" and main.drain is None and main.end_s <= main.plateau.end_s:
+        cannot.append(
+            f"drain not visible: the run's last Decode line still shows {main.level} "
+            f"running requests, so they all finished within one decode-log interval "
+            f"({settings.decode_log_interval} steps"
+            + (f" ≈ {interval_s:.1f} s" if interval_s else "")
+            + ") after it"
+        )
+    if trace.engine == "vllm":
+        cannot.append(
+            "vLLM stats lines carry no per-request times: admission span and TTFT are not measurable"
+        )
+    return RunTiming(
+        step_method=method,
+        steady_token_s=main.steady_token_s,
+        steady_step_s=step,
+        mixed_token_s=main.mixed_token_s,
+        drain_token_s=main.drain_token_s,
+        accept_len=main.accept_len,
+    )
+
+
+def _run_tokens(
+    settings: RunSettings,
+    main: Segment | None,
+    admission: RunAdmission,
+    timing: RunTiming,
+    decodes: Sequence[BatchSample],
+    prefills: Sequence[BatchSample],
+    closed_loop: bool,
+    notes: list[str],
+    cannot: list[str],
+) -> RunTokens:
+    tokens, source = settings.output_tokens, settings.output_tokens_source
+    steady = main.steady if main is not None else None
+    if closed_loop and tokens is not None and steady is not None:
+        cannot.append(
+            "harness-style batch TPOT: requests kept being admitted after the batch filled, so "
+            "(batch end − first token)/(N − 1) would span several generations of requests"
+        )
+        return RunTokens(tokens, source)
+    if tokens is None:
+        if steady is not None and prefills:
+            cannot.append(
+                "harness TPOT and reconciliation: the output length per request is unknown "
+                "(give --output-tokens, or keep the bench_serving command line in the log)"
+            )
+        return RunTokens(None, source)
+    if tokens <= 1 or not prefills or steady is None or main is None:
+        return RunTokens(tokens, source)
+    harness = (decodes[-1].time_s - prefills[0].time_s) / (tokens - 1)
+    notes.append(
+        "harness-style TPOT estimated from the log as (last Decode line − first Prefill "
+        f"line) / (N − 1) with N = {tokens} ({source}); the true batch "
+        "end can be up to one decode-log interval later"
+    )
+    reconciliation: Reconciliation | None = None
+    if timing.steady_token_s is not None and admission.admission_span_s is not None and harness > 0:
+        reconciliation = harness_reconciliation(
+            label="harness TPOT (from log)",
+            reported_tpot_s=harness,
+            steady_token_s=timing.steady_token_s.median,
+            admission_span_s=admission.admission_span_s,
+            warmup_s=main.warmup_excess_s,
+            output_tokens=tokens,
+        )
+    return RunTokens(tokens, source, harness, reconciliation)

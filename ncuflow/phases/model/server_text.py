@@ -1,0 +1,223 @@
+"""What a server-log run says about itself in words: how the per-token time was derived,
+why there is no steady phase, what the stated concurrency and speculative decoding show."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+from ncuflow.phases.model.results import Segment
+from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch
+from ncuflow.phases.model.segments import DecodeInterval
+from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
+
+
+def step_method(
+    engine: str,
+    segment: Segment,
+    on_plateau: Sequence[DecodeInterval],
+    *,
+    decode_log_interval: int,
+    resolution_s: float,
+    with_throughput: bool,
+) -> tuple[str, float | None, list[str]]:
+    """(how the per-token time was derived, the step time, notes about it)."""
+    notes: list[str] = []
+    tokens = segment.steady_token_s
+    if tokens is None:
+        return "", None, notes
+    accept = segment.accept_len
+    step = tokens.median * (accept or 1.0)
+    if engine == "vllm":
+        method = (
+            "per-token time = Running / Avg generation throughput of each 10-s vLLM stats "
+            "window (a window average, not a step time)"
+        )
+        if any(i.cached_prompt for i in on_plateau):
+            method += (
+                "; windows whose prompt throughput is ≤ 10 % of the generation throughput (a "
+                "cached prompt) count as steady"
+            )
+        return method, step, notes
+    if not with_throughput:
+        method = (
+            f"step = Δt between Decode lines / {decode_log_interval} steps (assumed "
+            "--decode-log-interval; no gen throughput on these lines)"
+        )
+        if resolution_s >= 0.5:
+            method += f"; timestamps to {resolution_s:g} s limit each interval's resolution"
+        return method, step, notes
+    method = (
+        "per-token time = #running-req / gen throughput on each Decode line of the steady stretch"
+    )
+    if accept:
+        method += f"; speculative decoding: step = per-token × accept len ({accept:.2f})"
+    steady = segment.steady
+    if steady is not None and steady.duration_s > 0 and step > 0:
+        count = max(1, sum(1 for i in on_plateau if steady.start_s < i.end_s <= steady.end_s))
+        implied = steady.duration_s / (count * step)
+        method += (
+            f"; cross-check: the timestamps imply {implied:.0f} steps between Decode lines "
+            f"(assumed --decode-log-interval {decode_log_interval}"
+            + (
+                f"; ±{resolution_s / steady.duration_s * implied:.0f} from the "
+                f"{resolution_s:g}-s timestamps"
+                if resolution_s >= 0.5
+                else ""
+            )
+            + ")"
+        )
+        if abs(implied - decode_log_interval) > max(
+            0.15 * decode_log_interval, 2 * resolution_s / steady.duration_s * implied
+        ):
+            notes.append(
+                f"timestamps imply ≈{implied:.0f} decode steps between Decode lines, "
+                f"not {decode_log_interval}: check --decode-log-interval"
+            )
+    return method, step, notes
+
+
+def no_steady_reason(events: Sequence[LogEvent], engine: str, segment: Segment) -> str:
+    reason = (
+        "the batch never held its plateau between two consecutive statistics lines with "
+        "no admission in between (Prefill lines, vLLM prompt throughput, or an admission on "
+        "another DP rank)"
+    )
+    retractions = sum(1 for e in events if e.kind == "retraction")
+    if retractions:
+        reason += (
+            f" (the KV cache filled up: {retractions} retraction(s) make the batch size saw-tooth)"
+        )
+    elif any(e.kind == "traceback" for e in events):
+        reason += " (the run ends in a traceback while still admitting requests)"
+    elif engine == "vllm":
+        reason += " (vLLM prints one line per 10 s; every busy window here also processed prompts)"
+    if segment.mixed_token_s is not None:
+        reason += (
+            f"; the plateau at {segment.level} with admissions ('mixed', {segment.mixed_s:.1f} s) "
+            f"runs at {segment.mixed_token_s.median * 1000:.2f} ms per token"
+        )
+    return reason
+
+
+def concurrency_note(peak: int, stated: int, in_flight: int | None = None) -> str:
+    """The peak (from Decode lines) against the benchmark's stated max concurrency; on a PD
+    decode node, requests in flight = #running-req + those still arriving by KV transfer."""
+    if in_flight is not None and in_flight != peak:
+        relation = "=" if in_flight == stated else "≠"
+        return (
+            f"PD decode node: up to {in_flight} requests in flight (#running-req + "
+            f"#transfer-req/#prealloc-req) {relation} the benchmark's stated max concurrency "
+            f"{stated}; #running-req peaks at {peak} while replacements are in transfer"
+        )
+    if peak == stated:
+        return f"peak batch {peak} (from Decode lines) = the benchmark's stated max concurrency {stated}"
+    if peak > stated:
+        return (
+            f"peak batch {peak} (from Decode lines) exceeds the benchmark's stated max "
+            f"concurrency {stated}: another client shared the server, or the statistics line "
+            "counts requests not yet removed"
+        )
+    return (
+        f"peak batch {peak} (from Decode lines) is below the benchmark's stated max "
+        f"concurrency {stated}: the server capped the batch (KV cache, --max-running-requests) "
+        "or the client never had that many requests in flight"
+    )
+
+
+def spec_decoding_note(on_plateau: Sequence[DecodeInterval]) -> list[str]:
+    """Speculative decoding whose acceptance collapses changes the per-token time with it."""
+    pairs = [(i.accept_len, i.per_token_s) for i in on_plateau if i.accept_len and i.per_token_s]
+    if len(pairs) < 2:
+        return []
+    accepts = [a for a, _ in pairs]
+    high, low = max(accepts), min(accepts)
+    if low >= 0.7 * high:
+        return []
+    middle = (high + low) / 2
+    slow = [t for a, t in pairs if a is not None and a < middle and t is not None]
+    fast = [t for a, t in pairs if a is not None and a >= middle and t is not None]
+    return [
+        f"speculative decoding: acceptance length ranged {low:.2f}–{high:.2f} on the plateau; "
+        f"per-token time {statistics.median(fast) * 1000:.2f} ms at high acceptance vs "
+        f"{statistics.median(slow) * 1000:.2f} ms at low: a per-token jump that follows the "
+        "acceptance, not the kernels"
+    ]
+
+
+def run_findings(
+    trace: ServerTrace,
+    run: ServerRun,
+    settings: RunSettings,
+    decodes: Sequence[BatchSample],
+    prefills: Sequence[BatchSample],
+    segments: Sequence[Segment],
+) -> tuple[list[str], list[str]]:
+    notes: list[str] = []
+    cannot: list[str] = []
+    if trace.engine == "sglang" and not prefills:
+        cannot.append(
+            "no Prefill lines in this run (e.g. a PD decode node): admissions are seen only as "
+            "increases of #running-req between Decode lines (the ramp's waits are estimated "
+            "from them), so TTFT cannot be measured"
+        )
+    if len([s for s in decodes if s.running > 0]) < 2:
+        cannot.append(
+            f"only {len(decodes)} Decode line(s): the run is shorter than two decode-log "
+            f"intervals ({settings.decode_log_interval} steps each), so no step time can be derived"
+            if trace.engine == "sglang"
+            else f"only {len(decodes)} stats line(s) with running requests: too short for the "
+            "10-s statistics window"
+        )
+    if (
+        run.index == 1
+        and peak_batch(run.samples) <= 1
+        and trace.bench is not None
+        and settings.several_runs
+    ):
+        notes.append(
+            "a single request before the benchmark: probably bench_serving's warm-up request"
+        )
+    for event in run.events:
+        if event.kind in ("traceback", "shutdown"):
+            notes.append(f"line {event.line}: {event.text}")
+    retractions = sum(1 for e in run.events if e.kind == "retraction")
+    if retractions:
+        notes.append(
+            f"{retractions} retraction(s) (KV cache full, requests pushed back to the queue): "
+            "the batch size is not stable around them"
+        )
+    if len(segments) > 1:
+        notes.append(
+            f"{len(segments)} segments (plateaus of #running-req: "
+            + ", ".join(str(s.level) for s in segments)
+            + "): each concurrency level has its own ramp, per-token time and drain"
+        )
+    if trace.engine == "sglang" and prefills:
+        cannot.append("TTFT distribution: a server log has no per-request submit times")
+    if settings.lockstep_admissions:
+        notes.append(
+            "DP attention: ranks step in lockstep, so an admission on any rank counts as an "
+            "admission (a mixed interval) for this rank too"
+        )
+    if trace.engine == "sglang" and not prefills and segments:
+        notes.append(
+            "PD decode node: the ramp ends when #running-req reaches its plateau; requests still "
+            "arriving by KV transfer (#transfer-req/#prealloc-req) at the plateau were prefilled "
+            "on another node, so they do not make a plateau interval 'mixed'"
+        )
+    return notes, cannot
+
+
+def no_steady(
+    trace: ServerTrace, run: ServerRun, main: Segment | None, decode_lines: int
+) -> list[str]:
+    if main is not None and main.steady is None:
+        return ["no steady decode phase: " + no_steady_reason(run.events, trace.engine, main)]
+    if main is None and decode_lines >= 2:
+        ends = " (the run ends in a traceback while still admitting requests)"
+        return [
+            "no steady decode phase: the batch never held a plateau of #running-req"
+            + (ends if aborted(run) else "")
+        ]
+    return []

@@ -1,0 +1,102 @@
+"""What the parsers produce: scheduler statistics lines of a server log and per-request
+streaming timestamps, as frozen dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BatchSample:
+    """One scheduler statistics line of a server log.
+
+    ``kind`` is "prefill" or "decode" (SGLang) or "stats" (vLLM's periodic line).
+    ``running`` is the batch size the line reports; for SGLang Prefill lines it is the
+    number of requests already running *before* the new ones join.
+    """
+
+    time_s: float
+    kind: str
+    running: int
+    line: int
+    queued: int | None = None
+    new_seqs: int | None = None
+    new_tokens: int | None = None
+    gen_throughput: float | None = None
+    prompt_throughput: float | None = None
+    accept_len: float | None = None
+    pending_tokens: int | None = (
+        None  # SGLang chunked prefill: tokens of this request still to come
+    )
+    incoming: int | None = None  # PD decode node: requests pre-allocated or in KV transfer
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """A line worth telling the user about: retraction, traceback, shutdown."""
+
+    time_s: float | None
+    line: int
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class BenchSummary:
+    """What a bench_serving command line and result block in the same log say."""
+
+    line: int
+    output_tokens: int | None = None
+    output_tokens_source: str = ""
+    mean_tpot_ms: float | None = None
+    median_tpot_ms: float | None = None
+    mean_ttft_ms: float | None = None
+    median_ttft_ms: float | None = None
+    median_itl_ms: float | None = None
+    max_concurrency: int | None = None
+    completed_requests: int | None = None  # 'Successful requests' of the result block
+
+
+@dataclass(frozen=True)
+class ServerTrace:
+    """The statistics lines of one scheduler (one DP rank) of one server log."""
+
+    path: str
+    engine: str  # "sglang" or "vllm"
+    rank: str | None
+    clock_origin: str  # wall-clock text of time_s == 0
+    samples: tuple[BatchSample, ...]
+    events: tuple[LogEvent, ...]
+    time_resolution_s: float
+    bench: BenchSummary | None = None
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request of a streaming trace: submit time and the arrival of every chunk."""
+
+    request_id: str
+    submit_s: float
+    chunk_times_s: tuple[float, ...]
+    chunk_tokens: tuple[int, ...]  # tokens carried by each chunk (1 when not recorded)
+    line: int
+    declared_output_tokens: int | None = None  # when the source states it (bench JSON)
+
+    @property
+    def output_tokens(self) -> int:
+        if self.declared_output_tokens is not None:
+            return self.declared_output_tokens
+        return sum(self.chunk_tokens)
+
+
+@dataclass(frozen=True)
+class RequestTrace:
+    """The requests of one run of a client-side streaming trace (JSONL or bench JSON)."""
+
+    path: str
+    run: str
+    source_format: str  # "jsonl" or "bench-json"
+    requests: tuple[RequestRecord, ...]
+    has_start_times: bool = True
+    clock_origin: str = ""
+    reported_mean_tpot_ms: float | None = None

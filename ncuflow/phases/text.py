@@ -1,0 +1,282 @@
+"""Render a ``PhasesReport`` as text tables. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ncuflow.phases.model import Distribution, PhaseSpan, Reconciliation, RunAnalysis, Segment, Term
+from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
+
+
+def _ms(seconds: float | None, digits: int = 2) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.{digits}f} ms"
+
+
+def _s(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
+
+
+def _span(span: PhaseSpan | None) -> str:
+    return "—" if span is None else _s(span.duration_s)
+
+
+def _dist_ms(dist: Distribution | None) -> str:
+    if dist is None:
+        return "—"
+    return f"{dist.median * 1000:.2f} ms ({dist.p10 * 1000:.1f}–{dist.p90 * 1000:.1f})"
+
+
+def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
+
+
+def _grouped(messages: Sequence[tuple[str, str]]) -> list[str]:
+    """'message (runs a, b)' once per distinct message, in first-seen order."""
+    order: dict[str, list[str]] = {}
+    for label, message in messages:
+        order.setdefault(message, []).append(label)
+    lines = []
+    for message, labels in order.items():
+        where = (
+            labels[0]
+            if len(labels) == 1
+            else f"{len(labels)} runs: {', '.join(labels[:4])}{', …' if len(labels) > 4 else ''}"
+        )
+        lines.append(f"    - {message} [{where}]")
+    return lines
+
+
+def _term(term: Term, rec: Reconciliation) -> str:
+    share = f"({term.value_s / rec.reported_tpot_s:.0%})"
+    if term.token_share is not None and term.per_token_s is not None and term.name != "steady":
+        return (
+            f"{term.name} {term.token_share:.0%} × {_ms(term.per_token_s)} = "
+            f"{_ms(term.value_s)} {share}"
+        )
+    if term.token_share is not None and term.per_token_s is not None:
+        if term.token_share >= 0.999:
+            return f"steady {_ms(term.value_s)} {share}"
+        return (
+            f"steady {term.token_share:.0%} × {_ms(term.per_token_s)} = {_ms(term.value_s)} {share}"
+        )
+    return f"{term.name} {term.detail} = {_ms(term.value_s)} {share}"
+
+
+def reconciliation_line(rec: Reconciliation) -> str:
+    unexplained = f"unexplained {round(rec.residual_share, 2) + 0.0:+.0%}"
+    if rec.terms:
+        terms = " + ".join(_term(term, rec) for term in rec.terms)
+        return f"{rec.reported_label} {_ms(rec.reported_tpot_s)} ≈ {terms}; {unexplained}"
+    return (
+        f"{rec.reported_label} {_ms(rec.reported_tpot_s)} ≈ steady {_ms(rec.steady_term_s)} "
+        f"({rec.steady_share:.0%}) + ramp {rec.ramp_s:.2f} s/{rec.output_tokens - 1} = "
+        f"{_ms(rec.ramp_term_s)} ({rec.ramp_share:.0%}); {unexplained}"
+    )
+
+
+def _segment_rows(runs: Sequence[RunAnalysis]) -> list[list[str]]:
+    header = [
+        "run",
+        "seg",
+        "level",
+        "ramp",
+        "warm-up",
+        "steady",
+        "steady per-token",
+        "mixed",
+        "mixed per-token",
+        "drain",
+        "drain per-token",
+        "accept",
+    ]
+    rows = [header]
+    for run in runs:
+        shown = len(run.segments) > 1 or any(
+            s.mixed_s > 0 or s.drain_token_s is not None for s in run.segments
+        )
+        for segment in run.segments if shown else ():
+            rows.append(_segment_row(run.run_label, segment))
+    return rows
+
+
+def _segment_row(label: str, s: Segment) -> list[str]:
+    return [
+        label,
+        str(s.index),
+        str(s.level),
+        _span(s.ramp),
+        _span(s.warmup),
+        _s(s.steady_s) if s.steady_s > 0 else "—",
+        _dist_ms(s.steady_token_s),
+        _s(s.mixed_s) if s.mixed_s > 0 else "—",
+        _dist_ms(s.mixed_token_s),
+        _span(s.drain),
+        _dist_ms(s.drain_token_s),
+        "—" if s.accept_len is None else f"{s.accept_len:.2f}",
+    ]
+
+
+def _server_table(rows: Sequence[ServerRow]) -> list[str]:
+    table = [
+        ["whole server", "start", "peak", "steady batch", "per-token (slowest rank)", "rank spread"]
+    ]
+    for row in rows:
+        table.append(
+            [
+                f"run {row.run_index} (Σ {row.ranks} ranks)",
+                "—" if row.start_s is None else f"t+{row.start_s:.0f}s",
+                str(row.peak_batch),
+                "—" if row.steady_batch is None else f"{row.steady_batch:g}",
+                _ms(row.steady_token_s),
+                "—" if row.rank_spread is None else f"{row.rank_spread:.1%}",
+            ]
+        )
+    return _table(table)
+
+
+def _itl_cross_check(file: FileReport) -> str | None:
+    bench = file.bench
+    medians = [r.steady_token_s.median for r in file.runs if r.steady_token_s and r.steady]
+    if bench is None or bench.median_itl_ms is None or not medians:
+        return None
+    steady = sorted(medians)[len(medians) // 2]
+    accept = [r.accept_len for r in file.runs if r.accept_len]
+    line = (
+        f"    cross-check: bench_serving median ITL {bench.median_itl_ms:.2f} ms beside steady "
+        f"per-token {steady * 1000:.2f} ms ({bench.median_itl_ms / 1000 / steady - 1:+.0%})"
+    )
+    if accept:
+        line += " — speculative decoding: one ITL spans a whole accepted chunk (accept len tokens)"
+    return line
+
+
+def render_text(report: PhasesReport) -> str:
+    out: list[str] = []
+    for file in report.files:
+        out.extend(_file_lines(file))
+        out.append("")
+    out.extend(_amortization_lines(report))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _header(file: FileReport) -> str:
+    header = f"{file.path}  [{file.source_format}"
+    if file.ranks:
+        more = " …" if len(file.ranks) > 6 else ""
+        header += f", {len(file.ranks)} scheduler(s): {', '.join(file.ranks[:6])}{more}"
+    if file.clock_origin:
+        header += f"; t=0 at {file.clock_origin}"
+    if file.time_resolution_s is not None:
+        resolution = "1 ms" if file.time_resolution_s < 0.5 else f"{file.time_resolution_s:g} s"
+        header += f"; timestamps to {resolution}"
+    return header + "]"
+
+
+RUN_COLUMNS = [
+    "run",
+    "start",
+    "peak",
+    "steady batch",
+    "ramp",
+    "warm-up",
+    "steady",
+    "per-token (p10–p90)",
+    "drain",
+    "TTFT median",
+    "harness TPOT",
+]
+
+
+def _run_row(run: RunAnalysis) -> list[str]:
+    return [
+        run.run_label,
+        "—" if run.start_s is None else f"t+{run.start_s:.0f}s",
+        str(run.peak_batch) if run.peak_batch else "—",
+        "—" if run.steady_batch is None else f"{run.steady_batch:g}",
+        _span(run.ramp),
+        _span(run.warmup),
+        _span(run.steady),
+        _dist_ms(run.steady_token_s),
+        _span(run.drain) if run.drain is not None or run.steady is None else "not seen",
+        _ms(run.ttft_s.median, 0) if run.ttft_s else "—",
+        _ms(run.harness_tpot_s),
+    ]
+
+
+def _file_lines(file: FileReport) -> list[str]:
+    out = [_header(file)]
+    out.extend(_table([RUN_COLUMNS] + [_run_row(run) for run in file.runs]))
+    if file.server_rows:
+        out.extend(_server_table(file.server_rows))
+    segment_rows = _segment_rows(file.runs)
+    if len(segment_rows) > 1:
+        out.append(
+            "  segments (one per #running-req plateau; steady/mixed = time without/with admissions):"
+        )
+        out.extend(_table(segment_rows, indent="    "))
+    out.extend(_reconciliation_lines(file))
+    sections = (
+        (
+            "how per-token time was derived",
+            [(r.run_label, r.step_method) for r in file.runs if r.step_method],
+        ),
+        ("cannot tell", [(r.run_label, c) for r in file.runs for c in r.cannot]),
+        (
+            "notes",
+            [(r.run_label, n) for r in file.runs for n in r.notes]
+            + [("file", n) for n in file.file_notes],
+        ),
+    )
+    for title, messages in sections:
+        if messages:
+            out.append(f"  {title}:")
+            out.extend(_grouped(messages))
+    return out
+
+
+def _reconciliation_lines(file: FileReport) -> list[str]:
+    recs = [(r.run_label, r.reconciliation) for r in file.runs if r.reconciliation is not None]
+    if not recs and file.bench_reconciliation is None:
+        return []
+    out = [
+        "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, drain)"
+        " + (ramp wait + warm-up)/(N − 1):"
+    ]
+    for label, rec in recs:
+        assert rec is not None
+        out.append(f"    {label}: {reconciliation_line(rec)}")
+    if file.bench_reconciliation is not None:
+        requests = file.bench_reconciliation.requests
+        out.append(
+            f"    whole benchmark: {reconciliation_line(file.bench_reconciliation)} "
+            f"(shares of output tokens; waits spread over all {requests} requests)"
+        )
+    itl = _itl_cross_check(file)
+    if itl is not None:
+        out.append(itl)
+    return out
+
+
+def _amortization_lines(report: PhasesReport) -> list[str]:
+    if not report.amortization:
+        return []
+    out = ["amortization test (does TPOT − T_steady shrink as 1/(N − 1)?):"]
+    for result in report.amortization:
+        lengths = ", ".join(
+            f"N={r.output_tokens}: {_ms(r.reported_tpot_s)} vs steady {_ms(r.steady_token_s)}"
+            for r in result.runs
+        )
+        out.append(f"  {result.config}: {result.verdict} — {result.explanation}")
+        out.append(f"    {lengths}")
+    for gap in report.gaps:
+        out.append(
+            f"  N={gap.output_tokens}: {gap.configs[0]} vs {gap.configs[1]}: reported TPOT gap "
+            f"{gap.reported_gap:+.1%}, steady decode gap {gap.steady_gap:+.1%}"
+        )
+    return out
