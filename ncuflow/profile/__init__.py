@@ -1,0 +1,1 @@
+"""Profiling: the ncu command line, planning, running, sweeps and the pass planner."""
