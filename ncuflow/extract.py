@@ -21,7 +21,7 @@ import shutil
 import sys
 import tempfile
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -378,21 +378,26 @@ def _nvtx_ranges(action: Any) -> tuple[str, ...]:
     return tuple(ranges)
 
 
-def _breakdown(action: Any) -> dict[str, float]:
+def _breakdown(action: Any, allow: Callable[[str], bool] | None = None) -> dict[str, float]:
     """NVIDIA's per-unit throughput metrics (% of peak) that the model groups into terms.
 
     The SpeedOfLight section's breakdown lists name them; a report without those lists
     (a `--metrics` collection) contributes whichever known per-unit metrics it holds.
+    ``allow`` (``classify --as-if``) keeps only what a smaller collection would have held:
+    a breakdown list it allows brings every metric the list names.
     """
     names: list[str] = []
     for list_metric in BREAKDOWN_METRICS:
-        listing = _string(action, list_metric)
+        listing = _string(action, list_metric) if allow is None or allow(list_metric) else None
         if listing:
             names.extend(name.strip() for name in listing.split(","))
-    if not names:
-        names = list(UNIT_THROUGHPUT_METRICS)
+    listed = set(names)
+    candidates = names or list(UNIT_THROUGHPUT_METRICS)
+    if allow is not None:
+        extra = [m for m in UNIT_THROUGHPUT_METRICS if m not in listed]
+        candidates = [n for n in (*names, *extra) if n in listed or allow(n)]
     values: dict[str, float] = {}
-    for name in names:
+    for name in candidates:
         if name and name not in values:
             value = _numeric(action, name)
             if value is not None:
@@ -433,12 +438,13 @@ def launch_from_action(
     ncu_version: str | None,
     ncu_report: Any,
     with_rules: bool = True,
+    allow: Callable[[str], bool] | None = None,
 ) -> Launch:
     cache: dict[str, float | None] = {}
 
     def lookup(name: str) -> float | None:
         if name not in cache:
-            cache[name] = _numeric(action, name)
+            cache[name] = _numeric(action, name) if allow is None or allow(name) else None
         return cache[name]
 
     values: dict[str, float | None] = {}
@@ -462,13 +468,18 @@ def launch_from_action(
         values=values,
         provenance=provenance,
         missing=tuple(missing),
-        breakdown=_breakdown(action),
+        breakdown=_breakdown(action, allow),
         nvidia_sol=_nvidia_sol(action) if with_rules else None,
     )
 
 
-def iter_launches(path: Path | str, *, with_rules: bool = True) -> Iterator[Launch]:
+def iter_launches(
+    path: Path | str, *, with_rules: bool = True, allow: Callable[[str], bool] | None = None
+) -> Iterator[Launch]:
     """Every intact launch of one report, in report order, one at a time.
+
+    ``allow`` restricts the raw metrics read to those it accepts: the launch as a smaller
+    collection would have recorded it (``classify --as-if``).
 
     Raises ``ReportError`` for a file that is not a usable report; warns with
     ``DamagedActionWarning`` for a cut-off last action when the ones before it are whole.
@@ -486,6 +497,7 @@ def iter_launches(path: Path | str, *, with_rules: bool = True) -> Iterator[Laun
             ncu_version=version,
             ncu_report=ncu_report,
             with_rules=with_rules,
+            allow=allow,
         )
 
 

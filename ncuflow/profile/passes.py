@@ -89,8 +89,9 @@ _NAME_TO_CHIP: tuple[tuple[str, str], ...] = (
     (r"V100", "gv100"),
 )
 
-# Chips whose ncu 2024.3+ records no extra pass beyond the predicted ones.
-_NO_OVERHEAD_FAMILIES: tuple[str, ...] = ("ga10", "ad10", "gb20")
+# Chips whose ncu 2024.3+ records no extra pass beyond the predicted ones: GA10x (not
+# GA100), AD10x, GB20x.
+_NO_OVERHEAD_CHIPS = re.compile(r"^(ga10[1-9b]|ad10\w|gb20\w)$")
 
 
 def chip_from_id(chip_id: int | None) -> str | None:
@@ -146,7 +147,7 @@ def local_chip() -> str:
 
 def ncu_overhead(chip: str, ncu_version: str | None) -> int:
     """Passes ncu records beyond the predicted ones (not counting warm-up): the empirical rule."""
-    if chip.startswith(_NO_OVERHEAD_FAMILIES) and ncu_version:
+    if _NO_OVERHEAD_CHIPS.match(chip) and ncu_version:
         match = re.match(r"(\d{4})\.(\d+)", ncu_version)
         if match and (int(match.group(1)), int(match.group(2))) >= (2024, 3):
             return 0
@@ -303,3 +304,61 @@ def read_report_collection(path: Path | str) -> ReportCollection:
         launches=launches,
         counter_only=counter_only,
     )
+
+
+# ----------------------------------------------------------------------------- collections
+
+# Tier 1 leaves a launch undecided when its largest lower bound is below the on-wall
+# threshold but within this factor of it: a term tier 1 does not see (a math pipe, an L1
+# or L2 port) may then be on a wall. Chosen on the corpus (analysis/bench_passes.py).
+ESCALATION_BAND = 0.75
+
+
+@dataclass(frozen=True)
+class Collection:
+    """A named metric list and, for ``decisive``, the list it escalates to."""
+
+    name: str
+    metrics: tuple[str, ...] | None  # None: everything the report holds (ncu's full set)
+    escalation: tuple[str, ...] = ()
+    description: str = ""
+
+
+def collections() -> dict[str, Collection]:
+    from ncuflow.metrics import decisive_metric_names, field_metric_names
+
+    tier1, tier2 = decisive_metric_names(1), decisive_metric_names(2)
+    return {
+        "decisive": Collection("decisive", tier1, tier2,
+                               "tier 1, escalating to tier 2 for launches tier 1 leaves undecided"),
+        "tier1": Collection("tier1", tier1, (), "tier 1 alone, never escalating"),
+        "tier2": Collection("tier2", tier2, (), "the escalation run's metrics alone"),
+        "decisive+tier2": Collection("decisive+tier2", (*tier1, *tier2), (),
+                                     "tiers 1 and 2 together (what the model has after escalation)"),
+        "fields": Collection("fields", field_metric_names(), (),
+                             "the first decisive list (every field's first choice and NVIDIA's SOL top-levels)"),
+        "full": Collection("full", None, (), "everything the report holds (ncu's --set full)"),
+    }
+
+
+def get_collection(name: str) -> Collection:
+    known = collections()
+    if name not in known:
+        raise UsageError(
+            f"Unknown collection {name!r}.",
+            "Collections: " + "; ".join(f"{c.name} ({c.description})" for c in known.values()) + ".",
+            "Pass one of those, or a metric list with --metrics.",
+        )
+    return known[name]
+
+
+def parse_metric_list(texts: Iterable[str]) -> tuple[str, ...]:
+    """Comma- or space-separated metric names (as ncu's --metrics takes them), in order."""
+    names: list[str] = []
+    for text in texts:
+        for part in re.split(r"[,\s]+", text):
+            if part and part not in names:
+                names.append(part)
+    if not names:
+        raise UsageError("The metric list is empty.", "", "Give metric names separated by commas.")
+    return tuple(names)
