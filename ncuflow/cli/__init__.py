@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "report": "ncuflow.cli.analysis_cmds:report_command",
     "phases": "ncuflow.cli.phases_cmd:phases_command",
     "phases-record": "ncuflow.cli.phases_cmd:record_command",
+    "passes": "ncuflow.cli.passes_cmd:passes_command",
 }
 
 SHORT_HELP: dict[str, str] = {
@@ -46,6 +47,7 @@ SHORT_HELP: dict[str, str] = {
     "report": "Markdown report and plots of a profile store.",
     "phases": "Split serving traces into admission ramp, steady decode and drain.",
     "phases-record": "Record per-request streaming timestamps from an OpenAI-compatible server.",
+    "passes": "Replay passes a collection costs on a chip (Perfworks, offline), or reports recorded.",
 }
 
 

@@ -250,12 +250,15 @@ class Perfworks:
         if status != 0:
             known = ", ".join(c.lower() for c in self.chips())
             if status == _STATUS_UNSUPPORTED_GPU or chip.upper() not in self.chips():
+                listed = chip.upper() in self.chips()
                 raise UnsupportedChip(
                     f"Perfworks ({self.path}) cannot evaluate metrics for the chip {chip!r}.",
-                    f"It lists {known}, but not every listed chip can be evaluated by this version.",
-                    "Name another chip with --chip (gh100 for H100/H200, ga100 for A100, ga102 "
-                    "for RTX 30xx/A10/A40, ad102 for RTX 40xx/L40, tu102 for RTX 20xx/T4...), "
-                    f"or use a newer library ({ENV_LIBRARY}).",
+                    (f"This version lists {chip.lower()} but rejects it (status {status}); "
+                     if listed else "This version does not know that chip name; ")
+                    + f"it lists {known}.",
+                    "Name a listed chip with --chip (gh100 for H100/H200, ga100 for A100, ga102 "
+                    "for RTX 3080/3090/A10/A40, ad102 for RTX 4090/L40, tu104 for T4, tu102 for "
+                    f"RTX 2080 Ti...), or use another copy of the library ({ENV_LIBRARY}).",
                 )
             self._check("NVPW_CUDA_MetricsEvaluator_CalculateScratchBufferSize", size,
                         f"size the evaluator of {chip}")
