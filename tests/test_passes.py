@@ -176,3 +176,32 @@ def test_the_pass_planner_is_read_side_safe(module: str) -> None:
 
     reached = _top_levels(_closure(module))
     assert not reached & {"torch", "triton", "subprocess", "polars"}, sorted(reached)
+
+
+# ----------------------------------------------------------------------------- profile
+
+
+def test_profile_dry_run_predicts_passes_and_drops_what_the_chip_lacks() -> None:
+    _library()
+    result = CliRunner().invoke(cli, ["profile", "--dry-run", "--chip", "gb202", "--", "/bin/true"])
+    assert result.exit_code == 0, result.output
+    assert "predicted passes on gb202" in result.output
+    assert "gb202 does not know dram__bytes_read.sum" in result.output
+    command = next(line for line in result.output.splitlines() if line.startswith(("ncu", "/")) and "--metrics" in line)
+    metrics = command.split("--metrics ", 1)[1].split(" ", 1)[0].split(",")
+    assert "dram__bytes_read.sum" not in metrics and "fbpa__dram_read_bytes.sum" in metrics
+    # On gh100 every tier-1 name but the fp16 pipe is known, and tier 1 costs 2 counter passes.
+    result = CliRunner().invoke(cli, ["profile", "--dry-run", "--chip", "gh100", "--", "/bin/true"])
+    assert "predicted passes on gh100: 2 counter + 0 SASS-patching; ncu records about 3" in result.output
+
+
+def test_profile_keeps_the_users_own_unknown_names() -> None:
+    _library()
+    from ncuflow.ncu import NcuOptions
+    from ncuflow.profile.precheck import check_passes, metric_list
+
+    options = NcuOptions(extra_metrics=("dram__no_such_counter.sum",))
+    check = check_passes(options, "gh100")
+    assert "dram__no_such_counter.sum" in metric_list(check.options)
+    assert "sm__inst_executed_pipe_fp16.avg.pct_of_peak_sustained_elapsed" in check.dropped
+    assert "dram__no_such_counter.sum" not in check.dropped

@@ -73,6 +73,12 @@ def print_run_table(record: Any, console: Any, threshold: float) -> None:
     print_launch_table(launches, verdicts, console, title=f"{record.manifest.get('cell')} {record.run_id}")
 
 
+def _print_pass_check(lines: list[str]) -> None:
+    """The predicted passes (a comment line) and the names dropped for the chip (a warning)."""
+    for line in lines:
+        click.echo(f"ncuflow: {line}" if line.startswith("warning") else f"# {line}", err=True)
+
+
 def _collection_options(function: Any) -> Any:
     decorators = [
         click.option("--replay-mode", type=click.Choice(REPLAY_MODES), default="kernel", show_default=True,
@@ -113,13 +119,14 @@ def _collection_options(function: Any) -> Any:
 @click.option("--time", "time_first", is_flag=True,
               help="Also time the cell with CUDA events outside ncu (stored as duration_unprofiled).")
 @click.option("--dry-run", is_flag=True, help="Print the exact ncu command and stop.")
+@click.option("--chip", help="Predict passes (and drop unknown names) for this chip instead of the GPU's, e.g. gh100.")
 @click.pass_context
 def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cells_dir: Path | None,
                     ncu_path: str | None, replay_mode: str, cache_control: str, clock_control: str,
                     metric_set: str, sections: tuple[str, ...], metrics: tuple[str, ...],
                     launch_count: int | None, launch_skip: int | None, kernel: str | None,
                     nvtx: tuple[str, ...], replicas: int, timeout: float, threshold: float,
-                    time_first: bool, dry_run: bool) -> None:
+                    time_first: bool, dry_run: bool, chip: str | None) -> None:
     """Profile a cell SPEC (e.g. flat_decode:layout=scatter) or any program after `--`
     under ncu, store the run, and print its classify table.
 
@@ -142,7 +149,15 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
                          "Drop --time, or profile a cell spec.")
     options = _options(replay_mode, cache_control, clock_control, metric_set, sections, metrics,
                        launch_count, launch_skip, kernel, nvtx)
+    from ncuflow.profile.precheck import check_passes
+
+    check = check_passes(options, chip)
+    options = check.options
     console = _console()
+    if not dry_run:
+        for line in check.lines():
+            console.print(f"[yellow]{escape(line)}[/yellow]" if line.startswith("warning") else escape(line),
+                          soft_wrap=True)
     if spec:
         from ncuflow.cells import get_cell, parse_spec
 
@@ -161,6 +176,7 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
         click.echo(plan.shell_line())
         note = "" if plan.ncu_found else "  (ncu not found here: shown as given)"
         click.echo(f"# run folder: {plan.final_path}{note}", err=True)
+        _print_pass_check(check.lines())
         if replicas > 1:
             click.echo(f"# × {replicas} replicas, each in a fresh ncu process", err=True)
         return
