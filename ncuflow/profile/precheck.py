@@ -64,7 +64,7 @@ def check_passes(options: NcuOptions, chip: str | None = None) -> PassCheck:
     try:
         library = perfworks.load()
         with library.evaluator(chip) as evaluator:
-            known, unknown = passes.known_names(evaluator, names)
+            _known, unknown = passes.known_names(evaluator, names)
             ours = tuple(n for n in unknown if n not in options.extra_metrics)
             prediction = passes.predict(evaluator, [n for n in names if n not in ours], options.metric_set)
     except NcuflowError as error:
