@@ -205,3 +205,22 @@ def test_profile_keeps_the_users_own_unknown_names() -> None:
     assert "dram__no_such_counter.sum" in metric_list(check.options)
     assert "sm__inst_executed_pipe_fp16.avg.pct_of_peak_sustained_elapsed" in check.dropped
     assert "dram__no_such_counter.sum" not in check.dropped
+
+
+# Recorded on the H200 device (ncu 2025.3.1, one torch elementwise kernel, --clock-control none;
+# analysis/device_passes_check.sh): profiler__replayer_passes per collection.
+H200_RECORDED: dict[str, tuple[tuple[str, ...], int]] = {
+    "tier 1 (without the fp16 pipe gh100 lacks)": (
+        tuple(m for m in decisive_metric_names(1) if "pipe_fp16" not in m), 3),
+    "tier 2": (decisive_metric_names(2), 5),
+    "sm__throughput": (("sm__throughput.avg.pct_of_peak_sustained_elapsed",), 9),
+    "gpu__compute_memory_throughput": (("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",), 6),
+}
+
+
+@pytest.mark.parametrize("label", list(H200_RECORDED))
+def test_predictions_are_within_one_of_what_the_h200_recorded(label: str, gh100: perfworks.ChipEvaluator) -> None:
+    names, recorded = H200_RECORDED[label]
+    expected = passes.predict(gh100, names).expected_recorded("2025.3.1")
+    print(f"{label}: expected {expected}, the H200 recorded {recorded}")
+    assert abs(expected - recorded) <= 1
