@@ -224,3 +224,44 @@ def test_predictions_are_within_one_of_what_the_h200_recorded(label: str, gh100:
     expected = passes.predict(gh100, names).expected_recorded("2025.3.1")
     print(f"{label}: expected {expected}, the H200 recorded {recorded}")
     assert abs(expected - recorded) <= 1
+
+
+def test_profile_escalates_to_tier_two_only_for_undecided_launches(corpus_dir: Path, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from ncuflow import store
+
+    fake = Path(__file__).resolve().parent / "fake_ncu" / "ncu"
+    calls = tmp_path / "calls.jsonl"
+    # Two of this report's three launches sit just below the on-wall threshold.
+    env = {**os.environ, "NCU": str(fake), "FAKE_NCU_CALLS": str(calls), "COLUMNS": "200",
+           "FAKE_NCU_REPORT": str(corpus_dir / "Syswea__cuda-fused-linear-layer__profile_report.ncu-rep")}
+    root = tmp_path / "p"
+
+    def profile(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "ncuflow", "profile", "copy_bandwidth:mib=16", "--store",
+                               str(root), "--chip", "gh100", *extra], capture_output=True, text=True,
+                              timeout=300, env=env, check=False)
+
+    result = profile("--no-escalate")
+    assert result.returncode == 0, result.stderr
+    def profiled() -> list[list[str]]:
+        return [a for a in map(json.loads, calls.read_text().splitlines()) if "--metrics" in a]
+
+    assert "profiling tier 2" not in result.stdout and len(profiled()) == 1
+    result = profile()
+    assert result.returncode == 0, result.stderr
+    assert "leaves 2 of 3 launches undecided" in result.stdout and "tier 1 + tier 2" in result.stdout
+    argvs = profiled()
+    assert len(argvs) == 3
+    tier2_metrics = argvs[2][argvs[2].index("--metrics") + 1].split(",")
+    assert tier2_metrics == list(decisive_metric_names(2))
+    # The tier-2 run is not a replica of the cell: hidden, and named by the tier-1 run.
+    runs = list(store.iter_runs(root))
+    assert len(runs) == 2 and all(r.manifest.get("tier") is None for r in runs)
+    tier2_runs = list(store.iter_runs(root / ".tier2"))
+    assert len(tier2_runs) == 1 and tier2_runs[0].manifest["tier"] == 2
+    escalated = next(r for r in runs if (Path(r.path) / "escalation.json").exists())
+    assert tier2_runs[0].manifest["escalation_of"] == escalated.run_id

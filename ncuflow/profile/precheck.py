@@ -57,7 +57,7 @@ def check_passes(options: NcuOptions, chip: str | None = None) -> PassCheck:
     except NcuflowError:
         return none("passes not predicted: no GPU here names the chip (`ncuflow passes --chip CHIP` predicts them)")
     names = metric_list(options)
-    sections = options.metric_set not in ("decisive", "none") or options.sections
+    sections = options.metric_set not in ("decisive", "decisive-tier2", "none") or options.sections
     if not names:
         return none(f"passes not predicted: ncu's sections ({options.metric_set_label()}) include sampling "
                     "and source counters Perfworks does not model")
