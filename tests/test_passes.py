@@ -178,6 +178,13 @@ def test_the_pass_planner_is_read_side_safe(module: str) -> None:
     assert not reached & {"torch", "triton", "subprocess", "polars"}, sorted(reached)
 
 
+@pytest.mark.parametrize("module", ["ncuflow.profile.precheck", "ncuflow.cli.escalation"])
+def test_the_profiling_additions_never_import_polars(module: str) -> None:
+    from tests.test_layers import _closure, _top_levels
+
+    assert "polars" not in _top_levels(_closure(module))
+
+
 # ----------------------------------------------------------------------------- profile
 
 
