@@ -346,8 +346,8 @@ def get_collection(name: str) -> Collection:
     if name not in known:
         raise UsageError(
             f"Unknown collection {name!r}.",
-            "Collections: " + "; ".join(f"{c.name} ({c.description})" for c in known.values()) + ".",
-            "Pass one of those, or a metric list with --metrics.",
+            "Collections: " + "; ".join(f"{c.name}: {c.description}" for c in known.values()) + ".",
+            "Name one of those (`ncuflow passes` also takes a metric list with --metrics).",
         )
     return known[name]
 
