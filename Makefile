@@ -1,6 +1,7 @@
 # Two entry points that work on a fresh machine with nothing but Python 3.11+:
 #   make demo   set up .venv and run the main job on committed / shared real data (no GPU)
-#   make test   set up .venv (with the CPU build of torch and triton 3.6) and run the tests
+#   make test   set up .venv (with the CPU build of torch and triton 3.6, Perfworks from the
+#               nvidia-cuda-cupti wheel, and Debian's nsight-compute where apt-get is there) and run the tests
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -19,7 +20,8 @@ setup: $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 
 setup-test: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,cells]' $(CELL_PINS)
+	$(BIN)/python -m pip install -q -e '.[dev,cells,passes]' $(CELL_PINS)
+	-@sh tests/install_real_ncu.sh
 
 demo: setup
 	$(BIN)/python analysis/demo.py --corpus $(CORPUS) --out out/demo
@@ -32,7 +34,9 @@ lint: setup-test
 	$(BIN)/mypy
 
 bench: setup
+	$(BIN)/python -m pip install -q -e '.[passes]'
 	$(BIN)/python analysis/bench_extraction.py $(CORPUS)
+	$(BIN)/python analysis/bench_passes.py $(CORPUS)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

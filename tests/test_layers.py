@@ -108,7 +108,9 @@ ALLOWED_STAGES: dict[str, set[str]] = {
     "output": {"analyze", "read", "store"},
     "cells": set(),
     "kernels": {"cells"},
-    "profile": {"cells", "store", "read"},
+    # profile escalates tier 1 to tier 2 for launches the model leaves undecided (issue 10),
+    # so it may classify: analyze, never output (and never polars: tested below)
+    "profile": {"cells", "store", "read", "analyze"},
     "phases": set(),
     "cli": {"output", "analyze", "read", "store", "cells", "kernels", "profile", "phases"},
 }

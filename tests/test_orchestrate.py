@@ -246,7 +246,7 @@ def test_interrupt_kills_everything_and_leaves_no_folder(fake: Path, tmp_path: P
 
 def test_metrics_this_ncu_lacks_are_dropped_and_recorded(fake: Path, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    unknown = ["sm__issue_active.avg.pct_of_peak_sustained_elapsed", "gpc__cycles_elapsed.max"]
+    unknown = ["sm__cycles_elapsed.max", "sm__issue_active.avg.pct_of_peak_sustained_elapsed"]
     monkeypatch.setenv("FAKE_NCU_BAD_METRICS", ",".join(unknown))
     calls = tmp_path / "calls.jsonl"
     monkeypatch.setenv("FAKE_NCU_CALLS", str(calls))

@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "phases": "ncuflow.cli.phases_cmd:phases_command",
     "phases-record": "ncuflow.cli.phases_cmd:record_command",
     "store": "ncuflow.cli.store_cmd:store_group",
+    "passes": "ncuflow.cli.passes_cmd:passes_command",
 }
 
 SHORT_HELP: dict[str, str] = {
@@ -48,6 +49,7 @@ SHORT_HELP: dict[str, str] = {
     "phases": "Split serving traces into admission ramp, steady decode and drain.",
     "phases-record": "Record per-request streaming timestamps from an OpenAI-compatible server.",
     "store": "Check a profile store for damaged runs (and move them aside).",
+    "passes": "Replay passes a collection costs on a chip (Perfworks, offline), or reports recorded.",
 }
 
 

@@ -17,6 +17,7 @@ from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
     DECISIVE,
+    DECISIVE_TIER2,
     NAMED_SETS,
     REPLAY_MODES,
     NcuOptions,
@@ -73,6 +74,12 @@ def print_run_table(record: Any, console: Any, threshold: float) -> None:
     print_launch_table(launches, verdicts, console, title=f"{record.cell} {record.run_id}")
 
 
+def _print_pass_check(lines: list[str]) -> None:
+    """The predicted passes (a comment line) and the names dropped for the chip (a warning)."""
+    for line in lines:
+        click.echo(f"ncuflow: {line}" if line.startswith("warning") else f"# {line}", err=True)
+
+
 def _collection_options(function: Any) -> Any:
     decorators = [
         click.option("--replay-mode", type=click.Choice(REPLAY_MODES), default="kernel", show_default=True,
@@ -81,9 +88,10 @@ def _collection_options(function: Any) -> Any:
                      help="all: flush caches before each replay pass; none: keep them warm."),
         click.option("--clock-control", type=click.Choice(CLOCK_CONTROLS), default="base", show_default=True,
                      help="base: lock clocks to base; none: leave GPU boost on (recorded either way)."),
-        click.option("--set", "metric_set", type=click.Choice((DECISIVE, *NAMED_SETS, "none")),
+        click.option("--set", "metric_set", type=click.Choice((DECISIVE, DECISIVE_TIER2, *NAMED_SETS, "none")),
                      default=DECISIVE, show_default=True,
-                     help="decisive: only the METRICS.md fields; or one of ncu's section sets."),
+                     help="decisive: tier 1 of ncuflow's decisive metrics (decisive-tier2: its escalation); "
+                     "or one of ncu's section sets."),
         click.option("--section", "sections", multiple=True, help="Add an ncu section (repeatable)."),
         click.option("--metrics", "metrics", multiple=True, help="Add raw metrics (comma-separated)."),
         click.option("--launch-count", type=click.IntRange(min=1), help="Profile at most N kernel launches."),
@@ -113,13 +121,16 @@ def _collection_options(function: Any) -> Any:
 @click.option("--time", "time_first", is_flag=True,
               help="Also time the cell with CUDA events outside ncu (stored as duration_unprofiled).")
 @click.option("--dry-run", is_flag=True, help="Print the exact ncu command and stop.")
+@click.option("--chip", help="Predict passes (and drop unknown names) for this chip instead of the GPU's, e.g. gh100.")
+@click.option("--escalate/--no-escalate", default=True, show_default=True,
+              help="With the decisive set: profile tier 2 for a run whose launches tier 1 leaves undecided.")
 @click.pass_context
 def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cells_dir: Path | None,
                     ncu_path: str | None, replay_mode: str, cache_control: str, clock_control: str,
                     metric_set: str, sections: tuple[str, ...], metrics: tuple[str, ...],
                     launch_count: int | None, launch_skip: int | None, kernel: str | None,
                     nvtx: tuple[str, ...], replicas: int, timeout: float, threshold: float,
-                    time_first: bool, dry_run: bool) -> None:
+                    time_first: bool, dry_run: bool, chip: str | None, escalate: bool) -> None:
     """Profile a cell SPEC (e.g. flat_decode:layout=scatter) or any program after `--`
     under ncu, store the run, and print its classify table.
 
@@ -142,7 +153,15 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
                          "Drop --time, or profile a cell spec.")
     options = _options(replay_mode, cache_control, clock_control, metric_set, sections, metrics,
                        launch_count, launch_skip, kernel, nvtx)
+    from ncuflow.profile.precheck import check_passes
+
+    check = check_passes(options, chip)
+    options = check.options
     console = _console()
+    if not dry_run:
+        for line in check.lines():
+            console.print(f"[yellow]{escape(line)}[/yellow]" if line.startswith("warning") else escape(line),
+                          soft_wrap=True)
     if spec:
         from ncuflow.cells.registry import get_cell, parse_spec
 
@@ -161,6 +180,7 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
         click.echo(plan.shell_line())
         note = "" if plan.ncu_found else "  (ncu not found here: shown as given)"
         click.echo(f"# run folder: {plan.final_path}{note}", err=True)
+        _print_pass_check(check.lines())
         if replicas > 1:
             click.echo(f"# × {replicas} replicas, each in a fresh ncu process", err=True)
         return
@@ -194,6 +214,20 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
         console.print(f"stored {record.path} (ncu wall time {record.manifest.wall_time_s} s)",
                       soft_wrap=True)
         print_run_table(record, console, threshold)
+        if escalate and options.metric_set == DECISIVE and not options.sections:
+
+            def again(tier2: NcuOptions, root: Path, extra: dict[str, Any], replica: int = replica) -> Any:
+                extra = {**extra, "replica": replica}
+                with console.status("profiling tier 2 under ncu"):
+                    if spec:
+                        return orchestrate.profile_cell(cell_spec, tier2, root, cells_dir=cells_dir,
+                                                        timeout=timeout, ncu=ncu_path, manifest_extra=extra)
+                    return orchestrate.profile_command_line(app_argv, tier2, root, timeout=timeout,
+                                                            ncu=ncu_path, manifest_extra=extra)
+
+            from ncuflow.cli.escalation import escalate_to_tier2
+
+            escalate_to_tier2(record, options, store_root, chip, threshold, console, again)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -43,7 +43,12 @@ def _warnings_to_stderr() -> Iterator[None]:
 @_threshold_option
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as a JSON array of objects.")
 @click.option("--evidence", is_flag=True, help="Also print every term compared, its source metric, and what is missing.")
-def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, evidence: bool) -> None:
+@click.option("--as-if", "as_if", metavar="COLLECTION",
+              help="The verdict each launch would have had if only COLLECTION (decisive, tier1, "
+              "decisive+tier2, fields) had been gathered, with its escalation, and its cost in passes "
+              "on the launch's chip. The reports must hold the collection's metrics (a full set does).")
+def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, evidence: bool,
+                     as_if: str | None) -> None:
     """Per-launch counters and the critical-path verdict of Nsight Compute reports.
 
     PATHS are report files (.ncu-rep, .ncu-repz, .nsight-cuprof-report) or folders
@@ -55,6 +60,9 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     from ncuflow.output.render import launch_row, print_launch_table
 
     reports = find_reports(paths)
+    if as_if is not None:
+        _classify_as_if(reports, as_if, threshold, as_json, evidence)
+        return
     per_report = []
     with _warnings_to_stderr():
         for report in reports:
@@ -86,6 +94,41 @@ def _warn_runs_without_report(paths: Sequence[Path]) -> None:
             for found in scan_runs(root):
                 if isinstance(found, DamagedRun) and not (found.path / REPORT_NAME).exists():
                     click.echo(f"ncuflow: warning: {found.line()}", err=True)
+
+def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: bool, evidence: bool) -> None:
+    """classify --as-if: the launches as the collection would have recorded them, and the cost."""
+    from ncuflow.output.render import launch_row, make_console, print_launch_table
+    from ncuflow.profile.asif import as_if, perfworks_cost
+    from ncuflow.profile.passes import get_collection, read_report_collection
+
+    collection = get_collection(name)
+    cost, why = perfworks_cost(collection)
+    if cost is None and why and collection.metrics is not None:
+        click.echo(f"ncuflow: warning: passes are not priced: {why}", err=True)
+    rows: list[dict[str, object]] = []
+    console = None if as_json else make_console()
+    with _warnings_to_stderr():
+        for report in reports:
+            results = list(as_if(report, collection, threshold, cost))
+            info = read_report_collection(report)
+            for result in results:
+                row = launch_row(result.launch, result.verdict)
+                row.update(as_if=collection.name, escalated=result.escalated, chip=result.chip,
+                           passes=result.passes if collection.metrics is not None else info.recorded_passes,
+                           recorded_passes=info.recorded_passes)
+                rows.append(row)
+            if console is not None and results:
+                escalated = sum(r.escalated for r in results)
+                spent = [r.passes for r in results if r.passes is not None]
+                cost_text = (f"{sum(spent) / len(spent):.1f} passes per launch on {results[0].chip}"
+                             if spent else "passes not priced")
+                title = (f"{report}\nas if only `{collection.name}` had been collected: {cost_text}"
+                         f" (this report recorded {info.recorded_passes or '?'} per launch); "
+                         f"{escalated} launch{'es' if escalated != 1 else ''} escalated to tier 2")
+                print_launch_table([r.launch for r in results], [r.verdict for r in results], console,
+                                   title=title, evidence=evidence)
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
 
 
 @click.command("export")

@@ -32,6 +32,7 @@ CLOCK_CONTROLS: tuple[str, ...] = ("base", "none")
 # ncu's own section sets (``ncu --list-sets``); "decisive" is ncuflow's metric list.
 NAMED_SETS: tuple[str, ...] = ("basic", "detailed", "full", "nvlink", "pmsampling", "roofline")
 DECISIVE = "decisive"
+DECISIVE_TIER2 = "decisive-tier2"  # the escalation run for launches tier 1 leaves undecided
 
 FIXED_NCU_LOCATIONS: tuple[str, ...] = ("/usr/local/cuda/bin/ncu",)
 OPT_NCU_GLOB = "/opt/nvidia/nsight-compute/*/ncu"
@@ -171,7 +172,7 @@ class NcuOptions:
         _choice("--cache-control", self.cache_control, CACHE_CONTROLS)
         _choice("--clock-control", self.clock_control, CLOCK_CONTROLS)
         _choice("--target-processes", self.target_processes, ("all", "application-only"))
-        if self.metric_set not in (DECISIVE, "none", *NAMED_SETS):
+        if self.metric_set not in (DECISIVE, DECISIVE_TIER2, "none", *NAMED_SETS):
             raise UsageError(
                 f"Unknown metric set {self.metric_set!r}.",
                 f"ncuflow collects its decisive metric list ({DECISIVE}) or one of ncu's sets: "
@@ -216,6 +217,8 @@ def collection_args(options: NcuOptions) -> list[str]:
     metrics: list[str] = []
     if options.metric_set == DECISIVE:
         metrics += list(decisive_metric_names())
+    elif options.metric_set == DECISIVE_TIER2:
+        metrics += list(decisive_metric_names(2))
     elif options.metric_set != "none":
         args += ["--set", options.metric_set]
     for section in options.sections:

@@ -13,7 +13,7 @@ report whose complete actions are intact, a ``DamagedAction`` warning).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ class RawMetric:
 # one action -> one Launch
 
 
-def _numeric(action: Any, name: str) -> float | None:
+def metric_number(action: Any, name: str) -> float | None:
     """A numeric metric's value; None where it is absent, valueless, a string, or not finite.
 
     Dispatches on the value kind itself: ``IMetric.value()`` rebuilds a table of
@@ -81,7 +81,7 @@ def _numeric(action: Any, name: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _string(action: Any, name: str) -> str | None:
+def metric_text(action: Any, name: str) -> str | None:
     metric = action.metric_by_name(name)
     if metric is None or not metric.has_value():
         return None
@@ -123,23 +123,28 @@ def _nvtx_ranges(action: Any) -> tuple[str, ...]:
     return tuple(ranges)
 
 
-def _breakdown(action: Any) -> dict[str, float]:
+def _breakdown(action: Any, allow: Callable[[str], bool] | None = None) -> dict[str, float]:
     """NVIDIA's per-unit throughput metrics (% of peak) that the model groups into terms.
 
     The SpeedOfLight section's breakdown lists name them; a report without those lists
     (a `--metrics` collection) contributes whichever known per-unit metrics it holds.
+    ``allow`` (``classify --as-if``) keeps only what a smaller collection would have held:
+    a breakdown list it allows brings every metric the list names.
     """
     names: list[str] = []
     for list_metric in BREAKDOWN_METRICS:
-        listing = _string(action, list_metric)
+        listing = metric_text(action, list_metric) if allow is None or allow(list_metric) else None
         if listing:
             names.extend(name.strip() for name in listing.split(","))
-    if not names:
-        names = list(UNIT_THROUGHPUT_METRICS)
+    listed = set(names)
+    candidates = names or list(UNIT_THROUGHPUT_METRICS)
+    if allow is not None:
+        extra = [m for m in UNIT_THROUGHPUT_METRICS if m not in listed]
+        candidates = [n for n in (*names, *extra) if n in listed or allow(n)]
     values: dict[str, float] = {}
-    for name in names:
+    for name in candidates:
         if name and name not in values:
-            value = _numeric(action, name)
+            value = metric_number(action, name)
             if value is not None:
                 values[name] = value
     return values
@@ -159,11 +164,11 @@ def _nvidia_sol(action: Any) -> str | None:
 
 
 def _device(action: Any) -> DeviceInfo:
-    major = _numeric(action, "device__attribute_compute_capability_major")
-    minor = _numeric(action, "device__attribute_compute_capability_minor")
-    sm_count = _numeric(action, "device__attribute_multiprocessor_count")
+    major = metric_number(action, "device__attribute_compute_capability_major")
+    minor = metric_number(action, "device__attribute_compute_capability_minor")
+    sm_count = metric_number(action, "device__attribute_multiprocessor_count")
     return DeviceInfo(
-        name=_string(action, "device__attribute_display_name"),
+        name=metric_text(action, "device__attribute_display_name"),
         compute_capability=f"{int(major)}.{int(minor)}" if major is not None and minor is not None else None,
         sm_count=int(sm_count) if sm_count is not None else None,
     )
@@ -178,12 +183,13 @@ def launch_from_action(
     ncu_version: str | None,
     ncu_report: Any,
     with_rules: bool = True,
+    allow: Callable[[str], bool] | None = None,
 ) -> Launch:
     cache: dict[str, float | None] = {}
 
     def lookup(name: str) -> float | None:
         if name not in cache:
-            cache[name] = _numeric(action, name)
+            cache[name] = metric_number(action, name) if allow is None or allow(name) else None
         return cache[name]
 
     values: dict[str, float | None] = {}
@@ -207,13 +213,18 @@ def launch_from_action(
         values=values,
         provenance=provenance,
         missing=tuple(missing),
-        breakdown=_breakdown(action),
+        breakdown=_breakdown(action, allow),
         nvidia_sol=_nvidia_sol(action) if with_rules else None,
     )
 
 
-def iter_launches(path: Path | str, *, with_rules: bool = True) -> Iterator[Launch]:
+def iter_launches(
+    path: Path | str, *, with_rules: bool = True, allow: Callable[[str], bool] | None = None
+) -> Iterator[Launch]:
     """Every intact launch of one report, in report order, one at a time.
+
+    ``allow`` restricts the raw metrics read to those it accepts: the launch as a smaller
+    collection would have recorded it (``classify --as-if``).
 
     Raises ``ReportError`` for a file that is not a usable report; warns with
     ``DamagedActionWarning`` for a cut-off last action when the ones before it are whole.
@@ -231,6 +242,7 @@ def iter_launches(path: Path | str, *, with_rules: bool = True) -> Iterator[Laun
             ncu_version=version,
             ncu_report=ncu_report,
             with_rules=with_rules,
+            allow=allow,
         )
 
 

@@ -83,13 +83,13 @@ FIELDS: tuple[CanonicalField, ...] = (
     ),
     CanonicalField(
         "dram_bytes_read", "byte",
-        _v("dram__bytes_read.sum", "dram__read_bytes")
+        _v("dram__bytes_read.sum", "dram__read_bytes", "fbpa__dram_read_bytes.sum")
         + _v("dram__sectors_read.sum", "dram__read_sectors", scale=32.0),
         "bytes read from device memory",
     ),
     CanonicalField(
         "dram_bytes_write", "byte",
-        _v("dram__bytes_write.sum", "dram__write_bytes")
+        _v("dram__bytes_write.sum", "dram__write_bytes", "fbpa__dram_write_bytes.sum")
         + _v("dram__sectors_write.sum", "dram__write_sectors", scale=32.0),
         "bytes written to device memory",
     ),
@@ -306,10 +306,71 @@ BREAKDOWN_METRICS: tuple[str, ...] = (
 )
 
 
+# The decisive collection in two tiers, designed from the corpus of public reports
+# (analysis/bench_passes.py measures them; METRICS.md has the pass table).
+# Tier 1 (``decisive``, what ``ncuflow profile`` collects by default): the mission's counters
+# (duration, DRAM bytes and throughput, L2 hit rate, sectors per request, global-load and
+# all instructions executed/issued, clocks) and the per-unit throughputs that fit in the
+# same passes: 2 counter passes on GH100 (ncu records 3), no SASS patching. NVIDIA's SOL
+# top-levels are left out: sm__throughput alone costs 8 passes, the memory one 5.
+DECISIVE_TIER1_METRICS: tuple[str, ...] = (
+    "gpu__time_duration.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "dram__sectors_read.sum",
+    "dram__sectors_write.sum",
+    "fbpa__dram_read_bytes.sum",
+    "fbpa__dram_write_bytes.sum",
+    "dram__bytes.sum.peak_sustained",
+    "dram__cycles_elapsed.avg.per_second",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "lts__t_sector_hit_rate.pct",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "smsp__inst_executed_op_global_ld.sum",
+    "smsp__inst_executed.sum",
+    "smsp__inst_issued.sum",
+    "sm__inst_issued.avg.pct_of_peak_sustained_elapsed",
+    "sm__cycles_elapsed.avg.per_second",
+    "sm__cycles_elapsed.max",
+    "lts__t_sectors.avg.pct_of_peak_sustained_elapsed",
+    "sm__issue_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed",
+    "lts__t_tag_requests.avg.pct_of_peak_sustained_elapsed",
+    "lts__xbar2lts_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "dram__cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__inst_executed.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__texin_sm2tex_req_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__inst_executed_pipe_fp16.avg.pct_of_peak_sustained_elapsed",
+)
+
+# Tier 2: the per-unit throughputs of NVIDIA's speed-of-light breakdowns that, on the
+# corpus's full-set reports, hold their group's maximum and do not fit in tier 1's passes
+# (math pipes, the L1 and L2 ports, the MIO queue). Collected only for launches tier 1
+# leaves undecided (``ncuflow.profile.passes.undecided``).
+DECISIVE_TIER2_METRICS: tuple[str, ...] = (
+    "l1tex__lsuin_requests.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__m_l1tex2xbar_req_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__inst_executed_pipe_adu.avg.pct_of_peak_sustained_elapsed",
+    "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_fmaheavy_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "lts__d_sectors.avg.pct_of_peak_sustained_elapsed",
+    "lts__lts2xbar_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__data_bank_reads.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__data_bank_writes.avg.pct_of_peak_sustained_elapsed",
+    "sm__mio_pq_read_cycles_active.avg.pct_of_peak_sustained_elapsed",
+)
+
 # Per-unit throughput metrics (% of peak over the elapsed time) that stand in for NVIDIA's
 # speed-of-light breakdown lists where a report has none (a `--metrics` collection such as
-# ncuflow's own decisive set): the model groups them into its L2, L1, issue and math terms.
-UNIT_THROUGHPUT_METRICS: tuple[str, ...] = (
+# ncuflow's own decisive tiers): the model groups them into its L2, L1, issue and math terms.
+UNIT_THROUGHPUT_METRICS: tuple[str, ...] = tuple(dict.fromkeys((
     "lts__t_sectors.avg.pct_of_peak_sustained_elapsed",
     "lts__t_tag_requests.avg.pct_of_peak_sustained_elapsed",
     "l1tex__data_pipe_lsu_wavefronts.avg.pct_of_peak_sustained_elapsed",
@@ -323,14 +384,31 @@ UNIT_THROUGHPUT_METRICS: tuple[str, ...] = (
     "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_elapsed",
     "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
     "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_elapsed",
-)
+    *(m for m in (*DECISIVE_TIER1_METRICS, *DECISIVE_TIER2_METRICS)
+      if m.endswith(".avg.pct_of_peak_sustained_elapsed")
+      and m not in ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                    "sm__inst_issued.avg.pct_of_peak_sustained_elapsed")),
+)))
 
 
-def decisive_metric_names() -> tuple[str, ...]:
-    """Every raw metric the decisive fields' sources name, current naming scheme only.
+def decisive_metric_names(tier: int = 1) -> tuple[str, ...]:
+    """The ``--metrics`` list of a decisive tier: 1 (the default ``decisive``) or 2 (its escalation).
 
-    This is the ``--metrics`` list ``ncuflow profile`` passes to ncu. The legacy
-    names (no ``.sum`` suffix) are left out: a current ncu rejects them.
+    Tier 2 is what a second run collects for launches tier 1 leaves undecided; the model
+    then reads both runs' metrics. Passes and device attributes are always in a report.
+    """
+    if tier == 1:
+        return DECISIVE_TIER1_METRICS
+    if tier == 2:
+        return DECISIVE_TIER2_METRICS
+    raise ValueError(f"the decisive collection has tiers 1 and 2, not {tier}")
+
+
+def field_metric_names() -> tuple[str, ...]:
+    """Every raw metric the decisive fields' sources name (current naming scheme only).
+
+    The first ``decisive`` list, before the tiers (10 counter passes + 1 SASS-patching
+    pass on GH100): kept as the ``fields`` collection for comparison.
     """
     names: list[str] = []
     for field_name in DECISIVE_FIELDS:
@@ -338,8 +416,7 @@ def decisive_metric_names() -> tuple[str, ...]:
             for metric in source.metrics:
                 if "__" in metric and "." in metric and metric not in names:
                     names.append(metric)
-    names.extend(m for m in UNIT_THROUGHPUT_METRICS if m not in names)
-    # Passes and device attributes are always in a report.
+    names.extend(m for m in UNIT_THROUGHPUT_METRICS[:13] if m not in names)
     return tuple(names)
 
 

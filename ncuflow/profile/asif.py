@@ -1,0 +1,121 @@
+"""``classify --as-if``: the verdict a launch would have had under a smaller collection.
+
+A report made with a larger collection (ncu's full set) holds every metric a smaller
+one would have gathered, so reading it with only that collection's names allowed gives
+the launch exactly as the smaller collection would have recorded it. For ``decisive``,
+a launch tier 1 leaves undecided (``undecided``) is read again with tier 2 added, as the
+escalation run would have added it. The cost is the passes ncu would have recorded on
+the launch's chip: tier 1's, plus the escalation run's where it ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ncuflow.analyze.classify import Verdict, classify
+from ncuflow.profile.passes import ESCALATION_BAND, Collection, name_class
+from ncuflow.read.extract import iter_launches
+from ncuflow.read.launch import Launch
+
+
+def allow_only(names: tuple[str, ...] | None) -> Callable[[str], bool] | None:
+    """The filter of what a collection holds: its names and the free attributes of every report."""
+    if names is None:
+        return None
+    allowed = frozenset(names)
+    return lambda name: name in allowed or name_class(name) == "free"
+
+
+def undecided(verdict: Verdict, band: float = ESCALATION_BAND) -> bool:
+    """Tier 1 cannot decide: no term computed, or the largest just below the threshold.
+
+    A lower bound at or above the threshold already proves the launch is on a wall; far
+    below it, the corpus shows the terms tier 1 does not see never lift it over.
+    """
+    available = [t.utilization for t in verdict.terms if t.utilization is not None]
+    if not available:
+        return True
+    top = max(available)
+    return verdict.threshold * band <= top < verdict.threshold
+
+
+@dataclass(frozen=True)
+class AsIfResult:
+    launch: Launch  # as the collection (with its escalation, where it ran) recorded it
+    verdict: Verdict
+    escalated: bool
+    passes: int | None  # ncu's recorded passes by the empirical rule; None: no Perfworks or chip
+    chip: str | None
+
+
+PassCost = Callable[[str, str | None, bool], int | None]
+
+
+def as_if(path: Path | str, collection: Collection, threshold: float,
+          cost: PassCost | None = None, band: float = ESCALATION_BAND) -> Iterator[AsIfResult]:
+    """Every launch of a report under ``collection``; ``cost(chip, ncu_version, escalated)`` prices it."""
+    from ncuflow.profile.passes import read_report_collection
+
+    info = read_report_collection(path)
+    first = list(iter_launches(path, allow=allow_only(collection.metrics)))
+    second: list[Launch] | None = None
+    for index, launch in enumerate(first):
+        verdict = classify(launch, threshold)
+        escalated = False
+        if collection.escalation and undecided(verdict, band):
+            if second is None:
+                wider = (*(collection.metrics or ()), *collection.escalation)
+                second = list(iter_launches(path, allow=allow_only(wider)))
+            launch = second[index]
+            verdict = classify(launch, threshold)
+            escalated = True
+        passes = cost(info.chip, info.ncu_version, escalated) if cost and info.chip else None
+        yield AsIfResult(launch, verdict, escalated, passes, info.chip)
+
+
+def perfworks_cost(collection: Collection) -> tuple[PassCost | None, str | None]:
+    """A pricing function backed by Perfworks, or None and why (Perfworks missing)."""
+    from ncuflow.profile import perfworks
+    from ncuflow.profile.passes import predict
+
+    if collection.metrics is None:
+        return None, "the full set's passes are what its reports recorded"
+    try:
+        library = perfworks.load()
+    except perfworks.PerfworksUnavailable as error:
+        return None, error.paragraph()
+    cache: dict[tuple[str, str | None, bool], int | None] = {}
+
+    def cost(chip: str, ncu_version: str | None, escalated: bool) -> int | None:
+        key = (chip, ncu_version, escalated)
+        if key not in cache:
+            try:
+                with library.evaluator(chip) as evaluator:
+                    total = predict(evaluator, collection.metrics or ()).expected_recorded(ncu_version)
+                    if escalated:
+                        total += predict(evaluator, collection.escalation).expected_recorded(ncu_version)
+                cache[key] = total
+            except perfworks.UnsupportedChip:
+                cache[key] = None
+        return cache[key]
+
+    return cost, None
+
+
+def merge_launches(first: Launch, second: Launch) -> Launch:
+    """One launch seen by two runs (tier 1, then its tier-2 escalation): every field either holds.
+
+    A field tier 1 holds keeps tier 1's value and provenance; the breakdown is the union.
+    """
+    values = dict(first.values)
+    provenance = dict(first.provenance)
+    for name, value in second.values.items():
+        if values.get(name) is None and value is not None:
+            values[name] = value
+            if name in second.provenance:
+                provenance[name] = second.provenance[name]
+    missing = tuple(name for name in first.missing if values.get(name) is None)
+    return replace(first, values=values, provenance=provenance, missing=missing,
+                   breakdown={**second.breakdown, **first.breakdown})

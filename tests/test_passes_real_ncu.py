@@ -1,0 +1,135 @@
+"""The real ncu, on a machine without a GPU: its parser accepts every command line ncuflow builds.
+
+Debian's ``nsight-compute`` (non-free; ``make setup-test`` installs it where apt is
+available) parses every option, starts the program with its injection and fails with
+"failed to connect to the CUDA driver". ``--query-metrics --chips CHIP`` lists a chip's
+metrics with no GPU. The fakes stay for the failures the real ncu cannot produce here.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from ncuflow import store
+from ncuflow.cells import list_cells, parse_spec
+from ncuflow.profile import orchestrate
+from ncuflow.profile.ncu import NcuOptions
+from ncuflow.profile.ncu_errors import DriverMismatch, error_from_log
+from ncuflow.profile.sweep import load_sweep
+from ncuflow.read.metrics import decisive_metric_names
+
+REPO = Path(__file__).resolve().parent.parent
+FAKE = REPO / "tests" / "fake_ncu" / "ncu"
+NO_DRIVER = not Path("/proc/driver/nvidia").exists()
+PARSER_REFUSALS = re.compile(r"unrecognised option|is invalid|Use --help for further details", re.I)
+
+
+@cache
+def _real_ncu() -> str | None:
+    found = shutil.which("ncu")
+    if not found or Path(found).resolve() == FAKE.resolve():
+        return None
+    try:
+        done = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60, check=False)
+    except OSError:
+        return None
+    return found if "Nsight Compute" in done.stdout else None
+
+
+@pytest.fixture(scope="module")
+def real_ncu() -> str:
+    ncu = _real_ncu()
+    if ncu is None:
+        pytest.skip("the real ncu is not installed: `make setup-test` installs Debian's nsight-compute "
+                    "(component non-free) where apt-get is available and it runs as root")
+    return ncu
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _with_app(command: tuple[str, ...], app: list[str]) -> list[str]:
+    """The ncu part of a planned command with a trivial program in place of the cell."""
+    cut = command.index("--force-overwrite") + 1
+    return [*command[:cut], *app]
+
+
+def _tier_options() -> dict[str, NcuOptions]:
+    return {
+        "tier 1": NcuOptions(),
+        "tier 2": NcuOptions(metric_set="none", extra_metrics=decisive_metric_names(2)),
+    }
+
+
+def _planned_commands(ncu: str, root: Path) -> list[tuple[str, tuple[str, ...]]]:
+    commands: list[tuple[str, tuple[str, ...]]] = []
+    for tier, options in _tier_options().items():
+        for cell in (c.name for c in list_cells() if c.needs_ncu):
+            plan = orchestrate.plan_cell(parse_spec(cell), options, root, ncu=ncu)
+            commands.append((f"{cell} ({tier})", plan.command))
+        plan = orchestrate.plan_command_line(["/bin/true", "--size", "4096"],
+                                             NcuOptions(kernel_regex="gemm", launch_count=2,
+                                                        metric_set=options.metric_set,
+                                                        extra_metrics=options.extra_metrics),
+                                             root, ncu=ncu)
+        commands.append((f"profile -- CMD ({tier})", plan.command))
+    for sweep_file in sorted((REPO / "analysis" / "sweeps").glob("*.toml")):
+        sweep = load_sweep(sweep_file)
+        for point in sweep.points:
+            plan = orchestrate.plan_cell(point.spec, sweep.options, root, ncu=ncu)
+            commands.append((f"{sweep_file.name} point {point.index}", plan.command))
+    return commands
+
+
+def test_every_command_line_is_accepted_by_the_real_parser(real_ncu: str, tmp_path: Path) -> None:
+    commands = _planned_commands(real_ncu, tmp_path / "p")
+    assert len(commands) >= 8
+    seen: set[tuple[str, ...]] = set()
+    for label, command in commands:
+        ncu_part = tuple(command[: command.index("--force-overwrite") + 1])
+        if ncu_part in seen:  # sweep points differ only in the program's arguments
+            continue
+        seen.add(ncu_part)
+        Path(command[command.index("--export") + 1]).parent.mkdir(parents=True, exist_ok=True)
+        done = _run(_with_app(command, ["/bin/true"]))
+        text = done.stdout + done.stderr
+        assert not PARSER_REFUSALS.search(text), f"{label}: ncu refused the command line: {text.strip()}"
+        if NO_DRIVER:
+            assert "failed to connect to the CUDA driver" in text, f"{label}: {text.strip()}"
+            error = error_from_log(text, done.returncode, filters="test")
+            assert isinstance(error, DriverMismatch), f"{label}: {error!r}"
+
+
+def test_the_parser_check_can_fail(real_ncu: str) -> None:
+    done = _run([real_ncu, "--replay-mode", "sometimes", "/bin/true"])
+    assert done.returncode != 0 and PARSER_REFUSALS.search(done.stdout + done.stderr)
+
+
+@pytest.mark.skipif(not NO_DRIVER, reason="a machine with an NVIDIA driver really profiles")
+def test_profile_with_the_real_ncu_is_one_paragraph_about_the_driver(real_ncu: str, tmp_path: Path) -> None:
+    with pytest.raises(DriverMismatch) as caught:
+        orchestrate.profile_command_line(["/bin/true"], NcuOptions(), tmp_path / "p", ncu=real_ncu, timeout=120)
+    message = str(caught.value)
+    assert "CUDA driver" in message and "\n" not in message
+    assert list(store.iter_runs(tmp_path / "p")) == []  # nothing stored as complete
+
+
+@pytest.mark.parametrize("chip", ["gh100", "ga100"])
+def test_the_tier_one_names_are_known_to_ncu_for_the_chip(real_ncu: str, chip: str) -> None:
+    names = decisive_metric_names(1)
+    bases = sorted({name.split(".")[0] for name in names})
+    done = _run([real_ncu, "--query-metrics", "--chips", chip, "--query-metrics-mode", "suffix",
+                 "--metrics", ",".join(bases)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    listed = {line.split()[0] for line in done.stdout.splitlines() if line and not line.startswith((" ", "-"))}
+    missing = [n for n in names if n not in listed]
+    # ncu 2022.3 predates a few names; each must then be one the chip's Perfworks drops too.
+    allowed = {"sm__inst_executed_pipe_fp16.avg.pct_of_peak_sustained_elapsed"} if chip == "gh100" else set()
+    assert set(missing) <= allowed, missing
