@@ -6,17 +6,10 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from ncuflow.analyze.classify import TERM_NAMES
 from ncuflow.analyze.explain import VERDICT_TEXT, GroupExplanation
+from ncuflow.analyze.fields import FIELD_UNITS, duration_text, format_value
 from ncuflow.analyze.point import format_param
-from ncuflow.analyze.stability import (
-    FIELD_UNITS,
-    GroupStability,
-    Tolerances,
-    format_pct,
-    format_tolerance,
-    format_value,
-)
+from ncuflow.analyze.stability import GroupStability, Tolerances
 from ncuflow.analyze.study import Analysis
-from ncuflow.output.render import duration_text
 
 
 def _md_escape(text: str) -> str:
@@ -47,9 +40,9 @@ def stability_markdown(groups: Sequence[GroupStability], tolerances: Tolerances,
         lines += _table(
             ["field", "class", "tolerance", "n", "median", "min", "max", "spread", "verdict"],
             [
-                [f.field, f.tolerance_class, format_tolerance(f.tolerance), str(f.n),
+                [f.field, f.tolerance_class, f.tolerance_text(), str(f.n),
                  format_value(f.median) + f" {FIELD_UNITS.get(f.field, '')}", format_value(f.minimum),
-                 format_value(f.maximum), format_pct(f.spread), f.verdict]
+                 format_value(f.maximum), f.spread_text(), f.verdict]
                 for f in g.fields if f.verdict != "missing"
             ],
         )

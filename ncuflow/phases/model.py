@@ -24,6 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
+from ncuflow.spread import quantile, relative_width
+
 # --------------------------------------------------------------------------- inputs
 
 
@@ -137,7 +139,7 @@ class Distribution:
     @property
     def relative_spread(self) -> float:
         """(p90 − p10) / median."""
-        return (self.p90 - self.p10) / self.median if self.median else math.nan
+        return relative_width(self.p10, self.p90, self.median) if self.median else math.nan
 
 
 @dataclass(frozen=True)
@@ -260,17 +262,6 @@ class ConfigGap:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile of already sorted values (q in [0, 1])."""
-    if not sorted_values:
-        raise ValueError("quantile of nothing")
-    position = q * (len(sorted_values) - 1)
-    low = math.floor(position)
-    high = math.ceil(position)
-    fraction = position - low
-    return sorted_values[low] * (1 - fraction) + sorted_values[high] * fraction
 
 
 def distribution(values: Sequence[float]) -> Distribution | None:
