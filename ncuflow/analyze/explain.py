@@ -211,8 +211,22 @@ def compare_points(
     )
 
 
-def explain_value(
-    param: str,
+@dataclass(frozen=True)
+class Judgement:
+    """Two measurements judged field by field, and the verdict the work and time conditions give."""
+
+    verdict: VerdictCode
+    work: Condition
+    time: Condition
+    fields: tuple[FieldChange, ...]
+    baseline_model: PointModel
+    value_model: PointModel
+    deltas: str  # the evidence line
+    reasons: tuple[str, ...]
+    lean: VerdictCode | None
+
+
+def judge(
     baseline: Point,
     other: Point,
     *,
@@ -220,8 +234,14 @@ def explain_value(
     rules: NoiseRules = DEFAULT_RULES,
     threshold: float = DEFAULT_THRESHOLD,
     fields: Sequence[str] = EXPLAIN_FIELDS,
-) -> ValueExplanation:
-    """The verdict for one parameter value against the baseline, with the deltas that decided it."""
+    one_difference: str | None = "the parameter",
+) -> Judgement:
+    """The work and time conditions of ``other`` against ``baseline`` and the verdict they give.
+
+    ``one_difference`` names what is meant to be the only difference between the two: with
+    one, launches on different GPUs make the verdict ambiguous (explain); with None the GPUs
+    may differ and it is only noted (compare).
+    """
     if "duration_ns" not in fields:
         raise UsageError("explain needs duration_ns among its fields.", "The time condition is judged on it.", "Keep duration_ns in the field list.")
     changes = compare_points(baseline, other, fields, tolerances=tolerances, rules=rules)
@@ -229,8 +249,11 @@ def explain_value(
     base_model = baseline.model(threshold)
     value_model = other.model(threshold)
     if baseline.device != other.device:
-        reasons.insert(0, f"runs on different GPUs ({baseline.device} vs {other.device}): the parameter is not the only difference")
-        verdict = "ambiguous"
+        if one_difference is not None:
+            reasons.insert(0, f"runs on different GPUs ({baseline.device} vs {other.device}): {one_difference} is not the only difference")
+            verdict = "ambiguous"
+        else:
+            reasons.insert(0, f"different GPUs ({baseline.device} vs {other.device})")
     if verdict == "critical_path":
         bounds = {base_model.bound, value_model.bound}
         changed = [f for f in changes if f.field in WORK_FIELDS and f.state == "changed"]
@@ -251,20 +274,40 @@ def explain_value(
             reasons.append("look at clocks, contention or the measurement boundary")
     if verdict == "off_critical_path":
         reasons.append(f"{_binding_text(value_model)}: the changed work does not move the time")
-    lean = _lean(changes) if verdict == "ambiguous" else None
+    work_time = [f for f in changes if f.field in EXPLAIN_FIELDS]
+    return Judgement(
+        verdict=verdict, work=work, time=time, fields=changes, baseline_model=base_model, value_model=value_model,
+        deltas=_deltas_text(work_time, value_model), reasons=tuple(reasons),
+        lean=_lean(work_time) if verdict == "ambiguous" else None,
+    )
+
+
+def explain_value(
+    param: str,
+    baseline: Point,
+    other: Point,
+    *,
+    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    rules: NoiseRules = DEFAULT_RULES,
+    threshold: float = DEFAULT_THRESHOLD,
+    fields: Sequence[str] = EXPLAIN_FIELDS,
+) -> ValueExplanation:
+    """The verdict for one parameter value against the baseline, with the deltas that decided it."""
+    judged = judge(baseline, other, tolerances=tolerances, rules=rules, threshold=threshold, fields=fields,
+                   one_difference="the parameter")
     return ValueExplanation(
         param=param,
         value=other.param(param),
         baseline_value=baseline.param(param),
-        verdict=verdict,
-        work=work,
-        time=time,
-        fields=changes,
-        baseline_model=base_model,
-        value_model=value_model,
-        deltas=_deltas_text(changes, value_model),
-        reasons=tuple(reasons),
-        lean=lean,
+        verdict=judged.verdict,
+        work=judged.work,
+        time=judged.time,
+        fields=judged.fields,
+        baseline_model=judged.baseline_model,
+        value_model=judged.value_model,
+        deltas=judged.deltas,
+        reasons=judged.reasons,
+        lean=judged.lean,
         launches=(len(baseline.launches), len(other.launches)),
         runs=(baseline.runs, other.runs),
     )

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "stability": "ncuflow.cli.analysis_cmds:stability_command",
     "explain": "ncuflow.cli.analysis_cmds:explain_command",
     "report": "ncuflow.cli.analysis_cmds:report_command",
+    "compare": "ncuflow.cli.compare_cmd:compare_command",
     "phases": "ncuflow.cli.phases_cmd:phases_command",
     "phases-record": "ncuflow.cli.phases_cmd:record_command",
 }
@@ -44,6 +45,7 @@ SHORT_HELP: dict[str, str] = {
     "stability": "Replay stability of cells or stored runs.",
     "explain": "Does a parameter change the work, and is it on the critical path?",
     "report": "Markdown report and plots of a profile store.",
+    "compare": "Compare the kernels of two reports, runs or stores against the noise.",
     "phases": "Split serving traces into admission ramp, steady decode and drain.",
     "phases-record": "Record per-request streaming timestamps from an OpenAI-compatible server.",
 }

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ncuflow.errors import NcuflowError, NoReportsFound, UsageError
 from ncuflow.read.launch import Launch
@@ -103,13 +104,27 @@ def _read_launches(
     return launches
 
 
+def run_folders(path: Path) -> list[Any]:
+    """The store runs ``path`` is or holds directly: a run folder, or a point folder of replicas."""
+    from ncuflow.store import read_run
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return []
+    record = read_run(folder)
+    if record is not None:
+        return [record]
+    return [r for r in (read_run(child) for child in sorted(folder.iterdir())) if r is not None]
+
+
 def load_store(root: Path, *, kernel: str | None = None) -> Loaded:
-    """Every complete run of a store with its launches (unreadable runs are named in notes)."""
+    """Every complete run of a store (or of a run or point folder) with its launches
+    (unreadable runs are named in notes)."""
     from ncuflow.store import iter_runs
 
     notes: list[str] = []
     runs: list[LoadedRun] = []
-    for record in iter_runs(Path(root)):
+    for record in (run_folders(root) or list(iter_runs(Path(root)))):
         launches = _read_launches(record.report_path, notes, kernel, record.manifest.get("kernel_regex"))
         if launches is None:
             continue
@@ -161,7 +176,7 @@ def load_paths(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
     plain: list[Path] = []
     sources: set[str] = set()
     for path in paths:
-        roots = store_roots(path)
+        roots = [path] if run_folders(path) else store_roots(path)
         if roots:
             for root in roots:
                 loaded = load_store(root, kernel=kernel)
