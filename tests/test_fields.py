@@ -182,3 +182,31 @@ def test_a_threshold_outside_0_1_is_refused_before_anything_runs(tmp_path: Path)
     )
     assert result.exit_code == 2 and "1.5" in result.output and "Traceback" not in result.output
     assert not store.exists()  # nothing was profiled or stored
+
+
+# ----------------------------------------------------------------------------- host facts, asked once
+
+
+def test_nvidia_smi_is_asked_in_one_place(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Manifest facts, doctor's GPU check and the cells' driver version all read one nvidia-smi
+    query (ncuflow.host): a fake nvidia-smi on PATH answers all three."""
+    from ncuflow.cells.timing import driver_version
+    from ncuflow.host import package_version, query_gpus
+    from ncuflow.profile import doctor
+    from ncuflow.profile.facts import nvidia_smi_facts
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text('#!/bin/sh\ncase "$1" in\n  *index*) echo "0, NVIDIA H200, GPU-1234, 580.65";;\n'
+                   '  *name*) echo "NVIDIA H200, GPU-1234, 580.65";;\n  *) echo "580.65";;\nesac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert nvidia_smi_facts() == {"gpu_name": "NVIDIA H200", "gpu_uuid": "GPU-1234", "driver_version": "580.65"}
+    check = doctor.check_gpu()
+    assert check.status == "ok" and check.detail == "0, NVIDIA H200, GPU-1234, 580.65"
+    assert driver_version(0) == "580.65"
+    smi.write_text("#!/bin/sh\necho 'No devices were found' >&2\nexit 6\n")
+    assert query_gpus(("name",)).outcome == "failed" and nvidia_smi_facts() == {}
+    assert doctor.check_gpu().detail == "nvidia-smi sees no GPU: No devices were found"
+    smi.unlink()
+    assert query_gpus(("name",)).outcome == "absent"
+    assert package_version("no-such-dist", "click") is not None and package_version("no-such-dist") is None

@@ -30,6 +30,7 @@ from typing import Any
 from ncuflow.cells.contract import CellDefinition, CellInstance, CellSpec
 from ncuflow.cells.registry import get_cell, module_version, unavailable_reason
 from ncuflow.errors import NcuflowError, UsageError
+from ncuflow.host import driver_version
 from ncuflow.spread import quantile, relative_width
 
 ROTATE_FOOTPRINT_FACTOR = 4  # rotate enough copies to cover this many times the L2 size
@@ -152,39 +153,6 @@ def device_facts() -> dict[str, Any]:
     )
     facts["driver_version"] = driver_version(index)
     return facts
-
-
-def driver_version(index: int = 0) -> str | None:
-    """The NVIDIA driver version, from NVML when present, else nvidia-smi; None if neither."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-            return version.decode() if isinstance(version, bytes) else str(version)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        pass
-    import shutil
-    import subprocess
-
-    executable = shutil.which("nvidia-smi")
-    if executable is None:
-        return None
-    try:
-        done = subprocess.run(
-            [executable, "--query-gpu=driver_version", "--format=csv,noheader", f"--id={index}"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    line = done.stdout.strip().splitlines()
-    return line[0].strip() if done.returncode == 0 and line else None
 
 
 def rotating_copy_count(footprint: int | None, l2_bytes: int | None, free_bytes: int | None) -> int:
