@@ -145,7 +145,9 @@ class FieldStability:
             text += f" of {self.reference}"
         floor = spec_of(self.field).noise_floor
         if floor and self.band is not None and self.band <= floor:
-            text += f" (floor {format_value(floor)} {FIELD_UNITS.get(self.field, '')})".replace(" )", ")")
+            unit = FIELD_UNITS.get(self.field, "")
+            unit = "point" if unit == "%" else unit  # a percentage's floor is in percentage points
+            text += f" (floor {format_value(floor)} {unit})".replace(" )", ")")
         return text
 
     def describe(self) -> str:
