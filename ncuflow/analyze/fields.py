@@ -108,9 +108,10 @@ _BYTES_WHY = (
     "kernels: 0.3–7 % of their write bytes, ≤ 0.02 % of their total where the L2 behaves)"
 )
 _PCT_WHY = (
-    "a percentage on the 0–100 scale: below ~20 % a relative spread exaggerates (H200 "
-    "merge_splits_kernel, L2 hit 13.0–13.7 %: 0.3–0.7 points are 2–5 % relative; DRAM % of "
-    "peak 15.1–15.5 % moves with the duration of a 6 µs kernel), so the band has a floor of "
+    "a percentage on the 0–100 scale: at low values a relative spread exaggerates (H200 "
+    "merge_splits_kernel, 14 cells: L2 hit ~13 % moves 0.04–0.68 points between replays, up to "
+    "5.2 % relative; DRAM % of peak ~15 % moves up to 0.48 points, 3.3 % relative, with the "
+    "duration of a 6 µs kernel), so the band has a floor of "
     f"{PERCENT_POINT_FLOOR:g} percentage point"
 )
 
@@ -119,8 +120,8 @@ _TABLE: tuple[FieldSpec, ...] = (
         "duration_ns", "time", label="duration",
         noise_floor=DURATION_FLOOR_NS,
         why=(
-            "2 % relative, with a floor of ten 32-ns timer ticks: a 6 µs kernel's start and end "
-            "jitter by 64–224 ns between replays (H200 merge_splits_kernel, 14 cells: up to "
+            "2 % relative, with a floor of ten 32-ns timer ticks: a 6 µs kernel's duration "
+            "moves by 32–224 ns between replays (H200 merge_splits_kernel, 14 cells: up to "
             "3.8 % relative), while every kernel over 25 µs stayed within 1.9 %"
         ),
     ),
@@ -161,9 +162,9 @@ _TABLE: tuple[FieldSpec, ...] = (
         "dram_bytes", "bytes", work=True, terms=frozenset({"dram", "l2"}),
         why=(
             "total DRAM traffic stays within 0.2 % across H200 replicas where the L2 behaves the "
-            "same (0.000–0.02 % for copy and decode kernels); paged decode over a shared prefix "
-            "(L2 hit 84–93 %, depending on which CTA misses first) moves 0.2–0.56 %: a real "
-            "difference between replays, and flagged"
+            "same (≤ 0.02 % for the decode kernels, 0.003–0.14 % for the copies); paged decode "
+            "over a shared prefix (L2 hit 84–98 %, depending on which CTA misses first) moves "
+            "0.03–0.56 %: a real difference between replays, and flagged"
         ),
     ),
     FieldSpec(
