@@ -72,7 +72,11 @@ def test_105_launches_of_one_kernel_spread_and_missing_fields(corpus_dir: Path) 
     assert (duration.minimum, duration.maximum, duration.median) == (17184.0, 17760.0, 17408.0)
     assert duration.spread == pytest.approx((17760 - 17184) / 17408)
     assert group.verdict == "unstable"
-    assert [f.field for f in group.unstable_fields] == ["duration_ns", "dram_throughput_pct"]
+    assert [f.field for f in group.unstable_fields] == ["duration_ns"]
+    # DRAM % of peak moves with the duration: 23.04–23.81 % is 3.3 % relative but 0.77 of a
+    # percentage point, inside the 1-point floor of percentages (the field table)
+    throughput = group.field("dram_throughput_pct")
+    assert throughput.spread == pytest.approx(0.0328, abs=1e-3) and throughput.verdict == "stable"
     assert "duration_ns 3.31 %" in group.summary()
     # a default-set report holds no work counters: they are named as missing, not zero
     assert "inst_executed" in group.missing_fields and "dram_bytes" in group.missing_fields
@@ -91,15 +95,18 @@ def test_repeated_launches_with_different_work_are_unstable(corpus_dir: Path) ->
     assert by_kernel["copyDeviceDataElements"].field("inst_executed").minimum == 45.0
 
 
-def test_full_set_replays_only_inst_issued_differs(corpus_dir: Path) -> None:
-    """Three launches of one kernel: every counter identical except issued instructions."""
+def test_full_set_replays_only_inst_issued_differs_within_its_near_exact_band(corpus_dir: Path) -> None:
+    """Three launches of one kernel: every counter identical except issued instructions, which
+    differ by 0.0009 % (re-issued stalls): inside the near-exact band, outside 'identical'."""
     launches = _launches(corpus_dir, SILU)
     group = stability_of(launches, label="silu")
-    assert [f.field for f in group.unstable_fields] == ["inst_issued"]
+    issued = group.field("inst_issued")
+    assert issued.tolerance_class == "near_exact" and issued.minimum != issued.maximum
+    assert group.verdict == "stable"
     assert group.field("inst_executed").spread == 0.0
     assert group.field("dram_bytes").verdict == "stable"
-    relaxed = DEFAULT_TOLERANCES.with_overrides({"inst_issued": 0.0001})
-    assert stability_of(launches, label="silu", tolerances=relaxed).verdict == "stable"
+    strict = DEFAULT_TOLERANCES.with_overrides({"inst_issued": 0.0})
+    assert [f.field for f in stability_of(launches, label="silu", tolerances=strict).unstable_fields] == ["inst_issued"]
 
 
 def test_two_instantiations_of_one_kernel_name_stay_apart(corpus_dir: Path) -> None:
@@ -162,7 +169,8 @@ def test_cli_stability_reprofiles_a_cell_spec_with_the_fake_ncu(corpus_dir: Path
     monkeypatch.setenv("FAKE_NCU_REPORT", str(corpus_dir / SILU))
     store = tmp_path / "store"
     result = CliRunner().invoke(
-        cli, ["stability", "copy_bandwidth:mib=64", "--replicas", "3", "--store", str(store), "--ncu", str(fake), "--strict"]
+        cli, ["stability", "copy_bandwidth:mib=64", "--replicas", "3", "--store", str(store), "--ncu", str(fake), "--strict",
+              "--tol-near-exact", "0"]
     )
     assert result.exit_code == 1, result.output  # inst_issued differs between the report's launches
     assert "replicas: 9 launches, 3 runs" in result.output

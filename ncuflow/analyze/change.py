@@ -1,21 +1,23 @@
 """Did a field change between two points? Judged against the noise band, never against zero.
 
-Per-field rule (``compare_field``). ``t`` is the field's stability tolerance
-(exact counters 0, bytes 0.2 %, rates 2 %, duration 2 %); ``far`` = max(5·t, 1 %)
-is the difference that counts as a change even without replicas; ``w`` is the
-larger absolute range (max - min) of the two sides; ``d`` = |median_value -
-median_baseline|; ``Δ`` = d relative to the baseline median; the noise is the
-larger relative spread of the two sides.
+Per-field rule (``compare_field``). ``t`` is the field's stability tolerance (the field
+table, ``ncuflow.analyze.fields``: exact counters 0, inst_issued 0.5 %, bytes 0.2 % of
+the launch's DRAM bytes, rates 2 %, duration 2 %); ``s`` the scale it applies to (the
+baseline median of the field, or of its noise reference); ``band`` = max(t·s, floor) the
+field's noise band; ``far`` = max(max(5·t, 1 %)·s, floor) the difference that counts as
+a change even without replicas; ``w`` the larger absolute range (max - min) of the two
+sides; ``d`` = |median_value - median_baseline|; ``Δ`` = d relative to the baseline
+median (shown); the noise is w relative to s.
 
 * **known noise** (both sides measured at least twice):
-  ``changed`` when the two ranges do not overlap and d > w and Δ > t;
-  else ``ambiguous`` when the noise exceeds ``far`` (the replicas disagree);
-  else ``unchanged`` when d ≤ max(t·|median|, w) (inside the noise band);
+  ``changed`` when the two ranges do not overlap and d > w and d > band;
+  else ``ambiguous`` when w exceeds ``far`` (the replicas disagree);
+  else ``unchanged`` when d ≤ max(band, w) (inside the noise band);
   else ``ambiguous`` (the ranges overlap but the medians differ by more than the band).
 * **unknown noise** (one side measured once):
-  ``unchanged`` only for an exact or byte counter whose values are identical on
-  both sides (integer counts do not coincide by chance);
-  ``changed`` when Δ > max(far, noise of the side that has replicas), and, for DRAM
+  ``unchanged`` only for a counter (exact, near-exact or bytes) whose values are
+  identical on both sides (integer counts do not coincide by chance);
+  ``changed`` when d > max(far, w of the side that has replicas), and, for DRAM
   bytes, d ≥ 4 KiB (tiny kernels move a few sectors between replays);
   else ``ambiguous`` ("re-profile with replicas").
 * ``missing`` when either side lacks the field: named, never read as 0.
@@ -29,13 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ncuflow.analyze.stability import (
-    DEFAULT_TOLERANCES,
-    FIELD_CLASSES,
-    Tolerances,
-    format_pct,
-    relative_spread,
-)
+from ncuflow.analyze.fields import FIELD_CLASSES, format_pct, spec_of
+from ncuflow.analyze.stability import DEFAULT_TOLERANCES, Tolerances
 
 FieldState = Literal["changed", "unchanged", "ambiguous", "missing"]
 
@@ -51,6 +48,7 @@ class NoiseRules:
     min_bytes: float = 4096.0
 
     def far(self, tolerance: float) -> float:
+        """The relative difference that counts without replicas (before the field's absolute floor)."""
         return max(self.far_factor * tolerance, self.far_floor)
 
 
@@ -106,41 +104,53 @@ def compare_field(
     value: Sequence[float],
     tolerances: Tolerances = DEFAULT_TOLERANCES,
     rules: NoiseRules = DEFAULT_RULES,
+    *,
+    scale: float | None = None,
 ) -> FieldChange:
-    """Judge one field of value against baseline with the rule in the module docstring."""
+    """Judge one field of value against baseline with the rule in the module docstring.
+
+    ``scale`` is what the tolerance is relative to: the baseline median of the field's noise
+    reference (``Measurement.noise_scale``); by default the field's own baseline median.
+    """
     tolerance = tolerances.of(field_name)
     cls = FIELD_CLASSES.get(field_name, "rate")
-    far = rules.far(tolerance)
+    floor = spec_of(field_name).noise_floor
     if not baseline or not value:
         side = "baseline" if not baseline else "value"
         return FieldChange(field_name, "missing", None, None, None, None, tolerance, f"{field_name} not measured on the {side} side")
     mb, mv = statistics.median(baseline), statistics.median(value)
     d = abs(mv - mb)
-    scale = abs(mb) if mb != 0 else abs(mv)
+    if scale is None or scale == 0:
+        scale = abs(mb) if mb != 0 else abs(mv)
     delta = 0.0 if d == 0 else (d / abs(mb) if mb != 0 else math.inf)
     signed_delta = delta if mv >= mb else -delta
-    spreads = [s for s in (relative_spread(baseline), relative_spread(value)) if s is not None]
-    width = max(max(baseline) - min(baseline), max(value) - min(value))
+    band = max(tolerance * scale, floor)
+    far = max(rules.far(tolerance) * scale, floor)
+    ranges = [max(side) - min(side) for side in (baseline, value) if len(side) >= 2]
+    width = max(ranges) if ranges else 0.0
     disjoint = min(value) > max(baseline) or max(value) < min(baseline)
+
+    def relative(amount: float) -> float:
+        return amount / scale if scale else (0.0 if amount == 0 else math.inf)
 
     def result(state: FieldState, noise: float | None, reason: str) -> FieldChange:
         return FieldChange(field_name, state, mb, mv, signed_delta, noise, tolerance, reason)
 
     if len(baseline) >= 2 and len(value) >= 2:
-        noise = max(spreads)
-        if disjoint and d > width and delta > tolerance:
+        noise = relative(width)
+        if disjoint and d > width and d > band:
             return result("changed", noise, f"{format_pct(delta)} apart, outside both replica ranges (noise {format_pct(noise)})")
-        if noise > far:
-            return result("ambiguous", noise, f"replicas disagree: spread {format_pct(noise)} exceeds {format_pct(far)}")
-        if d <= max(tolerance * scale, width):
-            return result("unchanged", noise, f"{format_pct(delta)} is inside the noise band {format_pct(max(tolerance, noise))}")
+        if width > far:
+            return result("ambiguous", noise, f"replicas disagree: spread {format_pct(noise)} exceeds {format_pct(relative(far))}")
+        if d <= max(band, width):
+            return result("unchanged", noise, f"{format_pct(delta)} is inside the noise band {format_pct(relative(max(band, width)))}")
         return result("ambiguous", noise, f"{format_pct(delta)} exceeds the noise band but the replica ranges overlap")
-    known = max(spreads) if spreads else None
-    if cls in ("exact", "bytes") and min(baseline) == max(baseline) == min(value) == max(value):
+    known = relative(width) if ranges else None
+    if cls in ("exact", "near_exact", "bytes") and min(baseline) == max(baseline) == min(value) == max(value):
         return result("unchanged", known, "identical counts")
-    threshold = max(far, known or 0.0)
-    if cls == "bytes" and d < rules.min_bytes and delta > threshold:
+    threshold = max(far, width)
+    if cls == "bytes" and d < rules.min_bytes and d > threshold:
         return result("ambiguous", known, f"{d:,.0f} B apart, under {rules.min_bytes:,.0f} B with unknown noise")
-    if delta > threshold:
-        return result("changed", known, f"{format_pct(delta)} exceeds {format_pct(threshold)} (no replicas on one side)")
+    if d > threshold:
+        return result("changed", known, f"{format_pct(delta)} exceeds {format_pct(relative(threshold))} (no replicas on one side)")
     return result("ambiguous", known, f"{format_pct(delta)} with unknown noise (one side measured once): re-profile with replicas")

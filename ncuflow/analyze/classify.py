@@ -22,6 +22,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ncuflow.errors import UsageError
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import first_choice
 
@@ -30,6 +31,22 @@ TERM_NAMES: tuple[str, ...] = ("dram", "l2", "l1", "issue", "math")
 BOUNDS: tuple[str, ...] = (*TERM_NAMES, "latency", "unknown")
 MEMORY_TERMS = frozenset({"dram", "l2", "l1"})
 COMPUTE_TERMS = frozenset({"issue", "math"})
+
+
+class ThresholdError(UsageError, ValueError):
+    """An on-wall threshold outside (0, 1] (a ValueError too, for callers that catch those)."""
+
+
+def check_threshold(threshold: object) -> float:
+    """The on-wall threshold as a float, refused with a one-paragraph error outside (0, 1]."""
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 < threshold <= 1.0:
+        raise ThresholdError(
+            f"The on-wall threshold {threshold!r} is not in (0, 1].",
+            "It is the utilization u = T_term / duration at which a term binds; below it the "
+            "launch is latency-bound, and u is a fraction of the duration.",
+            "Pass a fraction such as 0.6 (the default, NVIDIA's own latency line).",
+        )
+    return float(threshold)
 
 
 @dataclass(frozen=True)
@@ -276,8 +293,7 @@ def compare_with_nvidia(launch: Launch, bound: str, terms: tuple[Term, ...], thr
 
 def classify(launch: Launch, threshold: float = DEFAULT_THRESHOLD) -> Verdict:
     """The verdict of the max model for one launch, with every term and its source."""
-    if not 0.0 < threshold <= 1.0:
-        raise ValueError(f"the on-wall threshold must be in (0, 1], got {threshold}")
+    threshold = check_threshold(threshold)
     terms = model_terms(launch)
     bound = bound_of(terms, threshold)
     return Verdict(bound, terms, threshold, compare_with_nvidia(launch, bound, terms, threshold))

@@ -33,13 +33,10 @@ from typing import Literal
 
 from ncuflow.analyze.change import DEFAULT_RULES, FieldChange, NoiseRules, compare_field
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
-from ncuflow.analyze.point import Point, PointModel, format_param, point_model, sort_key
-from ncuflow.analyze.stability import (
-    DEFAULT_TOLERANCES,
-    WORK_FIELDS,
-    Tolerances,
-    format_pct,
-)
+from ncuflow.analyze.fields import EVIDENCE_ORDER, WORK_FIELDS, WORK_TERMS, format_pct
+from ncuflow.analyze.measurement import merge
+from ncuflow.analyze.point import Point, PointModel, format_param, sort_key
+from ncuflow.analyze.stability import DEFAULT_TOLERANCES, Tolerances
 from ncuflow.errors import UsageError
 
 Condition = Literal["yes", "no", "unknown"]
@@ -53,31 +50,10 @@ VERDICT_TEXT: Mapping[str, str] = {
     "ambiguous": "ambiguous",
 }
 
-# Which model term each work field feeds (for "is the changed work in the binding term?").
-WORK_TERMS: Mapping[str, frozenset[str]] = {
-    "dram_bytes_read": frozenset({"dram", "l2"}),
-    "dram_bytes_write": frozenset({"dram", "l2"}),
-    "dram_bytes": frozenset({"dram", "l2"}),
-    "global_ld_sectors": frozenset({"l2", "l1"}),
-    "global_ld_requests": frozenset({"l1", "issue"}),
-    "global_ld_inst": frozenset({"l1", "issue"}),
-    "inst_executed": frozenset({"issue", "math"}),
-    "inst_issued": frozenset({"issue", "math"}),
-}
+# Which model terms each work field feeds: the field table (``ncuflow.analyze.fields``).
+__all__ = ["WORK_TERMS"]
 
 EXPLAIN_FIELDS: tuple[str, ...] = ("duration_ns", *WORK_FIELDS)
-
-
-# ---------------------------------------------------------------------------
-# points: one parameter setting of one cell, with the launches of its kernel
-
-
-# ---------------------------------------------------------------------------
-# the model terms of a point (median over its launches)
-
-
-# ---------------------------------------------------------------------------
-# one field, baseline vs value
 
 
 # ---------------------------------------------------------------------------
@@ -156,6 +132,16 @@ def _combine(work: Condition, time: Condition) -> VerdictCode:
     return "time_without_work" if time == "yes" else "no_effect"
 
 
+def work_time_verdict(changes: Sequence[FieldChange]) -> tuple[VerdictCode, Condition, Condition, list[str]]:
+    """The verdict the work and time conditions give (before checks on devices and binding terms)."""
+    work, work_reasons = _work_condition(changes)
+    duration = next((f for f in changes if f.field == "duration_ns"), None)
+    if duration is None:
+        raise UsageError("explain needs duration_ns among its fields.", "The time condition is judged on it.", "Keep duration_ns in the field list.")
+    time, time_reasons = _time_condition(duration)
+    return _combine(work, time), work, time, [*work_reasons, *time_reasons]
+
+
 def _naive(change: FieldChange) -> Condition:
     if change.state == "missing" or change.delta is None:
         return "unknown"
@@ -179,13 +165,6 @@ def _binding_text(model: PointModel) -> str:
     return f"binding term {model.bound}" + (f" (u {top:.2f})" if top is not None else "")
 
 
-# The order work fields are named in evidence lines (the study's questions first).
-_EVIDENCE_ORDER: tuple[str, ...] = (
-    "global_ld_inst", "inst_executed", "dram_bytes", "dram_bytes_read", "dram_bytes_write",
-    "global_ld_sectors", "global_ld_requests", "inst_issued",
-)
-
-
 def _duration_text(delta: float) -> str:
     if math.isinf(delta):
         return "∞"
@@ -195,8 +174,8 @@ def _duration_text(delta: float) -> str:
 def _deltas_text(fields: Sequence[FieldChange], model: PointModel) -> str:
     parts: list[str] = []
     by_name = {f.field: f for f in fields}
-    changed = [by_name[n] for n in _EVIDENCE_ORDER if n in by_name and by_name[n].state == "changed"]
-    undecided = [by_name[n] for n in _EVIDENCE_ORDER if n in by_name and by_name[n].state == "ambiguous"]
+    changed = [by_name[n] for n in EVIDENCE_ORDER if n in by_name and by_name[n].state == "changed"]
+    undecided = [by_name[n] for n in EVIDENCE_ORDER if n in by_name and by_name[n].state == "ambiguous"]
     for item in changed[:3]:
         parts.append(f"{item.field} {item.delta_text()}")
     for item in undecided[: max(0, 3 - len(changed))]:
@@ -217,8 +196,37 @@ def _deltas_text(fields: Sequence[FieldChange], model: PointModel) -> str:
     return ", ".join(parts)
 
 
-def explain_value(
-    param: str,
+def compare_points(
+    baseline: Point,
+    other: Point,
+    fields: Sequence[str],
+    *,
+    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    rules: NoiseRules = DEFAULT_RULES,
+) -> tuple[FieldChange, ...]:
+    """Each field of two measurements judged against its noise band (scaled as the field table says)."""
+    return tuple(
+        compare_field(name, baseline.values(name), other.values(name), tolerances, rules, scale=baseline.noise_scale(name))
+        for name in fields
+    )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """Two measurements judged field by field, and the verdict the work and time conditions give."""
+
+    verdict: VerdictCode
+    work: Condition
+    time: Condition
+    fields: tuple[FieldChange, ...]
+    baseline_model: PointModel
+    value_model: PointModel
+    deltas: str  # the evidence line
+    reasons: tuple[str, ...]
+    lean: VerdictCode | None
+
+
+def judge(
     baseline: Point,
     other: Point,
     *,
@@ -226,23 +234,26 @@ def explain_value(
     rules: NoiseRules = DEFAULT_RULES,
     threshold: float = DEFAULT_THRESHOLD,
     fields: Sequence[str] = EXPLAIN_FIELDS,
-) -> ValueExplanation:
-    """The verdict for one parameter value against the baseline, with the deltas that decided it."""
+    one_difference: str | None = "the parameter",
+) -> Judgement:
+    """The work and time conditions of ``other`` against ``baseline`` and the verdict they give.
+
+    ``one_difference`` names what is meant to be the only difference between the two: with
+    one, launches on different GPUs make the verdict ambiguous (explain); with None the GPUs
+    may differ and it is only noted (compare).
+    """
     if "duration_ns" not in fields:
         raise UsageError("explain needs duration_ns among its fields.", "The time condition is judged on it.", "Keep duration_ns in the field list.")
-    changes = tuple(
-        compare_field(name, baseline.values(name), other.values(name), tolerances, rules) for name in fields
-    )
-    work, work_reasons = _work_condition(changes)
-    duration = next(f for f in changes if f.field == "duration_ns")
-    time, time_reasons = _time_condition(duration)
-    base_model = point_model(baseline.launches, threshold)
-    value_model = point_model(other.launches, threshold)
-    reasons = [*work_reasons, *time_reasons]
-    verdict = _combine(work, time)
+    changes = compare_points(baseline, other, fields, tolerances=tolerances, rules=rules)
+    verdict, work, time, reasons = work_time_verdict(changes)
+    base_model = baseline.model(threshold)
+    value_model = other.model(threshold)
     if baseline.device != other.device:
-        reasons.insert(0, f"runs on different GPUs ({baseline.device} vs {other.device}): the parameter is not the only difference")
-        verdict = "ambiguous"
+        if one_difference is not None:
+            reasons.insert(0, f"runs on different GPUs ({baseline.device} vs {other.device}): {one_difference} is not the only difference")
+            verdict = "ambiguous"
+        else:
+            reasons.insert(0, f"different GPUs ({baseline.device} vs {other.device})")
     if verdict == "critical_path":
         bounds = {base_model.bound, value_model.bound}
         changed = [f for f in changes if f.field in WORK_FIELDS and f.state == "changed"]
@@ -256,27 +267,47 @@ def explain_value(
                 )
                 verdict = "ambiguous"
     if verdict == "time_without_work":
-        clock = compare_field("sm_clock_hz", baseline.values("sm_clock_hz"), other.values("sm_clock_hz"), tolerances, rules)
+        (clock,) = compare_points(baseline, other, ("sm_clock_hz",), tolerances=tolerances, rules=rules)
         if clock.delta is not None:
             reasons.append(f"SM clock {format_pct(clock.delta, signed=True)}: look at clocks, contention or the measurement boundary")
         else:
             reasons.append("look at clocks, contention or the measurement boundary")
     if verdict == "off_critical_path":
         reasons.append(f"{_binding_text(value_model)}: the changed work does not move the time")
-    lean = _lean(changes) if verdict == "ambiguous" else None
+    work_time = [f for f in changes if f.field in EXPLAIN_FIELDS]
+    return Judgement(
+        verdict=verdict, work=work, time=time, fields=changes, baseline_model=base_model, value_model=value_model,
+        deltas=_deltas_text(work_time, value_model), reasons=tuple(reasons),
+        lean=_lean(work_time) if verdict == "ambiguous" else None,
+    )
+
+
+def explain_value(
+    param: str,
+    baseline: Point,
+    other: Point,
+    *,
+    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    rules: NoiseRules = DEFAULT_RULES,
+    threshold: float = DEFAULT_THRESHOLD,
+    fields: Sequence[str] = EXPLAIN_FIELDS,
+) -> ValueExplanation:
+    """The verdict for one parameter value against the baseline, with the deltas that decided it."""
+    judged = judge(baseline, other, tolerances=tolerances, rules=rules, threshold=threshold, fields=fields,
+                   one_difference="the parameter")
     return ValueExplanation(
         param=param,
         value=other.param(param),
         baseline_value=baseline.param(param),
-        verdict=verdict,
-        work=work,
-        time=time,
-        fields=changes,
-        baseline_model=base_model,
-        value_model=value_model,
-        deltas=_deltas_text(changes, value_model),
-        reasons=tuple(reasons),
-        lean=lean,
+        verdict=judged.verdict,
+        work=judged.work,
+        time=judged.time,
+        fields=judged.fields,
+        baseline_model=judged.baseline_model,
+        value_model=judged.value_model,
+        deltas=judged.deltas,
+        reasons=judged.reasons,
+        lean=judged.lean,
         launches=(len(baseline.launches), len(other.launches)),
         runs=(baseline.runs, other.runs),
     )
@@ -312,15 +343,7 @@ class SweepGroup:
 
 
 def merge_points(points: Sequence[Point]) -> Point:
-    first = points[0]
-    return Point(
-        cell=first.cell,
-        params=first.params,
-        kernel=first.kernel,
-        launches=tuple(launch for p in points for launch in p.launches),
-        runs=sum(p.runs for p in points),
-        content_keys=tuple(sorted({k for p in points for k in p.content_keys})),
-    )
+    return merge(points)
 
 
 def vary_groups(points: Iterable[Point], param: str) -> list[SweepGroup]:

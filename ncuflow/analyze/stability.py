@@ -1,22 +1,28 @@
 """Replay stability: do repeated measurements of one kernel give the same numbers?
 
-Input is groups of ``Launch`` records that should be measurements of the same
-thing: the replicas of one cell (runs with the same content key, each a fresh ncu
-process), or the repeated launches of one kernel inside one report. Per field the
-relative spread is ``(max - min) / |median|`` and each field belongs to a tolerance
-class (METRICS.md):
+Input is groups of ``Launch`` records that should be measurements of the same thing
+(``ncuflow.analyze.measurement``): the replicas of one cell (runs with the same content
+key, each a fresh ncu process), or the repeated launches of one kernel inside one report.
+Per field the spread is ``(max - min) / |median|`` and each field belongs to a tolerance
+class of the field table (``ncuflow.analyze.fields``, METRICS.md):
 
-    exact work counters  global_ld_inst, inst_executed, inst_issued,
-                         global_ld_requests, global_ld_sectors        identical
-    bytes                dram_bytes_read, dram_bytes_write, dram_bytes  <= 0.2 %
+    exact work counters  global_ld_inst, inst_executed, global_ld_requests,
+                         global_ld_sectors                             identical
+    near-exact counters  inst_issued (re-issues of stalled instructions) <= 0.5 %
+    bytes                dram_bytes_read, dram_bytes_write, dram_bytes  <= 0.2 % of the
+                                                                        launch's dram_bytes
     rates and ratios     l2_hit_rate_pct, dram_throughput_pct,
                          sectors_per_request                          <= 2 % relative
+                                                                      (floor 1 point for %)
     time                 duration_ns                                  <= 2 % relative
+                                                                      (floor 320 ns)
 
-A group is ``stable`` when every measured field is within its tolerance,
-``unstable`` when any is not (the verdict names each field and by how much), and
-``insufficient`` when fewer than two launches (or no field) can be compared. A field
-the launches do not hold is named as missing, never treated as 0.
+A field is within tolerance when ``max - min`` is inside its noise band
+``max(tolerance × scale, floor)`` (``fields.noise_band``). A group is ``stable`` when every
+measured field is within its tolerance, ``unstable`` when any is not (the verdict names
+each field and by how much), and ``insufficient`` when fewer than two launches (or no
+field) can be compared. A field the launches do not hold is named as missing, never
+treated as 0.
 
 Pure functions over frozen dataclasses; polars is imported only by ``stability_frame``
 so that a GPU host without polars can use the rest.
@@ -25,168 +31,75 @@ so that a GPU host without polars can use the rest.
 from __future__ import annotations
 
 import math
-import statistics
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ncuflow.errors import UsageError
+from ncuflow.analyze.fields import (
+    CLASS_TITLES,
+    DEFAULT_TOLERANCES,
+    FIELD_CLASSES,
+    FIELD_UNITS,
+    STABILITY_FIELDS,
+    WORK_FIELDS,
+    ToleranceClass,
+    Tolerances,
+    format_pct,
+    format_tolerance,
+    format_value,
+    noise_band,
+    spec_of,
+)
+from ncuflow.analyze.measurement import (
+    CONFIG_FIELDS,
+    FieldStats,
+    Measurement,
+    group_by_signature,
+    has_launch_config,
+    launch_signature,
+    signature_label,
+    signature_labels,
+)
 from ncuflow.read.launch import Launch
+from ncuflow.spread import relative_spread
 
 if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
 
-ToleranceClass = Literal["exact", "bytes", "rate", "time"]
 FieldVerdict = Literal["stable", "unstable", "insufficient", "missing"]
 GroupVerdict = Literal["stable", "unstable", "insufficient"]
 
-CLASS_TITLES: Mapping[str, str] = {
-    "exact": "exact work counters",
-    "bytes": "bytes",
-    "rate": "rates and ratios",
-    "time": "time",
-}
-
-# Field -> tolerance class, in the order reports print them.
-FIELD_CLASSES: Mapping[str, ToleranceClass] = {
-    "duration_ns": "time",
-    "global_ld_inst": "exact",
-    "inst_executed": "exact",
-    "inst_issued": "exact",
-    "global_ld_requests": "exact",
-    "global_ld_sectors": "exact",
-    "dram_bytes_read": "bytes",
-    "dram_bytes_write": "bytes",
-    "dram_bytes": "bytes",
-    "l2_hit_rate_pct": "rate",
-    "dram_throughput_pct": "rate",
-    "sectors_per_request": "rate",
-}
-STABILITY_FIELDS: tuple[str, ...] = tuple(FIELD_CLASSES)
-WORK_FIELDS: tuple[str, ...] = tuple(
-    name for name, cls in FIELD_CLASSES.items() if cls in ("exact", "bytes")
-)
-
-FIELD_UNITS: Mapping[str, str] = {
-    "duration_ns": "ns",
-    "global_ld_inst": "inst",
-    "inst_executed": "inst",
-    "inst_issued": "inst",
-    "global_ld_requests": "req",
-    "global_ld_sectors": "sect",
-    "dram_bytes_read": "B",
-    "dram_bytes_write": "B",
-    "dram_bytes": "B",
-    "l2_hit_rate_pct": "%",
-    "dram_throughput_pct": "%",
-    "sectors_per_request": "sect/req",
-}
+__all__ = [
+    "CLASS_TITLES",
+    "CONFIG_FIELDS",
+    "DEFAULT_TOLERANCES",
+    "FIELD_CLASSES",
+    "FIELD_UNITS",
+    "STABILITY_FIELDS",
+    "WORK_FIELDS",
+    "ToleranceClass",
+    "Tolerances",
+    "format_pct",
+    "format_tolerance",
+    "format_value",
+    "group_by_signature",
+    "has_launch_config",
+    "launch_signature",
+    "relative_spread",
+    "signature_label",
+    "signature_labels",
+]
 
 
-@dataclass(frozen=True)
-class Tolerances:
-    """Relative tolerances per class (fractions: 0.002 is 0.2 %), with per-field overrides."""
-
-    exact: float = 0.0
-    bytes: float = 0.002
-    rate: float = 0.02
-    time: float = 0.02
-    overrides: tuple[tuple[str, float], ...] = ()
-
-    def __post_init__(self) -> None:
-        for name, value in (("exact", self.exact), ("bytes", self.bytes), ("rate", self.rate), ("time", self.time), *self.overrides):
-            if not (value >= 0.0 and math.isfinite(value)):
-                raise UsageError(
-                    f"The tolerance for {name} is {value}, which is not a finite number >= 0.",
-                    "Tolerances are relative spreads ((max - min) / median).",
-                    "Pass a percentage such as 0.2 or 2.",
-                )
-
-    def of_class(self, cls: ToleranceClass) -> float:
-        value: float = getattr(self, cls)
-        return value
-
-    def of(self, field_name: str) -> float:
-        for name, value in self.overrides:
-            if name == field_name:
-                return value
-        return self.of_class(FIELD_CLASSES.get(field_name, "rate"))
-
-    def with_overrides(self, overrides: Mapping[str, float]) -> Tolerances:
-        unknown = [name for name in overrides if name not in FIELD_CLASSES]
-        if unknown:
-            raise UsageError(
-                f"No stability field is called {', '.join(unknown)}.",
-                "Per-field tolerances apply to the fields stability compares.",
-                f"Use one of: {', '.join(STABILITY_FIELDS)}.",
-            )
-        merged = dict(self.overrides)
-        merged.update(overrides)
-        return replace(self, overrides=tuple(sorted(merged.items())))
-
-    def describe(self) -> str:
-        """One line: the tolerances in use, as the report prints them."""
-        parts = [
-            f"{CLASS_TITLES['exact']} {format_tolerance(self.exact)}",
-            f"{CLASS_TITLES['bytes']} {format_tolerance(self.bytes)}",
-            f"{CLASS_TITLES['rate']} {format_tolerance(self.rate)}",
-            f"{CLASS_TITLES['time']} {format_tolerance(self.time)}",
-        ]
-        parts += [f"{name} {format_tolerance(value)}" for name, value in self.overrides]
-        return "; ".join(parts)
-
-
-DEFAULT_TOLERANCES = Tolerances()
-
-
-def format_tolerance(value: float) -> str:
-    return "identical" if value == 0.0 else f"≤ {format_pct(value)}"
-
-
-def format_pct(fraction: float | None, signed: bool = False) -> str:
-    """0.0331 -> '3.31 %' (more digits for small values, so 0.00005 is not '0.00 %')."""
-    if fraction is None:
-        return "—"
-    if math.isinf(fraction):
-        return "∞"
-    pct = fraction * 100.0
-    magnitude = abs(pct)
-    digits = 2 if magnitude >= 0.01 or magnitude == 0 else 4 if magnitude >= 0.0001 else 6
-    sign = "+" if signed else ""
-    return f"{pct:{sign}.{digits}f} %"
-
-
-def format_value(value: float | None, field_name: str = "") -> str:
-    """A field value for tables: integers as integers, others with 4 significant digits."""
-    if value is None:
-        return "—"
-    if math.isinf(value) or math.isnan(value):
-        return str(value)
-    if float(value).is_integer() and abs(value) < 1e15:
-        return f"{int(value):,}"
-    return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
 
 
 # ---------------------------------------------------------------------------
 # statistics
 
 
-def relative_spread(values: Sequence[float]) -> float | None:
-    """(max - min) / |median|; None for fewer than 2 values; inf when the median is 0 but not all are."""
-    if len(values) < 2:
-        return None
-    low, high = min(values), max(values)
-    if high == low:
-        return 0.0
-    median = statistics.median(values)
-    if median == 0:
-        return math.inf
-    return (high - low) / abs(median)
-
-
 @dataclass(frozen=True)
 class FieldStability:
-    """The spread of one field over one group of launches, against its tolerance."""
+    """The spread of one field over one group of launches, against its noise band."""
 
     field: str
     tolerance_class: ToleranceClass
@@ -195,15 +108,47 @@ class FieldStability:
     median: float | None
     minimum: float | None
     maximum: float | None
-    spread: float | None
+    spread: float | None  # (max - min) / |median| of the field itself
     verdict: FieldVerdict
+    band: float | None = None  # max - min may be this wide (absolute, the field's unit)
+    scale: float | None = None  # what the tolerance is relative to (the reference's median)
+    reference: str | None = None  # the field the tolerance is relative to, when not itself
+
+    @property
+    def judged(self) -> float | None:
+        """The spread as judged: (max - min) relative to the scale the tolerance applies to."""
+        if self.minimum is None or self.maximum is None or self.n < 2:
+            return None
+        if self.reference is None or not self.scale:
+            return self.spread
+        return (self.maximum - self.minimum) / self.scale
 
     @property
     def excess(self) -> float | None:
-        """How far over its tolerance (spread - tolerance), for unstable fields."""
-        if self.spread is None:
+        """How far over its tolerance (judged spread - tolerance), for unstable fields."""
+        judged = self.judged
+        if judged is None:
             return None
-        return self.spread - self.tolerance
+        return judged - self.tolerance
+
+    def spread_text(self) -> str:
+        """e.g. '4.08 %' or '4.08 % (0.14 % of dram_bytes)'."""
+        text = format_pct(self.spread)
+        if self.reference is not None and self.judged is not None:
+            text += f" ({format_pct(self.judged)} of {self.reference})"
+        return text
+
+    def tolerance_text(self) -> str:
+        """The tolerance as the tables print it, naming the reference and the floor."""
+        text = format_tolerance(self.tolerance)
+        if self.reference is not None:
+            text += f" of {self.reference}"
+        floor = spec_of(self.field).noise_floor
+        if floor and self.band is not None and self.band <= floor:
+            unit = FIELD_UNITS.get(self.field, "")
+            unit = "point" if unit == "%" else unit  # a percentage's floor is in percentage points
+            text += f" (floor {format_value(floor)} {unit})".replace(" )", ")")
+        return text
 
     def describe(self) -> str:
         """e.g. 'duration_ns spread 3.31 % (tolerance ≤ 2.00 %; 17,184 … 17,760 ns)'."""
@@ -213,28 +158,44 @@ class FieldStability:
             return f"{self.field} measured once"
         unit = FIELD_UNITS.get(self.field, "")
         return (
-            f"{self.field} spread {format_pct(self.spread)} "
-            f"(tolerance {format_tolerance(self.tolerance)}; "
+            f"{self.field} spread {self.spread_text()} "
+            f"(tolerance {self.tolerance_text()}; "
             f"{format_value(self.minimum)} … {format_value(self.maximum)} {unit})".replace(" )", ")")
         )
 
 
-def field_stability(field_name: str, values: Sequence[float], tolerances: Tolerances) -> FieldStability:
-    """Stats and verdict of one field over the values the launches hold for it."""
-    cls = FIELD_CLASSES.get(field_name, "rate")
-    tolerance = tolerances.of(field_name)
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    if not finite:
-        return FieldStability(field_name, cls, tolerance, 0, None, None, None, None, "missing")
-    median = statistics.median(finite)
-    low, high = min(finite), max(finite)
-    if len(finite) < 2:
-        return FieldStability(field_name, cls, tolerance, 1, median, low, high, None, "insufficient")
-    spread = relative_spread(finite)
-    assert spread is not None
-    stable = (high == low) if tolerance == 0.0 else spread <= tolerance
+def field_stability(
+    field_name: str, values: Sequence[float], tolerances: Tolerances, *, reference_median: float | None = None
+) -> FieldStability:
+    """Stats and verdict of one field over the values the launches hold for it.
+
+    ``reference_median`` is the median of the field's noise reference (``fields.py``; the
+    launch's total DRAM bytes for byte counts) where the caller has it.
+    """
+    return judge_field(FieldStats(field_name, tuple(v for v in values if v is not None and math.isfinite(v))),
+                       tolerances, reference_median)
+
+
+def judge_field(stats: FieldStats, tolerances: Tolerances, reference_median: float | None = None) -> FieldStability:
+    """A field's statistics against its noise band: stable when max - min fits in it."""
+    name = stats.field
+    cls = FIELD_CLASSES.get(name, "rate")
+    tolerance = tolerances.of(name)
+    if stats.n == 0:
+        return FieldStability(name, cls, tolerance, 0, None, None, None, None, "missing")
+    median, low, high = stats.median, stats.minimum, stats.maximum
+    assert median is not None and low is not None and high is not None
+    reference = spec_of(name).noise_reference
+    use_reference = reference is not None and reference_median is not None and reference_median != 0
+    scale = abs(reference_median) if use_reference and reference_median is not None else abs(median)
+    band = noise_band(name, tolerance, scale)
+    if stats.n < 2:
+        return FieldStability(name, cls, tolerance, 1, median, low, high, None, "insufficient", band, scale,
+                              reference if use_reference else None)
+    stable = (high == low) if band == 0.0 else (high - low) <= band
     return FieldStability(
-        field_name, cls, tolerance, len(finite), median, low, high, spread, "stable" if stable else "unstable"
+        name, cls, tolerance, stats.n, median, low, high, stats.spread, "stable" if stable else "unstable",
+        band, scale, reference if use_reference else None,
     )
 
 
@@ -283,7 +244,8 @@ class GroupStability:
             return f"stable over {self.launches} launches ({measured} field{'' if measured == 1 else 's'} within tolerance)"
         worst = sorted(self.unstable_fields, key=lambda f: -(f.excess or 0.0))
         return "unstable: " + ", ".join(
-            f"{f.field} {format_pct(f.spread)} > {format_tolerance(f.tolerance).replace('≤ ', '')}"
+            f"{f.field} {format_pct(f.judged)}" + (f" of {f.reference}" if f.reference else "")
+            + f" > {format_tolerance(f.tolerance).replace('≤ ', '')}"
             for f in worst
         )
 
@@ -297,6 +259,42 @@ def group_verdict(fields: Sequence[FieldStability], launches: int) -> GroupVerdi
     return "unstable" if any(f.verdict == "unstable" for f in measured) else "stable"
 
 
+def measurement_stability(
+    measurement: Measurement,
+    *,
+    label: str,
+    source: str = "repeated launches",
+    tolerances: Tolerances = DEFAULT_TOLERANCES,
+    fields: Sequence[str] = STABILITY_FIELDS,
+    notes: Sequence[str] = (),
+) -> GroupStability:
+    """Per-field spreads and the verdict of one measurement (its launches measure the same thing)."""
+    def reference_median(name: str) -> float | None:
+        reference = spec_of(name).noise_reference
+        return measurement.stats(reference).median if reference else None
+
+    per_field = tuple(judge_field(measurement.stats(name), tolerances, reference_median(name)) for name in fields)
+    launches = measurement.launches
+    kernels = sorted({launch.kernel.function for launch in launches})
+    devices = sorted({launch.device.name for launch in launches if launch.device.name})
+    all_notes = list(notes)
+    if len(devices) > 1:
+        all_notes.append(f"launches come from {len(devices)} different GPUs: {', '.join(devices)}")
+    return GroupStability(
+        label=label,
+        kernel=", ".join(kernels),
+        source=source,
+        launches=len(launches),
+        runs=measurement.runs,
+        fields=per_field,
+        verdict=group_verdict(per_field, len(launches)),
+        tolerances=tolerances,
+        device=devices[0] if len(devices) == 1 else (", ".join(devices) or None),
+        notes=tuple(all_notes),
+        keys=tuple(launch.key for launch in launches),
+    )
+
+
 def stability_of(
     launches: Sequence[Launch],
     *,
@@ -308,84 +306,9 @@ def stability_of(
     notes: Sequence[str] = (),
 ) -> GroupStability:
     """Per-field spreads and the group verdict of launches that measure the same thing."""
-    per_field = tuple(
-        field_stability(
-            name,
-            [v for v in (launch.value(name) for launch in launches) if v is not None],
-            tolerances,
-        )
-        for name in fields
-    )
-    kernels = sorted({launch.kernel.function for launch in launches})
-    devices = sorted({launch.device.name for launch in launches if launch.device.name})
-    all_notes = list(notes)
-    if len(devices) > 1:
-        all_notes.append(f"launches come from {len(devices)} different GPUs: {', '.join(devices)}")
-    return GroupStability(
-        label=label,
-        kernel=", ".join(kernels),
-        source=source,
-        launches=len(launches),
-        runs=runs,
-        fields=per_field,
-        verdict=group_verdict(per_field, len(launches)),
-        tolerances=tolerances,
-        device=devices[0] if len(devices) == 1 else (", ".join(devices) or None),
-        notes=tuple(all_notes),
-        keys=tuple(launch.key for launch in launches),
-    )
-
-
-# ---------------------------------------------------------------------------
-# which launches are measurements of the same thing
-
-# Launch-configuration fields: when extraction records them, launches of one kernel
-# with different grids or blocks (different work by construction) are kept apart.
-CONFIG_FIELDS: tuple[str, ...] = ("grid_size", "block_size", "registers_per_thread", "shared_mem_per_block")
-
-
-def launch_signature(launch: Launch) -> tuple[object, ...]:
-    """What makes two launches repeats of one another: kernel, NVTX ranges, GPU, launch configuration."""
-    config = tuple(launch.values.get(name) for name in CONFIG_FIELDS)
-    return (launch.kernel.function, launch.kernel.mangled, launch.nvtx, launch.device.name, config)
-
-
-def signature_label(launch: Launch) -> str:
-    """A short human label of a launch signature: kernel name plus its launch configuration."""
-    config = [
-        f"{name.split('_')[0]}={format_value(launch.values.get(name))}"
-        for name in ("grid_size", "block_size")
-        if launch.values.get(name) is not None
-    ]
-    return launch.kernel.function + (f" [{', '.join(config)}]" if config else "")
-
-
-def signature_labels(groups: Mapping[tuple[object, ...], Sequence[Launch]]) -> dict[tuple[object, ...], str]:
-    """A label per signature; kernels that share a function name get a short tag of their mangled name."""
-    import hashlib
-
-    labels = {sig: signature_label(members[0]) for sig, members in groups.items()}
-    counts: dict[str, int] = {}
-    for label in labels.values():
-        counts[label] = counts.get(label, 0) + 1
-    for sig, members in groups.items():
-        if counts[labels[sig]] > 1:
-            first = members[0]
-            tag = hashlib.sha1(f"{first.kernel.mangled}|{first.nvtx}|{first.device.name}".encode()).hexdigest()[:6]
-            labels[sig] = f"{labels[sig]}~{tag}"
-    return labels
-
-
-def has_launch_config(launches: Iterable[Launch]) -> bool:
-    return any(launch.values.get("grid_size") is not None for launch in launches)
-
-
-def group_by_signature(launches: Iterable[Launch]) -> dict[tuple[object, ...], list[Launch]]:
-    """Launches grouped by ``launch_signature``, in order of first appearance."""
-    groups: dict[tuple[object, ...], list[Launch]] = {}
-    for launch in launches:
-        groups.setdefault(launch_signature(launch), []).append(launch)
-    return groups
+    kernel = launches[0].kernel.function if launches else ""
+    measurement = Measurement(label, (), kernel, tuple(launches), runs=runs)
+    return measurement_stability(measurement, label=label, source=source, tolerances=tolerances, fields=fields, notes=notes)
 
 
 def repeated_launch_stability(
@@ -410,12 +333,13 @@ def repeated_launch_stability(
     singles: list[str] = []
     labels = signature_labels(grouped)
     for sig, members in grouped.items():
-        label = f"{report_label}: {labels[sig]}"
         if len(members) < min_launches:
             singles.append(labels[sig])
             continue
+        measurement = Measurement(report_label, (), labels[sig], tuple(members))
         results.append(
-            stability_of(members, label=label, source="repeated launches", runs=1, tolerances=tolerances, notes=config_note)
+            measurement_stability(measurement, label=f"{report_label}: {labels[sig]}", source="repeated launches",
+                                  tolerances=tolerances, notes=config_note)
         )
     return results, singles
 
@@ -427,6 +351,7 @@ def repeated_launch_stability(
 STABILITY_COLUMNS: tuple[str, ...] = (
     "group", "kernel", "source", "device", "launches", "runs", "field", "tolerance_class",
     "tolerance", "n", "median", "min", "max", "spread", "field_verdict", "verdict",
+    "noise_band", "noise_reference",
 )
 
 
@@ -453,6 +378,8 @@ def stability_rows(groups: Iterable[GroupStability]) -> list[dict[str, object]]:
                     "spread": item.spread,
                     "field_verdict": item.verdict,
                     "verdict": group.verdict,
+                    "noise_band": item.band,
+                    "noise_reference": item.reference,
                 }
             )
     return rows
@@ -467,5 +394,6 @@ def stability_frame(groups: Iterable[GroupStability]) -> pl.DataFrame:
         "launches": pl.Int64, "runs": pl.Int64, "field": pl.Utf8, "tolerance_class": pl.Utf8,
         "tolerance": pl.Float64, "n": pl.Int64, "median": pl.Float64, "min": pl.Float64,
         "max": pl.Float64, "spread": pl.Float64, "field_verdict": pl.Utf8, "verdict": pl.Utf8,
+        "noise_band": pl.Float64, "noise_reference": pl.Utf8,
     }
     return pl.DataFrame(stability_rows(groups), schema=schema, orient="row")

@@ -6,13 +6,12 @@ launch signature) inside a run are pooled with the replicas' as measurements of 
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ncuflow.analyze.classify import DEFAULT_THRESHOLD
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD, check_threshold
 from ncuflow.analyze.explain import (
     GroupExplanation,
     explain_group,
@@ -20,53 +19,22 @@ from ncuflow.analyze.explain import (
     swept_params,
     vary_groups,
 )
-from ncuflow.analyze.point import Point, PointModel, format_param, point_model
+from ncuflow.analyze.measurement import measurements
+from ncuflow.analyze.point import Point, PointModel, format_param
 from ncuflow.analyze.stability import (
     DEFAULT_TOLERANCES,
     GroupStability,
     Tolerances,
-    group_by_signature,
+    measurement_stability,
     repeated_launch_stability,
-    signature_labels,
-    stability_of,
 )
-from ncuflow.read.launch import Launch
-from ncuflow.read.runs import Loaded, LoadedRun
+from ncuflow.read.runs import Loaded
 
 
 def points_of(loaded: Loaded, *, split_content_keys: bool = False) -> list[Point]:
-    """One point per (cell, parameters, kernel signature): replicas and repeats pooled.
-
-    With ``split_content_keys`` runs of one parameter setting but different content keys
-    (e.g. another ncu metric set) are different points: replicas are runs of one key.
-    """
-    # Labels are made per (cell, parameters): two kernels of one point that share a name are
-    # told apart, while the same kernel name at another parameter value keeps its plain name.
-    by_point: dict[tuple[str, tuple[tuple[str, object], ...]], list[LoadedRun]] = {}
-    for run in loaded.runs:
-        by_point.setdefault((run.cell, run.params), []).append(run)
-    BucketKey = tuple[str, tuple[tuple[str, object], ...], str, str]
-    buckets: dict[BucketKey, list[tuple[LoadedRun, list[Launch]]]] = {}
-    for (cell, params), runs in by_point.items():
-        labels = signature_labels(group_by_signature(launch for run in runs for launch in run.launches))
-        for run in runs:
-            key = run.content_key if split_content_keys else ""
-            for sig, members in group_by_signature(run.launches).items():
-                buckets.setdefault((cell, params, key, labels[sig]), []).append((run, members))
-    points: list[Point] = []
-    for (cell, params, _, kernel), items in buckets.items():
-        points.append(
-            Point(
-                cell=cell,
-                params=params,
-                kernel=kernel,
-                launches=tuple(launch for _, members in items for launch in members),
-                runs=len({run.run_id for run, _ in items}),
-                content_keys=tuple(sorted({run.content_key for run, _ in items})),
-            )
-        )
-    points.sort(key=lambda p: (p.cell, [format_param(v) for _, v in p.params], p.kernel, p.content_keys))
-    return points
+    """One point per (cell, parameters, kernel signature): replicas and repeats pooled
+    (the grouping rule of ``ncuflow.analyze.measurement.measurements``)."""
+    return measurements(loaded.runs, split_content_keys=split_content_keys)
 
 
 def point_stability(points: Iterable[Point], tolerances: Tolerances = DEFAULT_TOLERANCES) -> list[GroupStability]:
@@ -84,9 +52,7 @@ def point_stability(points: Iterable[Point], tolerances: Tolerances = DEFAULT_TO
         label = f"{p.spec()} [{p.kernel}]"
         if specs_seen[(p.spec(), p.kernel)] > 1 and len(p.content_keys) == 1:
             label += f" key {p.content_keys[0][:8]}"
-        results.append(
-            stability_of(p.launches, label=label, source=source, runs=p.runs, tolerances=tolerances, notes=notes)
-        )
+        results.append(measurement_stability(p, label=label, source=source, tolerances=tolerances, notes=notes))
     return results
 
 
@@ -118,6 +84,7 @@ class Analysis:
     tolerances: Tolerances
     stability: tuple[GroupStability, ...] = ()  # replicas = runs of one content key
     notes: tuple[str, ...] = ()
+    threshold: float = DEFAULT_THRESHOLD  # the on-wall threshold the verdicts and plots use
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"))
 
 
@@ -129,15 +96,11 @@ def analyse(
     threshold: float = DEFAULT_THRESHOLD,
     baselines: Mapping[str, object] | None = None,
 ) -> Analysis:
+    threshold = check_threshold(threshold)
     points = points_of(loaded)
     stabilities = point_stability(points, tolerances)
     summaries = tuple(
-        PointSummary(
-            p,
-            point_model(p.launches, threshold),
-            statistics.median(p.values("duration_ns")) if p.values("duration_ns") else None,
-            s,
-        )
+        PointSummary(p, p.model(threshold), p.stats("duration_ns").median, s)
         for p, s in zip(points, stabilities, strict=True)
     )
     sweeps: dict[str, tuple[GroupExplanation, ...]] = {}
@@ -160,7 +123,7 @@ def analyse(
     by_key = tuple(point_stability(points_of(loaded, split_content_keys=True), tolerances))
     return Analysis(
         source=loaded.source, paths=tuple(str(p) for p in paths), points=summaries, sweeps=sweeps,
-        tolerances=tolerances, stability=by_key, notes=tuple(notes),
+        tolerances=tolerances, stability=by_key, notes=tuple(notes), threshold=threshold,
     )
 
 

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import importlib.metadata
 import importlib.util
 import pkgutil
-import shutil
 import sys
 from collections.abc import Mapping
 from functools import lru_cache
@@ -24,6 +22,7 @@ from ncuflow.cells.contract import (
     format_value,
 )
 from ncuflow.errors import NcuflowError, UsageError
+from ncuflow.host import has_nvidia_smi, package_version
 
 _BUILTIN_PACKAGE = "ncuflow.kernels"
 
@@ -266,7 +265,7 @@ def gpu_status() -> tuple[bool, str]:
     Imports torch when it is installed (that is the only honest test); never raises.
     """
     if _module_present("torch") is not None:
-        if shutil.which("nvidia-smi") is None:
+        if not has_nvidia_smi():
             return False, "torch is not installed and no NVIDIA driver is present (no nvidia-smi)"
         return False, "torch is not installed (pip install 'ncuflow[cells]')"
     try:
@@ -339,7 +338,4 @@ def list_cells(cells_dir: Path | None = None) -> list[CellInfo]:
 
 def module_version(module: str) -> str | None:
     """Installed distribution version of a module, without importing it."""
-    try:
-        return importlib.metadata.version(module)
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return package_version(module)

@@ -30,6 +30,8 @@ from typing import Any
 from ncuflow.cells.contract import CellDefinition, CellInstance, CellSpec
 from ncuflow.cells.registry import get_cell, module_version, unavailable_reason
 from ncuflow.errors import NcuflowError, UsageError
+from ncuflow.host import driver_version
+from ncuflow.spread import quantile, relative_width
 
 ROTATE_FOOTPRINT_FACTOR = 4  # rotate enough copies to cover this many times the L2 size
 MAX_ROTATING_COPIES = 64
@@ -51,7 +53,7 @@ class TimingStats:
     stdev_us: float
     p10_us: float
     p90_us: float
-    spread_pct: float  # (p90 - p10) / median, in percent
+    spread_pct: float  # ncuflow.spread: (p90 - p10) / median, in percent
 
     @staticmethod
     def of(samples_us: Sequence[float]) -> TimingStats:
@@ -59,7 +61,7 @@ class TimingStats:
             raise ValueError("no samples")
         ordered = sorted(samples_us)
         median = statistics.median(ordered)
-        p10, p90 = _quantile(ordered, 0.10), _quantile(ordered, 0.90)
+        p10, p90 = quantile(ordered, 0.10), quantile(ordered, 0.90)
         return TimingStats(
             median_us=median,
             mean_us=statistics.fmean(ordered),
@@ -68,18 +70,8 @@ class TimingStats:
             stdev_us=statistics.stdev(ordered) if len(ordered) > 1 else 0.0,
             p10_us=p10,
             p90_us=p90,
-            spread_pct=100.0 * (p90 - p10) / median if median > 0 else math.nan,
+            spread_pct=100.0 * relative_width(p10, p90, median) if median > 0 else math.nan,
         )
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile of sorted data."""
-    if len(ordered) == 1:
-        return ordered[0]
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 @dataclass(frozen=True)
@@ -161,39 +153,6 @@ def device_facts() -> dict[str, Any]:
     )
     facts["driver_version"] = driver_version(index)
     return facts
-
-
-def driver_version(index: int = 0) -> str | None:
-    """The NVIDIA driver version, from NVML when present, else nvidia-smi; None if neither."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-            return version.decode() if isinstance(version, bytes) else str(version)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:
-        pass
-    import shutil
-    import subprocess
-
-    executable = shutil.which("nvidia-smi")
-    if executable is None:
-        return None
-    try:
-        done = subprocess.run(
-            [executable, "--query-gpu=driver_version", "--format=csv,noheader", f"--id={index}"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    line = done.stdout.strip().splitlines()
-    return line[0].strip() if done.returncode == 0 and line else None
 
 
 def rotating_copy_count(footprint: int | None, l2_bytes: int | None, free_bytes: int | None) -> int:

@@ -7,60 +7,20 @@ Only ``stability CELL_SPEC`` and ``stability --headline`` re-profile (through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from ncuflow.analyze.classify import DEFAULT_THRESHOLD
-from ncuflow.analyze.stability import STABILITY_FIELDS, GroupStability, Tolerances
+from ncuflow.analyze.stability import GroupStability, Tolerances
+from ncuflow.cli.options import threshold_option, timeout_option, tolerance_options, tolerances_from
 from ncuflow.errors import UsageError
 from ncuflow.profile.ncu import CLOCK_CONTROLS
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-# ---------------------------------------------------------------------------
-# shared options
-
-
-def _tolerance_options(function: F) -> F:
-    options = [
-        click.option("--tol-exact", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
-                     help="Tolerance of exact work counters, % (0 = identical)."),
-        click.option("--tol-bytes", type=click.FloatRange(min=0.0), default=0.2, show_default=True,
-                     help="Tolerance of DRAM byte counts, % relative spread."),
-        click.option("--tol-rate", type=click.FloatRange(min=0.0), default=2.0, show_default=True,
-                     help="Tolerance of rates and ratios (L2 hit, DRAM %, sectors/request), %."),
-        click.option("--tol-time", type=click.FloatRange(min=0.0), default=2.0, show_default=True,
-                     help="Tolerance of the duration, % relative spread."),
-        click.option("--tol", "field_tols", multiple=True, metavar="FIELD=PCT",
-                     help=f"Tolerance of one field, % (repeatable). Fields: {', '.join(STABILITY_FIELDS)}."),
-        click.option("--kernel", default=None, metavar="REGEX",
-                     help="Only launches whose kernel name matches this regular expression."),
-    ]
-    for option in reversed(options):
-        function = option(function)
-    return function
-
-
-def tolerances_from(tol_exact: float, tol_bytes: float, tol_rate: float, tol_time: float, field_tols: Sequence[str]) -> Tolerances:
-    overrides: dict[str, float] = {}
-    for item in field_tols:
-        name, equals, value = item.partition("=")
-        try:
-            overrides[name.strip()] = float(value) / 100.0
-        except ValueError:
-            equals = ""
-        if not equals:
-            raise UsageError(
-                f"--tol {item!r} is not FIELD=PCT.",
-                "A per-field tolerance names a field and a percentage.",
-                "Write it like --tol inst_issued=0.01.",
-            )
-    base = Tolerances(exact=tol_exact / 100.0, bytes=tol_bytes / 100.0, rate=tol_rate / 100.0, time=tol_time / 100.0)
-    return base.with_overrides(overrides) if overrides else base
+# The tolerance options live in ncuflow.cli.options (shared with explain and report).
+_tolerance_options = tolerance_options
+__all__ = ["explain_command", "print_stability", "report_command", "stability_command", "tolerances_from"]
 
 
 def _console() -> Any:
@@ -88,7 +48,7 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
     from rich.markup import escape
     from rich.table import Table
 
-    from ncuflow.analyze.stability import FIELD_UNITS, format_pct, format_tolerance, format_value
+    from ncuflow.analyze.fields import FIELD_UNITS, format_value
 
     console = _console()
     shown_notes: set[str] = set()
@@ -109,9 +69,9 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
                 continue
             colour = {"stable": "green", "unstable": "red"}.get(item.verdict, "yellow")
             table.add_row(
-                item.field, item.tolerance_class, format_tolerance(item.tolerance), str(item.n),
+                item.field, item.tolerance_class, item.tolerance_text(), str(item.n),
                 f"{format_value(item.median)} {FIELD_UNITS.get(item.field, '')}", format_value(item.minimum),
-                format_value(item.maximum), format_pct(item.spread), f"[{colour}]{item.verdict}[/{colour}]",
+                format_value(item.maximum), item.spread_text(), f"[{colour}]{item.verdict}[/{colour}]",
             )
         console.print(table)
         if group.missing_fields:
@@ -175,11 +135,11 @@ def _loaded_from_records(records: Sequence[Any], kernel: str | None) -> Any:
 @click.option("--ncu", "ncu_path", default=None, help="The ncu executable (default: found on PATH or in CUDA installs).")
 @click.option("--cells-dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Folder with your own cell definitions.")
-@click.option("--timeout", type=click.FloatRange(min=1.0), default=900.0, show_default=True, help="Seconds per ncu run.")
+@timeout_option(help="Seconds per ncu run.")
 @click.option("--clock-control", type=click.Choice(CLOCK_CONTROLS), default="base", show_default=True,
               help="For cell specs: base locks clocks to base, none leaves them as found. "
                    "--headline cells always reuse the options their stored run was profiled with.")
-@_tolerance_options
+@tolerance_options
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the tables as Markdown to this file.")
 @click.option("--parquet", "parquet_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -187,8 +147,8 @@ def _loaded_from_records(records: Sequence[Any], kernel: str | None) -> Any:
 @click.option("--strict", is_flag=True, help="Exit with status 1 when any group is unstable (for CI).")
 def stability_command(
     targets: tuple[str, ...], replicas: int, headline: Path | None, store: Path, ncu_path: str | None,
-    cells_dir: Path | None, timeout: float, clock_control: str, tol_exact: float, tol_bytes: float, tol_rate: float,
-    tol_time: float, field_tols: tuple[str, ...], kernel: str | None, markdown_path: Path | None,
+    cells_dir: Path | None, timeout: float, clock_control: str, tol_exact: float, tol_near_exact: float,
+    tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...], kernel: str | None, markdown_path: Path | None,
     parquet_path: Path | None, strict: bool,
 ) -> None:
     """Replay stability: per field median, min, max, spread and verdict against its tolerance.
@@ -205,7 +165,7 @@ def stability_command(
     from ncuflow.output.markdown import stability_markdown
     from ncuflow.read.runs import Loaded, load_reports, load_store
 
-    tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols)
+    tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     if not targets and headline is None:
         raise UsageError(
             "Nothing to check.",
@@ -296,17 +256,16 @@ def stability_command(
 @click.option("--vary", "param", required=True, metavar="PARAM", help="The parameter whose effect to explain.")
 @click.option("--baseline", default=None, metavar="VALUE",
               help="The value to compare against (default: the smallest, numerically or alphabetically).")
-@click.option("--threshold", type=click.FloatRange(0.0, 1.0, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
-              help="On-wall threshold of the max model (names the binding term).")
-@_tolerance_options
+@threshold_option(help="On-wall threshold of the max model (names the binding term).")
+@tolerance_options
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the tables as Markdown to this file.")
 @click.option("--parquet", "parquet_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write one row per compared value as parquet.")
 def explain_command(
     paths: tuple[Path, ...], param: str, baseline: str | None, threshold: float, tol_exact: float,
-    tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...], kernel: str | None,
-    markdown_path: Path | None, parquet_path: Path | None,
+    tol_near_exact: float, tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...],
+    kernel: str | None, markdown_path: Path | None, parquet_path: Path | None,
 ) -> None:
     """Does PARAM change the work that reaches the kernel, and is that work on the critical path?
 
@@ -325,7 +284,7 @@ def explain_command(
     from ncuflow.output.markdown import explain_markdown
     from ncuflow.read.runs import load_paths
 
-    tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols)
+    tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     loaded = load_paths(list(paths), kernel=kernel)
     _echo_notes(loaded.notes)
     points = points_of(loaded)
@@ -391,12 +350,12 @@ def explain_command(
               help="Folder to write report.md, the PNG plots and the parquet tables into.")
 @click.option("--baseline", "baselines", multiple=True, metavar="PARAM=VALUE",
               help="Baseline value of a swept parameter (repeatable; default: the smallest value).")
-@click.option("--threshold", type=click.FloatRange(0.0, 1.0, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
-              help="On-wall threshold of the max model.")
-@_tolerance_options
+@threshold_option(help="On-wall threshold of the max model.")
+@tolerance_options
 def report_command(
     paths: tuple[Path, ...], out_dir: Path, baselines: tuple[str, ...], threshold: float, tol_exact: float,
-    tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...], kernel: str | None,
+    tol_near_exact: float, tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...],
+    kernel: str | None,
 ) -> None:
     """Markdown report and PNG plots of a profile store (or of plain reports).
 
@@ -408,7 +367,7 @@ def report_command(
     from ncuflow.output.report import write_report
     from ncuflow.read.runs import load_paths
 
-    tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols)
+    tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     chosen: dict[str, object] = {}
     for item in baselines:
         name, equals, value = item.partition("=")

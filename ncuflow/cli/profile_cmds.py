@@ -12,6 +12,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from ncuflow.cli.options import threshold_option, timeout_option
 from ncuflow.errors import NcuflowError, UsageError
 from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
@@ -22,7 +23,6 @@ from ncuflow.profile.ncu import (
     REPLAY_MODES,
     NcuOptions,
 )
-from ncuflow.profile.plan import DEFAULT_TIMEOUT_S
 
 APP_ARGV_KEY = "ncuflow_app_argv"
 
@@ -115,9 +115,8 @@ def _collection_options(function: Any) -> Any:
 @_collection_options
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
               help="Profile the cell N times in fresh ncu processes.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S,
-              show_default=True, help="Seconds before ncu and its children are stopped.")
-@click.option("--threshold", type=float, default=0.6, show_default=True, help="On-wall threshold of the table.")
+@timeout_option()
+@threshold_option(help="On-wall threshold of the table (a fraction in (0, 1]).")
 @click.option("--time", "time_first", is_flag=True,
               help="Also time the cell with CUDA events outside ncu (stored as duration_unprofiled).")
 @click.option("--dry-run", is_flag=True, help="Print the exact ncu command and stop.")
@@ -268,8 +267,7 @@ def doctor_command(ncu_path: str | None, as_json: bool, strict: bool) -> None:
               default=Path("profiles"), show_default=True, help="Profile store root.")
 @click.option("--cells-dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--ncu", "ncu_path", help="The ncu executable.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
-              help="Seconds per profile (overrides the file's timeout).")
+@timeout_option(default=None, help="Seconds per profile (overrides the file's timeout).")
 @click.option("--keep-going", is_flag=True, help="Continue past a point's own failure.")
 @click.option("--dry-run", is_flag=True, help="List the points (and what is already stored) and stop.")
 def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, ncu_path: str | None,

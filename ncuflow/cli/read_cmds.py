@@ -11,19 +11,12 @@ from pathlib import Path
 
 import click
 
-from ncuflow.analyze.classify import DEFAULT_THRESHOLD, classify
+from ncuflow.analyze.classify import classify
+from ncuflow.cli.options import threshold_option
 from ncuflow.read.extract import iter_launches
 from ncuflow.read.reportfile import find_reports
 
-
-def _threshold_option(function: click.decorators.FC) -> click.decorators.FC:
-    return click.option(
-        "--threshold",
-        type=click.FloatRange(0.0, 1.0, min_open=True),
-        default=DEFAULT_THRESHOLD,
-        show_default=True,
-        help="On-wall threshold: a launch whose largest utilization is below it is latency-bound.",
-    )(function)
+_threshold_option = threshold_option()
 
 
 @contextmanager

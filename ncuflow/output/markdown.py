@@ -5,18 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from ncuflow.analyze.classify import TERM_NAMES
+from ncuflow.analyze.compare import Comparison
 from ncuflow.analyze.explain import VERDICT_TEXT, GroupExplanation
+from ncuflow.analyze.fields import FIELD_UNITS, duration_text, format_value
 from ncuflow.analyze.point import format_param
-from ncuflow.analyze.stability import (
-    FIELD_UNITS,
-    GroupStability,
-    Tolerances,
-    format_pct,
-    format_tolerance,
-    format_value,
-)
+from ncuflow.analyze.stability import GroupStability, Tolerances
 from ncuflow.analyze.study import Analysis
-from ncuflow.output.render import duration_text
 
 
 def _md_escape(text: str) -> str:
@@ -47,9 +41,9 @@ def stability_markdown(groups: Sequence[GroupStability], tolerances: Tolerances,
         lines += _table(
             ["field", "class", "tolerance", "n", "median", "min", "max", "spread", "verdict"],
             [
-                [f.field, f.tolerance_class, format_tolerance(f.tolerance), str(f.n),
+                [f.field, f.tolerance_class, f.tolerance_text(), str(f.n),
                  format_value(f.median) + f" {FIELD_UNITS.get(f.field, '')}", format_value(f.minimum),
-                 format_value(f.maximum), format_pct(f.spread), f.verdict]
+                 format_value(f.maximum), f.spread_text(), f.verdict]
                 for f in g.fields if f.verdict != "missing"
             ],
         )
@@ -131,3 +125,38 @@ def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None) 
     if analysis.notes:
         lines += ["", "## Notes", ""] + [f"- {_md_escape(n)}" for n in analysis.notes]
     return "\n".join(lines) + "\n"
+
+
+def compare_markdown(comparison: Comparison) -> list[str]:
+    """The comparison: one summary table, a field table per matched kernel, the unmatched ones."""
+    from ncuflow.analyze.fields import FIELD_TABLE
+
+    lines = [
+        f"Base: `{comparison.base}`; new: `{comparison.new}`. Each field is judged against its noise band "
+        f"({comparison.tolerances.describe()}); verdicts as in explain.",
+        "",
+    ]
+    lines += _table(
+        ["kernel", "verdict", "work", "time", "bound base → new", "evidence"],
+        [[k.label, k.verdict_text, k.judged.work, k.judged.time,
+          f"{k.judged.baseline_model.bound} → {k.judged.value_model.bound}", k.judged.deltas]
+         for k in comparison.matched],
+    ) if comparison.matched else ["No kernel matches by name and launch configuration."]
+    for k in comparison.matched:
+        lines += ["", f"**{k.label}** — {k.verdict_text}"
+                  + (f" ({k.base.device} → {k.new.device})" if k.base.device != k.new.device else f" ({k.base.device})"), ""]
+        lines += _table(
+            ["field", "base", "new", "change", "state", "why"],
+            [[f.field, FIELD_TABLE[f.field].format(f.baseline), FIELD_TABLE[f.field].format(f.value),
+              f.delta_text(), f.state, f.reason]
+             for f in k.judged.fields if f.state != "missing"],
+        )
+        missing = [f.field for f in k.judged.fields if f.state == "missing"]
+        if missing:
+            lines += ["", "Missing on at least one side: " + ", ".join(missing) + "."]
+        if k.judged.reasons:
+            lines += ["", "Why: " + "; ".join(k.judged.reasons) + "."]
+    for title, items in (("Only in base", comparison.only_base), ("Only in new", comparison.only_new)):
+        if items:
+            lines += ["", f"{title}: " + ", ".join(f"{m.kernel} ({m.spec()})" for m in items) + "."]
+    return lines

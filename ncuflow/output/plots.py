@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
 from ncuflow.analyze.explain import GroupExplanation
+from ncuflow.analyze.fields import PLOT_WORK_FIELDS
 from ncuflow.analyze.point import format_param
 from ncuflow.analyze.study import PointSummary
 
@@ -47,17 +48,7 @@ TERM_COLORS: dict[str, str] = {
     "issue": "#e6550d",
     "math": "#fdae6b",
 }
-WORK_PLOT_FIELDS: tuple[str, ...] = (
-    "global_ld_inst", "inst_executed", "global_ld_sectors", "dram_bytes_read", "dram_bytes",
-)
-
-
-def _median(values: Sequence[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+WORK_PLOT_FIELDS: tuple[str, ...] = PLOT_WORK_FIELDS  # the field table's choice
 
 
 def _time_scale(values: Sequence[float]) -> tuple[float, str]:
@@ -81,7 +72,7 @@ def plot_sweep(explained: GroupExplanation, path: Path) -> Path:
     fig, (ax_time, ax_work) = plt.subplots(2, 1, figsize=(max(6.0, 1.1 * len(points) + 3), 7.0), sharex=True)
     durations = [p.values("duration_ns") for p in points]
     scale, unit = _time_scale([v for vs in durations for v in vs])
-    medians = [_median(vs) for vs in durations]
+    medians = [p.stats("duration_ns").median for p in points]
     xs = [xi for xi, m in zip(x, medians, strict=True) if m is not None]
     if xs:
         meds = [m / scale for m in medians if m is not None]
@@ -111,11 +102,11 @@ def plot_sweep(explained: GroupExplanation, path: Path) -> Path:
     missing: list[str] = []
     styles = [("o", 9, "-"), ("s", 7.5, "--"), ("^", 6.5, "-."), ("D", 5, ":"), ("v", 4, "-")]
     for name, (marker, size, line) in zip(WORK_PLOT_FIELDS, styles, strict=True):
-        base_median = _median(base.values(name))
+        base_median = base.stats(name).median
         if base_median is None or base_median == 0:
             missing.append(name)
             continue
-        ys = [(_median(p.values(name)) or math.nan) / base_median for p in points]
+        ys = [(p.stats(name).median or math.nan) / base_median for p in points]
         if all(math.isnan(y) for y in ys):
             missing.append(name)
             continue

@@ -7,14 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.analyze.classify import TERM_NAMES, Verdict
+from ncuflow.analyze.fields import CLASSIFY_FIELDS, FIELD_TABLE, duration_text
 from ncuflow.read.launch import Launch
 
-# The keys of `ncuflow classify --json`, in order.
+# The keys of `ncuflow classify --json`, in order (the fields' JSON keys from the field table).
 ROW_KEYS: tuple[str, ...] = (
-    "report", "range", "action", "kernel", "duration_ns", "dram_throughput_pct",
-    "l2_hit_rate_pct", "sectors_per_request", "global_ld_inst",
-    "u_dram", "u_l2", "u_l1", "u_issue", "u_math", "bound", "nvidia_sol", "missing",
+    "report", "range", "action", "kernel", *(FIELD_TABLE[name].json_key for name in CLASSIFY_FIELDS),
+    *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing",
 )
+
+__all__ = ["ROW_KEYS", "duration_text", "launch_row", "make_console", "print_launch_table"]
 
 
 def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
@@ -24,12 +26,9 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
         "range": launch.range_index,
         "action": launch.action_index,
         "kernel": launch.kernel.function,
-        "duration_ns": launch.value("duration_ns"),
-        "dram_throughput_pct": launch.value("dram_throughput_pct"),
-        "l2_hit_rate_pct": launch.value("l2_hit_rate_pct"),
-        "sectors_per_request": launch.value("sectors_per_request"),
-        "global_ld_inst": launch.value("global_ld_inst"),
     }
+    for name in CLASSIFY_FIELDS:
+        row[FIELD_TABLE[name].json_key] = launch.value(name)
     for name in TERM_NAMES:
         row[f"u_{name}"] = verdict.utilization(name)
     row["bound"] = verdict.bound
@@ -38,21 +37,8 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
     return row
 
 
-def _number(value: float | None, digits: int = 1, scale: float = 1.0) -> str:
-    if value is None:
-        return "—"
-    return f"{value * scale:,.{digits}f}"
-
-
-def duration_text(ns: float | None) -> str:
-    """A kernel duration in the unit that reads best (ns, µs or ms)."""
-    if ns is None:
-        return "—"
-    if ns >= 1e6:
-        return f"{ns / 1e6:,.3f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:,.2f} µs"
-    return f"{ns:,.0f} ns"
+def _u(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.2f}"
 
 
 def _short(text: str, width: int) -> str:
@@ -84,9 +70,9 @@ def print_launch_table(
 
     console = console or make_console()
     table = Table(title=title, show_lines=False, header_style="bold")
+    field_columns = [(FIELD_TABLE[name].label or name, "right") for name in CLASSIFY_FIELDS]
     for header, justify in (
-        ("#", "right"), ("kernel", "left"), ("duration", "right"), ("DRAM %", "right"),
-        ("L2 hit %", "right"), ("sect/req", "right"), ("gld inst", "right"),
+        ("#", "right"), ("kernel", "left"), *field_columns,
         ("u_dram", "right"), ("u_issue", "right"), ("u_math", "right"), ("bound", "left"), ("NVIDIA", "left"),
     ):
         table.add_column(header, justify=justify, no_wrap=True, max_width=44 if header == "kernel" else None)  # type: ignore[arg-type]
@@ -102,14 +88,8 @@ def print_launch_table(
         table.add_row(
             str(launch.action_index),
             _short(launch.kernel.function, 44),
-            duration_text(launch.value("duration_ns")),
-            _number(launch.value("dram_throughput_pct")),
-            _number(launch.value("l2_hit_rate_pct")),
-            _number(launch.value("sectors_per_request"), 2),
-            _number(launch.value("global_ld_inst"), 0),
-            _number(verdict.utilization("dram"), 2),
-            _number(verdict.utilization("issue"), 2),
-            _number(verdict.utilization("math"), 2),
+            *(FIELD_TABLE[name].format(launch.value(name)) for name in CLASSIFY_FIELDS),
+            *(_u(verdict.utilization(name)) for name in ("dram", "issue", "math")),
             f"[{style}]{verdict.bound}[/{style}]" if style else verdict.bound,
             nvidia,
         )

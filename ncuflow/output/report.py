@@ -39,7 +39,7 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
     points = list(analysis.points)
     for index in range(0, len(points), TERMS_PER_PLOT):
         name = "terms.png" if index == 0 else f"terms-{index // TERMS_PER_PLOT + 1}.png"
-        written.append(plot_terms(points[index : index + TERMS_PER_PLOT], out / name))
+        written.append(plot_terms(points[index : index + TERMS_PER_PLOT], out / name, threshold=analysis.threshold))
         plots["terms" if index == 0 else f"terms:{index // TERMS_PER_PLOT + 1}"] = name
     for param, explained in analysis.sweeps.items():
         for index, ge in enumerate(explained):

@@ -7,11 +7,8 @@ still run and say so plainly.
 
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +17,7 @@ from typing import Literal
 
 from ncuflow import __version__
 from ncuflow.errors import NcuflowError
+from ncuflow.host import has_nvidia_smi, package_version, query_gpus
 from ncuflow.profile.ncu import find_ncu, ncu_version
 from ncuflow.read.reportfile import ncu_install_python_dirs
 
@@ -38,12 +36,7 @@ class Check:
 
 
 def _dist_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+    return package_version(*names)
 
 
 def check_ncu(explicit: str | None, env: Mapping[str, str] | None) -> tuple[Check, Path | None]:
@@ -76,8 +69,7 @@ def check_ncu_report(ncu: Path | None) -> Check:
 
 
 def check_gpu(timeout: float = 15.0) -> Check:
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
+    if not has_nvidia_smi():
         if NVIDIA_VERSION.exists():
             return Check("gpu", "warn", "an NVIDIA driver is loaded but nvidia-smi is not on PATH",
                          "Install the driver utilities (nvidia-utils) or add nvidia-smi to PATH.")
@@ -86,20 +78,16 @@ def check_gpu(timeout: float = 15.0) -> Check:
                      "NVIDIA driver is loaded)",
                      "Profile on a machine with an NVIDIA GPU and driver (in Docker: --gpus all); "
                      "reading stored reports (classify, export, stability, explain, report) works here.")
-    try:
-        done = subprocess.run([smi, "--query-gpu=index,name,uuid,driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return Check("gpu", "fail", f"nvidia-smi did not answer within {timeout:g} s",
+    answer = query_gpus(("index", "name", "uuid", "driver_version"), timeout=timeout)
+    if answer.outcome == "timeout":
+        return Check("gpu", "fail", answer.message,
                      "The driver may be wedged; check `dmesg` and `nvidia-smi` by hand.")
-    except OSError as error:
-        return Check("gpu", "fail", f"nvidia-smi cannot run: {error}", "Reinstall the NVIDIA driver utilities.")
-    rows = [r.strip() for r in done.stdout.splitlines() if r.strip()]
-    if done.returncode != 0 or not rows:
-        said = (done.stderr or done.stdout).strip().splitlines()[:1]
-        return Check("gpu", "fail", "nvidia-smi sees no GPU" + (f": {said[0]}" if said else ""),
+    if answer.outcome == "oserror":
+        return Check("gpu", "fail", f"nvidia-smi cannot run: {answer.message}", "Reinstall the NVIDIA driver utilities.")
+    if not answer.ok:
+        return Check("gpu", "fail", "nvidia-smi sees no GPU" + (f": {answer.message}" if answer.message else ""),
                      "Check the driver installation; in Docker run with --gpus all.")
-    return Check("gpu", "ok", "; ".join(rows))
+    return Check("gpu", "ok", "; ".join(", ".join(row) for row in answer.rows))
 
 
 def read_profiling_admin_only(params: Path = NVIDIA_PARAMS) -> int | None:

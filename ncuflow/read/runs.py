@@ -122,6 +122,21 @@ def read_run_launches(
 _read_launches = read_run_launches  # the name earlier callers used
 
 
+def run_folders(path: Path) -> list[RunRecord]:
+    """The store runs ``path`` is or holds directly: a run folder, or a point folder of replicas."""
+    from ncuflow.store import MANIFEST_NAME, read_run
+
+    folder = Path(path)
+    if not folder.is_dir():
+        return []
+    if (folder / MANIFEST_NAME).is_file():
+        record = read_run(folder)
+        return [record] if record is not None else []
+    children = [c for c in sorted(folder.iterdir())
+                if c.is_dir() and not c.name.startswith(".") and (c / MANIFEST_NAME).is_file()]
+    return [r for r in (read_run(c) for c in children) if r is not None]
+
+
 def load_records(records: Iterable[RunRecord], *, kernel: str | None = None) -> Loaded:
     """Store runs with their launches (unreadable reports are named in notes)."""
     notes: list[str] = []
@@ -134,14 +149,14 @@ def load_records(records: Iterable[RunRecord], *, kernel: str | None = None) -> 
 
 
 def load_store(root: Path, *, kernel: str | None = None) -> Loaded:
-    """Every complete run of a store with its launches.
+    """Every complete run of a store (or of one run or point folder) with its launches.
 
     Unreadable reports are named in notes; each damaged run is skipped with one
     ``DamagedRunWarning`` (``ncuflow.store.iter_runs``).
     """
     from ncuflow.store import iter_runs
 
-    return load_records(iter_runs(Path(root)), kernel=kernel)
+    return load_records(run_folders(root) or iter_runs(Path(root)), kernel=kernel)
 
 
 def load_reports(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
@@ -193,7 +208,7 @@ def load_paths(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
     plain: list[Path] = []
     sources: set[str] = set()
     for path in paths:
-        roots = store_roots(path)
+        roots = [path] if run_folders(path) else store_roots(path)
         if roots:
             for root in roots:
                 loaded = load_store(root, kernel=kernel)

@@ -1,4 +1,4 @@
-"""Distributions and quantiles: the one definition of spread used by ``phases``."""
+"""Distributions of per-token times; quantiles and spread come from ``ncuflow.spread``."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ncuflow.spread import quantile, relative_width
 
 
 @dataclass(frozen=True)
@@ -20,18 +22,7 @@ class Distribution:
     @property
     def relative_spread(self) -> float:
         """(p90 − p10) / median."""
-        return (self.p90 - self.p10) / self.median if self.median else math.nan
-
-
-def quantile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile of already sorted values (q in [0, 1])."""
-    if not sorted_values:
-        raise ValueError("quantile of nothing")
-    position = q * (len(sorted_values) - 1)
-    low = math.floor(position)
-    high = math.ceil(position)
-    fraction = position - low
-    return sorted_values[low] * (1 - fraction) + sorted_values[high] * fraction
+        return relative_width(self.p10, self.p90, self.median) if self.median else math.nan
 
 
 def distribution(values: Sequence[float]) -> Distribution | None:

@@ -1,0 +1,100 @@
+"""`ncuflow compare` on real data: corpus reports of the same and of different kernels, and
+run folders of the H200 store (replicas, so the noise is known)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ncuflow.analyze.compare import compare_loaded, match_key
+from ncuflow.cli import cli
+from ncuflow.read.runs import load_paths
+
+ESMM = "AveryClapp__ESMM-Research__profile.ncu-rep"  # A10G, 12 GEMM kernels, durations only
+ESMM_OUT = "AveryClapp__ESMM-Research__profile_output.ncu-rep"  # A10G, 4 of them again, full counters
+NAIVE = "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep"  # A100, kernel_conv2d_baseline × 4
+VARIANT3 = "Swagatam1812__hpca-gpu-memory-profiling__variant3.ncu-rep"  # RTX A6000, conv2d_variant3_kernel × 4
+
+H200 = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "h200"
+PAGED = H200 / "paged_decode"
+
+
+def _point(kv: str, page: int) -> Path:
+    (folder,) = [p for p in PAGED.iterdir() if f"-kv{kv}-" in p.name and f"-page{page}-" in p.name]
+    return folder
+
+
+def test_same_kernels_are_matched_by_name_and_launch_configuration(corpus_dir: Path) -> None:
+    comparison = compare_loaded(load_paths([corpus_dir / ESMM]), load_paths([corpus_dir / ESMM_OUT]))
+    assert sorted(k.key[0] for k in comparison.matched) == ["one_blocktiling", "two_blocktiling", "vectorized_blocktiling"]
+    # warptiling runs with 128 threads per block in the new report, 256 in the base: not the same launch
+    assert [match_key(m) for m in comparison.only_new] == [("warptiling", 64.0, 128.0)]
+    assert ("warptiling", 64.0, 256.0) in [match_key(m) for m in comparison.only_base]
+    assert len(comparison.only_base) == 8
+    for pair in comparison.matched:
+        # the base report holds durations only: work is not measured on both sides, and one
+        # launch a side cannot decide a 0.3–0.8 % difference in time
+        assert pair.judged.verdict == "ambiguous" and pair.judged.work == "unknown"
+        duration = next(f for f in pair.judged.fields if f.field == "duration_ns")
+        assert duration.state == "ambiguous" and abs(duration.delta or 1) < 0.01
+        assert next(f for f in pair.judged.fields if f.field == "inst_executed").state == "missing"
+        assert pair.judged.baseline_model.bound == "unknown" and pair.judged.value_model.bound != "unknown"
+
+
+def test_different_kernels_match_nothing_and_are_listed(corpus_dir: Path) -> None:
+    result = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3), "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["matched"] == []
+    assert [k["kernel"] for k in document["only_base"]] == ["kernel_conv2d_baseline"]
+    assert [k["kernel"] for k in document["only_new"]] == ["conv2d_variant3_kernel"]
+    text = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3)]).output
+    assert "0 matched, 1 only in base, 1 only in new" in text
+
+
+def test_h200_page_size_on_a_shared_prefix(tmp_path: Path) -> None:
+    """Point folders of 3 replicas each: page 16 vs 64 halves the split kernel's instructions and
+    time (work on the critical path) and leaves the merge kernel alone."""
+    md = tmp_path / "compare.md"
+    result = CliRunner().invoke(cli, ["compare", str(_point("shared", 16)), str(_point("shared", 64)), "--json",
+                                      "--markdown", str(md)])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    by_kernel = {k["kernel"]: k for k in document["matched"]}
+    assert set(by_kernel) == {"merge_splits_kernel", "paged_decode_split_kernel"}
+    assert document["only_base"] == [] and document["only_new"] == []
+    split = by_kernel["paged_decode_split_kernel"]
+    assert (split["verdict"], split["work"], split["time"]) == ("critical_path", "yes", "yes")
+    assert split["base"]["runs"] == 3 and split["base"]["bound"] == split["new"]["bound"] == "l1"
+    assert split["fields"]["inst_executed"]["state"] == "changed"
+    assert split["fields"]["inst_executed"]["delta"] == pytest.approx(55_988_224 / 119_631_872 - 1)
+    assert split["fields"]["duration_ns"]["state"] == "changed"
+    merge = by_kernel["merge_splits_kernel"]
+    assert merge["verdict"] == "no_effect"
+    assert merge["fields"]["inst_issued"]["state"] == "unchanged"  # re-issues differ, inside the near-exact band
+    text = md.read_text()
+    assert "| paged_decode_split_kernel [grid=2,048, block=128] | work changed and time moved with it |" in text
+
+
+def test_a_run_folder_against_a_point_folder_and_a_store_against_itself() -> None:
+    base_run = sorted(p for p in _point("distinct", 16).iterdir() if p.is_dir())[0]
+    comparison = compare_loaded(load_paths([base_run]), load_paths([_point("distinct", 16)]))
+    assert {k.base.runs for k in comparison.matched} == {1} and {k.new.runs for k in comparison.matched} == {3}
+    for pair in comparison.matched:  # one replica against the three it is one of
+        states = {f.field: f.state for f in pair.judged.fields}
+        assert states["inst_executed"] == states["global_ld_inst"] == "unchanged"  # identical counts
+        assert "changed" not in states.values()
+        # one side measured once: a near-exact or byte counter a little apart cannot be called unchanged
+        assert pair.judged.verdict == "ambiguous" and "re-profile with replicas" in " ".join(pair.judged.reasons)
+    store = load_paths([H200])
+    itself = compare_loaded(store, store)
+    assert not itself.only_base and not itself.only_new and len(itself.matched) == 31
+    assert all(f.state != "changed" for k in itself.matched for f in k.judged.fields)
+
+
+def test_compare_refuses_a_bad_threshold(corpus_dir: Path) -> None:
+    result = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / NAIVE), "--threshold", "0"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
