@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
@@ -205,10 +206,15 @@ def remove_temporaries(folder: Path) -> None:
     """Remove temporary files of ``atomic_paths`` left in ``folder`` by dead processes."""
     with contextlib.suppress(OSError):
         for child in folder.iterdir():
-            if child.name.startswith(TMP_MARK) and child.is_file():
-                pid = child.name[len(TMP_MARK):].split("-", 1)[0]
-                if pid.isdigit() and not _pid_alive(int(pid)):
-                    child.unlink(missing_ok=True)
+            if not child.name.startswith(TMP_MARK):
+                continue
+            pid = child.name[len(TMP_MARK):].split("-", 1)[0]
+            if not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
 
 
 def _pid_alive(pid: int) -> bool:

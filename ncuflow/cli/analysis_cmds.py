@@ -15,6 +15,7 @@ import click
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD
 from ncuflow.analyze.stability import STABILITY_FIELDS, GroupStability, Tolerances
+from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.errors import UsageError
 from ncuflow.profile.ncu import CLOCK_CONTROLS
 
@@ -27,13 +28,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _tolerance_options(function: F) -> F:
     options = [
-        click.option("--tol-exact", type=click.FloatRange(min=0.0), default=0.0, show_default=True,
+        click.option("--tol-exact", type=FiniteFloatRange(min=0.0), default=0.0, show_default=True,
                      help="Tolerance of exact work counters, % (0 = identical)."),
-        click.option("--tol-bytes", type=click.FloatRange(min=0.0), default=0.2, show_default=True,
+        click.option("--tol-bytes", type=FiniteFloatRange(min=0.0), default=0.2, show_default=True,
                      help="Tolerance of DRAM byte counts, % relative spread."),
-        click.option("--tol-rate", type=click.FloatRange(min=0.0), default=2.0, show_default=True,
+        click.option("--tol-rate", type=FiniteFloatRange(min=0.0), default=2.0, show_default=True,
                      help="Tolerance of rates and ratios (L2 hit, DRAM %, sectors/request), %."),
-        click.option("--tol-time", type=click.FloatRange(min=0.0), default=2.0, show_default=True,
+        click.option("--tol-time", type=FiniteFloatRange(min=0.0), default=2.0, show_default=True,
                      help="Tolerance of the duration, % relative spread."),
         click.option("--tol", "field_tols", multiple=True, metavar="FIELD=PCT",
                      help=f"Tolerance of one field, % (repeatable). Fields: {', '.join(STABILITY_FIELDS)}."),
@@ -73,6 +74,20 @@ def _console() -> Any:
 
 def _plural(count: int, one: str, many: str) -> str:
     return f"{count} {one if count == 1 else many}"
+
+
+def _guard_outputs(markdown_path: Path | None, parquet_path: Path | None, table: str, inputs: Sequence[Path]) -> None:
+    """Refuse --markdown/--parquet targets that are inputs or not earlier outputs, before any work."""
+    if markdown_path is not None:
+        from ncuflow.output.markdown import guard_markdown
+
+        guard_markdown(markdown_path, inputs=inputs)
+    if parquet_path is not None:
+        from ncuflow.output.export import guard_parquet
+
+        guard_parquet(parquet_path, table=table, inputs=inputs, option="--parquet")
+    if markdown_path is not None and parquet_path is not None and markdown_path.absolute() == parquet_path.absolute():
+        raise UsageError(f"--markdown and --parquet both name {markdown_path}.", "", "Give them different paths.")
 
 
 def _echo_notes(notes: Sequence[str]) -> None:
@@ -181,7 +196,7 @@ def _loaded_from_records(records: Sequence[Any], kernel: str | None) -> Any:
 @click.option("--ncu", "ncu_path", default=None, help="The ncu executable (default: found on PATH or in CUDA installs).")
 @click.option("--cells-dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Folder with your own cell definitions.")
-@click.option("--timeout", type=click.FloatRange(min=1.0), default=900.0, show_default=True, help="Seconds per ncu run.")
+@click.option("--timeout", type=FiniteFloatRange(min=1.0), default=900.0, show_default=True, help="Seconds per ncu run.")
 @click.option("--clock-control", type=click.Choice(CLOCK_CONTROLS), default="base", show_default=True,
               help="For cell specs: base locks clocks to base, none leaves them as found. "
                    "--headline cells always reuse the options their stored run was profiled with.")
@@ -231,6 +246,8 @@ def stability_command(
                 "paged_decode:page=16; this looks like a path.",
                 "Check the path.",
             )
+    inputs = [*paths, *([headline] if headline is not None else [])]
+    _guard_outputs(markdown_path, parquet_path, "stability", inputs)
     to_profile: list[tuple[str, Any]] = [(text, default_options) for text in specs]
     groups: list[GroupStability] = []
     singles: list[str] = []
@@ -280,14 +297,16 @@ def stability_command(
         raise UsageError("No launch to compare.", "The targets hold no readable launch" + (f" matching --kernel {kernel!r}" if kernel else "") + ".", "Check the paths and the --kernel filter.")
     print_stability(groups, singles, tolerances)
     if markdown_path is not None:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text("# ncuflow stability\n\n" + "\n".join(stability_markdown(groups, tolerances, singles)) + "\n", encoding="utf-8")
+        from ncuflow.output.markdown import write_markdown
+
+        write_markdown("# ncuflow stability\n\n" + "\n".join(stability_markdown(groups, tolerances, singles)) + "\n",
+                       markdown_path, title="stability", inputs=inputs)
         click.echo(f"wrote {markdown_path}", err=True)
     if parquet_path is not None:
         from ncuflow.analyze.stability import stability_frame
         from ncuflow.output.export import write_parquet
 
-        write_parquet(stability_frame(groups), parquet_path, table="stability")
+        write_parquet(stability_frame(groups), parquet_path, table="stability", inputs=inputs, option="--parquet")
         click.echo(f"wrote {parquet_path}", err=True)
     if strict and any(g.verdict == "unstable" for g in groups):
         raise click.exceptions.Exit(1)
@@ -302,7 +321,7 @@ def stability_command(
 @click.option("--vary", "param", required=True, metavar="PARAM", help="The parameter whose effect to explain.")
 @click.option("--baseline", default=None, metavar="VALUE",
               help="The value to compare against (default: the smallest, numerically or alphabetically).")
-@click.option("--threshold", type=click.FloatRange(0.0, 1.0, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
+@click.option("--threshold", type=FiniteFloatRange(0.0, 1.0, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
               help="On-wall threshold of the max model (names the binding term).")
 @_tolerance_options
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -332,6 +351,7 @@ def explain_command(
     from ncuflow.read.runs import load_paths
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols)
+    _guard_outputs(markdown_path, parquet_path, "explain", paths)
     loaded = load_paths(list(paths), kernel=kernel)
     _echo_notes(loaded.notes)
     points = points_of(loaded)
@@ -375,20 +395,44 @@ def explain_command(
         console.print(table)
     console.print(f"Tolerances used: {tolerances.describe()}. Without replicas a difference counts only beyond max(5 × tolerance, 1 %).")
     if markdown_path is not None:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(f"# ncuflow explain --vary {param}\n" + "\n".join(explain_markdown(explained)) + "\n", encoding="utf-8")
+        from ncuflow.output.markdown import write_markdown
+
+        write_markdown(f"# ncuflow explain --vary {param}\n" + "\n".join(explain_markdown(explained)) + "\n",
+                       markdown_path, title="explain", inputs=paths)
         click.echo(f"wrote {markdown_path}", err=True)
     if parquet_path is not None:
         import polars as pl
 
         from ncuflow.output.export import write_parquet
 
-        write_parquet(pl.DataFrame(explain_rows(explained), infer_schema_length=None), parquet_path, table="explain")
+        write_parquet(pl.DataFrame(explain_rows(explained), infer_schema_length=None), parquet_path, table="explain",
+                      inputs=paths, option="--parquet")
         click.echo(f"wrote {parquet_path}", err=True)
 
 
 # ---------------------------------------------------------------------------
 # report
+
+
+def _check_baselines(chosen: dict[str, object], analysis: Any) -> None:
+    """Every --baseline PARAM=VALUE names a swept parameter and a value measured in the store."""
+    from ncuflow.analyze.point import format_param
+
+    for param, value in chosen.items():
+        if param not in analysis.sweeps:
+            swept = ", ".join(analysis.sweeps) or "none"
+            raise UsageError(
+                f"--baseline {param}={value}: {param} is not a swept parameter of these runs.",
+                f"The parameters that take several values here are: {swept}.",
+                "Name one of them, or leave --baseline out.",
+            )
+        values = list(dict.fromkeys(format_param(v) for ge in analysis.sweeps[param] for v in ge.group.values))
+        if format_param(value) not in values:
+            raise UsageError(
+                f"--baseline {param}={value}: no run has {param}={value}.",
+                f"The values of {param} measured are: {', '.join(values)}.",
+                "Pick one of them, or leave --baseline out to use the smallest.",
+            )
 
 
 @click.command("report")
@@ -397,7 +441,7 @@ def explain_command(
               help="Folder to write report.md, the PNG plots and the parquet tables into.")
 @click.option("--baseline", "baselines", multiple=True, metavar="PARAM=VALUE",
               help="Baseline value of a swept parameter (repeatable; default: the smallest value).")
-@click.option("--threshold", type=click.FloatRange(0.0, 1.0, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
+@click.option("--threshold", type=FiniteFloatRange(0.0, 1.0, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
               help="On-wall threshold of the max model.")
 @_tolerance_options
 def report_command(
@@ -421,10 +465,14 @@ def report_command(
         if not equals or not name:
             raise UsageError(f"--baseline {item!r} is not PARAM=VALUE.", "", "Write it like --baseline page=64.")
         chosen[name.strip()] = value.strip()
+    from ncuflow.output.report import guard_report_folder
+
+    guard_report_folder(out_dir, paths)
     loaded = load_paths(list(paths), kernel=kernel)
     analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen)
     _echo_notes(analysis.notes)
-    written = write_report(analysis, out_dir)
+    _check_baselines(chosen, analysis)
+    written = write_report(analysis, out_dir, inputs=paths)
     click.echo(f"wrote {written.markdown}")
     for path in (*written.plots, *written.parquet):
         click.echo(f"wrote {path}")

@@ -12,6 +12,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
+from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.errors import NcuflowError, UsageError
 from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
@@ -107,9 +108,9 @@ def _collection_options(function: Any) -> Any:
 @_collection_options
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
               help="Profile the cell N times in fresh ncu processes.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S,
+@click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), default=DEFAULT_TIMEOUT_S,
               show_default=True, help="Seconds before ncu and its children are stopped.")
-@click.option("--threshold", type=float, default=0.6, show_default=True, help="On-wall threshold of the table.")
+@click.option("--threshold", type=FiniteFloatRange(0.0, 1.0, min_open=True), default=0.6, show_default=True, help="On-wall threshold of the table.")
 @click.option("--time", "time_first", is_flag=True,
               help="Also time the cell with CUDA events outside ncu (stored as duration_unprofiled).")
 @click.option("--dry-run", is_flag=True, help="Print the exact ncu command and stop.")
@@ -234,7 +235,7 @@ def doctor_command(ncu_path: str | None, as_json: bool, strict: bool) -> None:
               default=Path("profiles"), show_default=True, help="Profile store root.")
 @click.option("--cells-dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--ncu", "ncu_path", help="The ncu executable.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True),
               help="Seconds per profile (overrides the file's timeout).")
 @click.option("--keep-going", is_flag=True, help="Continue past a point's own failure.")
 @click.option("--dry-run", is_flag=True, help="List the points (and what is already stored) and stop.")

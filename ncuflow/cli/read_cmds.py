@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, classify
+from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.read.extract import iter_launches
 from ncuflow.read.reportfile import find_reports
 
@@ -19,7 +20,7 @@ from ncuflow.read.reportfile import find_reports
 def _threshold_option(function: click.decorators.FC) -> click.decorators.FC:
     return click.option(
         "--threshold",
-        type=click.FloatRange(0.0, 1.0, min_open=True),
+        type=FiniteFloatRange(0.0, 1.0, min_open=True),
         default=DEFAULT_THRESHOLD,
         show_default=True,
         help="On-wall threshold: a launch whose largest utilization is below it is latency-bound.",
