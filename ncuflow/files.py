@@ -132,7 +132,7 @@ def _as_output_error(error: BaseException, target: Path) -> BaseException:
 
 
 @contextlib.contextmanager
-def atomic_paths(targets: Sequence[Path]) -> Iterator[list[Path]]:
+def atomic_paths(targets: Sequence[Path], *, make_parents: bool = True) -> Iterator[list[Path]]:
     """Temporary paths beside ``targets``; all renamed onto them only if the block succeeds.
 
     The block writes each temporary file completely. Then each is flushed to disk and
@@ -140,6 +140,8 @@ def atomic_paths(targets: Sequence[Path]) -> Iterator[list[Path]]:
     already replaced get their previous content back (kept as hard links until the
     end), so files that belong together stay a matching pair. On any failure the
     temporary files are removed and the error names the path (``OutputError``).
+    ``make_parents=False`` never creates a folder: a file for a run folder that was
+    removed meanwhile (an interrupted run) fails instead of re-creating the folder.
     """
     finals = [Path(t) for t in targets]
     temporaries = [temporary_beside(t) for t in finals]
@@ -149,7 +151,8 @@ def atomic_paths(targets: Sequence[Path]) -> Iterator[list[Path]]:
     try:
         for final in finals:
             current = final
-            final.parent.mkdir(parents=True, exist_ok=True)
+            if make_parents:
+                final.parent.mkdir(parents=True, exist_ok=True)
         yield temporaries
         for temporary in temporaries:
             _fsync_file(temporary)
@@ -189,14 +192,15 @@ def atomic_paths(targets: Sequence[Path]) -> Iterator[list[Path]]:
 
 
 @contextlib.contextmanager
-def atomic_path(target: Path) -> Iterator[Path]:
+def atomic_path(target: Path, *, make_parents: bool = True) -> Iterator[Path]:
     """A temporary path beside ``target``; renamed onto it only if the block succeeds."""
-    with atomic_paths([Path(target)]) as (temporary,):
+    with atomic_paths([Path(target)], make_parents=make_parents) as (temporary,):
         yield temporary
 
 
-def atomic_write_text(target: Path, text: str) -> None:
-    with atomic_path(target) as temporary, open(temporary, "w", encoding="utf-8") as handle:
+def atomic_write_text(target: Path, text: str, *, make_parents: bool = True) -> None:
+    with atomic_path(target, make_parents=make_parents) as temporary, \
+            open(temporary, "w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
