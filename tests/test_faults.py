@@ -269,3 +269,12 @@ def test_a_lock_of_a_killed_process_is_taken_over(tmp_path: Path) -> None:
     taken = point_lock.acquire(point, timeout=5)
     assert taken is not None
     taken.release()
+
+
+def test_a_late_writer_never_re_creates_a_removed_run_folder(tmp_path: Path) -> None:
+    gone = tmp_path / "cell" / "point" / ".tmp-20260101T000000Z-abcdef-1"
+    done = subprocess.run([sys.executable, "-m", "ncuflow.cells.cellrun", "plan_host:index_len=64",
+                           "--representation-out", str(gone / "representation.json")],
+                          capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert not gone.exists() and not gone.parent.exists()

@@ -281,7 +281,7 @@ def keep_failed_run(pending: PendingRun, manifest: Mapping[str, Any]) -> Path | 
         _write_json_durably(pending.manifest_path, full)
         target = pending.final_path.parent / f"{FAILED_PREFIX}{pending.run_id}"
         os.rename(pending.tmp_path, target)
-    except OSError:
+    except (OSError, OutputError):
         abandon_run(pending)
         return None
     return target
