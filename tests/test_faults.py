@@ -244,6 +244,10 @@ def test_the_point_lock_excludes_other_threads_and_is_reentrant(tmp_path: Path) 
         assert held is not None
         assert point_lock.try_lock(point) is held  # re-entrant in this thread
         held.release()
+        alias = tmp_path / "alias"
+        alias.symlink_to(point.parent)
+        assert point_lock.try_lock(alias / point.name) is held  # one folder, however it is spelled
+        held.release()
         seen: list[object] = []
         worker = threading.Thread(target=lambda: seen.append(point_lock.try_lock(point)))
         worker.start()

@@ -50,6 +50,7 @@ class PointLock:
     point: Path
     fd: int
     thread: int
+    key: tuple[int, int]
     depth: int = 1
     previous_holder: dict[str, Any] = field(default_factory=dict)
 
@@ -69,7 +70,8 @@ class PointLock:
         self.depth -= 1
         if self.depth > 0:
             return
-        _held.pop(_key(self.point), None)
+        with _held_guard:
+            _held.pop(self.key, None)
         with contextlib.suppress(OSError):
             os.ftruncate(self.fd, 0)
         with contextlib.suppress(OSError):
@@ -78,12 +80,14 @@ class PointLock:
             os.close(self.fd)
 
 
-_held: dict[str, PointLock] = {}
+_held: dict[tuple[int, int], PointLock] = {}
 _held_guard = threading.Lock()
 
 
-def _key(point: Path) -> str:
-    return str(Path(point).absolute())
+def _key(folder: Path) -> tuple[int, int]:
+    """The folder's identity (device, inode): two spellings of one folder are one lock."""
+    status = os.stat(folder)
+    return status.st_dev, status.st_ino
 
 
 def _read_holder(fd: int) -> dict[str, Any]:
@@ -109,14 +113,14 @@ def holder(point: Path) -> dict[str, Any]:
 
 def try_lock(point: Path) -> PointLock | None:
     """The point's lock if free (or already held by this thread), else None. Never waits."""
-    key = _key(point)
+    folder = Path(point)
+    folder.mkdir(parents=True, exist_ok=True)
+    key = _key(folder)
     with _held_guard:
         mine = _held.get(key)
         if mine is not None and mine.thread == threading.get_ident():
             mine.depth += 1
             return mine
-    folder = Path(point)
-    folder.mkdir(parents=True, exist_ok=True)
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -126,7 +130,7 @@ def try_lock(point: Path) -> PointLock | None:
     except OSError:
         os.close(fd)
         raise
-    lock = PointLock(point=folder, fd=fd, thread=threading.get_ident(), previous_holder=_read_holder(fd))
+    lock = PointLock(point=folder, fd=fd, thread=threading.get_ident(), key=key, previous_holder=_read_holder(fd))
     with _held_guard:
         _held[key] = lock
     stop_left_running(lock.previous_holder)
