@@ -98,6 +98,7 @@ def test_a_timeout_that_is_not_a_positive_finite_number_is_refused(
     (["profile", "copy_bandwidth", "--kernel", "([", "--dry-run"], "does not compile"),
     (["classify", "/dev/zero"], "character device"),
     (["classify", "--threshold", "nan", "x.ncu-rep"], "not a finite number"),
+    (["stability", "x.ncu-rep", "--tol", "inst_issued=nan"], "finite number"),
 ])
 def test_numbers_and_regexes_are_checked_where_they_enter(argv: list[str], words: str,
                                                          capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ Only ``stability CELL_SPEC`` and ``stability --headline`` re-profile (through
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -51,12 +52,16 @@ def tolerances_from(tol_exact: float, tol_bytes: float, tol_rate: float, tol_tim
     for item in field_tols:
         name, equals, value = item.partition("=")
         try:
-            overrides[name.strip()] = float(value) / 100.0
+            number = float(value)
         except ValueError:
             equals = ""
+        else:
+            if not math.isfinite(number) or number < 0:
+                equals = ""
+            overrides[name.strip()] = number / 100.0
         if not equals:
             raise UsageError(
-                f"--tol {item!r} is not FIELD=PCT.",
+                f"--tol {item!r} is not FIELD=PCT (PCT a finite number >= 0).",
                 "A per-field tolerance names a field and a percentage.",
                 "Write it like --tol inst_issued=0.01.",
             )

@@ -52,7 +52,9 @@ def ncu_install_python_dirs(ncu_path: Path | str | None = None) -> list[Path]:
     shell script, so the prefixes matter). Looks at files only: runs nothing.
     """
     candidates: list[Path] = []
-    for ncu in (ncu_path, os.environ.get("NCU"), shutil.which("ncu")):
+    for named in (ncu_path, os.environ.get("NCU"), "ncu"):
+        # a value with a '/' is a path (relative to the current folder), a bare name is looked up on PATH
+        ncu = named if named is None or "/" in str(named) else shutil.which(str(named))
         if ncu:
             real = Path(ncu).resolve()
             candidates += [real.parent / "extras" / "python", real.parent.parent / "extras" / "python"]
