@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ncuflow.analyze.study import Analysis
-from ncuflow.files import OutputError, guard_output, png_recogniser
-from ncuflow.output.markdown import guard_markdown, report_markdown, write_markdown
+from ncuflow.files import OutputError, atomic_paths, guard_output, png_recogniser
+from ncuflow.output.markdown import guard_markdown, report_markdown
 
 # ---------------------------------------------------------------------------
 # writing a report folder
@@ -58,13 +59,14 @@ def guard_report_folder(out_dir: Path, inputs: Sequence[Path] = ()) -> None:
 
 def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True,
                  inputs: Sequence[Path] = ()) -> WrittenReport:
-    """report.md, PNG plots and the numbers as parquet in ``out_dir``.
+    """report.md, PNG plots and the numbers as parquet in ``out_dir``, committed together.
 
     Every file is checked before any is written: none may be an input, and an existing
-    one must be an earlier output of the same kind (``files.guard_output``). Each is
-    written atomically.
+    one must be an earlier output of the same kind (``files.guard_output``). All are
+    written to temporary files first and renamed into place together at the end, so a
+    failure (a full disk, a plot that cannot be drawn) leaves the previous report whole.
     """
-    from ncuflow.output.export import guard_parquet
+    from ncuflow.output.export import guard_parquet, write_parquet
     from ncuflow.output.plots import plot_sweep, plot_terms
 
     out = Path(out_dir)
@@ -75,39 +77,46 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
     for _key, name, _what in planned:
         guard_output(out / name, kind="an ncuflow plot", recognise=png_recogniser, inputs=inputs,
                      option="-o/--output")
-    if with_parquet:
-        for table in ("stability", "explain"):
-            guard_parquet(out / f"{table}.parquet", table=table, inputs=inputs, option="-o/--output")
-    plots: dict[str, str] = {}
-    written: list[Path] = []
-    for key, name, what in planned:
-        if key.startswith("terms"):
-            written.append(plot_terms(what, out / name))  # type: ignore[arg-type]
-        else:
-            written.append(plot_sweep(what, out / name))  # type: ignore[arg-type]
-        plots[key] = name
-    write_markdown(report_markdown(analysis, plots), markdown, title="report", inputs=inputs, option="-o/--output")
-    parquet: list[Path] = []
-    if with_parquet:
-        parquet = write_tables(analysis, out, inputs=inputs)
-    return WrittenReport(markdown, tuple(written), tuple(parquet))
+    tables = _tables(analysis) if with_parquet else {}
+    for table in tables:
+        guard_parquet(out / f"{table}.parquet", table=table, inputs=inputs, option="-o/--output")
+    plot_paths = [out / name for _key, name, _what in planned]
+    table_paths = [out / f"{table}.parquet" for table in tables]
+    with atomic_paths([*plot_paths, *table_paths, markdown]) as temporaries:
+        plots: dict[str, str] = {}
+        for (key, name, what), temporary in zip(planned, temporaries, strict=False):
+            if key.startswith("terms"):
+                plot_terms(what, temporary)  # type: ignore[arg-type]
+            else:
+                plot_sweep(what, temporary)  # type: ignore[arg-type]
+            plots[key] = name
+        for (table, frame), temporary in zip(tables.items(), temporaries[len(plot_paths):], strict=False):
+            write_parquet(frame, temporary, table=table)
+        Path(temporaries[-1]).write_text(report_markdown(analysis, plots), encoding="utf-8")
+    return WrittenReport(markdown, tuple(plot_paths), tuple(table_paths))
 
 
-def write_tables(analysis: Analysis, out_dir: Path, *, inputs: Sequence[Path] = ()) -> list[Path]:
-    """stability.parquet and explain.parquet (the numbers behind the report)."""
+def _tables(analysis: Analysis) -> dict[str, Any]:
+    """The frames behind the report: stability always, explain when a parameter was swept."""
     import polars as pl
 
     from ncuflow.analyze.explain import explain_rows
     from ncuflow.analyze.stability import stability_frame
-    from ncuflow.output.export import write_parquet
 
-    out = Path(out_dir)
-    paths = [out / "stability.parquet"]
     groups = list(analysis.stability) or [s.stability for s in analysis.points]
-    write_parquet(stability_frame(groups), paths[0], table="stability", inputs=inputs, option="-o/--output")
+    frames: dict[str, Any] = {"stability": stability_frame(groups)}
     rows = explain_rows([ge for groups in analysis.sweeps.values() for ge in groups])
     if rows:
-        paths.append(out / "explain.parquet")
-        write_parquet(pl.DataFrame(rows, infer_schema_length=None), paths[1], table="explain", inputs=inputs,
-                      option="-o/--output")
+        frames["explain"] = pl.DataFrame(rows, infer_schema_length=None)
+    return frames
+
+
+def write_tables(analysis: Analysis, out_dir: Path, *, inputs: Sequence[Path] = ()) -> list[Path]:
+    """stability.parquet and explain.parquet (the numbers behind the report)."""
+    from ncuflow.output.export import write_parquet
+
+    paths = []
+    for table, frame in _tables(analysis).items():
+        paths.append(Path(out_dir) / f"{table}.parquet")
+        write_parquet(frame, paths[-1], table=table, inputs=inputs, option="-o/--output")
     return paths
