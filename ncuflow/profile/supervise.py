@@ -121,7 +121,11 @@ def supervise(parent: int, deadline_s: float, grace: float, command: list[str]) 
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     if os.getppid() != parent:  # ncuflow died before the kernel could tell us
         sys.exit(128 + signal.SIGKILL)
-    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, close_fds=True)
+    try:
+        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent, close_fds=True)
+    except OSError as error:  # ncuflow reads this line from the log like any ncu error
+        print(f"==ERROR== ncuflow could not start {command[0]}: {error.strerror or error}", flush=True)
+        sys.exit(127)
     end = time.monotonic() + deadline_s
     while True:
         try:
