@@ -381,7 +381,7 @@ def run_sweep(
             """Profile the replicas still missing; the caller holds the point's lock."""
             done = len(store.complete_runs_for_key(store_root, plan.cell, status.point.content_key))
             if done > status.done:  # another writer profiled some meanwhile
-                progress.advance(task, min(done, plan.replicas) - status.done)
+                progress.advance(task, max(0, min(done, plan.replicas) - status.done))
             for replica in range(done, plan.replicas):
                 progress.update(task, description=f"{status.point.spec_text} #{replica + 1}")
                 try:
