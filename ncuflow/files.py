@@ -181,6 +181,9 @@ def atomic_paths(targets: Sequence[Path], *, make_parents: bool = True) -> Itera
             else:
                 with contextlib.suppress(OSError):
                     final.unlink()
+        if isinstance(error, OSError) and error.filename is not None:  # name the output, not its temporary
+            named = {str(t): f for t, f in zip(temporaries, finals, strict=True)}
+            current = named.get(str(error.filename), current)
         converted = _as_output_error(error, current)
         if converted is error:
             raise
