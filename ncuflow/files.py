@@ -92,7 +92,7 @@ def os_errors_as_messages(path: Path | str | None = None, doing: str = "write") 
     try:
         yield
     except OSError as error:
-        raise os_error(error, path if path is not None else error.filename, doing) from None
+        raise os_error(error, error.filename if error.filename is not None else path, doing) from None
 
 
 # ---------------------------------------------------------------------------- atomic writes

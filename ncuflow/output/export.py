@@ -290,7 +290,7 @@ def export_reports(
     with os_errors_as_messages(output.parent, "create the folder"):
         output.parent.mkdir(parents=True, exist_ok=True)
     remove_temporaries(output.parent)
-    with os_errors_as_messages(output.parent, "write temporary files in"), \
+    with os_errors_as_messages(output.parent), \
             tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
         launches = _PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
         metrics = _PartWriter(Path(folder), "metrics", METRICS_SCHEMA, chunk_rows)
