@@ -21,9 +21,9 @@ def build(params: Mapping[str, Any], device: str) -> CellInstance:
 CELL = CellDefinition(
     name="copy_bandwidth",
     params=(
-        ParamSpec("mib", int, 1024, None, "MiB copied (read once and written once)"),
+        ParamSpec("mib", int, 1024, None, "MiB copied (read once and written once)", 1, 1 << 20),
         ParamSpec("impl", str, "triton", ("triton", "torch"), "Triton copy kernel or torch's copy_"),
-        ParamSpec("seed", int, 0, None, "seed of the source data"),
+        ParamSpec("seed", int, 0, None, "seed of the source data", 0),
     ),
     description="Device-to-device copy: the DRAM ceiling (bytes = 2 x mib MiB).",
     build=build,

@@ -114,6 +114,6 @@ def test_recorder_reports_failed_requests(loopback_server: str, tmp_path: Path) 
             "5",
         ],
     )
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # failed requests are a failure, even though the trace is written
     assert "0 requests recorded, 2 failed" in result.output
     assert all("HTTP 404" in json.loads(line)["error"] for line in out.read_text().splitlines())

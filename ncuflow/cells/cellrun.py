@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +35,7 @@ from ncuflow.cells.contract import CellDefinition, CellInstance, nvtx_range_name
 from ncuflow.cells.registry import get_cell, parse_spec
 from ncuflow.cells.timing import build_device, device_facts, require_runnable
 from ncuflow.errors import NcuflowError
+from ncuflow.files import atomic_write_text
 
 DEFAULT_WARMUP = 3
 ABS_TOLERANCE = 2e-2
@@ -122,12 +121,10 @@ def _torch_with_cuda() -> Any:
 
 
 def _write_json(path: Path, record: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=path.name, dir=path.parent)
-    with os.fdopen(handle, "w") as stream:
-        json.dump(record, stream, indent=2, default=str)
-        stream.write("\n")
-    os.replace(temporary, path)
+    """Atomically. Into a store's temporary run folder (``.tmp-*``) only while it exists: the
+    folder of an interrupted, cleaned-up run is never created again by a late writer."""
+    in_run_folder = path.parent.name.startswith(".tmp-")
+    atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n", make_parents=not in_run_folder)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from ncuflow.errors import UsageError
 
 ParamValue = str | int | float | bool
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,16 @@ class ParamSpec:
     default: object
     choices: tuple[Any, ...] | None = None
     help: str = ""
+    minimum: int | float | None = None  # inclusive; sizes declare 1, seeds 0
+    maximum: int | float | None = None  # inclusive; e.g. 2**31 - 1 where a cell stores int32
+
+    def bounds(self) -> tuple[int | float | None, int | float | None]:
+        """The valid range: the declared one; an int without one must fit in 64 bits."""
+        low, high = self.minimum, self.maximum
+        if self.type is int:
+            low = INT64_MIN if low is None else max(low, INT64_MIN)
+            high = INT64_MAX if high is None else min(high, INT64_MAX)
+        return low, high
 
 
 @dataclass(frozen=True)
@@ -206,6 +219,24 @@ def coerce_value(cell: str, spec: ParamSpec, raw: object) -> ParamValue:
             f"{spec.name}: {spec.help}" if spec.help else "",
             f"Write it as {spec.name}={format_value(spec.default)} (the default) or another valid value.",
         ) from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UsageError(
+            f"Parameter {spec.name!r} of cell {cell!r} got {raw!r}, which is not a finite number.",
+            f"{spec.name}: {spec.help}" if spec.help else "",
+            f"Write it as {spec.name}={format_value(spec.default)} (the default) or another finite number.",
+        )
+    low, high = spec.bounds()
+    if isinstance(value, int | float) and not isinstance(value, bool) and (
+        (low is not None and value < low) or (high is not None and value > high)
+    ):
+        valid = (f"{format_value(low)} ... {format_value(high)}" if low is not None and high is not None
+                 else f">= {format_value(low)}" if low is not None else f"<= {format_value(high)}")
+        raise UsageError(
+            f"Parameter {spec.name!r} of cell {cell!r} got {format_value(value)}, which is out of range: "
+            f"the valid range is {valid}.",
+            f"{spec.name}: {spec.help}" if spec.help else "",
+            f"Give a value in that range (the default is {format_value(spec.default)}).",
+        )
     if spec.choices is not None and value not in spec.choices:
         raise UsageError(
             f"Parameter {spec.name!r} of cell {cell!r} got {format_value(value)!r}, "

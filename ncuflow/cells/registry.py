@@ -85,6 +85,16 @@ def _validate_definition(definition: CellDefinition, source: str) -> None:
                 "",
                 "Fix the ParamSpec default.",
             )
+        low, high = spec.bounds()
+        if isinstance(spec.default, int | float) and not isinstance(spec.default, bool) and (
+            (low is not None and spec.default < low) or (high is not None and spec.default > high)
+        ):
+            raise NcuflowError(
+                f"{source}: the default {spec.default!r} of parameter {spec.name!r} of cell "
+                f"{definition.name!r} is outside its range {low} ... {high}.",
+                "",
+                "Fix the ParamSpec default or its minimum/maximum.",
+            )
         if spec.choices is not None and spec.default not in spec.choices:
             raise NcuflowError(
                 f"{source}: the default {spec.default!r} of parameter {spec.name!r} of cell "

@@ -112,6 +112,11 @@ def main(argv: list[str] | None = None) -> Any:
     except NcuflowError as error:
         click.echo(f"ncuflow: {error}", err=True)
         sys.exit(error.exit_code)
+    except OSError as error:  # the last net: an OS error is a paragraph, never a traceback
+        from ncuflow.files import os_error
+
+        click.echo(f"ncuflow: {os_error(error, error.filename, 'use')}", err=True)
+        sys.exit(2)
     except click.exceptions.Abort:
         click.echo("ncuflow: interrupted.", err=True)
         sys.exit(130)

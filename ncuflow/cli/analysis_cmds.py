@@ -35,6 +35,20 @@ def _plural(count: int, one: str, many: str) -> str:
     return f"{count} {one if count == 1 else many}"
 
 
+def _guard_outputs(markdown_path: Path | None, parquet_path: Path | None, table: str, inputs: Sequence[Path]) -> None:
+    """Refuse --markdown/--parquet targets that are inputs or not earlier outputs, before any work."""
+    if markdown_path is not None:
+        from ncuflow.output.markdown import guard_markdown
+
+        guard_markdown(markdown_path, inputs=inputs)
+    if parquet_path is not None:
+        from ncuflow.output.export import guard_parquet
+
+        guard_parquet(parquet_path, table=table, inputs=inputs, option="--parquet")
+    if markdown_path is not None and parquet_path is not None and markdown_path.absolute() == parquet_path.absolute():
+        raise UsageError(f"--markdown and --parquet both name {markdown_path}.", "", "Give them different paths.")
+
+
 def _echo_notes(notes: Sequence[str]) -> None:
     for note in notes:
         click.echo(f"ncuflow: note: {note}", err=True)
@@ -185,6 +199,8 @@ def stability_command(
                 "paged_decode:page=16; this looks like a path.",
                 "Check the path.",
             )
+    inputs = [*paths, *([headline] if headline is not None else [])]
+    _guard_outputs(markdown_path, parquet_path, "stability", inputs)
     to_profile: list[tuple[str, Any]] = [(text, default_options) for text in specs]
     groups: list[GroupStability] = []
     singles: list[str] = []
@@ -234,14 +250,16 @@ def stability_command(
         raise UsageError("No launch to compare.", "The targets hold no readable launch" + (f" matching --kernel {kernel!r}" if kernel else "") + ".", "Check the paths and the --kernel filter.")
     print_stability(groups, singles, tolerances)
     if markdown_path is not None:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text("# ncuflow stability\n\n" + "\n".join(stability_markdown(groups, tolerances, singles)) + "\n", encoding="utf-8")
+        from ncuflow.output.markdown import write_markdown
+
+        write_markdown("# ncuflow stability\n\n" + "\n".join(stability_markdown(groups, tolerances, singles)) + "\n",
+                       markdown_path, title="stability", inputs=inputs)
         click.echo(f"wrote {markdown_path}", err=True)
     if parquet_path is not None:
         from ncuflow.analyze.stability import stability_frame
         from ncuflow.output.export import write_parquet
 
-        write_parquet(stability_frame(groups), parquet_path, table="stability")
+        write_parquet(stability_frame(groups), parquet_path, table="stability", inputs=inputs, option="--parquet")
         click.echo(f"wrote {parquet_path}", err=True)
     if strict and any(g.verdict == "unstable" for g in groups):
         raise click.exceptions.Exit(1)
@@ -285,6 +303,7 @@ def explain_command(
     from ncuflow.read.runs import load_paths
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
+    _guard_outputs(markdown_path, parquet_path, "explain", paths)
     loaded = load_paths(list(paths), kernel=kernel)
     _echo_notes(loaded.notes)
     points = points_of(loaded)
@@ -328,20 +347,44 @@ def explain_command(
         console.print(table)
     console.print(f"Tolerances used: {tolerances.describe()}. Without replicas a difference counts only beyond max(5 × tolerance, 1 %).")
     if markdown_path is not None:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(f"# ncuflow explain --vary {param}\n" + "\n".join(explain_markdown(explained)) + "\n", encoding="utf-8")
+        from ncuflow.output.markdown import write_markdown
+
+        write_markdown(f"# ncuflow explain --vary {param}\n" + "\n".join(explain_markdown(explained)) + "\n",
+                       markdown_path, title="explain", inputs=paths)
         click.echo(f"wrote {markdown_path}", err=True)
     if parquet_path is not None:
         import polars as pl
 
         from ncuflow.output.export import write_parquet
 
-        write_parquet(pl.DataFrame(explain_rows(explained), infer_schema_length=None), parquet_path, table="explain")
+        write_parquet(pl.DataFrame(explain_rows(explained), infer_schema_length=None), parquet_path, table="explain",
+                      inputs=paths, option="--parquet")
         click.echo(f"wrote {parquet_path}", err=True)
 
 
 # ---------------------------------------------------------------------------
 # report
+
+
+def _check_baselines(chosen: dict[str, object], analysis: Any) -> None:
+    """Every --baseline PARAM=VALUE names a swept parameter and a value measured in the store."""
+    from ncuflow.analyze.point import format_param
+
+    for param, value in chosen.items():
+        if param not in analysis.sweeps:
+            swept = ", ".join(analysis.sweeps) or "none"
+            raise UsageError(
+                f"--baseline {param}={value}: {param} is not a swept parameter of these runs.",
+                f"The parameters that take several values here are: {swept}.",
+                "Name one of them, or leave --baseline out.",
+            )
+        values = list(dict.fromkeys(format_param(v) for ge in analysis.sweeps[param] for v in ge.group.values))
+        if format_param(value) not in values:
+            raise UsageError(
+                f"--baseline {param}={value}: no run has {param}={value}.",
+                f"The values of {param} measured are: {', '.join(values)}.",
+                "Pick one of them, or leave --baseline out to use the smallest.",
+            )
 
 
 @click.command("report")
@@ -374,10 +417,14 @@ def report_command(
         if not equals or not name:
             raise UsageError(f"--baseline {item!r} is not PARAM=VALUE.", "", "Write it like --baseline page=64.")
         chosen[name.strip()] = value.strip()
+    from ncuflow.output.report import guard_report_folder
+
+    guard_report_folder(out_dir, paths)
     loaded = load_paths(list(paths), kernel=kernel)
     analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen)
     _echo_notes(analysis.notes)
-    written = write_report(analysis, out_dir)
+    _check_baselines(chosen, analysis)
+    written = write_report(analysis, out_dir, inputs=paths)
     click.echo(f"wrote {written.markdown}")
     for path in (*written.plots, *written.parquet):
         click.echo(f"wrote {path}")

@@ -10,13 +10,14 @@ import click
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD
 from ncuflow.analyze.fields import CLASS_TOLERANCES, STABILITY_FIELDS, Tolerances
+from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.errors import UsageError
 from ncuflow.profile.plan import DEFAULT_TIMEOUT_S
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 # (0, 1]: validated where the value enters, so a bad one never reaches a stored run or classify.
-THRESHOLD_TYPE = click.FloatRange(0.0, 1.0, min_open=True)
+THRESHOLD_TYPE = FiniteFloatRange(0.0, 1.0, min_open=True)  # refuses nan and inf
 
 
 def threshold_option(help: str = "On-wall threshold of the max model: a launch whose largest "
@@ -26,7 +27,7 @@ def threshold_option(help: str = "On-wall threshold of the max model: a launch w
 
 def timeout_option(default: float | None = DEFAULT_TIMEOUT_S,
                    help: str = "Seconds before ncu and its children are stopped.") -> Callable[[F], F]:
-    return click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=default,
+    return click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), default=default,
                         show_default=default is not None, help=help)
 
 
@@ -37,15 +38,15 @@ def _pct(cls: str) -> float:
 def tolerance_options(function: F) -> F:
     """--tol-exact, --tol-near-exact, --tol-bytes, --tol-rate, --tol-time, --tol FIELD=PCT and --kernel."""
     options = [
-        click.option("--tol-exact", type=click.FloatRange(min=0.0), default=_pct("exact"), show_default=True,
+        click.option("--tol-exact", type=FiniteFloatRange(min=0.0), default=_pct("exact"), show_default=True,
                      help="Tolerance of exact work counters, % (0 = identical)."),
-        click.option("--tol-near-exact", type=click.FloatRange(min=0.0), default=_pct("near_exact"), show_default=True,
+        click.option("--tol-near-exact", type=FiniteFloatRange(min=0.0), default=_pct("near_exact"), show_default=True,
                      help="Tolerance of near-exact counters (inst_issued: re-issued stalls vary), %."),
-        click.option("--tol-bytes", type=click.FloatRange(min=0.0), default=_pct("bytes"), show_default=True,
+        click.option("--tol-bytes", type=FiniteFloatRange(min=0.0), default=_pct("bytes"), show_default=True,
                      help="Tolerance of DRAM byte counts, % of the launch's total DRAM bytes."),
-        click.option("--tol-rate", type=click.FloatRange(min=0.0), default=_pct("rate"), show_default=True,
+        click.option("--tol-rate", type=FiniteFloatRange(min=0.0), default=_pct("rate"), show_default=True,
                      help="Tolerance of rates and ratios (L2 hit, DRAM %, sectors/request), % relative (at least 1 point for %)."),
-        click.option("--tol-time", type=click.FloatRange(min=0.0), default=_pct("time"), show_default=True,
+        click.option("--tol-time", type=FiniteFloatRange(min=0.0), default=_pct("time"), show_default=True,
                      help="Tolerance of the duration, % relative spread (at least 320 ns)."),
         click.option("--tol", "field_tols", multiple=True, metavar="FIELD=PCT",
                      help=f"Tolerance of one field, % (repeatable). Fields: {', '.join(STABILITY_FIELDS)}."),

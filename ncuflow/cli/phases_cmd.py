@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import report_to_dict
 from ncuflow.phases.text import render_text
@@ -67,7 +68,7 @@ Examples:
 )
 @click.option(
     "--batch-tolerance",
-    type=click.FloatRange(0.0, 0.5),
+    type=FiniteFloatRange(0.0, 0.5),
     default=0.05,
     show_default=True,
     help="Relative batch-size change still counted as 'stable'.",
@@ -134,7 +135,7 @@ def phases_command(
     "--ignore-eos", is_flag=True, help="Ask SGLang/vLLM to ignore EOS (fixed output length)."
 )
 @click.option("--run", "run_label", default=None, help="Value of the 'run' field of every record.")
-@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=0, min_open=True), default=600.0, show_default=True)
 def record_command(
     base_url: str,
     model: str,
@@ -164,17 +165,28 @@ def record_command(
         run=run_label,
         timeout_s=timeout_s,
     )
+    from ncuflow.files import OutputError, atomic_write_text, guard_output, text_recogniser
+
+    try:  # checked before any request is sent
+        guard_output(out_path, kind="a request trace (JSONL)", recognise=text_recogniser('{"'),
+                     option="--out")
+    except OutputError as error:
+        raise TraceError(error.what, error.why, error.fix) from None
     records = record_requests(settings)
     try:
-        out_path.write_text(to_jsonl(records))
-    except OSError as error:
-        raise TraceError(
-            f"cannot write {out_path} ({error.strerror}).", "", "Choose a writable --out path."
-        ) from None
+        atomic_write_text(out_path, to_jsonl(records))
+    except OutputError as error:
+        raise TraceError(error.what, error.why, error.fix) from None
     failed = [r for r in records if "error" in r]
     click.echo(
         f"{len(records) - len(failed)} requests recorded, {len(failed)} failed -> {out_path}"
     )
     if failed:
         click.echo(f"first failure: {failed[0]['error']}", err=True)
+        click.echo(
+            f"ncuflow: {len(failed)} of {len(records)} requests failed; the trace holds them "
+            "as records with an 'error' field. Check the server and --model, then record again.",
+            err=True,
+        )
+        raise click.exceptions.Exit(1)
     click.echo(f"analyse with: ncuflow phases {out_path}")

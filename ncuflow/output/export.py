@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import warnings
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,15 @@ import polars as pl
 from ncuflow import __version__
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES, Verdict, classify
 from ncuflow.errors import NcuflowError
+from ncuflow.files import (
+    TMP_MARK,
+    atomic_path,
+    atomic_paths,
+    guard_output,
+    os_errors_as_messages,
+    parquet_table_recogniser,
+    remove_temporaries,
+)
 from ncuflow.read.extract import iter_launches, iter_raw_metrics
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
@@ -171,21 +181,33 @@ def metrics_path_for(output: Path) -> Path:
 @contextlib.contextmanager
 def atomic_output(target: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; rename onto it only if the block succeeds."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = target.with_name(f".ncuflow-tmp-{os.getpid()}-{target.name}")
-    try:
+    with atomic_path(target) as temporary:
         yield temporary
-        os.replace(temporary, target)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
 
 
-def write_parquet(frame: pl.DataFrame, target: Path, *, table: str) -> None:
-    """Write one frame atomically with the schema version in the file metadata."""
+def _metadata(table: str, export_id: str | None = None) -> dict[str, str]:
     metadata = {METADATA_KEY: SCHEMA_VERSION, "ncuflow.table": table, "ncuflow.version": __version__}
+    if export_id is not None:
+        metadata["ncuflow.export_id"] = export_id  # the same in the launches and metrics files of one export
+    return metadata
+
+
+def guard_parquet(target: Path, *, table: str, inputs: Sequence[Path] = (), option: str = "the output") -> None:
+    """Refuse ``target`` unless it is new or an earlier ncuflow parquet table of the same kind."""
+    guard_output(target, kind=f"an ncuflow {table} parquet table", recognise=parquet_table_recogniser(table),
+                 inputs=inputs, option=option)
+
+
+def write_parquet(frame: pl.DataFrame, target: Path, *, table: str, inputs: Sequence[Path] = (),
+                  option: str = "the output") -> None:
+    """Write one frame atomically with the schema version in the file metadata.
+
+    Refuses a target that is an input or an existing file that is not a parquet table
+    of the same kind written by ncuflow (``files.guard_output``).
+    """
+    guard_parquet(target, table=table, inputs=inputs, option=option)
     with atomic_output(target) as temporary:
-        frame.write_parquet(temporary, metadata=metadata)
+        frame.write_parquet(temporary, metadata=_metadata(table))
 
 
 def read_schema_version(path: Path) -> str | None:
@@ -224,11 +246,10 @@ class _PartWriter:
         self.rows += pending
         self.columns = {column: [] for column in self.schema}
 
-    def finish(self, target: Path, *, table: str) -> None:
+    def finish(self, temporary: Path, *, table: str, export_id: str) -> None:
+        """Assemble the parts into ``temporary`` (the caller renames it into place)."""
         self.flush()
-        metadata = {METADATA_KEY: SCHEMA_VERSION, "ncuflow.table": table, "ncuflow.version": __version__}
-        with atomic_output(target) as temporary:
-            pl.scan_parquet(self.parts).sink_parquet(temporary, metadata=metadata)
+        pl.scan_parquet(self.parts).sink_parquet(temporary, metadata=_metadata(table, export_id))
 
 
 @dataclass(frozen=True)
@@ -263,9 +284,17 @@ def export_reports(
             "export writes one parquet file.",
             "Give a file name such as launches.parquet.",
         )
-    output.parent.mkdir(parents=True, exist_ok=True)
     metrics_path = metrics_path_for(output) if metrics_long else None
-    with tempfile.TemporaryDirectory(prefix=".ncuflow-tmp-", dir=output.parent) as folder:
+    guard_output(output, kind="a launches table", recognise=parquet_table_recogniser("launches"),
+                 inputs=reports, option="-o/--output")
+    if metrics_path is not None:
+        guard_output(metrics_path, kind="a metrics table", recognise=parquet_table_recogniser("metrics"),
+                     inputs=reports, option="-o/--output (its .metrics.parquet sibling)")
+    with os_errors_as_messages(output.parent, "create the folder"):
+        output.parent.mkdir(parents=True, exist_ok=True)
+    remove_temporaries(output.parent)
+    with os_errors_as_messages(output.parent), \
+            tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
         launches = _PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
         metrics = _PartWriter(Path(folder), "metrics", METRICS_SCHEMA, chunk_rows)
         exported = 0
@@ -294,14 +323,14 @@ def export_reports(
                             "unit": metric.unit,
                         }
                     )
-        if metrics_path is not None:
-            metrics.finish(metrics_path, table="metrics")
-        try:
-            launches.finish(output, table="launches")
-        except BaseException:
+        # Both tables are written completely, then renamed into place together: on any
+        # failure the previous launches/metrics pair is left exactly as it was.
+        export_id = uuid.uuid4().hex
+        targets = [output] if metrics_path is None else [metrics_path, output]
+        with atomic_paths(targets) as temporaries:
             if metrics_path is not None:
-                metrics_path.unlink(missing_ok=True)
-            raise
+                metrics.finish(temporaries[0], table="metrics", export_id=export_id)
+            launches.finish(temporaries[-1], table="launches", export_id=export_id)
     return ExportResult(
         launches_path=output,
         launch_count=launches.rows,

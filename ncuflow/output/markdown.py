@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
 from ncuflow.analyze.classify import TERM_NAMES
 from ncuflow.analyze.compare import Comparison
@@ -11,6 +12,8 @@ from ncuflow.analyze.fields import FIELD_UNITS, duration_text, format_value
 from ncuflow.analyze.point import format_param
 from ncuflow.analyze.stability import GroupStability, Tolerances
 from ncuflow.analyze.study import Analysis
+from ncuflow.files import atomic_write_text, guard_output, text_recogniser
+from ncuflow.output.render import duration_text
 
 
 def _md_escape(text: str) -> str:
@@ -160,3 +163,23 @@ def compare_markdown(comparison: Comparison) -> list[str]:
         if items:
             lines += ["", f"{title}: " + ", ".join(f"{m.kernel} ({m.spec()})" for m in items) + "."]
     return lines
+
+
+def guard_markdown(target: Path, *, inputs: Sequence[Path] = (), option: str = "--markdown") -> None:
+    """Refuse ``target`` unless it is new or an earlier ncuflow Markdown output (first line ``# ncuflow``)."""
+    guard_output(target, kind="an ncuflow Markdown file", recognise=text_recogniser("# ncuflow"),
+                 inputs=inputs, option=option)
+
+
+def write_markdown(text: str, target: Path, *, title: str, inputs: Sequence[Path] = (),
+                   option: str = "--markdown") -> Path:
+    """Write a Markdown document atomically; its first line is ``# ncuflow <title>``.
+
+    Refuses a target that is an input or an existing file that is not an earlier
+    ncuflow Markdown output (recognised by that first line).
+    """
+    guard_markdown(target, inputs=inputs, option=option)
+    heading = f"# ncuflow {title}"
+    body = text if text.startswith(heading) else f"{heading}\n\n{text}"
+    atomic_write_text(target, body)
+    return target

@@ -18,12 +18,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
 from ncuflow.analyze.explain import GroupExplanation
 from ncuflow.analyze.fields import PLOT_WORK_FIELDS
 from ncuflow.analyze.point import format_param
 from ncuflow.analyze.study import PointSummary
+from ncuflow.files import atomic_path
 
 VERDICT_COLORS: dict[str, str] = {
     "baseline": "#444444",
@@ -134,10 +136,16 @@ def plot_sweep(explained: GroupExplanation, path: Path) -> Path:
         fontsize=9,
     )
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return save_figure(fig, Path(path))
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
+    """Save a figure as PNG atomically (never a half-written plot), then close it."""
+    try:
+        with atomic_path(path) as temporary:
+            fig.savefig(temporary, dpi=110, format="png", metadata={"Software": "ncuflow (Matplotlib)"})
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -176,8 +184,4 @@ def plot_terms(summaries: Sequence[PointSummary], path: Path, threshold: float =
     ax.legend(fontsize=8, ncol=3, loc="upper right", framealpha=0.85)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, Path(path))

@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
+from ncuflow.files import OutputError, atomic_path, guard_output, png_recogniser
 from ncuflow.phases import TraceError
 from ncuflow.phases.model import PhaseSpan, RunAnalysis
 from ncuflow.phases.report import FileReport, PhasesReport
@@ -42,19 +43,21 @@ def plot_paths(base: Path, report: PhasesReport) -> list[Path]:
 
 def plot_report(report: PhasesReport, base: Path) -> list[Path]:
     paths = plot_paths(base, report)
-    for file, path in zip(report.files, paths, strict=True):
-        figure = plot_file(file)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            figure.savefig(path, dpi=110)
-        except OSError as error:
-            raise TraceError(
-                f"cannot write the plot {path} ({error.strerror}).",
-                "",
-                "Choose a writable --plot path.",
-            ) from None
-        finally:
-            plt.close(figure)
+    inputs = [Path(f.path) for f in report.files]
+    try:
+        for path in paths:  # every target checked before any is written
+            guard_output(path, kind="a timeline plot", recognise=png_recogniser, inputs=inputs,
+                         option="--plot")
+        for file, path in zip(report.files, paths, strict=True):
+            figure = plot_file(file)
+            try:
+                with atomic_path(path) as temporary:
+                    figure.savefig(temporary, dpi=110, format="png",
+                                   metadata={"Software": "ncuflow (Matplotlib)"})
+            finally:
+                plt.close(figure)
+    except OutputError as error:
+        raise TraceError(error.what, error.why, error.fix) from None
     return paths
 
 

@@ -56,15 +56,30 @@ def _version_key(path: str) -> tuple[int, ...]:
     return tuple(int(n) for n in numbers)
 
 
+def resolve_executable(value: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> str | None:
+    """What a named program means: a value with a ``/`` is a path (relative to the current
+    folder, made absolute); a bare name is looked up on PATH (None when it is not there)."""
+    text = os.fspath(value)
+    if "/" in text or (os.sep != "/" and os.sep in text):
+        return str(Path(text).expanduser().absolute())
+    env = os.environ if environ is None else environ
+    return shutil.which(text, path=env.get("PATH"))
+
+
 def ncu_candidates(explicit: str | os.PathLike[str] | None = None,
                    env: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
-    """(path, how found) in search order: option, $NCU, PATH, /opt/nvidia/nsight-compute, CUDA."""
+    """(path, how found) in search order: option, $NCU, PATH, /opt/nvidia/nsight-compute, CUDA.
+
+    ``--ncu`` and ``NCU`` mean what they say: ``./ncu`` is the file ``ncu`` in the current
+    folder (never an ``ncu`` found on PATH), a bare name is looked up on PATH. A named
+    one that cannot be resolved stays in the list as given, so that ``find_ncu`` can say so.
+    """
     environ = os.environ if env is None else env
     found: list[tuple[str, str]] = []
     if explicit:
-        found.append((str(explicit), "--ncu"))
+        found.append((resolve_executable(explicit, environ) or os.fspath(explicit), "--ncu"))
     if environ.get("NCU"):
-        found.append((environ["NCU"], "NCU"))
+        found.append((resolve_executable(environ["NCU"], environ) or environ["NCU"], "NCU"))
     on_path = shutil.which("ncu", path=environ.get("PATH"))
     if on_path:
         found.append((on_path, "PATH"))
@@ -79,18 +94,33 @@ def _is_executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+def _named_ncu_problem(path: str, how: str, given: str) -> NcuNotFound:
+    label = f"--ncu {given}" if how == "--ncu" else f"NCU={given}"
+    if "/" not in given and not os.path.isabs(path):
+        detail, why = ("no program of that name is on PATH",
+                       "A bare name is looked up on PATH; a value with a '/' is a path relative to the current folder.")
+    elif not os.path.exists(path):
+        detail, why = f"{path} does not exist", "A value with a '/' is a path, relative to the current folder."
+    elif os.path.isdir(path):
+        detail, why = f"{path} is a folder", "ncuflow needs the ncu executable itself."
+    else:
+        detail, why = f"{path} lacks execute permission", "ncuflow runs exactly the ncu you name when you name one."
+    what = f"The ncu named by {label} is not an executable file: {detail}."
+    return NcuNotFound(what, why,
+                       "Fix the path (e.g. /opt/nvidia/nsight-compute/2025.3.1/ncu, or ./ncu for one in this "
+                       "folder), or leave it out to search; `ncuflow doctor` shows what is found.")
+
+
 def find_ncu(explicit: str | os.PathLike[str] | None = None,
              env: Mapping[str, str] | None = None) -> tuple[Path, str]:
     """The ncu to use and how it was found. An explicit choice that is not executable is an error."""
+    environ = os.environ if env is None else env
     for path, how in ncu_candidates(explicit, env):
         if _is_executable(path):
             return Path(path), how
         if how in ("--ncu", "NCU"):
-            raise NcuNotFound(
-                f"The ncu given by {how} ({path}) is not an executable file.",
-                "ncuflow runs exactly the ncu you name when you name one.",
-                "Fix the path (e.g. /opt/nvidia/nsight-compute/2025.3.1/ncu) or unset it to search.",
-            )
+            given = os.fspath(explicit) if how == "--ncu" and explicit else str(environ.get("NCU", path))
+            raise _named_ncu_problem(path, how, given)
     raise NcuNotFound(
         "Nsight Compute's ncu was not found.",
         "ncuflow looked at --ncu, the NCU environment variable, PATH, "
@@ -168,6 +198,7 @@ class NcuOptions:
     extra_args: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _choice("--replay-mode", self.replay_mode, REPLAY_MODES)
         _choice("--cache-control", self.cache_control, CACHE_CONTROLS)
         _choice("--clock-control", self.clock_control, CLOCK_CONTROLS)
@@ -203,6 +234,38 @@ class NcuOptions:
         if self.exclude_metrics:
             parts.append("-metrics:" + ",".join(self.exclude_metrics))
         return ";".join(parts)
+
+
+def _check_types(options: NcuOptions) -> None:
+    """Every field of its declared type, the kernel regex compiled: nothing odd reaches ncu."""
+    for name in ("replay_mode", "cache_control", "clock_control", "metric_set", "target_processes"):
+        value = getattr(options, name)
+        if not isinstance(value, str):
+            raise UsageError(f"The ncu option {name} = {value!r} is not a string.", "",
+                             f"Give {name} one word, e.g. {getattr(NcuOptions, name)!r}.")
+    for name in ("sections", "extra_metrics", "exclude_metrics", "nvtx_include", "extra_args"):
+        value = getattr(options, name)
+        if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+            raise UsageError(f"The ncu option {name} = {value!r} is not a list of names.", "",
+                             f"Give {name} as strings.")
+    for name in ("launch_count", "launch_skip"):
+        value = getattr(options, name)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise UsageError(f"The ncu option {name} = {value!r} is not an integer.", "",
+                             f"Give {name} a whole number.")
+    regex = options.kernel_regex
+    if regex is not None:
+        if not isinstance(regex, str) or not regex.strip() or "\n" in regex:
+            raise UsageError(f"The kernel regex {regex!r} is not one regular expression.", "",
+                             "Give --kernel one pattern, e.g. --kernel 'gemm|matmul'.")
+        try:
+            re.compile(regex)
+        except re.error as error:
+            raise UsageError(
+                f"The kernel regex {regex!r} does not compile: {error}.",
+                "ncu would reject it (or match nothing) after starting the program.",
+                "Fix the pattern (escape ( [ { with a backslash to match them literally).",
+            ) from None
 
 
 def _choice(option: str, value: str, allowed: Sequence[str]) -> None:

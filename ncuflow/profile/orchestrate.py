@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from typing import Any
 
 from ncuflow import store
 from ncuflow.errors import NcuflowError, ReportError, UsageError
+from ncuflow.files import is_disk_full, os_error
 from ncuflow.profile.facts import nvidia_smi_facts, package_version
 from ncuflow.profile.ncu import NcuOptions, describe_filters, find_ncu, ncu_version
 from ncuflow.profile.ncu_errors import (
@@ -54,6 +56,7 @@ from ncuflow.profile.process import (
     terminating_signals_raise,
     wait_for_exit,
 )
+from ncuflow.store import lock as point_lock
 
 # ----------------------------------------------------------------------------- planning
 
@@ -74,6 +77,21 @@ def count_report_actions(report: Path) -> int:
 # ----------------------------------------------------------------------------- execution
 
 
+def _check_timeout(timeout: float) -> None:
+    if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
+        raise UsageError(f"--timeout {timeout!r} is not a positive number of seconds.",
+                         "A timeout must be finite and greater than 0 (nan or inf would mean no timeout).",
+                         "Give a number of seconds > 0, e.g. --timeout 900.")
+
+
+def _waiting_note(progress: Progress | None) -> Callable[[dict[str, Any]], None]:
+    def note(holder: dict[str, Any]) -> None:
+        if progress is not None:
+            who = f"pid {holder.get('pid')} on {holder.get('host')}" if holder.get("pid") else "another process"
+            progress(f"waiting: {who} is profiling this point")
+    return note
+
+
 def execute(
     plan: ProfilePlan,
     *,
@@ -84,11 +102,44 @@ def execute(
     kill_grace: float = KILL_GRACE_S,
     env: Mapping[str, str] | None = None,
 ) -> store.RunRecord:
-    """Run a plan under ncu and store it as a complete run, or raise a typed error."""
+    """Run a plan under ncu and store it as a complete run, or raise a typed error.
+
+    The point's lock (``store.lock``) is held from before the run folder is made until
+    the run is stored or removed: one writer per point, across processes.
+    """
     if not plan.ncu_found:
         find_ncu(plan.ncu_path if plan.ncu_path != "ncu" else None)  # raises NcuNotFound
-    if timeout <= 0:
-        raise UsageError(f"--timeout {timeout:g} is not positive.", "", "Give a number of seconds > 0.")
+    _check_timeout(timeout)
+    point = plan.final_path.parent
+    try:
+        lock = point_lock.acquire(point, on_wait=_waiting_note(progress))
+    except OSError as error:
+        raise store.StoreError(*_os_parts(error, point, "lock the store folder")) from None
+    assert lock is not None  # waits without a timeout
+    try:
+        return _execute_locked(plan, lock, timeout=timeout, progress=progress,
+                               duration_unprofiled=duration_unprofiled, manifest_extra=manifest_extra,
+                               kill_grace=kill_grace, env=env)
+    finally:
+        lock.release()
+
+
+def _os_parts(error: OSError, path: Path, doing: str) -> tuple[str, str, str]:
+    message = os_error(error, path, doing)
+    return message.what, message.why + " Every run already stored is intact.", message.fix + " Then re-run."
+
+
+def _execute_locked(
+    plan: ProfilePlan,
+    lock: point_lock.PointLock,
+    *,
+    timeout: float,
+    progress: Progress | None,
+    duration_unprofiled: Mapping[str, Any] | None,
+    manifest_extra: Mapping[str, Any] | None,
+    kill_grace: float,
+    env: Mapping[str, str] | None,
+) -> store.RunRecord:
     version = ncu_version(Path(plan.ncu_path))
     pending: store.PendingRun | None = None
     proc: subprocess.Popen[bytes] | None = None
@@ -112,10 +163,16 @@ def execute(
             raise NcuflowError("Internal error: the run folder moved between planning and running.",
                                "", "Plan and execute in the same process.")
         manifest["created_utc"] = store.utc_now_iso()
-        with open(pending.log_path, "wb") as log, terminating_signals_raise():
+        try:
+            log = open(pending.log_path, "wb")  # noqa: SIM115 (closed below, after ncu ends)
+        except OSError as error:
+            raise store.StoreError(*_os_parts(error, pending.log_path, "create the ncu log")) from None
+        with log, terminating_signals_raise():
             proc = spawn_in_new_session(
-                list(plan.command), log, env=dict(env) if env is not None else None, kill_grace=kill_grace
+                list(plan.command), log, env=dict(env) if env is not None else None, kill_grace=kill_grace,
+                deadline_s=timeout,
             )
+            lock.record(ncu_pgid=proc.pid, run=str(pending.tmp_path))
             returncode = wait_for_exit(proc, timeout, LogFollower(pending.log_path, progress))
         manifest["wall_time_s"] = round(time.monotonic() - started, 3)
         if returncode is None:
@@ -141,37 +198,67 @@ def execute(
         if pending is not None and pending.tmp_path.exists():
             store.abandon_run(pending)
         raise
+    finally:
+        lock.record()
+
+
+def _disk_full_error(plan: ProfilePlan, pending: store.PendingRun, text: str) -> store.StoreError | None:
+    """The store's file system filled up during the run: say so, rather than blame ncu."""
+    if "No space left on device" not in text and not is_disk_full(pending.tmp_path):
+        return None
+    return store.StoreError(
+        f"The profile store {plan.store_root} ran out of disk space while this run was written "
+        f"({pending.final_path.parent}).",
+        "ncu's report (or its log) could not be written completely, so the run was not stored; "
+        "every run already stored is intact.",
+        "Free some space on that file system (or use another --store) and re-run.",
+    )
 
 
 def _finish(plan: ProfilePlan, pending: store.PendingRun, manifest: dict[str, Any],
             returncode: int, version: str | None) -> store.RunRecord:
-    text = pending.log_path.read_text(encoding="utf-8", errors="replace")
+    try:
+        text = pending.log_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
     failed_log = pending.final_path.parent / f"{store.FAILED_PREFIX}{plan.run_id}" / store.LOG_NAME
-    error = error_from_log(text, returncode, filters=describe_filters(plan.options),
-                           ncu_version=version, log_path=failed_log)
-    if error is None and not pending.report_path.is_file():
-        error = NcuFailed(
-            "ncu exited successfully but wrote no report.",
-            f"The command exported to {pending.report_path}, which does not exist; "
-            f"the ncu log is {failed_log}.",
-            "Check free disk space and that nothing else writes to the store; re-run.",
-        )
-    if error is None:
-        try:
-            actions = count_report_actions(pending.report_path)
-        except ReportError as bad:
-            error = bad
-        else:
-            if actions <= 0:
-                error = ReportError(
-                    "ncu wrote a report with no profiled kernel launch.",
-                    f"The report loads but holds zero actions; the ncu log is {failed_log}.",
-                    "Check the NVTX range / kernel filter and that the program launches kernels.",
-                )
-            manifest["actions"] = actions
+
+    def judge(log_path: Path | None) -> NcuflowError | None:
+        error = error_from_log(text, returncode, filters=describe_filters(plan.options),
+                               ncu_version=version, log_path=log_path)
+        see = f"; the ncu log is {log_path}" if log_path else ""
+        if error is None and not pending.report_path.is_file():
+            error = NcuFailed(
+                "ncu exited successfully but wrote no report.",
+                f"The command exported to {pending.report_path}, which does not exist{see}.",
+                "Check free disk space and that nothing else writes to the store; re-run.",
+            )
+        if error is None:
+            try:
+                actions = count_report_actions(pending.report_path)
+            except ReportError as bad:
+                error = bad
+            else:
+                if actions <= 0:
+                    error = ReportError(
+                        "ncu wrote a report with no profiled kernel launch.",
+                        f"The report loads but holds zero actions{see}.",
+                        "Check the NVTX range / kernel filter and that the program launches kernels.",
+                    )
+                manifest["actions"] = actions
+        return error
+
+    error = judge(failed_log)
     if error is not None:
+        generic = type(error) in (NcuFailed, ReportError)  # not a failure ncu named precisely
+        full = _disk_full_error(plan, pending, text) if generic else None
+        if full is not None:
+            store.abandon_run(pending)
+            raise full
         manifest["error"] = str(error)
-        store.keep_failed_run(pending, manifest)
+        kept = store.keep_failed_run(pending, manifest)
+        if kept is None:  # the log was not kept: do not name it
+            error = judge(None) or error
         raise error
     manifest.update(_run_facts(plan))
     if plan.representation_path is not None:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -43,16 +44,36 @@ def terminating_signals_raise() -> Iterator[None]:
             signal.signal(sig, old)
 
 
+SUPERVISOR = Path(__file__).with_name("supervise.py")
+SUPERVISOR_MARGIN_S = 10.0
+
+
+def supervised(command: list[str], deadline_s: float | None, kill_grace: float) -> list[str]:
+    """``command`` run under the supervisor (``profile.supervise``): it dies with ncuflow, and by its deadline."""
+    from ncuflow.profile.supervise import MARK
+
+    deadline = deadline_s + kill_grace + SUPERVISOR_MARGIN_S if deadline_s is not None else 10.0 * 365 * 86400
+    return [sys.executable, "-I", "-S", str(SUPERVISOR), MARK, str(os.getpid()), repr(float(deadline)),
+            repr(float(kill_grace)), "--", *command]
+
+
 def spawn_in_new_session(
-    command: list[str], log: IO[bytes], *, env: dict[str, str] | None, kill_grace: float
+    command: list[str], log: IO[bytes], *, env: dict[str, str] | None, kill_grace: float,
+    deadline_s: float | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ncu as the leader of its own session, with no window where a signal orphans it.
+    """Start ncu, under its supervisor, as the leader of its own session, with no window where a signal orphans it.
+
+    The supervisor (``profile.supervise``) leads the new session and process group and
+    runs ncu in it; it stops the group when ncuflow dies (even by ``kill -9``) or when
+    ``deadline_s`` (plus the grace and a margin) has passed, so ncu and the program it
+    profiles never outlive ncuflow nor the run's timeout.
 
     A Ctrl-C (or SIGTERM/SIGHUP) that lands after the fork but before the caller holds
     the Popen object would leave ncu running in its own session, where no signal of
     ours reaches it. Signals are held while it starts; one that arrived meanwhile stops
     the new process group first and is then delivered to the handlers in force.
     """
+    command = supervised(command, deadline_s, kill_grace)
     if threading.current_thread() is not threading.main_thread():
         return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True, env=env)

@@ -25,16 +25,27 @@ takes the swept parameters from there.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
+import re
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ncuflow import store
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.profile.ncu import NcuOptions
+from ncuflow.files import os_error
+from ncuflow.profile.ncu import (
+    CACHE_CONTROLS,
+    CLOCK_CONTROLS,
+    DECISIVE,
+    NAMED_SETS,
+    REPLAY_MODES,
+    NcuOptions,
+)
 from ncuflow.profile.ncu_errors import (
     CounterPermissionDenied,
     DriverMismatch,
@@ -44,8 +55,8 @@ from ncuflow.profile.ncu_errors import (
 )
 from ncuflow.profile.plan import DEFAULT_TIMEOUT_S
 from ncuflow.store.manifest import axes_json
+from ncuflow.store import lock as point_lock
 
-TOP_KEYS = {"cell", "replicas", "timeout", "fixed", "axes", "ncu", "description", "name"}
 NCU_KEYS = {
     "replay_mode": "replay_mode", "cache_control": "cache_control", "clock_control": "clock_control",
     "metric_set": "metric_set", "set": "metric_set", "sections": "sections", "metrics": "extra_metrics",
@@ -101,46 +112,166 @@ def _bad(source: str, what: str, fix: str) -> UsageError:
 
 
 def _scalar(value: Any) -> bool:
-    return isinstance(value, str | int | float | bool)
+    return isinstance(value, str | int | float | bool) and not (isinstance(value, float) and not math.isfinite(value))
+
+
+# ----------------------------------------------------------------------------- the schema
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one key of a sweep file must hold."""
+
+    expected: str  # for messages: "an integer >= 1", "one of: kernel, application"
+    check: Callable[[Any], bool]
+
+
+def _is_int(value: Any, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_seconds(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            and value > 0)
+
+
+def _is_name(value: Any) -> bool:
+    return isinstance(value, str) and bool(value.strip()) and "\n" not in value
+
+
+def _is_names(value: Any) -> bool:
+    return _is_name(value) or (isinstance(value, list) and all(_is_name(v) for v in value))
+
+
+def _is_regex(value: Any) -> bool:
+    if not _is_name(value):
+        return False
+    try:
+        re.compile(value)
+    except re.error:
+        return False
+    return True
+
+
+def _one_of(values: Sequence[str]) -> Rule:
+    return Rule(f"one of: {', '.join(values)}", lambda v: isinstance(v, str) and v in values)
+
+
+TOP_RULES: dict[str, Rule] = {
+    "cell": Rule("the name of a cell (a string, see `ncuflow cells`)", _is_name),
+    "replicas": Rule("an integer >= 1", lambda v: _is_int(v, 1)),
+    "timeout": Rule("a finite number of seconds > 0", _is_seconds),
+    "fixed": Rule("a table ([fixed] then name = value lines)", lambda v: isinstance(v, dict)),
+    "axes": Rule("a table ([axes] then name = [values] lines)", lambda v: isinstance(v, dict)),
+    "ncu": Rule("a table ([ncu] then option = value lines)", lambda v: isinstance(v, dict)),
+    "description": Rule("a string", lambda v: isinstance(v, str)),
+    "name": Rule("a non-empty string", _is_name),
+}
+TOP_KEYS = set(TOP_RULES)
+NCU_RULES: dict[str, Rule] = {
+    "replay_mode": _one_of(REPLAY_MODES),
+    "cache_control": _one_of(CACHE_CONTROLS),
+    "clock_control": _one_of(CLOCK_CONTROLS),
+    "metric_set": _one_of((DECISIVE, *NAMED_SETS, "none")),
+    "set": _one_of((DECISIVE, *NAMED_SETS, "none")),
+    "sections": Rule("a section name or a list of section names (strings)", _is_names),
+    "metrics": Rule("a metric name or a list of metric names (strings)", _is_names),
+    "launch_count": Rule("an integer >= 1", lambda v: _is_int(v, 1)),
+    "launch_skip": Rule("an integer >= 0", lambda v: _is_int(v, 0)),
+    "kernel": Rule("one regular expression (a string that compiles)", _is_regex),
+    "nvtx": Rule("an NVTX expression or a list of them (strings)", _is_names),
+}
+
+
+def key_line(text: str | None, table: str | None, key: str) -> int | None:
+    """The line (1-based) where ``key`` is set in ``[table]`` (None: top level), if it can be found."""
+    if not text:
+        return None
+    current: str | None = None
+    pattern = re.compile(rf"""^\s*(?:{re.escape(key)}|"{re.escape(key)}"|'{re.escape(key)}')\s*=""")
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = re.match(r"^\s*\[\s*([^\]]+?)\s*\]", line)
+        if header:
+            current = header.group(1).strip("\"'")
+            continue
+        if current == table and pattern.match(line):
+            return number
+    return None
+
+
+def _type_word(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number" if math.isfinite(value) else f"the non-finite number {value}"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+class _Where:
+    def __init__(self, source: Path | None, text: str | None) -> None:
+        self.name = str(source) if source else "(inline)"
+        self.text = text
+
+    def wrong(self, table: str | None, key: str, value: Any, expected: str) -> UsageError:
+        line = key_line(self.text, table, key)
+        dotted = f"{table}.{key}" if table else key
+        where = f"{self.name}, line {line}" if line else self.name
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        return UsageError(
+            f"The sweep file {where}: {dotted} = {shown} is {_type_word(value)}; it must be {expected}.",
+            "Sweep files are checked key by key before anything runs.",
+            f"Write {dotted} as {expected}.",
+        )
+
+
+def _check_table(where: _Where, table: str | None, data: Mapping[str, Any], rules: Mapping[str, Rule]) -> None:
+    for key, value in data.items():
+        rule = rules.get(key)
+        if rule is None:
+            label = f"[{table}] key" if table else "key"
+            line = key_line(where.text, table, key)
+            raise _bad(where.name + (f", line {line}," if line else ""), f"has unknown {label} {key!r}",
+                       f"Use only {', '.join(sorted(rules))}.")
+        if not rule.check(value):
+            raise where.wrong(table, key, value, rule.expected)
 
 
 def parse_sweep(data: Mapping[str, Any], *, source: Path | None = None,
-                cells_dir: Path | None = None) -> SweepPlan:
+                cells_dir: Path | None = None, text: str | None = None) -> SweepPlan:
+    """Check a sweep file's content against the schema (key, type, allowed values, line) and expand it."""
     from ncuflow.cells.registry import make_spec
 
-    where = str(source) if source else "(inline)"
-    unknown = set(data) - TOP_KEYS
-    if unknown:
-        raise _bad(where, f"has unknown keys {sorted(unknown)}", f"Use only {sorted(TOP_KEYS)}.")
+    where = _Where(source, text)
+    _check_table(where, None, data, TOP_RULES)
     cell = data.get("cell")
     if not isinstance(cell, str) or not cell:
-        raise _bad(where, "names no cell", 'Add e.g. cell = "flat_decode" (see `ncuflow cells`).')
+        raise _bad(where.name, "names no cell", 'Add e.g. cell = "flat_decode" (see `ncuflow cells`).')
     replicas = data.get("replicas", 1)
-    if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
-        raise _bad(where, f"has replicas = {replicas!r}", "Give replicas a positive integer.")
     timeout = data.get("timeout", DEFAULT_TIMEOUT_S)
-    if not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0:
-        raise _bad(where, f"has timeout = {timeout!r}", "Give timeout a positive number of seconds.")
     fixed = dict(data.get("fixed", {}))
     axes_table = data.get("axes", {})
-    if not isinstance(axes_table, Mapping):
-        raise _bad(where, "has an [axes] that is not a table", "Write [axes] then name = [values].")
     axes: list[tuple[str, tuple[Any, ...]]] = []
     for name, values in axes_table.items():
         if not isinstance(values, list) or not values or not all(_scalar(v) for v in values):
-            raise _bad(where, f"has axis {name!r} that is not a non-empty list of values",
-                       f"Write {name} = [value, value, ...].")
+            raise where.wrong("axes", name, values, "a non-empty list of single finite values, e.g. [16, 32, 64]")
         if name in fixed:
-            raise _bad(where, f"sets {name!r} both in [fixed] and in [axes]", "Keep it in one place.")
+            raise _bad(where.name, f"sets {name!r} both in [fixed] and in [axes]", "Keep it in one place.")
         axes.append((name, tuple(values)))
     for name, value in fixed.items():
         if not _scalar(value):
-            raise _bad(where, f"has [fixed] {name} = {value!r}, not a single value", "Use one value.")
+            raise where.wrong("fixed", name, value, "one finite value (a number, a string or true/false)")
     ncu_table = dict(data.get("ncu", {}))
+    _check_table(where, "ncu", ncu_table, NCU_RULES)
     option_args: dict[str, Any] = {}
     for key, value in ncu_table.items():
-        if key not in NCU_KEYS:
-            raise _bad(where, f"has unknown [ncu] key {key!r}", f"Use {sorted(NCU_KEYS)}.")
         target = NCU_KEYS[key]
         if target in ("sections", "extra_metrics", "nvtx_include"):
             value = tuple([value] if isinstance(value, str) else value)
@@ -165,14 +296,26 @@ def parse_sweep(data: Mapping[str, Any], *, source: Path | None = None,
 
 def load_sweep(path: Path, cells_dir: Path | None = None) -> SweepPlan:
     try:
-        with open(path, "rb") as handle:
-            data = tomllib.load(handle)
+        raw = Path(path).read_bytes()
     except FileNotFoundError:
         raise UsageError(f"The sweep file {path} does not exist.", "", "Check the path.") from None
+    except IsADirectoryError:
+        raise UsageError(f"The sweep file {path} is a folder.", "", "Name the .toml file.") from None
+    except OSError as error:
+        raise UsageError(f"The sweep file {path} cannot be read: {error.strerror or error}.", "",
+                         "Check the path and its permissions.") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise UsageError(f"The sweep file {path}, line {line}, is not UTF-8 text (byte {raw[error.start]:#04x}).",
+                         "TOML files are UTF-8.", "Save the file as UTF-8.") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"The sweep file {path} is not valid TOML: {error}.", "",
                          "Fix the syntax (https://toml.io).") from None
-    return parse_sweep(data, source=Path(path), cells_dir=cells_dir)
+    return parse_sweep(data, source=Path(path), cells_dir=cells_dir, text=text)
 
 
 def point_status(plan: SweepPlan, store_root: Path) -> list[PointStatus]:
@@ -236,8 +379,13 @@ def run_sweep(
     )
     with progress:
         task = progress.add_task(plan.name, total=total)
-        for status in todo:
-            for replica in range(status.done, plan.replicas):
+
+        def profile_point(status: PointStatus) -> None:
+            """Profile the replicas still missing; the caller holds the point's lock."""
+            done = len(store.complete_runs_for_key(store_root, plan.cell, status.point.content_key))
+            if done > status.done:  # another writer profiled some meanwhile
+                progress.advance(task, max(0, min(done, plan.replicas) - status.done))
+            for replica in range(done, plan.replicas):
                 progress.update(task, description=f"{status.point.spec_text} #{replica + 1}")
                 try:
                     record = run_one(
@@ -257,10 +405,43 @@ def run_sweep(
                     if not keep_going:
                         raise
                     progress.advance(task, plan.replicas - replica)
-                    break
+                    return
                 outcome.profiled.append(record)
                 progress.advance(task)
+
+        # One writer per point: a point another process is profiling is done last, after
+        # waiting for its lock, and only what is then still missing is profiled.
+        busy: list[PointStatus] = []
+        for status in todo:
+            with _locked(plan, status, store_root, wait=False) as held:
+                if held is None:
+                    busy.append(status)
+                    continue
+                profile_point(status)
+        for status in busy:
+            def note(holder: dict[str, Any], status: PointStatus = status) -> None:
+                who = f"pid {holder.get('pid')}" if holder.get("pid") else "another process"
+                progress.console.print(f"waiting for {who}, which is profiling {status.point.spec_text}")
+            with _locked(plan, status, store_root, wait=True, on_wait=note):
+                profile_point(status)
     return outcome
+
+
+@contextlib.contextmanager
+def _locked(plan: SweepPlan, status: PointStatus, store_root: Path, *, wait: bool,
+            on_wait: Callable[[dict[str, Any]], None] | None = None) -> Iterator[point_lock.PointLock | None]:
+    folder = store.point_dir(Path(store_root).absolute(), plan.cell, status.point.spec.slug(),
+                             status.point.content_key)
+    try:
+        held = point_lock.acquire(folder, on_wait=on_wait) if wait else point_lock.try_lock(folder)
+    except OSError as error:
+        message = os_error(error, folder, "lock the store folder")
+        raise store.StoreError(message.what, message.why, message.fix) from None
+    try:
+        yield held
+    finally:
+        if held is not None:
+            held.release()
 
 
 def describe_points(plan: SweepPlan, store_root: Path) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import glob
 import os
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import warnings
@@ -21,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.errors import NoReportsFound, ReportError
+from ncuflow.files import REPORT_SIGNATURE
 
 REPORT_SUFFIXES: tuple[str, ...] = (".ncu-rep", ".ncu-repz", ".nsight-cuprof-report")
 
 
-REPORT_MAGIC = b"NVR\x00"
+REPORT_MAGIC = REPORT_SIGNATURE
 
 
 _LFS_POINTER = b"version https://git-lfs"
@@ -50,7 +52,9 @@ def ncu_install_python_dirs(ncu_path: Path | str | None = None) -> list[Path]:
     shell script, so the prefixes matter). Looks at files only: runs nothing.
     """
     candidates: list[Path] = []
-    for ncu in (ncu_path, os.environ.get("NCU"), shutil.which("ncu")):
+    for named in (ncu_path, os.environ.get("NCU"), "ncu"):
+        # a value with a '/' is a path (relative to the current folder), a bare name is looked up on PATH
+        ncu = named if named is None or "/" in str(named) else shutil.which(str(named))
         if ncu:
             real = Path(ncu).resolve()
             candidates += [real.parent / "extras" / "python", real.parent.parent / "extras" / "python"]
@@ -127,11 +131,28 @@ def find_reports(paths: Iterable[Path | str]) -> list[Path]:
     return found
 
 
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISDIR, "folder")):
+        if test(mode):
+            return name
+    return "special file"
+
+
 def _check_bytes(path: Path) -> None:
     """Reject what is plainly not a report before ncu_report silently opens it empty."""
     try:
-        size = path.stat().st_size
-        with path.open("rb") as handle:
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):
+            raise ReportError(
+                f"{path} is not a regular file (it is a {_file_type(status.st_mode)}), so it is not read as a report.",
+                "A report is a file that ncu wrote; reading a FIFO could wait forever and a device "
+                "never ends.",
+                "Pass the .ncu-rep file itself.",
+            )
+        size = status.st_size
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
             head = handle.read(64)
     except OSError as error:
         raise ReportError(

@@ -34,6 +34,7 @@ from typing import Any
 
 from ncuflow import __version__
 from ncuflow.errors import NcuflowError
+from ncuflow.files import OutputError, atomic_write_text, fsync_dir, os_error
 from ncuflow.store.manifest import (
     MANIFEST_FIELDS,
     MANIFEST_NAME,
@@ -174,22 +175,11 @@ def blank_manifest() -> dict[str, Any]:
 
 
 def _write_json_durably(path: Path, data: Mapping[str, Any]) -> None:
-    text = json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
 def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    fsync_dir(path)
 
 
 # ---------------------------------------------------------------------------- writing
@@ -224,11 +214,7 @@ def begin_run(
     try:
         point.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise StoreError(
-            f"Cannot create the profile store folder {point}: {error.strerror or error}.",
-            "ncuflow writes every run under the store root (--store, default ./profiles).",
-            "Choose a writable --store folder or fix the permissions of this one.",
-        ) from error
+        raise _store_os_error(error, point, "create the profile store folder") from None
     remove_stale_temporaries(point)
     rid = run_id or new_run_id()
     final = point / rid
@@ -239,7 +225,10 @@ def begin_run(
             "Leave run_id unset so that ncuflow makes a fresh one.",
         )
     tmp = point / f"{TMP_PREFIX}{rid}-{os.getpid()}"
-    tmp.mkdir()
+    try:
+        tmp.mkdir()
+    except OSError as error:
+        raise _store_os_error(error, tmp, "create the run folder") from None
     return PendingRun(tmp_path=tmp, final_path=final, run_id=rid)
 
 
@@ -255,8 +244,6 @@ def finish_run(pending: PendingRun, manifest: Mapping[str, Any]) -> RunRecord:
             "A complete run always holds report.ncu-rep, manifest.json and ncu.log.",
             "This is a bug in the caller: store only runs whose report was written.",
         )
-    if not pending.log_path.exists():
-        pending.log_path.touch()
     fields = dict(manifest)
     fields["run_id"] = pending.run_id
     if not fields.get("created_utc"):
@@ -269,9 +256,16 @@ def finish_run(pending: PendingRun, manifest: Mapping[str, Any]) -> RunRecord:
             "Every manifest is checked against ncuflow.store.manifest.Manifest before it is written.",
             "This is a bug in the caller; please report it with the command you ran.",
         ) from error
-    _write_json_durably(pending.manifest_path, typed.to_json())
-    _fsync_dir(pending.tmp_path)
-    os.rename(pending.tmp_path, pending.final_path)
+    try:
+        if not pending.log_path.exists():
+            pending.log_path.touch()
+        _write_json_durably(pending.manifest_path, typed.to_json())
+        _fsync_dir(pending.tmp_path)
+        os.rename(pending.tmp_path, pending.final_path)
+    except OutputError as error:
+        raise StoreError(error.what, error.why, error.fix) from None
+    except OSError as error:
+        raise _store_os_error(error, pending.final_path, "store the run") from None
     _fsync_dir(pending.final_path.parent)
     return RunRecord(
         path=pending.final_path,
@@ -279,6 +273,13 @@ def finish_run(pending: PendingRun, manifest: Mapping[str, Any]) -> RunRecord:
         report_path=pending.final_path / REPORT_NAME,
         log_path=pending.final_path / LOG_NAME,
     )
+
+
+def _store_os_error(error: OSError, path: Path, doing: str) -> StoreError:
+    """The OS error as a StoreError paragraph naming the path (disk full, read-only, permission)."""
+    message = os_error(error, path, doing)
+    return StoreError(message.what, message.why + " Every run already stored is intact.",
+                      message.fix.replace("write somewhere else", "use another --store") + " Then re-run.")
 
 
 def abandon_run(pending: PendingRun) -> None:
@@ -303,7 +304,7 @@ def keep_failed_run(pending: PendingRun, manifest: Mapping[str, Any]) -> Path | 
         _write_json_durably(pending.manifest_path, full)
         target = pending.final_path.parent / f"{FAILED_PREFIX}{pending.run_id}"
         os.rename(pending.tmp_path, target)
-    except OSError:
+    except (OSError, OutputError):
         abandon_run(pending)
         return None
     return target

@@ -1,0 +1,340 @@
+"""Files written for people: one atomic write, guarded outputs, OS errors as one paragraph.
+
+Every file ncuflow writes goes through ``atomic_path`` (or ``atomic_paths`` for files
+that belong together, such as the launches and metrics parquet of one export): the
+content is written to a hidden temporary file beside the target, flushed to disk, and
+renamed onto the target only when the whole write succeeded. A failed or interrupted
+write leaves the previous file as it was and no partial file behind.
+
+``guard_output`` refuses a target that is one of the command's inputs, is not a
+regular file, or already holds something that is not a previous output of the same
+kind; the kind is recognised by the file's content (a report by its signature), never
+by its suffix. ``os_error`` turns an ``OSError`` into an ``OutputError`` paragraph
+that names the path and what to do.
+
+Plain standard library: the profiling path and the read side both use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+from ncuflow.errors import NcuflowError
+
+TMP_MARK = ".ncuflow-tmp-"
+REPORT_SIGNATURE = b"NVR\x00"  # how every report ncu writes begins (read.reportfile.REPORT_MAGIC)
+PARQUET_MAGIC = b"PAR1"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LOW_SPACE_BYTES = 1 << 20
+
+
+class OutputError(NcuflowError):
+    """An output cannot be written (refused, or the operating system said no)."""
+
+
+# ---------------------------------------------------------------------------- OS errors
+
+
+def free_bytes(path: Path) -> int | None:
+    """Bytes available to this user on the file system holding ``path`` (or its nearest parent)."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        stats = os.statvfs(probe)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def is_disk_full(path: Path) -> bool:
+    free = free_bytes(path)
+    return free is not None and free < LOW_SPACE_BYTES
+
+
+def os_error(error: OSError, path: Path | str | None = None, doing: str = "write") -> OutputError:
+    """One paragraph for an OS error: what failed on which path, why, and what to do."""
+    where = str(path if path is not None else (error.filename or "a file"))
+    reason = error.strerror or str(error)
+    code = error.errno
+    if code == errno.ENOSPC or code == errno.EDQUOT:
+        why = "The file system holding it is full (or your quota is used up)."
+        fix = "Free some space there, or write somewhere else; nothing partial was left and earlier results are intact."
+    elif code == errno.EROFS:
+        why = "That file system is mounted read-only."
+        fix = "Choose a folder on a writable file system."
+    elif code in (errno.EACCES, errno.EPERM):
+        why = "You do not have permission to do that there."
+        fix = "Choose a folder you can write to, or fix its permissions (ls -ld shows them)."
+    elif code == errno.ENOENT:
+        why = "A folder on that path does not exist (or was removed meanwhile)."
+        fix = "Check the path."
+    elif code == errno.EISDIR:
+        why = "It is a folder, where a file was expected."
+        fix = "Give a file name."
+    elif code == errno.ENOTDIR:
+        why = "Part of that path is a file, where a folder was expected."
+        fix = "Check the path."
+    else:
+        why = "The operating system refused it."
+        fix = "Check the path, its permissions and the free space of its file system."
+    return OutputError(f"Cannot {doing} {where}: {reason}.", why, fix)
+
+
+@contextlib.contextmanager
+def os_errors_as_messages(path: Path | str | None = None, doing: str = "write") -> Iterator[None]:
+    """Re-raise any ``OSError`` of the block as an ``OutputError`` naming ``path``."""
+    try:
+        yield
+    except OSError as error:
+        raise os_error(error, error.filename if error.filename is not None else path, doing) from None
+
+
+# ---------------------------------------------------------------------------- atomic writes
+
+
+def temporary_beside(target: Path) -> Path:
+    return target.with_name(f"{TMP_MARK}{os.getpid()}-{target.name}")
+
+
+def _fsync_file(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _as_output_error(error: BaseException, target: Path) -> BaseException:
+    if isinstance(error, NcuflowError | KeyboardInterrupt | SystemExit | GeneratorExit):
+        return error
+    if isinstance(error, OSError):
+        return os_error(error, target)
+    if isinstance(error, Exception) and is_disk_full(target.parent):
+        # writers such as polars report a full disk as their own error ("transport error")
+        return os_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), target)
+    return error
+
+
+@contextlib.contextmanager
+def atomic_paths(targets: Sequence[Path], *, make_parents: bool = True) -> Iterator[list[Path]]:
+    """Temporary paths beside ``targets``; all renamed onto them only if the block succeeds.
+
+    The block writes each temporary file completely. Then each is flushed to disk and
+    renamed onto its target, the last target last. Should a rename fail, the targets
+    already replaced get their previous content back (kept as hard links until the
+    end), so files that belong together stay a matching pair. On any failure the
+    temporary files are removed and the error names the path (``OutputError``).
+    ``make_parents=False`` never creates a folder: a file for a run folder that was
+    removed meanwhile (an interrupted run) fails instead of re-creating the folder.
+    """
+    finals = [Path(t) for t in targets]
+    temporaries = [temporary_beside(t) for t in finals]
+    backups: list[tuple[Path, Path]] = []
+    replaced: list[Path] = []
+    current = finals[0] if finals else Path(".")
+    try:
+        for final in finals:
+            current = final
+            if make_parents:
+                final.parent.mkdir(parents=True, exist_ok=True)
+        yield temporaries
+        for temporary in temporaries:
+            _fsync_file(temporary)
+        if len(finals) > 1:
+            for final in finals:
+                if final.is_file():
+                    backup = final.with_name(f"{TMP_MARK}{os.getpid()}-previous-{final.name}")
+                    backup.unlink(missing_ok=True)
+                    try:  # best effort: a file system without hard links gets no rollback
+                        os.link(final, backup)
+                    except OSError:
+                        continue
+                    backups.append((final, backup))
+        for temporary, final in zip(temporaries, finals, strict=True):
+            current = final
+            os.replace(temporary, final)
+            replaced.append(final)
+        for folder in dict.fromkeys(f.parent for f in finals):
+            fsync_dir(folder)
+    except BaseException as error:
+        previous = dict(backups)
+        for final in replaced:
+            if final in previous:
+                with contextlib.suppress(OSError):
+                    os.replace(previous[final], final)
+            else:
+                with contextlib.suppress(OSError):
+                    final.unlink()
+        if isinstance(error, OSError) and error.filename is not None:  # name the output, not its temporary
+            named = {str(t): f for t, f in zip(temporaries, finals, strict=True)}
+            current = named.get(str(error.filename), current)
+        converted = _as_output_error(error, current)
+        if converted is error:
+            raise
+        raise converted from None
+    finally:
+        for path in (*temporaries, *(backup for _, backup in backups)):
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_path(target: Path, *, make_parents: bool = True) -> Iterator[Path]:
+    """A temporary path beside ``target``; renamed onto it only if the block succeeds."""
+    with atomic_paths([Path(target)], make_parents=make_parents) as (temporary,):
+        yield temporary
+
+
+def atomic_write_text(target: Path, text: str, *, make_parents: bool = True) -> None:
+    with atomic_path(target, make_parents=make_parents) as temporary, \
+            open(temporary, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def remove_temporaries(folder: Path) -> None:
+    """Remove temporary files of ``atomic_paths`` left in ``folder`` by dead processes."""
+    with contextlib.suppress(OSError):
+        for child in folder.iterdir():
+            if not child.name.startswith(TMP_MARK):
+                continue
+            pid = child.name[len(TMP_MARK):].split("-", 1)[0]
+            if not pid.isdigit() or _pid_alive(int(pid)):
+                continue
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---------------------------------------------------------------------------- output guard
+
+
+def _head(path: Path, size: int = 64) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read(size)
+
+
+def _tail(path: Path, size: int = 65536) -> bytes:
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        end = handle.tell()
+        handle.seek(max(0, end - size))
+        return handle.read()
+
+
+def parquet_table_recogniser(*tables: str) -> Callable[[Path], bool]:
+    """True for a parquet file ncuflow wrote as one of ``tables`` (from its footer metadata)."""
+
+    def recognise(path: Path) -> bool:
+        if _head(path, 4) != PARQUET_MAGIC:
+            return False
+        footer = _tail(path)
+        if not footer.endswith(PARQUET_MAGIC) or b"ncuflow.table" not in footer:
+            return False
+        return any(table.encode() in footer for table in tables)
+
+    return recognise
+
+
+def text_recogniser(*first_lines: str) -> Callable[[Path], bool]:
+    """True for a text file whose first line starts with one of ``first_lines``."""
+
+    def recognise(path: Path) -> bool:
+        head = _head(path, 256)
+        return any(head.startswith(line.encode()) for line in first_lines)
+
+    return recognise
+
+
+def png_recogniser(path: Path) -> bool:
+    """True for a PNG written by matplotlib (ncuflow's plots)."""
+    head = _head(path, 4096)
+    return head.startswith(PNG_MAGIC) and (b"ncuflow" in head or b"Matplotlib" in head)
+
+
+def _describe(path: Path) -> str:
+    try:
+        head = _head(path, 8)
+    except OSError:
+        return "a file ncuflow cannot read"
+    if head.startswith(REPORT_SIGNATURE):
+        return "an Nsight Compute report"
+    if head.startswith(PARQUET_MAGIC):
+        return "a parquet file of another kind"
+    if head.startswith(PNG_MAGIC):
+        return "a PNG image ncuflow did not write"
+    return "a file ncuflow did not write"
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+    except OSError:
+        return False
+
+
+def guard_output(target: Path, *, kind: str, recognise: Callable[[Path], bool],
+                 inputs: Iterable[Path] = (), option: str = "the output") -> None:
+    """Refuse to write ``target`` where that would destroy something that is not ours.
+
+    Allowed: a path that does not exist, an empty regular file, or a regular file that
+    ``recognise`` says is a previous ncuflow output of the same ``kind``. Refused, with
+    one paragraph: an input of this command, a folder, a FIFO or device, anything else.
+    """
+    path = Path(target)
+    for source in inputs:
+        source_path = Path(source)
+        if _same_file(path, source_path) or (source_path.is_dir() and path.absolute() == source_path.absolute()):
+            raise OutputError(
+                f"Refusing to write {kind} to {path}: it is also an input of this command.",
+                "Writing there would replace the data being read.",
+                f"Give {option} another path.",
+            )
+    if not os.path.lexists(path):
+        return
+    if path.is_dir():
+        raise OutputError(f"Refusing to write {kind} to {path}: it is a folder.", "",
+                          f"Give {option} a file name.")
+    if not path.is_file():
+        raise OutputError(
+            f"Refusing to write {kind} to {path}: it is not a regular file (a FIFO, device or socket).",
+            "", f"Give {option} the path of a regular file.")
+    try:
+        empty = path.stat().st_size == 0
+        ours = empty or recognise(path)
+    except OSError as error:
+        raise os_error(error, path, "read") from None
+    if not ours:
+        raise OutputError(
+            f"Refusing to overwrite {path}: it is {_describe(path)}, not {kind} from an earlier run.",
+            "ncuflow replaces only its own earlier outputs of the same kind (recognised by content).",
+            f"Give {option} a new path, or remove that file yourself if you no longer need it.",
+        )
