@@ -131,3 +131,30 @@ def test_a_sweep_does_not_count_a_damaged_run_as_done(corpus_dir: Path, tmp_path
     with pytest.warns(Warning, match=r"damaged run .* params is a string"):
         statuses = point_status(plan, tmp_path)
     assert [s.needed for s in statuses] == [0, 1]
+
+
+def test_a_sweep_moves_a_damaged_run_aside_and_profiles_its_point_again(corpus_dir: Path, tmp_path: Path) -> None:
+    """`sweep` renames the damaged run to .damaged-<run-id> (nothing deleted) and profiles it again."""
+    from ncuflow.profile.sweep import parse_sweep, run_sweep
+    from ncuflow.store import write_run
+
+    plan = parse_sweep({"cell": "copy_bandwidth", "replicas": 1, "axes": {"mib": [64, 128]}})
+    report = corpus_dir / "AlpriElse__cs599k__silu_CUDA_ncu-reports_2025-04-21-77_06-MT.ncu-rep"
+    records = [write_run(tmp_path, cell=plan.cell, params=point.params, content_key=point.content_key, report_src=report)
+               for point in plan.points]
+    damaged = records[1].path
+    _edit(damaged, params="mib=128")
+    profiled: list[str] = []
+
+    def fake_profile(spec: object, *args: object, **kwargs: object) -> object:
+        profiled.append(str(getattr(spec, "text", lambda: spec)()))
+        return write_run(tmp_path, cell=plan.cell, params=plan.points[1].params,
+                         content_key=plan.points[1].content_key, report_src=report)
+
+    outcome = run_sweep(plan, tmp_path, profile=fake_profile, show_progress=False)
+    assert len(profiled) == 1 and "mib=128" in profiled[0]
+    assert not damaged.exists()
+    moved = damaged.with_name(f".damaged-{damaged.name}")
+    assert (moved / REPORT_NAME).is_file()  # moved aside, nothing deleted
+    assert len(outcome.profiled) == 1
+    assert len(list(iter_runs(tmp_path))) == 2

@@ -13,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import warnings
 import uuid
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path

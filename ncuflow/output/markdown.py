@@ -13,7 +13,6 @@ from ncuflow.analyze.point import format_param
 from ncuflow.analyze.stability import GroupStability, Tolerances
 from ncuflow.analyze.study import Analysis
 from ncuflow.files import atomic_write_text, guard_output, text_recogniser
-from ncuflow.output.render import duration_text
 
 
 def _md_escape(text: str) -> str:

@@ -54,8 +54,8 @@ from ncuflow.profile.ncu_errors import (
     ProfileInterrupted,
 )
 from ncuflow.profile.plan import DEFAULT_TIMEOUT_S
-from ncuflow.store.manifest import axes_json
 from ncuflow.store import lock as point_lock
+from ncuflow.store.manifest import axes_json
 
 NCU_KEYS = {
     "replay_mode": "replay_mode", "cache_control": "cache_control", "clock_control": "clock_control",
@@ -362,6 +362,11 @@ def run_sweep(
     run_one = profile or profile_cell
     console = console or Console()
     outcome = SweepOutcome()
+    from ncuflow.store.check import move_aside_damaged
+
+    for damaged, target in move_aside_damaged(store_root, plan.cell):
+        console.print(f"[yellow]moved a damaged run aside[/yellow] ({damaged.problem}): {damaged.path} -> {target.name}; "
+                      "its point is profiled again")
     statuses = point_status(plan, store_root)
     todo = [s for s in statuses if s.needed > 0]
     outcome.skipped_points = len(statuses) - len(todo)

@@ -69,3 +69,16 @@ def move_aside(run: DamagedRun) -> Path:
             "Check the folder's permissions, or move it by hand.",
         ) from error
     return target
+
+
+def move_aside_damaged(root: Path, cell: str) -> list[tuple[DamagedRun, Path]]:
+    """Move every damaged run of one cell aside (what ``sweep`` does before profiling).
+
+    Runs written by a newer ncuflow are left where they are. Returns each moved run and
+    where it went, so the caller can name them.
+    """
+    moved: list[tuple[DamagedRun, Path]] = []
+    for found in scan_runs(Path(root), cell):
+        if isinstance(found, DamagedRun) and not found.newer:
+            moved.append((found, move_aside(found)))
+    return moved
