@@ -216,7 +216,7 @@ def remove_temporaries(folder: Path) -> None:
             if not child.name.startswith(TMP_MARK):
                 continue
             pid = child.name[len(TMP_MARK):].split("-", 1)[0]
-            if not pid.isdigit() or _pid_alive(int(pid)):
+            if not pid.isdigit() or pid_alive(int(pid)):
                 continue
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
@@ -224,9 +224,22 @@ def remove_temporaries(folder: Path) -> None:
                 child.unlink(missing_ok=True)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:  # 0 and negatives name process groups, never one process
+        return False
     try:
         os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether any process of the group ``pgid`` still runs (one we may not signal counts)."""
+    try:
+        os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:

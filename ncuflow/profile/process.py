@@ -14,6 +14,8 @@ from pathlib import Path
 from types import FrameType
 from typing import IO
 
+from ncuflow.files import process_group_alive
+
 Progress = Callable[[str], None]  # receives each new line of ncu's log
 KILL_GRACE_S = 5.0
 
@@ -101,16 +103,6 @@ def spawn_in_new_session(
     return proc
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stop_process_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_S) -> None:
     """Stop ncu and everything in its process group: SIGTERM, then SIGKILL after ``grace`` s."""
     pgid = proc.pid  # start_new_session=True makes ncu the leader of its own group
@@ -118,22 +110,22 @@ def stop_process_group(proc: subprocess.Popen[bytes], grace: float = KILL_GRACE_
         os.killpg(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not _group_alive(pgid):
+        if proc.poll() is not None and not process_group_alive(pgid):
             break
         time.sleep(0.05)
-    if _group_alive(pgid) or proc.poll() is None:
+    if process_group_alive(pgid) or proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=max(grace, 1.0))
     end = time.monotonic() + 2.0
-    while _group_alive(pgid) and time.monotonic() < end:  # reaped by init once killed
+    while process_group_alive(pgid) and time.monotonic() < end:  # reaped by init once killed
         time.sleep(0.05)
 
 
 def reap_leftovers(proc: subprocess.Popen[bytes]) -> None:
     """ncu has exited: kill whatever it left running in its process group."""
-    if _group_alive(proc.pid):
+    if process_group_alive(proc.pid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
 

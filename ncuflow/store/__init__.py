@@ -34,7 +34,7 @@ from typing import Any
 
 from ncuflow import __version__
 from ncuflow.errors import NcuflowError
-from ncuflow.files import OutputError, atomic_write_text, fsync_dir, os_error
+from ncuflow.files import OutputError, atomic_write_text, fsync_dir, os_error, pid_alive
 from ncuflow.store.manifest import (
     MANIFEST_FIELDS,
     MANIFEST_NAME,
@@ -310,18 +310,6 @@ def keep_failed_run(pending: PendingRun, manifest: Mapping[str, Any]) -> Path | 
     return target
 
 
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_temporaries(point: Path) -> list[Path]:
     """Delete ``.tmp-*`` folders left by processes that no longer exist (e.g. SIGKILL)."""
     removed: list[Path] = []
@@ -331,7 +319,7 @@ def remove_stale_temporaries(point: Path) -> list[Path]:
         if not (child.is_dir() and child.name.startswith(TMP_PREFIX)):
             continue
         pid_text = child.name.rsplit("-", 1)[-1]
-        if pid_text.isdigit() and _pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
+        if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
             continue
         if pid_text.isdigit() and int(pid_text) == os.getpid():
             continue  # ours: the caller is still writing it

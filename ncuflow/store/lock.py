@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ncuflow.files import process_group_alive
+
 LOCK_NAME = ".lock"
 SUPERVISOR_MARK = "ncuflow-supervise"  # in the supervisor's command line (profile.supervise)
 
@@ -174,16 +176,6 @@ def _is_supervisor(pid: int) -> bool:
         return False
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def stop_left_running(previous: dict[str, Any], wait: float = 5.0) -> bool:
     """Kill the ncu process group a dead holder recorded, if it still runs; True if one was stopped.
 
@@ -198,6 +190,6 @@ def stop_left_running(previous: dict[str, Any], wait: float = 5.0) -> bool:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
     end = time.monotonic() + wait
-    while _group_alive(pgid) and time.monotonic() < end:
+    while process_group_alive(pgid) and time.monotonic() < end:
         time.sleep(0.05)
     return True
