@@ -23,7 +23,7 @@ import polars as pl
 from ncuflow import __version__
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES, Verdict, classify
 from ncuflow.errors import NcuflowError
-from ncuflow.read.extract import iter_launches, iter_raw_metrics
+from ncuflow.read.extract import RawMetric, iter_launches, iter_launches_with_metrics
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
 
@@ -221,11 +221,56 @@ class _PartWriter:
         self.rows += pending
         self.columns = {column: [] for column in self.schema}
 
-    def finish(self, target: Path, *, table: str) -> None:
-        self.flush()
-        metadata = {METADATA_KEY: SCHEMA_VERSION, "ncuflow.table": table, "ncuflow.version": __version__}
-        with atomic_output(target) as temporary:
-            pl.scan_parquet(self.parts).sink_parquet(temporary, metadata=metadata)
+    def close(self) -> None:
+        """Flush what is pending (no empty part: the assembly adds the schema when none exists)."""
+        if self.columns["report"]:
+            self.flush()
+
+
+def _assemble(folder: Path, name: str, schema: dict[str, Any], target: Path, *, table: str) -> None:
+    """Concatenate the parts named ``name-*`` in name order (= input order) into ``target``."""
+    parts = sorted(folder.glob(f"{name}-*.parquet"))
+    metadata = {METADATA_KEY: SCHEMA_VERSION, "ncuflow.table": table, "ncuflow.version": __version__}
+    with atomic_output(target) as temporary:
+        if parts:
+            pl.scan_parquet(parts).sink_parquet(temporary, metadata=metadata)
+        else:
+            pl.DataFrame(schema=schema).write_parquet(temporary, metadata=metadata)
+
+
+def export_one_report(
+    report: Path, folder: Path, index: int, metrics_long: bool, threshold: float, chunk_rows: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Read one report (once): its launch rows, and its raw metrics as parquet parts in ``folder``.
+
+    Runs in a reading worker (``ncuflow.read.pool``). The launch rows (a few per
+    launch) travel back to the caller; the raw metric rows (thousands per launch) are
+    written where they are read, as parts named by ``index`` so that the assembly keeps
+    the input order. Returns (launch rows, metric row count).
+    """
+    rows: list[dict[str, Any]] = []
+    metrics = _PartWriter(folder, f"metrics-{index:07d}", METRICS_SCHEMA, chunk_rows)
+    identity = run_identity(report)
+    if metrics_long:
+        pairs: Iterator[tuple[Launch, tuple[RawMetric, ...]]] = iter_launches_with_metrics(report)
+    else:
+        pairs = ((launch, ()) for launch in iter_launches(report))
+    for launch, raw in pairs:
+        rows.append(launch_record(launch, classify(launch, threshold), identity))
+        for metric in raw:
+            metrics.add(
+                {
+                    "report": str(report),
+                    "range": launch.range_index,
+                    "action": launch.action_index,
+                    "name": metric.name,
+                    "value": metric.value,
+                    "string_value": metric.string_value,
+                    "unit": metric.unit,
+                }
+            )
+    metrics.close()
+    return rows, metrics.rows
 
 
 @dataclass(frozen=True)
@@ -245,14 +290,19 @@ def export_reports(
     threshold: float = DEFAULT_THRESHOLD,
     progress: Any = None,
     chunk_rows: int = 200_000,
+    jobs: int | None = None,
 ) -> ExportResult:
-    """Read every report, streaming, then write the tables. Nothing is written if any report fails.
+    """Read every report, each once, then write the tables. Nothing is written if any report fails.
 
-    Rows go to temporary parquet parts of at most ``chunk_rows`` rows beside the output;
-    the final files are assembled from them (streaming) and renamed into place at the
-    end. ``progress`` is called with (report index, report path) before each report.
+    Each report is read in ``jobs`` worker processes (see ``ncuflow.read.pool``; None:
+    in this process); rows go to temporary parquet parts of at most ``chunk_rows`` rows
+    beside the output; the final files are assembled from them in input order (streaming) and
+    renamed into place at the end. ``progress`` is called with (report index, report
+    path) as each report is done.
     """
     import tempfile
+
+    from ncuflow.read.pool import map_reports
 
     if output.is_dir():
         raise NcuflowError(
@@ -263,31 +313,25 @@ def export_reports(
     output.parent.mkdir(parents=True, exist_ok=True)
     metrics_path = metrics_path_for(output) if metrics_long else None
     with tempfile.TemporaryDirectory(prefix=".ncuflow-tmp-", dir=output.parent) as folder:
+        tasks = [(report, Path(folder).resolve(), index, metrics_long, threshold, chunk_rows)
+                 for index, report in enumerate(reports)]
         launches = _PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
-        metrics = _PartWriter(Path(folder), "metrics", METRICS_SCHEMA, chunk_rows)
-        for index, report in enumerate(reports):
-            if progress is not None:
-                progress(index, report)
-            identity = run_identity(report)
-            for launch in iter_launches(report):
-                launches.add(launch_record(launch, classify(launch, threshold), identity))
-            if metrics_long:
-                for range_index, action_index, metric in iter_raw_metrics(report):
-                    metrics.add(
-                        {
-                            "report": str(report),
-                            "range": range_index,
-                            "action": action_index,
-                            "name": metric.name,
-                            "value": metric.value,
-                            "string_value": metric.string_value,
-                            "unit": metric.unit,
-                        }
-                    )
+        metric_rows = 0
+        # ncu_report keeps, per process, the unit it first returned for a metric name: a
+        # derived metric read after another report's can carry that report's unit (seen on
+        # the corpus: "byte" for a "%" breakdown). The long table is therefore read with
+        # a fresh worker per report, so that every unit is the report's own.
+        retire = 1 if metrics_long else None
+        for rows, metric_count in map_reports(export_one_report, tasks, jobs=jobs, progress=progress,
+                                              retire_bytes=retire):
+            for row in rows:
+                launches.add(row)
+            metric_rows += metric_count
+        launches.close()
         if metrics_path is not None:
-            metrics.finish(metrics_path, table="metrics")
+            _assemble(Path(folder), "metrics", METRICS_SCHEMA, metrics_path, table="metrics")
         try:
-            launches.finish(output, table="launches")
+            _assemble(Path(folder), "launches", launches_schema(), output, table="launches")
         except BaseException:
             if metrics_path is not None:
                 metrics_path.unlink(missing_ok=True)
@@ -297,5 +341,5 @@ def export_reports(
         launch_count=launches.rows,
         report_count=len(reports),
         metrics_path=metrics_path,
-        metric_rows=metrics.rows if metrics_long else None,
+        metric_rows=metric_rows if metrics_long else None,
     )

@@ -14,6 +14,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ncuflow.errors import NcuflowError, NoReportsFound, UsageError
 from ncuflow.read.launch import Launch
@@ -79,11 +80,17 @@ def manifest_kernel_filter(value: object) -> Callable[[Launch], bool]:
     return lambda launch: text in (launch.kernel.function, launch.kernel.demangled, launch.kernel.mangled)
 
 
-def _read_launches(
-    report: Path, notes: list[str], kernel: str | None, manifest_kernel: object = None
-) -> tuple[Launch, ...] | None:
+def read_run_launches(
+    report: Path, kernel: str | None = None, manifest_kernel: object = None
+) -> tuple[tuple[Launch, ...] | None, tuple[str, ...]]:
+    """The launches of one report that pass both kernel filters, and notes on what went wrong.
+
+    None (with a note naming the report) when the report cannot be read. Runs in a
+    reading worker (``ncuflow.read.pool``): plain data in, plain data out.
+    """
     from ncuflow.read.extract import iter_launches
 
+    notes: list[str] = []
     user_keep = kernel_filter(kernel)
     run_keep = manifest_kernel_filter(manifest_kernel)
 
@@ -97,20 +104,30 @@ def _read_launches(
         notes.extend(f"{report}: {w.message}" for w in caught)
     except NcuflowError as error:
         notes.append(f"skipped {report}: {error}")
-        return None
+        return None, tuple(notes)
     if not launches:
         notes.append(f"{report}: no launch" + (f" matches --kernel {kernel!r}" if kernel else ""))
+    return launches, tuple(notes)
+
+
+def _read_launches(
+    report: Path, notes: list[str], kernel: str | None, manifest_kernel: object = None
+) -> tuple[Launch, ...] | None:
+    launches, found = read_run_launches(report, kernel, manifest_kernel)
+    notes.extend(found)
     return launches
 
 
-def load_store(root: Path, *, kernel: str | None = None) -> Loaded:
-    """Every complete run of a store with its launches (unreadable runs are named in notes)."""
-    from ncuflow.store import iter_runs
+def load_records(records: Sequence[Any], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
+    """Stored runs (``ncuflow.store.RunRecord``) with their launches, read in ``jobs`` workers."""
+    from ncuflow.read.pool import map_reports
 
+    kernel_filter(kernel)  # a bad pattern is a usage error here, not a note per run
     notes: list[str] = []
     runs: list[LoadedRun] = []
-    for record in iter_runs(Path(root)):
-        launches = _read_launches(record.report_path, notes, kernel, record.manifest.get("kernel_regex"))
+    tasks = [(record.report_path, kernel, record.manifest.get("kernel_regex")) for record in records]
+    for record, (launches, found) in zip(records, map_reports(read_run_launches, tasks, jobs=jobs), strict=True):
+        notes.extend(found)
         if launches is None:
             continue
         runs.append(
@@ -119,14 +136,25 @@ def load_store(root: Path, *, kernel: str | None = None) -> Loaded:
     return Loaded("store", tuple(runs), tuple(notes))
 
 
-def load_reports(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
+def load_store(root: Path, *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
+    """Every complete run of a store with its launches (unreadable runs are named in notes)."""
+    from ncuflow.store import iter_runs
+
+    return load_records(list(iter_runs(Path(root))), kernel=kernel, jobs=jobs)
+
+
+def load_reports(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
     """Plain reports as one run each (cell = file name, no parameters)."""
+    from ncuflow.read.pool import map_reports
     from ncuflow.read.reportfile import find_reports
 
+    kernel_filter(kernel)
     notes: list[str] = []
     runs: list[LoadedRun] = []
-    for report in find_reports(paths):
-        launches = _read_launches(report, notes, kernel)
+    reports = find_reports(paths)
+    tasks = [(report, kernel) for report in reports]
+    for report, (launches, found) in zip(reports, map_reports(read_run_launches, tasks, jobs=jobs), strict=True):
+        notes.extend(found)
         if launches is None:
             continue
         runs.append(LoadedRun(report.name, (), str(report), report.name, report, launches))
@@ -153,7 +181,7 @@ def store_roots(path: Path, depth: int = 2) -> list[Path]:
     return found
 
 
-def load_paths(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
+def load_paths(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
     """Stores and reports together: a folder with store runs (or stores just below it) is
     read as stores, anything else as plain reports."""
     runs: list[LoadedRun] = []
@@ -164,14 +192,14 @@ def load_paths(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
         roots = store_roots(path)
         if roots:
             for root in roots:
-                loaded = load_store(root, kernel=kernel)
+                loaded = load_store(root, kernel=kernel, jobs=jobs)
                 sources.add("store")
                 runs += loaded.runs
                 notes += loaded.notes
         else:
             plain.append(path)
     if plain:
-        loaded = load_reports(plain, kernel=kernel)
+        loaded = load_reports(plain, kernel=kernel, jobs=jobs)
         sources.add("reports")
         runs += loaded.runs
         notes += loaded.notes
