@@ -19,7 +19,7 @@ setup: $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 
 setup-test: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,cells]' $(CELL_PINS)
+	$(BIN)/python -m pip install -q -e '.[dev,cells,ray]' $(CELL_PINS)
 
 demo: setup
 	$(BIN)/python analysis/demo.py --corpus $(CORPUS) --out out/demo
