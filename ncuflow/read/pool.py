@@ -241,9 +241,11 @@ def map_reports(
 ) -> Iterator[R]:
     """``function(*task)`` for every task, in input order; in ``jobs`` worker processes.
 
+    A single task is run in this process (one report read once needs no bound), unless
+    ``retire_bytes`` is given (a caller that needs a fresh process per report).
     ``progress(index, report)`` is called as each result is handed over.
     """
-    if not jobs:
+    if not jobs or (len(tasks) == 1 and retire_bytes is None):  # a worker would only add its start-up
         for index, task in enumerate(tasks):
             if progress is not None:
                 progress(index, _report_of(task))
