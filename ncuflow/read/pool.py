@@ -287,6 +287,8 @@ def _pool_map(
                     worker.task = next_task
                     next_task += 1
             busy = [w for w in slots if w is not None and w.task is not None]
+            if not busy:  # cannot happen while a result is owed; never wait on nothing
+                continue
             ready = multiprocessing.connection.wait(
                 [w.connection for w in busy] + [w.process.sentinel for w in busy]
             )
