@@ -155,3 +155,18 @@ def test_doctor_says_ray_is_importable() -> None:
 
     name, status, detail, _ = ray_doctor_checks(None)[0]
     assert (name, status) == ("ray", "ok") and ray.__version__ in detail
+
+
+@needs_ray
+def test_an_unreachable_cluster_is_one_paragraph_fast(tmp_path: Path, fake_env: dict[str, str]) -> None:
+    sweep = tmp_path / "twelve.toml"
+    sweep.write_text(TWELVE)
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "ncuflow", "sweep", str(sweep), "--store", str(tmp_path / "p"),
+                             "--ncu", str(FAKE_NCU), "--ray", "127.0.0.1:1"],
+                            capture_output=True, text=True, cwd=REPO, env=fake_env, timeout=120)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert "Cannot connect to the Ray cluster at 127.0.0.1:1" in result.stderr
+    assert time.monotonic() - started < 60
+    rows = ray_doctor_checks("127.0.0.1:1")
+    assert rows[-1][:2] == ("ray cluster", "fail")

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -135,6 +136,14 @@ def commit_shipped(store_root: Path, shipped: ShippedRun) -> store.RunRecord:
         raise
 
 
+def _reachable(address: str, timeout: float = 10.0) -> None:
+    """Fail fast on a HOST:PORT nobody listens on (Ray itself retries for minutes)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if host and port.isdigit():
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+
+
 def connect(ray: Any, address: str | None, local_gpus: int | None) -> bool:
     """Connect to a cluster (address, or RAY_ADDRESS) or start a local one; True if we started it."""
     quiet = {"log_to_driver": False, "configure_logging": False}
@@ -143,8 +152,10 @@ def connect(ray: Any, address: str | None, local_gpus: int | None) -> bool:
         ray.init(num_gpus=local_gpus, num_cpus=max(local_gpus, cores), include_dashboard=False, **quiet)
         return True
     try:
+        if address and address != "auto":
+            _reachable(address)
         ray.init(address=address or "auto", **quiet)
-    except (ConnectionError, RuntimeError, ValueError) as error:
+    except (ConnectionError, RuntimeError, ValueError, OSError) as error:
         raise NcuflowError(
             f"Cannot connect to the Ray cluster at {address or 'auto (RAY_ADDRESS or a local `ray start`)'}.",
             f"Ray said: {str(error).splitlines()[0] if str(error) else type(error).__name__}.",
