@@ -20,7 +20,7 @@ setup: $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
 
 setup-test: $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev,cells,passes]' $(CELL_PINS)
+	$(BIN)/python -m pip install -q -e '.[dev,cells,passes,ray]' $(CELL_PINS)
 	-@sh tests/install_real_ncu.sh
 
 demo: setup

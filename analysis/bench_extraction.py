@@ -1,39 +1,47 @@
-"""Extraction speed of ncuflow against the floor of the ncu_report API, side by side.
+"""Extraction speed and memory of ncuflow against the floor of the ncu_report API, side by side.
 
-(a) floor: load each report with ncu_report and read only the raw values of the
-    canonical fields' first-choice metrics, action by action;
-(b) ncuflow: `export` of the same reports to parquet (alias chains, breakdown,
-    NVIDIA's rule result, classification, polars frame, parquet write).
+(a) floor: one process loads each report with ncu_report and reads only the raw values
+    of the canonical fields' first-choice metrics, action by action;
+(b) ncuflow extraction alone (iter_launches) in one process;
+(c) ncuflow `export` to parquet (alias chains, breakdown, NVIDIA's rule result, model,
+    parquet) with --jobs 1 (one reading worker) and with the default jobs (the usable cores).
 
-Prints launches/second for both, their ratio (goal: ncuflow within 1.3x of the floor),
-and the cost per launch of small (1-launch) against large (>= 100-launch) reports
-(goal: flat). Each side runs --repeats times; the best run counts.
+Every sample runs in a fresh process (``ncu_report`` never frees a parsed report, so a
+process slows and grows as it reads); its whole process tree (the reading workers and the
+forkserver included) is sampled from /proc every 20 ms for the peak resident memory.
+The corpus is read as is (1x) and with its file list repeated 2x, 5x and 10x.
 
-    python analysis/bench_extraction.py [REPORT_DIR] [--repeats 5]
+Goals (ISSUE 11): peak memory at 10x <= 1.3x the peak at 1x (default jobs); default-jobs
+export <= 0.8x the floor's time on 2 cores; --jobs 1 <= 1.3x the floor; cost per report
+and per launch flat as the store grows.
+
+    python analysis/bench_extraction.py [REPORT_DIR] [--repeats 3] [--scales 1,2,5,10]
 """
 
 from __future__ import annotations
 
 import argparse
-import multiprocessing
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import ncu_report
-
-from ncuflow.output.export import export_reports
-from ncuflow.read.extract import count_actions, iter_launches
-from ncuflow.read.metrics import FIELDS
-from ncuflow.read.reportfile import find_reports
-
-FIRST_CHOICE_METRICS = tuple(dict.fromkeys(m for f in FIELDS for m in f.sources[0].metrics))
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def floor_pass(reports: Sequence[Path]) -> int:
+# ----------------------------------------------------------------------------- the passes (child side)
+
+
+def floor_pass(reports: Sequence[Path], jobs: int) -> int:
+    import ncu_report
+
+    from ncuflow.read.metrics import FIELDS
+
+    names = tuple(dict.fromkeys(m for f in FIELDS for m in f.sources[0].metrics))
     launches = 0
     for report in reports:
         context = ncu_report.load_report(str(report))
@@ -41,7 +49,7 @@ def floor_pass(reports: Sequence[Path]) -> int:
             report_range = context.range_by_idx(range_index)
             for action_index in range(report_range.num_actions()):
                 action = report_range.action_by_idx(action_index)
-                for name in FIRST_CHOICE_METRICS:
+                for name in names:
                     metric = action.metric_by_name(name)
                     if metric is not None and metric.has_value():
                         metric.value()
@@ -49,85 +57,147 @@ def floor_pass(reports: Sequence[Path]) -> int:
     return launches
 
 
-def extract_pass(reports: Sequence[Path]) -> int:
-    """ncuflow's extraction alone: alias chains, breakdown, rule result; no model, no parquet."""
+def extract_pass(reports: Sequence[Path], jobs: int) -> int:
+    from ncuflow.read.extract import iter_launches
+
     return sum(1 for report in reports for _ in iter_launches(report))
 
 
-def ncuflow_pass(reports: Sequence[Path]) -> int:
+def export_pass(reports: Sequence[Path], jobs: int) -> int:
+    from ncuflow.output.export import export_reports
+
     with tempfile.TemporaryDirectory() as folder:
-        return export_reports(reports, Path(folder) / "bench.parquet").launch_count
+        return export_reports(reports, Path(folder) / "bench.parquet", jobs=jobs or None).launch_count
 
 
-PASSES: dict[str, Callable[[Sequence[Path]], int]] = {
+PASSES: dict[str, Callable[[Sequence[Path], int], int]] = {
     "floor": floor_pass,
     "extract": extract_pass,
-    "ncuflow": ncuflow_pass,
+    "export": export_pass,
 }
 
 
-def _timed_pass(name: str, reports: Sequence[Path]) -> tuple[float, int]:
+def child(name: str, list_file: str, jobs: int) -> None:
+    reports = [Path(line) for line in Path(list_file).read_text().splitlines() if line]
+    import ncu_report  # noqa: F401  (every side starts with the module loaded)
+
+    import ncuflow.read.extract  # noqa: F401
+
     start = time.perf_counter()
-    launches = PASSES[name](reports)
-    return time.perf_counter() - start, launches
+    launches = PASSES[name](reports, jobs)
+    print(json.dumps({"seconds": time.perf_counter() - start, "launches": launches}))
 
 
-def measure(names: Sequence[str], reports: Sequence[Path], repeats: int) -> dict[str, tuple[float, int]]:
-    """Best time of each pass, every sample in a fresh process, the passes interleaved.
+# ----------------------------------------------------------------------------- measuring (parent side)
 
-    ncu_report never frees a report's parsed actions (its memory grows by several times
-    the report's size with every load, and a process slows down as it grows), so samples
-    taken one after another in one process are not comparable.
-    """
-    best: dict[str, tuple[float, int]] = {name: (float("inf"), 0) for name in names}
-    context = multiprocessing.get_context("spawn")
-    for _ in range(repeats):
-        for name in names:
-            with context.Pool(1) as pool:
-                seconds, launches = pool.apply(_timed_pass, (name, list(reports)))
-            if seconds < best[name][0]:
-                best[name] = (seconds, launches)
-    return best
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        tree.setdefault(int(fields[1]), []).append(int(entry))
+    return tree
+
+
+def tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants."""
+    tree = _children()
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        try:
+            with open(f"/proc/{current}/statm") as handle:
+                total += int(handle.read().split()[1]) * PAGE
+        except OSError:
+            pass
+        stack.extend(tree.get(current, []))
+    return total
+
+
+def sample(name: str, reports: Sequence[Path], jobs: int) -> tuple[float, int, int]:
+    """(seconds, launches, peak tree RSS bytes) of one pass in a fresh process."""
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
+        handle.write("\n".join(str(r) for r in reports))
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--child", name, handle.name, str(jobs)],
+            stdout=subprocess.PIPE, text=True,
+        )
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, tree_rss(proc.pid))
+            time.sleep(0.02)
+        out = proc.stdout.read() if proc.stdout else ""
+        if proc.returncode != 0:
+            raise SystemExit(f"the {name} pass failed (exit {proc.returncode})")
+        result = json.loads(out.strip().splitlines()[-1])
+        return result["seconds"], result["launches"], peak
+    finally:
+        os.unlink(handle.name)
+
+
+def best(name: str, reports: Sequence[Path], jobs: int, repeats: int) -> tuple[float, int, int]:
+    """Best time of ``repeats`` fresh-process samples; the peak memory is the largest seen."""
+    runs = [sample(name, reports, jobs) for _ in range(repeats)]
+    return min(r[0] for r in runs), runs[0][1], max(r[2] for r in runs)
 
 
 def main(argv: list[str] | None = None) -> None:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["--child"]:
+        child(args_in[1], args_in[2], int(args_in[3]))
+        return
+    from ncuflow.read.pool import default_jobs, retire_bytes_default
+    from ncuflow.read.reportfile import find_reports
+
     default_corpus = os.environ.get("NCUFLOW_CORPUS", str(Path(__file__).resolve().parents[2] / "shared" / "ncu-reports"))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report_dir", nargs="?", default=default_corpus)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args(argv)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--scales", default="1,2,5,10")
+    args = parser.parse_args(args_in)
     reports = find_reports([Path(args.report_dir)])
-    sizes = {report: count_actions(report) for report in reports}
+    scales = [int(s) for s in args.scales.split(",")]
+    jobs = default_jobs()
+    mib = 2**20
+    corpus_mib = sum(r.stat().st_size for r in reports) / mib
+    print(f"{len(reports)} reports ({corpus_mib:.0f} MiB), {os.cpu_count()} cores here, default jobs {jobs}, "
+          f"workers replaced after {retire_bytes_default() / mib:.0f} MiB of reports; "
+          f"best of {args.repeats}, each sample a fresh process, peak = whole process tree RSS")
 
-    best = measure(("floor", "extract", "ncuflow"), reports, args.repeats)
-    floor_s, floor_n = best["floor"]
-    extract_s, _ = best["extract"]
-    ours_s, ours_n = best["ncuflow"]
-    assert floor_n == ours_n, (floor_n, ours_n)
-    print(f"{len(reports)} reports, {ours_n} launches, best of {args.repeats}, each sample in a fresh process")
-    print(f"  floor   (ncu_report, first-choice metrics only): {floor_n / floor_s:9.0f} launches/s")
-    print(f"  ncuflow extraction only (iter_launches)        : {ours_n / extract_s:9.0f} launches/s")
-    print(f"  ncuflow export to parquet (+ model, frames)    : {ours_n / ours_s:9.0f} launches/s")
-    print(
-        f"  ratio ncuflow export / floor time: {ours_s / floor_s:.2f}x (goal <= 1.3x); "
-        f"extraction alone {extract_s / floor_s:.2f}x"
-    )
+    print("\nspeed at 1x (seconds; ratio to the floor):")
+    floor_s, launches, floor_peak = best("floor", reports, 0, args.repeats)
+    extract_s, _, _ = best("extract", reports, 0, args.repeats)
+    one_s, one_n, _ = best("export", reports, 1, args.repeats)
+    many_s, many_n, _ = best("export", reports, jobs, args.repeats)
+    assert launches == one_n == many_n, (launches, one_n, many_n)
+    print(f"  floor (ncu_report, first-choice metrics, 1 process) {floor_s:6.2f} s  {launches / floor_s:6.0f} launches/s")
+    print(f"  ncuflow extraction alone, 1 process                {extract_s:6.2f} s  {extract_s / floor_s:5.2f}x")
+    print(f"  ncuflow export --jobs 1                            {one_s:6.2f} s  {one_s / floor_s:5.2f}x  (goal <= 1.3x)")
+    print(f"  ncuflow export --jobs {jobs} (default)                  {many_s:6.2f} s  {many_s / floor_s:5.2f}x  (goal <= 0.8x)")
 
-    small = [r for r in reports if sizes[r] == 1]
-    large = [r for r in reports if sizes[r] >= 100]
-    if small and large:
-        rows = []
-        for label, group in (("1-launch reports", small), (">=100-launch reports", large)):
-            n = sum(sizes[r] for r in group)
-            group_best = measure(("floor", "ncuflow"), group, args.repeats)
-            rows.append((label, len(group), n, group_best["floor"][0] / n * 1e3, group_best["ncuflow"][0] / n * 1e3))
-        print("  cost per launch (ms):       reports  launches   floor  ncuflow  overhead")
-        for label, count, n, floor_ms, ours_ms in rows:
-            print(f"    {label:24s} {count:7d} {n:9d} {floor_ms:7.3f} {ours_ms:8.3f} {ours_ms - floor_ms:9.3f}")
-        print(
-            f"  ncuflow per-launch cost, large/small reports: {rows[1][4] / rows[0][4]:.2f}x "
-            "(flat or falling: nothing grows with report size)"
-        )
+    print(f"\nas the store grows (export --jobs {jobs}; the floor in one process for contrast):")
+    print("  scale reports launches | export s  ms/report ms/launch  peak MiB | floor s ms/launch  peak MiB")
+    peaks: dict[int, int] = {}
+    times: dict[int, tuple[float, float]] = {}
+    for scale in scales:
+        repeated = list(reports) * scale
+        repeats = args.repeats if scale == 1 else 1
+        export_s, n, export_peak = best("export", repeated, jobs, repeats)
+        f_s, _, f_peak = (floor_s, launches, floor_peak) if scale == 1 else best("floor", repeated, 0, 1)
+        peaks[scale] = export_peak
+        times[scale] = (export_s / len(repeated), export_s / n)
+        print(f"  {scale:4d}x {len(repeated):7d} {n:8d} | {export_s:8.2f} {export_s / len(repeated) * 1e3:10.2f} "
+              f"{export_s / n * 1e3:9.3f} {export_peak / mib:9.0f} | {f_s:7.2f} {f_s / n * 1e3:9.3f} {f_peak / mib:9.0f}")
+    low, high = min(scales), max(scales)
+    print(f"\npeak memory {high}x / {low}x (export --jobs {jobs}): {peaks[high] / peaks[low]:.2f}x (goal <= 1.3x)")
+    print(f"cost per launch {high}x / {low}x: {times[high][1] / times[low][1]:.2f}x (goal: flat)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,11 @@ class NcuflowError(Exception):
         self.fix = fix.strip()
         super().__init__(self.paragraph())
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickles with its attributes, whatever the subclass's __init__ takes: errors travel
+        # back from worker processes (reading) and Ray tasks (sweeps).
+        return (_rebuild_error, (type(self), dict(self.__dict__)))
+
     def paragraph(self) -> str:
         parts = [self.what]
         if self.why:
@@ -25,6 +30,13 @@ class NcuflowError(Exception):
         if self.fix:
             parts.append(self.fix)
         return " ".join(p if p.endswith((".", "!", "?", ":")) else p + "." for p in parts)
+
+
+def _rebuild_error(cls: type[NcuflowError], state: dict[str, object]) -> NcuflowError:
+    error = cls.__new__(cls)
+    error.__dict__.update(state)
+    Exception.__init__(error, error.paragraph())
+    return error
 
 
 class ReportError(NcuflowError):

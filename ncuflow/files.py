@@ -120,7 +120,8 @@ def fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
-def _as_output_error(error: BaseException, target: Path) -> BaseException:
+def as_output_error(error: BaseException, target: Path) -> BaseException:
+    """The paragraph an error writing ``target`` deserves: OS errors and a full disk named as such."""
     if isinstance(error, NcuflowError | KeyboardInterrupt | SystemExit | GeneratorExit):
         return error
     if isinstance(error, OSError):
@@ -184,7 +185,7 @@ def atomic_paths(targets: Sequence[Path], *, make_parents: bool = True) -> Itera
         if isinstance(error, OSError) and error.filename is not None:  # name the output, not its temporary
             named = {str(t): f for t, f in zip(temporaries, finals, strict=True)}
             current = named.get(str(error.filename), current)
-        converted = _as_output_error(error, current)
+        converted = as_output_error(error, current)
         if converted is error:
             raise
         raise converted from None

@@ -15,8 +15,10 @@ import click
 
 from ncuflow.analyze.stability import GroupStability, Tolerances
 from ncuflow.cli.options import threshold_option, timeout_option, tolerance_options, tolerances_from
+from ncuflow.cli.read_cmds import jobs_option
 from ncuflow.errors import UsageError
 from ncuflow.profile.ncu import CLOCK_CONTROLS
+from ncuflow.read.pool import resolve_jobs
 
 # The tolerance options live in ncuflow.cli.options (shared with explain and report).
 _tolerance_options = tolerance_options
@@ -131,12 +133,6 @@ def _headline_options(store_root: Path) -> dict[str, Any]:
     return {key: recorded_options(record.manifest) for key, record in newest.items()}
 
 
-def _loaded_from_records(records: Sequence[Any], kernel: str | None) -> Any:
-    from ncuflow.read.runs import load_records
-
-    return load_records(records, kernel=kernel)
-
-
 @click.command("stability")
 @click.argument("targets", nargs=-1, metavar="CELL_SPEC|PATH...")
 @click.option("--replicas", type=click.IntRange(min=1), default=3, show_default=True,
@@ -159,11 +155,12 @@ def _loaded_from_records(records: Sequence[Any], kernel: str | None) -> Any:
 @click.option("--parquet", "parquet_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the numbers (one row per group and field) as parquet.")
 @click.option("--strict", is_flag=True, help="Exit with status 1 when any group is unstable (for CI).")
+@jobs_option
 def stability_command(
     targets: tuple[str, ...], replicas: int, headline: Path | None, store: Path, ncu_path: str | None,
     cells_dir: Path | None, timeout: float, clock_control: str, tol_exact: float, tol_near_exact: float,
     tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...], kernel: str | None, markdown_path: Path | None,
-    parquet_path: Path | None, strict: bool,
+    parquet_path: Path | None, strict: bool, jobs: int | None,
 ) -> None:
     """Replay stability: per field median, min, max, spread and verdict against its tolerance.
 
@@ -177,7 +174,7 @@ def stability_command(
     """
     from ncuflow.analyze.study import analyse, point_stability, points_of, reports_stability
     from ncuflow.output.markdown import stability_markdown
-    from ncuflow.read.runs import Loaded, load_reports, load_store
+    from ncuflow.read.runs import Loaded, load_records, load_reports, load_store
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     if not targets and headline is None:
@@ -211,17 +208,17 @@ def stability_command(
         roots = store_roots(path)
         if roots:
             for root in roots:
-                loaded = load_store(root, kernel=kernel)
+                loaded = load_store(root, kernel=kernel, jobs=resolve_jobs(jobs))
                 groups += point_stability(points_of(loaded, split_content_keys=True), tolerances)
                 notes += loaded.notes
         else:
-            loaded = load_reports([path], kernel=kernel)
+            loaded = load_reports([path], kernel=kernel, jobs=resolve_jobs(jobs))
             found, once = reports_stability(loaded, tolerances)
             groups += found
             singles += once
             notes += loaded.notes
     if headline is not None:
-        headline_loaded = load_store(headline, kernel=kernel)
+        headline_loaded = load_store(headline, kernel=kernel, jobs=resolve_jobs(jobs))
         analysis = analyse(headline_loaded, paths=[headline], tolerances=tolerances)
         from ncuflow.analyze.explain import headline_points
 
@@ -242,7 +239,7 @@ def stability_command(
                    "(each re-profiled with the options its stored run was profiled with)", err=True)
     if to_profile:
         records = _reprofile(to_profile, replicas, store, ncu_path, cells_dir, timeout)
-        loaded_new: Loaded = _loaded_from_records(records, kernel)
+        loaded_new: Loaded = load_records(records, kernel=kernel, jobs=resolve_jobs(jobs))
         groups += point_stability(points_of(loaded_new, split_content_keys=True), tolerances)
         notes += loaded_new.notes
     _echo_notes(notes)
@@ -280,10 +277,11 @@ def stability_command(
               help="Also write the tables as Markdown to this file.")
 @click.option("--parquet", "parquet_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write one row per compared value as parquet.")
+@jobs_option
 def explain_command(
     paths: tuple[Path, ...], param: str, baseline: str | None, threshold: float, tol_exact: float,
     tol_near_exact: float, tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...],
-    kernel: str | None, markdown_path: Path | None, parquet_path: Path | None,
+    kernel: str | None, markdown_path: Path | None, parquet_path: Path | None, jobs: int | None,
 ) -> None:
     """Does PARAM change the work that reaches the kernel, and is that work on the critical path?
 
@@ -304,7 +302,7 @@ def explain_command(
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     _guard_outputs(markdown_path, parquet_path, "explain", paths)
-    loaded = load_paths(list(paths), kernel=kernel)
+    loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
     _echo_notes(loaded.notes)
     points = points_of(loaded)
     groups = vary_groups(points, param)
@@ -395,10 +393,11 @@ def _check_baselines(chosen: dict[str, object], analysis: Any) -> None:
               help="Baseline value of a swept parameter (repeatable; default: the smallest value).")
 @threshold_option(help="On-wall threshold of the max model.")
 @tolerance_options
+@jobs_option
 def report_command(
     paths: tuple[Path, ...], out_dir: Path, baselines: tuple[str, ...], threshold: float, tol_exact: float,
     tol_near_exact: float, tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...],
-    kernel: str | None,
+    kernel: str | None, jobs: int | None,
 ) -> None:
     """Markdown report and PNG plots of a profile store (or of plain reports).
 
@@ -420,7 +419,7 @@ def report_command(
     from ncuflow.output.report import guard_report_folder
 
     guard_report_folder(out_dir, paths)
-    loaded = load_paths(list(paths), kernel=kernel)
+    loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
     analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen)
     _echo_notes(analysis.notes)
     _check_baselines(chosen, analysis)

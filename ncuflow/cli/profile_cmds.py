@@ -233,11 +233,15 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
 @click.option("--ncu", "ncu_path", help="Check this ncu instead of searching.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 @click.option("--strict", is_flag=True, help="Exit 1 when this machine cannot profile.")
-def doctor_command(ncu_path: str | None, as_json: bool, strict: bool) -> None:
-    """Check ncu, ncu_report, the GPU, counter permission and package versions."""
-    from ncuflow.profile.doctor import run_checks, verdict
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Also connect to the Ray cluster at ADDRESS and say how many GPUs it offers.")
+def doctor_command(ncu_path: str | None, as_json: bool, strict: bool, ray_address: str | None) -> None:
+    """Check ncu, ncu_report, the GPU, counter permission, package versions and Ray."""
+    from ncuflow.profile.doctor import Check, run_checks, verdict
+    from ncuflow.profile.ray_sweep import ray_doctor_checks
 
     checks = run_checks(ncu_path)
+    checks += [Check(name, status, detail, fix) for name, status, detail, fix in ray_doctor_checks(ray_address)]  # type: ignore[arg-type]
     ok, sentence = verdict(checks)
     if as_json:
         click.echo(json.dumps({"can_profile": ok, "summary": sentence,
@@ -270,9 +274,19 @@ def doctor_command(ncu_path: str | None, as_json: bool, strict: bool) -> None:
 @timeout_option(default=None, help="Seconds per profile (overrides the file's timeout).")
 @click.option("--keep-going", is_flag=True, help="Continue past a point's own failure.")
 @click.option("--dry-run", is_flag=True, help="List the points (and what is already stored) and stop.")
+@click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]",
+              help="Run each profile as a Ray task needing one GPU, on the cluster at ADDRESS "
+                   "(without one: RAY_ADDRESS or the cluster `ray start` runs here). Runs come back to this store.")
+@click.option("--ray-local-gpus", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Start a local Ray instance that declares N GPUs and run the tasks on it.")
 def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, ncu_path: str | None,
-                  timeout: float | None, keep_going: bool, dry_run: bool) -> None:
-    """Profile every point of a sweep FILE (TOML); interrupt any time and re-run to resume."""
+                  timeout: float | None, keep_going: bool, dry_run: bool, ray_address: str | None,
+                  ray_local_gpus: int | None) -> None:
+    """Profile every point of a sweep FILE (TOML); interrupt any time and re-run to resume.
+
+    With --ray or --ray-local-gpus each profile is a Ray task that needs one GPU (Ray sets
+    CUDA_VISIBLE_DEVICES); the runs are shipped back and stored here, as a local sweep stores them.
+    """
     from ncuflow.profile.sweep import axes_summary, describe_points, load_sweep, run_sweep
 
     plan = load_sweep(sweep_file, cells_dir)
@@ -296,8 +310,18 @@ def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, nc
         console.print(f"{len(rows)} points, {sum(r['to_run'] for r in rows)} profiles to run")
         return
     try:
-        outcome = run_sweep(plan, store_root, ncu=ncu_path, cells_dir=cells_dir, timeout=timeout,
-                            keep_going=keep_going, console=console)
+        if ray_address is not None and ray_local_gpus is not None:
+            raise UsageError("Give --ray ADDRESS or --ray-local-gpus N, not both.", "",
+                             "--ray joins a running cluster; --ray-local-gpus starts one here.")
+        if ray_address is not None or ray_local_gpus is not None:
+            from ncuflow.profile.ray_sweep import run_sweep_on_ray
+
+            outcome = run_sweep_on_ray(plan, store_root, address=None if ray_address == "auto" else ray_address,
+                                       local_gpus=ray_local_gpus, ncu=ncu_path, cells_dir=cells_dir,
+                                       timeout=timeout, keep_going=keep_going, console=console)
+        else:
+            outcome = run_sweep(plan, store_root, ncu=ncu_path, cells_dir=cells_dir, timeout=timeout,
+                                keep_going=keep_going, console=console)
     except NcuflowError as error:
         console.print("[yellow]The sweep stopped; every finished run is stored. "
                       "Re-run the same command to resume.[/yellow]")

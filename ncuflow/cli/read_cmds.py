@@ -13,10 +13,22 @@ import click
 
 from ncuflow.analyze.classify import classify
 from ncuflow.cli.options import threshold_option
-from ncuflow.read.extract import iter_launches
+from ncuflow.read.pool import read_launches_of, resolve_jobs
 from ncuflow.read.reportfile import find_reports
 
 _threshold_option = threshold_option()
+
+
+def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--jobs N``: reports are read in N worker processes (see ``ncuflow.read.pool``)."""
+    return click.option(
+        "--jobs", "-j",
+        type=click.IntRange(min=0),
+        default=None,
+        help="Read reports in N worker processes [default: the usable cores]. Each worker is replaced "
+             "after reading 16 MiB of reports, so memory does not grow with their number; "
+             "0 reads in this process.",
+    )(function)
 
 
 @contextmanager
@@ -40,8 +52,9 @@ def _warnings_to_stderr() -> Iterator[None]:
               help="The verdict each launch would have had if only COLLECTION (decisive, tier1, "
               "decisive+tier2, fields) had been gathered, with its escalation, and its cost in passes "
               "on the launch's chip. The reports must hold the collection's metrics (a full set does).")
+@jobs_option
 def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, evidence: bool,
-                     as_if: str | None) -> None:
+                     as_if: str | None, jobs: int | None) -> None:
     """Per-launch counters and the critical-path verdict of Nsight Compute reports.
 
     PATHS are report files (.ncu-rep, .ncu-repz, .nsight-cuprof-report) or folders
@@ -58,8 +71,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         return
     per_report = []
     with _warnings_to_stderr():
-        for report in reports:
-            launches = list(iter_launches(report))
+        for report, launches in read_launches_of(reports, jobs=resolve_jobs(jobs)):
             per_report.append((report, launches, [classify(x, threshold) for x in launches]))
     if as_json:
         rows = [launch_row(x, v) for _, launches, verdicts in per_report for x, v in zip(launches, verdicts, strict=True)]
@@ -129,7 +141,8 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The launches parquet file to write.")
 @click.option("--metrics-long", is_flag=True, help="Also write every raw metric (long table) to OUTPUT's stem + .metrics.parquet.")
 @_threshold_option
-def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, threshold: float) -> None:
+@jobs_option
+def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, threshold: float, jobs: int | None) -> None:
     """Write the launches table of reports to parquet (one row per launch).
 
     Columns: identity (report, range, action, kernel names, NVTX ranges, device,
@@ -150,9 +163,10 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
         task = progress.add_task("reading reports", total=len(reports))
 
         def advance(index: int, report: Path) -> None:
-            progress.update(task, completed=index, description=f"reading {report.name}")
+            progress.update(task, completed=index + 1, description=f"read {report.name}")
 
-        result = export_reports(reports, output, metrics_long=metrics_long, threshold=threshold, progress=advance)
+        result = export_reports(reports, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
+                                jobs=resolve_jobs(jobs))
     click.echo(f"wrote {result.launch_count} launches from {result.report_count} reports to {result.launches_path}")
     if result.metrics_path is not None:
         click.echo(f"wrote {result.metric_rows} raw metric rows to {result.metrics_path}")

@@ -27,6 +27,7 @@ from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES, Verdict, cla
 from ncuflow.errors import NcuflowError
 from ncuflow.files import (
     TMP_MARK,
+    as_output_error,
     atomic_path,
     atomic_paths,
     guard_output,
@@ -34,7 +35,7 @@ from ncuflow.files import (
     parquet_table_recogniser,
     remove_temporaries,
 )
-from ncuflow.read.extract import iter_launches, iter_raw_metrics
+from ncuflow.read.extract import RawMetric, iter_launches, iter_launches_with_metrics
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
 from ncuflow.store import DamagedRun, DamagedRunWarning
@@ -246,10 +247,61 @@ class _PartWriter:
         self.rows += pending
         self.columns = {column: [] for column in self.schema}
 
-    def finish(self, temporary: Path, *, table: str, export_id: str) -> None:
-        """Assemble the parts into ``temporary`` (the caller renames it into place)."""
-        self.flush()
-        pl.scan_parquet(self.parts).sink_parquet(temporary, metadata=_metadata(table, export_id))
+    def close(self) -> None:
+        """Flush what is pending (no empty part: the assembly adds the schema when none exists)."""
+        if self.columns["report"]:
+            self.flush()
+
+
+def _assemble(folder: Path, name: str, schema: dict[str, Any], temporary: Path, *, table: str, export_id: str) -> None:
+    """Concatenate the parts named ``name-*`` in name order (= input order) into ``temporary``
+    (the caller renames it into place with its pair)."""
+    parts = sorted(folder.glob(f"{name}-*.parquet"))
+    metadata = _metadata(table, export_id)
+    if parts:
+        pl.scan_parquet(parts).sink_parquet(temporary, metadata=metadata)
+    else:
+        pl.DataFrame(schema=schema).write_parquet(temporary, metadata=metadata)
+
+
+def export_one_report(
+    report: Path, folder: Path, index: int, metrics_long: bool, threshold: float, chunk_rows: int
+) -> tuple[list[dict[str, Any]], int, str | None]:
+    """Read one report (once): its launch rows, and its raw metrics as parquet parts in ``folder``.
+
+    Runs in a reading worker (``ncuflow.read.pool``). The launch rows (a few per
+    launch) travel back to the caller; the raw metric rows (thousands per launch) are
+    written where they are read, as parts named by ``index`` so that the assembly keeps
+    the input order. Returns (launch rows, metric row count, the damage line of a run
+    whose manifest does not validate: none of its rows is exported).
+    """
+    try:
+        identity = run_identity(report)
+    except ManifestError as damaged:
+        run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
+        return [], 0, run.line() + "; none of its launches is exported"
+    rows: list[dict[str, Any]] = []
+    metrics = _PartWriter(folder, f"metrics-{index:07d}", METRICS_SCHEMA, chunk_rows)
+    if metrics_long:
+        pairs: Iterator[tuple[Launch, tuple[RawMetric, ...]]] = iter_launches_with_metrics(report)
+    else:
+        pairs = ((launch, ()) for launch in iter_launches(report))
+    for launch, raw in pairs:
+        rows.append(launch_record(launch, classify(launch, threshold), identity))
+        for metric in raw:
+            metrics.add(
+                {
+                    "report": str(report),
+                    "range": launch.range_index,
+                    "action": launch.action_index,
+                    "name": metric.name,
+                    "value": metric.value,
+                    "string_value": metric.string_value,
+                    "unit": metric.unit,
+                }
+            )
+    metrics.close()
+    return rows, metrics.rows, None
 
 
 @dataclass(frozen=True)
@@ -269,14 +321,19 @@ def export_reports(
     threshold: float = DEFAULT_THRESHOLD,
     progress: Any = None,
     chunk_rows: int = 200_000,
+    jobs: int | None = None,
 ) -> ExportResult:
-    """Read every report, streaming, then write the tables. Nothing is written if any report fails.
+    """Read every report, each once, then write the tables. Nothing is written if any report fails.
 
-    Rows go to temporary parquet parts of at most ``chunk_rows`` rows beside the output;
-    the final files are assembled from them (streaming) and renamed into place at the
-    end. ``progress`` is called with (report index, report path) before each report.
+    Each report is read in ``jobs`` worker processes (see ``ncuflow.read.pool``; None: in
+    this process); rows go to temporary parquet parts of at most ``chunk_rows`` rows beside
+    the output; the final files are assembled from them in input order (streaming) and
+    renamed into place together at the end. ``progress`` is called with (report index,
+    report path) as each report is done.
     """
     import tempfile
+
+    from ncuflow.read.pool import map_reports
 
     if output.is_dir():
         raise NcuflowError(
@@ -295,46 +352,41 @@ def export_reports(
     remove_temporaries(output.parent)
     with os_errors_as_messages(output.parent), \
             tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
+        tasks = [(report, Path(folder).resolve(), index, metrics_long, threshold, chunk_rows)
+                 for index, report in enumerate(reports)]
         launches = _PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
-        metrics = _PartWriter(Path(folder), "metrics", METRICS_SCHEMA, chunk_rows)
+        metric_rows = 0
         exported = 0
-        for index, report in enumerate(reports):
-            if progress is not None:
-                progress(index, report)
-            try:
-                identity = run_identity(report)
-            except ManifestError as damaged:
-                run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
-                warnings.warn(DamagedRunWarning(run.line() + "; none of its launches is exported"), stacklevel=2)
-                continue
-            exported += 1
-            for launch in iter_launches(report):
-                launches.add(launch_record(launch, classify(launch, threshold), identity))
-            if metrics_long:
-                for range_index, action_index, metric in iter_raw_metrics(report):
-                    metrics.add(
-                        {
-                            "report": str(report),
-                            "range": range_index,
-                            "action": action_index,
-                            "name": metric.name,
-                            "value": metric.value,
-                            "string_value": metric.string_value,
-                            "unit": metric.unit,
-                        }
-                    )
+        # ncu_report keeps, per process, the unit it first returned for a metric name: a
+        # derived metric read after another report's can carry that report's unit (seen on
+        # the corpus: "byte" for a "%" breakdown). The long table is therefore read with
+        # a fresh worker per report, so that every unit is the report's own.
+        retire = 1 if metrics_long else None
+        try:
+            for rows, metric_count, damage in map_reports(export_one_report, tasks, jobs=jobs, progress=progress,
+                                                          retire_bytes=retire):
+                if damage is not None:
+                    warnings.warn(DamagedRunWarning(damage), stacklevel=2)
+                    continue
+                exported += 1
+                for row in rows:
+                    launches.add(row)
+                metric_rows += metric_count
+            launches.close()
+        except Exception as error:  # a worker's parquet part on a full disk comes back as polars' error
+            raise as_output_error(error, output) from None
         # Both tables are written completely, then renamed into place together: on any
         # failure the previous launches/metrics pair is left exactly as it was.
         export_id = uuid.uuid4().hex
         targets = [output] if metrics_path is None else [metrics_path, output]
         with atomic_paths(targets) as temporaries:
             if metrics_path is not None:
-                metrics.finish(temporaries[0], table="metrics", export_id=export_id)
-            launches.finish(temporaries[-1], table="launches", export_id=export_id)
+                _assemble(Path(folder), "metrics", METRICS_SCHEMA, temporaries[0], table="metrics", export_id=export_id)
+            _assemble(Path(folder), "launches", launches_schema(), temporaries[-1], table="launches", export_id=export_id)
     return ExportResult(
         launches_path=output,
         launch_count=launches.rows,
         report_count=exported,
         metrics_path=metrics_path,
-        metric_rows=metrics.rows if metrics_long else None,
+        metric_rows=metric_rows if metrics_long else None,
     )

@@ -329,6 +329,24 @@ def point_status(plan: SweepPlan, store_root: Path) -> list[PointStatus]:
 ProfileFn = Callable[..., store.RunRecord]
 
 
+def sweep_progress(console: Any, show_progress: bool) -> Any:
+    """The progress bar of a sweep (local or on Ray): point, bar, done/total, elapsed, ETA."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+        console=console, disable=not show_progress, transient=False,
+    )
+
+
 def run_sweep(
     plan: SweepPlan,
     store_root: Path,
@@ -348,14 +366,6 @@ def run_sweep(
     always stop the sweep.
     """
     from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
 
     from ncuflow.profile.orchestrate import profile_cell
 
@@ -377,11 +387,7 @@ def run_sweep(
     )
     if total == 0:
         return outcome
-    progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        console=console, disable=not show_progress, transient=False,
-    )
+    progress = sweep_progress(console, show_progress)
     with progress:
         task = progress.add_task(plan.name, total=total)
 

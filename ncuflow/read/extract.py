@@ -246,24 +246,43 @@ def iter_launches(
         )
 
 
+def _raw_metrics(action: Any) -> Iterator[RawMetric]:
+    for name in action.metric_names():
+        metric = action.metric_by_name(name)
+        if metric is None:
+            continue
+        has_value = metric.has_value()
+        value = metric.value() if has_value else None
+        numeric = (
+            float(value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            else None
+        )
+        text = value if isinstance(value, str) else None
+        yield RawMetric(name, numeric, text, metric.unit() or "")
+
+
 def iter_raw_metrics(path: Path | str) -> Iterator[tuple[int, int, RawMetric]]:
     """Every raw metric of every intact launch: (range index, action index, metric)."""
     report_path = Path(path)
     context = load_context(report_path)
     for range_index, action_index, action in iter_actions(report_path, context):
-        for name in action.metric_names():
-            metric = action.metric_by_name(name)
-            if metric is None:
-                continue
-            has_value = metric.has_value()
-            value = metric.value() if has_value else None
-            numeric = (
-                float(value)
-                if isinstance(value, (int, float)) and not isinstance(value, bool)
-                else None
-            )
-            text = value if isinstance(value, str) else None
-            yield range_index, action_index, RawMetric(name, numeric, text, metric.unit() or "")
+        for metric in _raw_metrics(action):
+            yield range_index, action_index, metric
+
+
+def iter_launches_with_metrics(path: Path | str) -> Iterator[tuple[Launch, tuple[RawMetric, ...]]]:
+    """Every intact launch with all its raw metrics, the report opened and walked once."""
+    report_path = Path(path)
+    context = load_context(report_path)
+    ncu_report = import_ncu_report()
+    version = read_ncu_version(report_path)
+    for range_index, action_index, action in iter_actions(report_path, context):
+        launch = launch_from_action(
+            action, report=str(report_path), range_index=range_index, action_index=action_index,
+            ncu_version=version, ncu_report=ncu_report,
+        )
+        yield launch, tuple(_raw_metrics(action))
 
 
 def count_actions(path: Path | str) -> int:
@@ -271,3 +290,8 @@ def count_actions(path: Path | str) -> int:
     report_path = Path(path)
     context = load_context(report_path)
     return sum(1 for _ in iter_actions(report_path, context))
+
+
+def read_launches(path: Path | str) -> tuple[Launch, ...]:
+    """Every intact launch of one report, as a tuple (what a reading worker sends back)."""
+    return tuple(iter_launches(path))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import mmap
 import os
 import re
 import shutil
@@ -192,17 +193,18 @@ def read_ncu_version(path: Path) -> str | None:
     "2025.3.1.0 (build 36398880)"); legacy files do not, and give None.
     """
     try:
-        data = path.read_bytes()
-    except OSError:
+        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            # mmap: the file is searched where it lies, not copied (the version is near the start).
+            # find is many times faster than a regex scan over megabytes; the regex then
+            # checks each candidate in a small window.
+            start = data.find(_BUILD_MARK)
+            while start != -1:
+                match = _VERSION_PATTERN.search(data, max(0, start - 24), start + 24)
+                if match is not None:
+                    return f"{match.group(1).decode()} (build {match.group(2).decode()})"
+                start = data.find(_BUILD_MARK, start + 1)
+    except (OSError, ValueError):  # ValueError: an empty file cannot be mapped
         return None
-    # bytes.find is many times faster than a regex scan over megabytes; the regex then
-    # checks each candidate in a small window.
-    start = data.find(_BUILD_MARK)
-    while start != -1:
-        match = _VERSION_PATTERN.search(data, max(0, start - 24), start + 24)
-        if match is not None:
-            return f"{match.group(1).decode()} (build {match.group(2).decode()})"
-        start = data.find(_BUILD_MARK, start + 1)
     return None
 
 

@@ -89,18 +89,19 @@ def manifest_kernel_filter(manifest: Manifest) -> Callable[[Launch], bool]:
 
 
 def read_run_launches(
-    report: Path, notes: list[str], kernel: str | None, run: RunRecord | None = None
-) -> tuple[Launch, ...] | None:
-    """The launches of one report that match ``--kernel`` (and the run's own filter).
+    report: Path, kernel: str | None = None, manifest: Manifest | None = None
+) -> tuple[tuple[Launch, ...] | None, tuple[str, ...]]:
+    """The launches of one report that pass ``--kernel`` and the run's own filter, and notes.
 
-    Launches of a store run carry its ``RunRef``. None (with a note) when the report
-    cannot be read.
+    None (with a note naming the report) when the report cannot be read. Runs in a
+    reading worker (``ncuflow.read.pool``): plain data in, plain data out; the caller
+    attaches the run's ``RunRef``.
     """
     from ncuflow.read.extract import iter_launches
 
+    notes: list[str] = []
     user_keep = kernel_filter(kernel)
-    run_keep = manifest_kernel_filter(run.manifest) if run is not None else (lambda launch: True)
-    ref = run.ref if run is not None else None
+    run_keep = manifest_kernel_filter(manifest) if manifest is not None else (lambda launch: True)
 
     def keep(launch: Launch) -> bool:
         return user_keep(launch) and run_keep(launch)
@@ -108,18 +109,28 @@ def read_run_launches(
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            launches = tuple(replace(launch, run=ref) if ref is not None else launch
-                             for launch in iter_launches(report) if keep(launch))
+            launches = tuple(launch for launch in iter_launches(report) if keep(launch))
         notes.extend(f"{report}: {w.message}" for w in caught)
     except NcuflowError as error:
         notes.append(f"skipped {report}: {error}")
-        return None
+        return None, tuple(notes)
     if not launches:
         notes.append(f"{report}: no launch" + (f" matches --kernel {kernel!r}" if kernel else ""))
-    return launches
+    return launches, tuple(notes)
 
 
-_read_launches = read_run_launches  # the name earlier callers used
+def read_launches_noting(
+    report: Path, notes: list[str], kernel: str | None, run: RunRecord | None = None
+) -> tuple[Launch, ...] | None:
+    """``read_run_launches`` in this process: notes appended, the run's ``RunRef`` attached."""
+    launches, found = read_run_launches(report, kernel, run.manifest if run is not None else None)
+    notes.extend(found)
+    if launches is None or run is None:
+        return launches
+    return tuple(replace(launch, run=run.ref) for launch in launches)
+
+
+_read_launches = read_launches_noting  # the name earlier callers used
 
 
 def run_folders(path: Path) -> list[RunRecord]:
@@ -137,18 +148,25 @@ def run_folders(path: Path) -> list[RunRecord]:
     return [r for r in (read_run(c) for c in children) if r is not None]
 
 
-def load_records(records: Iterable[RunRecord], *, kernel: str | None = None) -> Loaded:
-    """Store runs with their launches (unreadable reports are named in notes)."""
+def load_records(records: Iterable[RunRecord], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
+    """Store runs with their launches, read in ``jobs`` workers (unreadable reports named in notes)."""
+    from ncuflow.read.pool import map_reports
+
+    kernel_filter(kernel)  # a bad pattern is a usage error here, not a note per run
+    records = list(records)
     notes: list[str] = []
     runs: list[LoadedRun] = []
-    for record in records:
-        launches = read_run_launches(record.report_path, notes, kernel, record)
-        if launches is not None:
-            runs.append(LoadedRun.of_store_run(record, launches))
+    tasks = [(record.report_path, kernel, record.manifest) for record in records]
+    for record, (launches, found) in zip(records, map_reports(read_run_launches, tasks, jobs=jobs), strict=True):
+        notes.extend(found)
+        if launches is None:
+            continue
+        launches = tuple(replace(launch, run=record.ref) for launch in launches)
+        runs.append(LoadedRun.of_store_run(record, launches))
     return Loaded("store", tuple(runs), tuple(notes))
 
 
-def load_store(root: Path, *, kernel: str | None = None) -> Loaded:
+def load_store(root: Path, *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
     """Every complete run of a store (or of one run or point folder) with its launches.
 
     Unreadable reports are named in notes; each damaged run is skipped with one
@@ -156,17 +174,21 @@ def load_store(root: Path, *, kernel: str | None = None) -> Loaded:
     """
     from ncuflow.store import iter_runs
 
-    return load_records(run_folders(root) or iter_runs(Path(root)), kernel=kernel)
+    return load_records(run_folders(root) or list(iter_runs(Path(root))), kernel=kernel, jobs=jobs)
 
 
-def load_reports(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
+def load_reports(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
     """Plain reports as one run each (cell = file name, no parameters)."""
+    from ncuflow.read.pool import map_reports
     from ncuflow.read.reportfile import find_reports
 
+    kernel_filter(kernel)
     notes: list[str] = []
     runs: list[LoadedRun] = []
-    for report in find_reports(paths):
-        launches = read_run_launches(report, notes, kernel)
+    reports = find_reports(paths)
+    tasks = [(report, kernel) for report in reports]
+    for report, (launches, found) in zip(reports, map_reports(read_run_launches, tasks, jobs=jobs), strict=True):
+        notes.extend(found)
         if launches is None:
             continue
         runs.append(LoadedRun(report.name, (), str(report), report.name, report, launches))
@@ -200,7 +222,7 @@ def store_roots(path: Path, depth: int = 2) -> list[Path]:
     return found
 
 
-def load_paths(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
+def load_paths(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
     """Stores and reports together: a folder with store runs (or stores just below it) is
     read as stores, anything else as plain reports."""
     runs: list[LoadedRun] = []
@@ -211,14 +233,14 @@ def load_paths(paths: Sequence[Path], *, kernel: str | None = None) -> Loaded:
         roots = [path] if run_folders(path) else store_roots(path)
         if roots:
             for root in roots:
-                loaded = load_store(root, kernel=kernel)
+                loaded = load_store(root, kernel=kernel, jobs=jobs)
                 sources.add("store")
                 runs += loaded.runs
                 notes += loaded.notes
         else:
             plain.append(path)
     if plain:
-        loaded = load_reports(plain, kernel=kernel)
+        loaded = load_reports(plain, kernel=kernel, jobs=jobs)
         sources.add("reports")
         runs += loaded.runs
         notes += loaded.notes

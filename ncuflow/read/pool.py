@@ -1,0 +1,337 @@
+"""Reading reports in worker processes, with memory bounded by what each worker reads.
+
+``ncu_report`` never frees a parsed report: a process that reads N reports grows by
+several times their bytes, without bound. Here each report is read in a worker
+process, and a worker exits once it has read ``retire_bytes`` of report files (the
+report that crosses the line is finished first); a fresh worker takes its place. Peak
+memory is therefore about ``jobs × (base + k × (retire_bytes + the largest report))``,
+whatever the number of reports, and N workers read N reports at once.
+
+``map_reports(function, tasks, jobs=N)`` is the one entry point: ``function`` (a
+module-level function, so that it pickles by name) is called as ``function(*task)``
+in a worker, where a task is a report path or a tuple whose first item is the report
+path; results come back in input order, so the output is the same for every ``jobs``.
+``jobs=None`` (or 0) calls ``function`` in this process, which is the reference the
+tests compare against. An error raised by ``function`` is raised here, when its task
+is reached in input order, with its own message (which names the report); warnings it
+raises are raised again here. A worker that dies (killed, out of memory, a crash in
+native code) is a ``ReportError`` naming the report it was reading. Ctrl-C stops
+every worker (they ignore SIGINT; the driver terminates them) and propagates.
+
+Workers come from the ``forkserver`` start method where the platform has it (a fresh
+worker is a fork of a small server that has already imported the reading modules, so
+retiring a worker costs milliseconds), else ``spawn``; never a plain ``fork`` of a
+process that may hold threads or a grown ``ncu_report`` heap.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ncuflow.errors import ReportError
+
+R = TypeVar("R")
+Task = Path | str | tuple[Any, ...]
+
+# Report bytes a worker reads before it is retired. The memory ncu_report keeps is
+# ~9x the bytes of the reports read; 16 MiB keeps a worker near 200 MB above its base.
+DEFAULT_RETIRE_BYTES = 16 * 2**20
+RETIRE_BYTES_ENV = "NCUFLOW_WORKER_BYTES"
+# How many results may wait for an earlier, slower report (per worker).
+WINDOW_PER_JOB = 4
+_PRELOAD = ["__main__", "ncuflow.read.extract", "ncuflow.read.pool"]
+# Set only while the forkserver starts: the report it reads once so that every worker
+# forked from it starts with ncu_report's one-time set-up done (~60 ms per worker otherwise).
+WARM_REPORT_ENV = "NCUFLOW_POOL_WARM_REPORT"
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), not the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def default_jobs() -> int:
+    return usable_cores()
+
+
+def retire_bytes_default() -> int:
+    text = os.environ.get(RETIRE_BYTES_ENV, "")
+    try:
+        return max(1, int(text)) if text else DEFAULT_RETIRE_BYTES
+    except ValueError:
+        return DEFAULT_RETIRE_BYTES
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an unexpected error in a worker, attached as the cause."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f"\n(in the worker process)\n{self.text}"
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    index: int
+    ok: bool
+    value: Any  # the result, or the exception
+    warned: tuple[tuple[str, type[Warning]], ...]
+    retired: bool
+
+
+def _as_tuple(task: Task) -> tuple[Any, ...]:
+    return task if isinstance(task, tuple) else (task,)
+
+
+def _report_of(task: Task) -> Path:
+    return Path(_as_tuple(task)[0])
+
+
+def _size(task: Task) -> int:
+    try:
+        return os.stat(_report_of(task)).st_size
+    except OSError:
+        return 0
+
+
+def _picklable(error: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:
+        return RuntimeError(f"{type(error).__name__}: {error}")
+
+
+def _run_task(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any, tuple[tuple[str, type[Warning]], ...]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            value = function(*args)
+            ok = True
+        except Exception as error:
+            value = _picklable(error)
+            value.__cause__ = None if isinstance(error, ReportError) else RemoteTraceback(traceback.format_exc())
+            ok = False
+    warned = tuple((str(w.message), w.category) for w in caught)
+    return ok, value, warned
+
+
+def _worker_main(connection: multiprocessing.connection.Connection, retire_bytes: int) -> None:
+    """A worker: run tasks until told to stop, or until it has read ``retire_bytes``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the pool on Ctrl-C
+    consumed = 0
+    while True:
+        try:
+            message = connection.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        index, cwd, function, args, size = message
+        if cwd != os.getcwd():
+            os.chdir(cwd)  # relative report paths mean what they meant to the caller
+        ok, value, warned = _run_task(function, args)
+        consumed += size
+        retired = consumed >= retire_bytes
+        try:
+            connection.send(_Outcome(index, ok, value, warned, retired))
+        except Exception as error:  # an unpicklable result
+            connection.send(_Outcome(index, False, RuntimeError(f"The result cannot be sent back: {error}"), warned, retired))
+        if retired:
+            return
+
+
+def _warm_up_from_environment() -> None:
+    """In the forkserver (only there is WARM_REPORT_ENV set): read one small report once."""
+    path = os.environ.get(WARM_REPORT_ENV)
+    if not path:
+        return
+    try:
+        from ncuflow.read.extract import read_launches
+
+        read_launches(path)
+    except Exception:  # a warm-up only: the real read reports any problem
+        pass
+
+
+def _context(preload: str, warm_report: Path | None) -> Any:
+    methods = multiprocessing.get_all_start_methods()
+    if "forkserver" in methods:
+        from multiprocessing import forkserver
+
+        context = multiprocessing.get_context("forkserver")
+        # Takes effect when the server starts (the first pool of this process).
+        context.set_forkserver_preload([*_PRELOAD, preload])
+        if warm_report is not None:
+            os.environ[WARM_REPORT_ENV] = str(Path(warm_report).resolve())
+        try:
+            forkserver.ensure_running()
+        finally:
+            os.environ.pop(WARM_REPORT_ENV, None)
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+class _Worker:
+    def __init__(self, context: Any, retire_bytes: int) -> None:
+        self.connection, child = context.Pipe()
+        self.process = context.Process(target=_worker_main, args=(child, retire_bytes), daemon=True)
+        self.process.start()
+        child.close()
+        self.task: int | None = None
+
+    def stop(self, grace: float = 1.0) -> None:
+        try:
+            if self.process.is_alive() and self.task is None:
+                self.connection.send(None)
+        except (OSError, ValueError):
+            pass
+        self.process.join(grace if self.task is None else 0)
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(grace)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.connection.close()
+
+
+def _died(report: Path, exitcode: int | None) -> ReportError:
+    how = f"was killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exited with status {exitcode}"
+    return ReportError(
+        f"The worker process reading {report} {how} before it finished.",
+        "Reports are read in worker processes; one died while reading this report: it ran out of "
+        "memory (the kernel's OOM killer sends signal 9) or ncu_report crashed on the file.",
+        "Read it alone (`ncuflow classify REPORT --jobs 1`) to see which; with less memory, "
+        f"use fewer --jobs or a smaller {RETIRE_BYTES_ENV} (bytes of reports a worker reads before it is replaced).",
+    )
+
+
+def _deliver(outcome: _Outcome) -> Any:
+    for message, category in outcome.warned:
+        warnings.warn(message, category, stacklevel=3)
+    if not outcome.ok:
+        raise outcome.value
+    return outcome.value
+
+
+def map_reports(
+    function: Callable[..., R],
+    tasks: Sequence[Task],
+    *,
+    jobs: int | None = None,
+    retire_bytes: int | None = None,
+    progress: Callable[[int, Path], None] | None = None,
+) -> Iterator[R]:
+    """``function(*task)`` for every task, in input order; in ``jobs`` worker processes.
+
+    A single task is run in this process (one report read once needs no bound), unless
+    ``retire_bytes`` is given (a caller that needs a fresh process per report).
+    ``progress(index, report)`` is called as each result is handed over.
+    """
+    if not jobs or (len(tasks) == 1 and retire_bytes is None):  # a worker would only add its start-up
+        for index, task in enumerate(tasks):
+            if progress is not None:
+                progress(index, _report_of(task))
+            yield function(*_as_tuple(task))
+        return
+    yield from _pool_map(function, list(tasks), jobs, retire_bytes or retire_bytes_default(), progress)
+
+
+def _pool_map(
+    function: Callable[..., R], tasks: list[Task], jobs: int, retire_bytes: int,
+    progress: Callable[[int, Path], None] | None,
+) -> Iterator[R]:
+    sizes = [_size(task) for task in tasks]
+    readable = [(size, index) for index, size in enumerate(sizes) if size > 0]
+    context = _context(function.__module__, _report_of(tasks[min(readable)[1]]) if readable else None)
+    slots: list[_Worker | None] = [None] * min(jobs, len(tasks))
+    window = max(1, jobs) * WINDOW_PER_JOB
+    done: dict[int, _Outcome] = {}
+    next_task = 0
+    next_yield = 0
+    try:
+        while next_yield < len(tasks):
+            while next_yield in done:
+                outcome = done.pop(next_yield)
+                if progress is not None:
+                    progress(next_yield, _report_of(tasks[next_yield]))
+                next_yield += 1
+                yield _deliver(outcome)
+            if next_yield >= len(tasks):
+                break
+            for position, worker in enumerate(slots):
+                if next_task >= len(tasks) or next_task >= next_yield + window:
+                    break
+                if worker is None:
+                    worker = slots[position] = _Worker(context, retire_bytes)
+                if worker.task is None:
+                    task = tasks[next_task]
+                    worker.connection.send((next_task, os.getcwd(), function, _as_tuple(task), sizes[next_task]))
+                    worker.task = next_task
+                    next_task += 1
+            busy = [w for w in slots if w is not None and w.task is not None]
+            if not busy:  # cannot happen while a result is owed; never wait on nothing
+                continue
+            ready = multiprocessing.connection.wait(
+                [w.connection for w in busy] + [w.process.sentinel for w in busy]
+            )
+            for worker in busy:
+                if worker.connection not in ready and worker.process.sentinel not in ready:
+                    continue
+                assert worker.task is not None
+                try:
+                    if worker.connection not in ready and not worker.connection.poll(0):
+                        raise EOFError  # the process ended and sent nothing
+                    outcome = worker.connection.recv()
+                except (EOFError, OSError):
+                    worker.process.join()
+                    raise _died(_report_of(tasks[worker.task]), worker.process.exitcode) from None
+                done[outcome.index] = outcome
+                worker.task = None
+                if outcome.retired:
+                    worker.stop()
+                    slots[slots.index(worker)] = None
+    finally:
+        for worker in slots:
+            if worker is not None:
+                worker.stop()
+
+
+def read_launches_of(
+    reports: Sequence[Path], *, jobs: int | None = None, progress: Callable[[int, Path], None] | None = None
+) -> Iterator[tuple[Path, tuple[Any, ...]]]:
+    """(report, its launches) for every report, in input order, read in ``jobs`` workers.
+
+    The common case of ``map_reports`` (classify, compare, passes): a report that cannot
+    be read raises its ``ReportError`` when it is reached.
+    """
+    from ncuflow.read.extract import read_launches
+
+    yield from zip(reports, map_reports(read_launches, list(reports), jobs=jobs, progress=progress), strict=True)
+
+
+def resolve_jobs(jobs: int | None) -> int | None:
+    """A ``--jobs`` value as ``map_reports`` takes it: None -> the usable cores, 0 -> this process."""
+    if jobs is None:
+        return default_jobs()
+    return jobs or None
+
+
+_warm_up_from_environment()

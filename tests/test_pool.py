@@ -1,0 +1,153 @@
+"""Reading in worker processes: same results as one process, in input order, bounded per worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from ncuflow.cli import cli
+from ncuflow.errors import ReportError
+from ncuflow.output.export import export_reports
+from ncuflow.read.pool import RETIRE_BYTES_ENV, map_reports, read_launches_of, usable_cores
+from ncuflow.read.reportfile import find_reports
+from ncuflow.read.runs import load_paths
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = REPO / "profiles" / "reference" / "h200"
+
+
+def pid_and_size(report: Path) -> tuple[int, int]:
+    return os.getpid(), report.stat().st_size
+
+
+def die(report: Path) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_usable_cores_follow_the_affinity() -> None:
+    assert usable_cores() == len(os.sched_getaffinity(0))
+
+
+def test_classify_json_is_identical_with_and_without_workers(corpus_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RETIRE_BYTES_ENV, str(4 * 2**20))  # several workers retire on the way
+    runner = CliRunner()
+    alone = runner.invoke(cli, ["classify", str(corpus_dir), "--json", "--jobs", "0"])
+    pooled = runner.invoke(cli, ["classify", str(corpus_dir), "--json", "--jobs", "2"])
+    assert alone.exit_code == 0 and pooled.exit_code == 0, pooled.output
+    rows = json.loads(pooled.output)
+    assert rows == json.loads(alone.output)
+    reports = [str(r) for r in find_reports([corpus_dir])]
+    assert list(dict.fromkeys(r["report"] for r in rows)) == reports  # input order
+
+
+def test_export_is_identical_for_every_jobs(corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reports = find_reports([corpus_dir])
+    reference = export_reports(reports, tmp_path / "alone.parquet", jobs=None)
+    assert reference.launch_count == 469
+    monkeypatch.setenv(RETIRE_BYTES_ENV, str(4 * 2**20))  # workers retire on the way
+    results = {jobs: export_reports(reports, tmp_path / f"jobs{jobs}.parquet", metrics_long=True, jobs=jobs)
+               for jobs in (1, 2)}
+    for jobs, result in results.items():
+        assert result.launch_count == reference.launch_count
+        assert pl.read_parquet(tmp_path / f"jobs{jobs}.parquet").equals(pl.read_parquet(tmp_path / "alone.parquet"))
+    assert results[1].metric_rows == results[2].metric_rows and (results[1].metric_rows or 0) > 100_000
+    assert pl.read_parquet(tmp_path / "jobs1.metrics.parquet").equals(pl.read_parquet(tmp_path / "jobs2.metrics.parquet"))
+
+
+def test_the_long_table_carries_each_reports_own_units(corpus_dir: Path, tmp_path: Path) -> None:
+    """ncu_report returns, per process, the unit it first saw for a metric name: read after
+    other reports, Alconno's breakdown metrics come out in "byte" instead of its own "%"."""
+    target = corpus_dir / "Alconno__cuda_ai_cpp__profile_report.ncu-rep"
+    before = find_reports([corpus_dir])[:2]
+    for reports in ([target], [*before, target]):
+        export_reports(reports, tmp_path / "x.parquet", metrics_long=True, jobs=1)
+        frame = pl.read_parquet(tmp_path / "x.metrics.parquet").filter(
+            (pl.col("report") == str(target))
+            & (pl.col("name") == "breakdown:gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"))
+        assert frame.height > 0 and set(frame["unit"]) == {"%"}
+
+
+def test_a_store_loads_the_same_in_workers() -> None:
+    alone = load_paths([REFERENCE], jobs=None)
+    pooled = load_paths([REFERENCE], jobs=2)
+    assert len(alone.runs) == 49
+    assert pooled == alone
+
+
+def test_workers_retire_after_their_budget_and_results_keep_input_order(corpus_dir: Path) -> None:
+    reports = find_reports([corpus_dir])
+    budget = 8 * 2**20
+    results = list(map_reports(pid_and_size, reports, jobs=2, retire_bytes=budget))
+    assert [size for _, size in results] == [r.stat().st_size for r in reports]
+    read_by: dict[int, list[int]] = {}
+    for pid, size in results:
+        read_by.setdefault(pid, []).append(size)
+    assert len(read_by) >= sum(r.stat().st_size for r in reports) // budget
+    # a worker stops taking reports once it has read its budget: only the last may cross it
+    assert all(sum(sizes[:-1]) < budget for sizes in read_by.values())
+    assert os.getpid() not in read_by
+
+
+def test_an_unreadable_report_is_named_as_in_one_process(corpus_dir: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "garbage.ncu-rep"
+    bad.write_bytes(b"this is not a report" * 10)
+    reports = [*find_reports([corpus_dir])[:3], bad]
+    with pytest.raises(ReportError) as alone:
+        list(read_launches_of(reports, jobs=None))
+    with pytest.raises(ReportError) as pooled:
+        list(read_launches_of(reports, jobs=2))
+    assert str(pooled.value) == str(alone.value) and str(bad) in str(pooled.value)
+
+
+def test_a_worker_that_dies_is_an_error_naming_its_report(corpus_dir: Path) -> None:
+    reports = find_reports([corpus_dir])[:2]
+    with pytest.raises(ReportError, match="killed by signal 9") as caught:
+        list(map_reports(die, reports, jobs=1))
+    assert str(reports[0]) in str(caught.value)
+
+
+def _tree(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, stack = set(), [pid]
+    while stack:
+        current = stack.pop()
+        found.add(current)
+        stack.extend(children.get(current, []))
+    return found
+
+
+def test_ctrl_c_stops_the_pool_and_its_workers(corpus_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "out.parquet"
+    reports = [str(r) for r in find_reports([corpus_dir])] * 10
+    proc = subprocess.Popen([sys.executable, "-m", "ncuflow", "export", *reports, "-o", str(output), "--jobs", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    deadline = time.monotonic() + 60
+    workers: set[int] = set()
+    while time.monotonic() < deadline and len(workers) < 3:  # the forkserver and two workers
+        workers = _tree(proc.pid) - {proc.pid}
+        time.sleep(0.05)
+    assert len(workers) >= 3, "the pool never started"
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out
+    assert "Traceback" not in out
+    time.sleep(0.5)
+    assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()
+                and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]]
+    assert not output.exists() and not list(tmp_path.glob(".ncuflow-tmp-*"))
