@@ -14,8 +14,13 @@ from typing import Any
 import click
 
 from ncuflow.analyze.stability import GroupStability, Tolerances
-from ncuflow.cli.options import threshold_option, timeout_option, tolerance_options, tolerances_from
-from ncuflow.cli.read_cmds import jobs_option
+from ncuflow.cli.options import (
+    jobs_option,
+    threshold_option,
+    timeout_option,
+    tolerance_options,
+    tolerances_from,
+)
 from ncuflow.errors import UsageError
 from ncuflow.profile.ncu import CLOCK_CONTROLS
 from ncuflow.read.pool import resolve_jobs

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from ncuflow.cli.options import threshold_option, tolerance_options, tolerances_from
+from ncuflow.cli.options import jobs_option, threshold_option, tolerance_options, tolerances_from
 
 
 @click.command("compare")
@@ -19,10 +19,11 @@ from ncuflow.cli.options import threshold_option, tolerance_options, tolerances_
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as one JSON object.")
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the tables as Markdown to this file.")
+@jobs_option
 def compare_command(
     base: Path, new: Path, threshold: float, tol_exact: float, tol_near_exact: float, tol_bytes: float,
     tol_rate: float, tol_time: float, field_tols: tuple[str, ...], kernel: str | None, as_json: bool,
-    markdown_path: Path | None,
+    markdown_path: Path | None, jobs: int | None,
 ) -> None:
     """Compare the kernels of BASE and NEW (reports, run folders or stores).
 
@@ -40,11 +41,12 @@ def compare_command(
     from ncuflow.analyze.compare import compare_loaded, comparison_document
     from ncuflow.analyze.fields import FIELD_TABLE
     from ncuflow.output.markdown import compare_markdown
+    from ncuflow.read.pool import resolve_jobs
     from ncuflow.read.runs import load_paths
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
-    loaded_base = load_paths([base], kernel=kernel)
-    loaded_new = load_paths([new], kernel=kernel)
+    loaded_base = load_paths([base], kernel=kernel, jobs=resolve_jobs(jobs))
+    loaded_new = load_paths([new], kernel=kernel, jobs=resolve_jobs(jobs))
     for note in (*loaded_base.notes, *loaded_new.notes):
         click.echo(f"ncuflow: note: {note}", err=True)
     comparison = compare_loaded(loaded_base, loaded_new, base_label=str(base), new_label=str(new),

@@ -12,7 +12,7 @@ from ncuflow.analyze.classify import DEFAULT_THRESHOLD
 from ncuflow.analyze.fields import CLASS_TOLERANCES, STABILITY_FIELDS, Tolerances
 from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.errors import UsageError
-from ncuflow.profile.plan import DEFAULT_TIMEOUT_S
+from ncuflow.profile import DEFAULT_TIMEOUT_S
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,3 +76,15 @@ def tolerances_from(tol_exact: float, tol_bytes: float, tol_rate: float, tol_tim
     base = Tolerances(exact=tol_exact / 100.0, near_exact=tol_near_exact / 100.0, bytes=tol_bytes / 100.0,
                       rate=tol_rate / 100.0, time=tol_time / 100.0)
     return base.with_overrides(overrides) if overrides else base
+
+
+def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--jobs N``: reports are read in N worker processes (see ``ncuflow.read.pool``)."""
+    return click.option(
+        "--jobs", "-j",
+        type=click.IntRange(min=0),
+        default=None,
+        help="Read reports in N worker processes [default: the usable cores]. Each worker is replaced "
+             "after reading 16 MiB of reports, so memory does not grow with their number; "
+             "0 reads in this process.",
+    )(function)

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from ncuflow.cli.options import jobs_option
 from ncuflow.errors import UsageError
 
 
@@ -64,14 +65,16 @@ def _print_collection(result: dict[str, Any]) -> None:
     click.echo(f"# Perfworks: {result['library']}")
 
 
-def _report_rows(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
+def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[str, Any]]:
     from ncuflow.profile import passes, perfworks
+    from ncuflow.read.pool import map_reports, resolve_jobs
     from ncuflow.read.reportfile import find_reports
 
     library = perfworks.load()
     rows: list[dict[str, Any]] = []
-    for report in find_reports(paths):
-        info = passes.read_report_collection(report)
+    reports = find_reports(paths)
+    collected = map_reports(passes.read_report_collection, [(report,) for report in reports], jobs=resolve_jobs(jobs))
+    for report, info in zip(reports, collected, strict=True):
         row: dict[str, Any] = {
             "report": str(report), "device": info.device, "chip": info.chip,
             "ncu_version": info.ncu_version, "recorded_passes": info.recorded_passes,
@@ -108,8 +111,9 @@ def _report_rows(paths: tuple[Path, ...]) -> list[dict[str, Any]]:
 @click.option("--metrics", "metrics", multiple=True, help="A metric list (comma-separated) instead of a collection.")
 @click.option("--list-chips", is_flag=True, help="List the chips the Perfworks library knows and stop.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (an object for --chip, an array for reports).")
+@jobs_option
 def passes_command(reports: tuple[Path, ...], chip: str | None, collection: str, metrics: tuple[str, ...],
-                   list_chips: bool, as_json: bool) -> None:
+                   list_chips: bool, as_json: bool, jobs: int | None) -> None:
     """Replay passes a collection costs on a chip, predicted offline with NVIDIA's Perfworks;
     or, for REPORTS, the passes predicted for the metrics each holds beside the ones ncu recorded.
 
@@ -128,7 +132,7 @@ def passes_command(reports: tuple[Path, ...], chip: str | None, collection: str,
         if chip or metrics:
             raise UsageError("--chip and --metrics describe a planned collection; reports carry their own.",
                              "", "Drop REPORTS to plan a collection, or drop --chip/--metrics to read reports.")
-        rows = _report_rows(reports)
+        rows = _report_rows(reports, jobs)
         if as_json:
             click.echo(json.dumps(rows, indent=1))
             return

@@ -12,23 +12,11 @@ from pathlib import Path
 import click
 
 from ncuflow.analyze.classify import classify
-from ncuflow.cli.options import threshold_option
+from ncuflow.cli.options import jobs_option, threshold_option
 from ncuflow.read.pool import read_launches_of, resolve_jobs
 from ncuflow.read.reportfile import find_reports
 
 _threshold_option = threshold_option()
-
-
-def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
-    """``--jobs N``: reports are read in N worker processes (see ``ncuflow.read.pool``)."""
-    return click.option(
-        "--jobs", "-j",
-        type=click.IntRange(min=0),
-        default=None,
-        help="Read reports in N worker processes [default: the usable cores]. Each worker is replaced "
-             "after reading 16 MiB of reports, so memory does not grow with their number; "
-             "0 reads in this process.",
-    )(function)
 
 
 @contextmanager

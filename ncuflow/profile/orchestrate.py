@@ -29,6 +29,7 @@ from typing import Any
 from ncuflow import store
 from ncuflow.errors import NcuflowError, ReportError, UsageError
 from ncuflow.files import is_disk_full, os_error
+from ncuflow.profile import DEFAULT_TIMEOUT_S
 from ncuflow.profile.facts import nvidia_smi_facts, package_version
 from ncuflow.profile.ncu import NcuOptions, describe_filters, find_ncu, ncu_version
 from ncuflow.profile.ncu_errors import (
@@ -39,7 +40,6 @@ from ncuflow.profile.ncu_errors import (
     error_from_log,
 )
 from ncuflow.profile.plan import (
-    DEFAULT_TIMEOUT_S,
     ProfilePlan,
     SpecLike,
     plan_cell,

@@ -21,9 +21,6 @@ from ncuflow.profile.ncu import (
     nvtx_include_for_range,
 )
 
-DEFAULT_TIMEOUT_S = 900.0  # seconds; replay of a full set can take minutes
-
-
 REPRESENTATION_FILE = "representation.json"
 
 

@@ -38,6 +38,7 @@ from typing import Any
 from ncuflow import store
 from ncuflow.errors import NcuflowError, UsageError
 from ncuflow.files import os_error
+from ncuflow.profile import DEFAULT_TIMEOUT_S
 from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
@@ -53,7 +54,6 @@ from ncuflow.profile.ncu_errors import (
     NcuNotFound,
     ProfileInterrupted,
 )
-from ncuflow.profile.plan import DEFAULT_TIMEOUT_S
 from ncuflow.store import lock as point_lock
 from ncuflow.store.manifest import axes_json
 
