@@ -123,6 +123,7 @@ def test_a_ray_sweep_survives_a_killed_worker_and_resumes(tmp_path: Path, fake_e
     assert sorted(r.content_key for r in runs) == sorted(p.content_key for p in plan.points)  # each point once
     assert list(root.rglob(".tmp-*")) == [] and list(root.rglob(".failed-*")) == []
     assert {r.manifest["cuda_visible_devices"] for r in runs} <= {"0", "1"}
+    assert all(r.manifest.sweep_axes for r in runs)  # explain reads the swept axes from Ray runs too
     assert _profile_calls(tmp_path / "calls.jsonl") >= 13, out  # the killed task was run again
     assert "12 profiled" in out
 

@@ -45,7 +45,8 @@ from ncuflow.profile.sweep import (
     ENVIRONMENT_ERRORS,
     SweepOutcome,
     SweepPlan,
-    point_status,
+    start_sweep,
+    sweep_manifest_extra,
     sweep_progress,
 )
 
@@ -197,15 +198,7 @@ def run_sweep_on_ray(
     from rich.console import Console
 
     console = console or Console()
-    outcome = SweepOutcome()
-    statuses = point_status(plan, store_root)
-    todo = [s for s in statuses if s.needed > 0]
-    outcome.skipped_points = len(statuses) - len(todo)
-    total = sum(s.needed for s in todo)
-    console.print(
-        f"sweep {plan.name}: {len(statuses)} points × {plan.replicas} replicas; "
-        f"{outcome.skipped_points} points already complete, {total} profiles to run"
-    )
+    outcome, todo, total = start_sweep(plan, store_root, console)
     if total == 0:
         return outcome
     ray = import_ray()
@@ -223,8 +216,7 @@ def run_sweep_on_ray(
         remote = ray.remote(num_gpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(profile_point_task)
         for status in todo:
             for replica in range(status.done, plan.replicas):
-                extra = {"replica": replica, "sweep": plan.name,
-                         "sweep_file": str(plan.source) if plan.source else None}
+                extra = sweep_manifest_extra(plan, replica)
                 ref = remote.remote(status.point.spec, plan.options, cells_dir, timeout or plan.timeout, ncu, extra)
                 pending[ref] = status.point
         failed_points: set[str] = set()

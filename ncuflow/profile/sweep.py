@@ -347,6 +347,33 @@ def sweep_progress(console: Any, show_progress: bool) -> Any:
     )
 
 
+def sweep_manifest_extra(plan: SweepPlan, replica: int) -> dict[str, Any]:
+    """What a sweep adds to each run's manifest, locally or on Ray: replica, sweep, file, axes."""
+    return {"replica": replica, "sweep": plan.name,
+            "sweep_file": str(plan.source) if plan.source else None,
+            "sweep_axes": axes_json(plan.axes)}
+
+
+def start_sweep(plan: SweepPlan, store_root: Path, console: Any) -> tuple[SweepOutcome, list[PointStatus], int]:
+    """Before profiling, locally or on Ray: move the cell's damaged runs aside, count what is
+    missing per point, and say so. Returns (the outcome to fill, points to run, profiles to run)."""
+    from ncuflow.store.check import move_aside_damaged
+
+    for damaged, target in move_aside_damaged(store_root, plan.cell):
+        console.print(f"[yellow]moved a damaged run aside[/yellow] ({damaged.problem}): {damaged.path} -> {target.name}; "
+                      "its point is profiled again")
+    outcome = SweepOutcome()
+    statuses = point_status(plan, store_root)
+    todo = [s for s in statuses if s.needed > 0]
+    outcome.skipped_points = len(statuses) - len(todo)
+    total = sum(s.needed for s in todo)
+    console.print(
+        f"sweep {plan.name}: {len(statuses)} points × {plan.replicas} replicas; "
+        f"{outcome.skipped_points} points already complete, {total} profiles to run"
+    )
+    return outcome, todo, total
+
+
 def run_sweep(
     plan: SweepPlan,
     store_root: Path,
@@ -371,20 +398,7 @@ def run_sweep(
 
     run_one = profile or profile_cell
     console = console or Console()
-    outcome = SweepOutcome()
-    from ncuflow.store.check import move_aside_damaged
-
-    for damaged, target in move_aside_damaged(store_root, plan.cell):
-        console.print(f"[yellow]moved a damaged run aside[/yellow] ({damaged.problem}): {damaged.path} -> {target.name}; "
-                      "its point is profiled again")
-    statuses = point_status(plan, store_root)
-    todo = [s for s in statuses if s.needed > 0]
-    outcome.skipped_points = len(statuses) - len(todo)
-    total = sum(s.needed for s in todo)
-    console.print(
-        f"sweep {plan.name}: {len(statuses)} points × {plan.replicas} replicas; "
-        f"{outcome.skipped_points} points already complete, {total} profiles to run"
-    )
+    outcome, todo, total = start_sweep(plan, store_root, console)
     if total == 0:
         return outcome
     progress = sweep_progress(console, show_progress)
@@ -402,9 +416,7 @@ def run_sweep(
                     record = run_one(
                         status.point.spec, plan.options, store_root, cells_dir=cells_dir,
                         timeout=timeout or plan.timeout, ncu=ncu,
-                        manifest_extra={"replica": replica, "sweep": plan.name,
-                                        "sweep_file": str(plan.source) if plan.source else None,
-                                        "sweep_axes": axes_json(plan.axes)},
+                        manifest_extra=sweep_manifest_extra(plan, replica),
                     )
                 except ProfileInterrupted:
                     raise
