@@ -102,16 +102,8 @@ def temporary_beside(target: Path) -> Path:
     return target.with_name(f"{TMP_MARK}{os.getpid()}-{target.name}")
 
 
-def _fsync_file(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def fsync_dir(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a folder's entries to disk (best effort: errors are ignored)."""
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -156,7 +148,7 @@ def atomic_paths(targets: Sequence[Path], *, make_parents: bool = True) -> Itera
                 final.parent.mkdir(parents=True, exist_ok=True)
         yield temporaries
         for temporary in temporaries:
-            _fsync_file(temporary)
+            fsync_path(temporary)
         if len(finals) > 1:
             for final in finals:
                 if final.is_file():
@@ -172,7 +164,7 @@ def atomic_paths(targets: Sequence[Path], *, make_parents: bool = True) -> Itera
             os.replace(temporary, final)
             replaced.append(final)
         for folder in dict.fromkeys(f.parent for f in finals):
-            fsync_dir(folder)
+            fsync_path(folder)
     except BaseException as error:
         previous = dict(backups)
         for final in replaced:

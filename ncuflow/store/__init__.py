@@ -34,7 +34,7 @@ from typing import Any
 
 from ncuflow import __version__
 from ncuflow.errors import NcuflowError
-from ncuflow.files import OutputError, atomic_write_text, fsync_dir, os_error, pid_alive
+from ncuflow.files import OutputError, atomic_write_text, fsync_path, os_error, pid_alive
 from ncuflow.store.manifest import (
     MANIFEST_FIELDS,
     MANIFEST_NAME,
@@ -178,10 +178,6 @@ def _write_json_durably(path: Path, data: Mapping[str, Any]) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def _fsync_dir(path: Path) -> None:
-    fsync_dir(path)
-
-
 # ---------------------------------------------------------------------------- writing
 
 
@@ -260,13 +256,13 @@ def finish_run(pending: PendingRun, manifest: Mapping[str, Any]) -> RunRecord:
         if not pending.log_path.exists():
             pending.log_path.touch()
         _write_json_durably(pending.manifest_path, typed.to_json())
-        _fsync_dir(pending.tmp_path)
+        fsync_path(pending.tmp_path)
         os.rename(pending.tmp_path, pending.final_path)
     except OutputError as error:
         raise StoreError(error.what, error.why, error.fix) from None
     except OSError as error:
         raise _store_os_error(error, pending.final_path, "store the run") from None
-    _fsync_dir(pending.final_path.parent)
+    fsync_path(pending.final_path.parent)
     return RunRecord(
         path=pending.final_path,
         manifest=typed,
