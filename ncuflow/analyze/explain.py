@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Literal
 
 from ncuflow.analyze.change import DEFAULT_RULES, FieldChange, NoiseRules, compare_field
@@ -58,41 +59,6 @@ EXPLAIN_FIELDS: tuple[str, ...] = ("duration_ns", *WORK_FIELDS)
 
 # ---------------------------------------------------------------------------
 # one value against the baseline
-
-
-@dataclass(frozen=True)
-class ValueExplanation:
-    param: str
-    value: object
-    baseline_value: object
-    verdict: VerdictCode
-    work: Condition
-    time: Condition
-    fields: tuple[FieldChange, ...]
-    baseline_model: PointModel
-    value_model: PointModel
-    deltas: str  # the evidence line
-    reasons: tuple[str, ...]  # why ambiguous, and caveats
-    lean: VerdictCode | None  # for ambiguous: what a tolerance-only reading would say
-    launches: tuple[int, int]  # (baseline, value)
-    runs: tuple[int, int]
-
-    @property
-    def verdict_text(self) -> str:
-        text = VERDICT_TEXT[self.verdict]
-        if self.verdict == "ambiguous" and self.lean is not None and self.lean != "ambiguous":
-            text += f" (leans: {VERDICT_TEXT[self.lean]})"
-        return text
-
-    def field(self, name: str) -> FieldChange:
-        for item in self.fields:
-            if item.field == name:
-                return item
-        raise KeyError(name)
-
-    @property
-    def changed_work(self) -> tuple[FieldChange, ...]:
-        return tuple(f for f in self.fields if f.field in WORK_FIELDS and f.state == "changed")
 
 
 def _work_condition(fields: Sequence[FieldChange]) -> tuple[Condition, list[str]]:
@@ -225,6 +191,34 @@ class Judgement:
     reasons: tuple[str, ...]
     lean: VerdictCode | None
 
+    @property
+    def verdict_text(self) -> str:
+        text = VERDICT_TEXT[self.verdict]
+        if self.verdict == "ambiguous" and self.lean is not None and self.lean != "ambiguous":
+            text += f" (leans: {VERDICT_TEXT[self.lean]})"
+        return text
+
+    def field(self, name: str) -> FieldChange:
+        for item in self.fields:
+            if item.field == name:
+                return item
+        raise KeyError(name)
+
+    @property
+    def changed_work(self) -> tuple[FieldChange, ...]:
+        return tuple(f for f in self.fields if f.field in WORK_FIELDS and f.state == "changed")
+
+
+@dataclass(frozen=True)
+class ValueExplanation(Judgement):
+    """One parameter value judged against the baseline value."""
+
+    param: str
+    value: object
+    baseline_value: object
+    launches: tuple[int, int]  # (baseline, value)
+    runs: tuple[int, int]
+
 
 def judge(
     baseline: Point,
@@ -296,18 +290,10 @@ def explain_value(
     judged = judge(baseline, other, tolerances=tolerances, rules=rules, threshold=threshold, fields=fields,
                    one_difference="the parameter")
     return ValueExplanation(
+        **{f.name: getattr(judged, f.name) for f in dataclass_fields(Judgement)},
         param=param,
         value=other.param(param),
         baseline_value=baseline.param(param),
-        verdict=judged.verdict,
-        work=judged.work,
-        time=judged.time,
-        fields=judged.fields,
-        baseline_model=judged.baseline_model,
-        value_model=judged.value_model,
-        deltas=judged.deltas,
-        reasons=judged.reasons,
-        lean=judged.lean,
         launches=(len(baseline.launches), len(other.launches)),
         runs=(baseline.runs, other.runs),
     )
