@@ -16,7 +16,7 @@ from ncuflow.profile import passes, perfworks
 from ncuflow.read.metrics import decisive_metric_names, field_metric_names
 
 
-def _library() -> perfworks.Perfworks:
+def perfworks_or_skip() -> perfworks.Perfworks:
     try:
         return perfworks.load()
     except perfworks.PerfworksUnavailable as error:
@@ -25,7 +25,7 @@ def _library() -> perfworks.Perfworks:
 
 @pytest.fixture(scope="module")
 def gh100() -> Iterator[perfworks.ChipEvaluator]:
-    with _library().evaluator("gh100") as evaluator:
+    with perfworks_or_skip().evaluator("gh100") as evaluator:
         yield evaluator
 
 
@@ -40,7 +40,7 @@ def _recorded_in_sources(corpus_dir: Path) -> dict[str, int]:
 
 
 def test_the_library_lists_and_evaluates_the_main_chips() -> None:
-    library = _library()
+    library = perfworks_or_skip()
     assert {"GH100", "GA100", "TU102", "AD102"} <= set(library.chips())
     for chip in ("gh100", "ga100", "tu104", "ad102"):
         with library.evaluator(chip) as evaluator:
@@ -120,7 +120,7 @@ def test_no_perfworks_is_one_paragraph_naming_the_wheel(monkeypatch: pytest.Monk
 
 
 def test_an_unknown_chip_is_named(gh100: perfworks.ChipEvaluator) -> None:
-    with pytest.raises(perfworks.UnsupportedChip, match="xx100"), _library().evaluator("xx100"):
+    with pytest.raises(perfworks.UnsupportedChip, match="xx100"), perfworks_or_skip().evaluator("xx100"):
         pass
 
 
@@ -128,7 +128,7 @@ def test_an_unknown_chip_is_named(gh100: perfworks.ChipEvaluator) -> None:
 
 
 def test_passes_chip_json_has_the_keys_of_the_issue() -> None:
-    _library()
+    perfworks_or_skip()
     result = CliRunner().invoke(cli, ["passes", "--chip", "gh100", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
@@ -140,7 +140,7 @@ def test_passes_chip_json_has_the_keys_of_the_issue() -> None:
 
 
 def test_passes_metrics_list_names_what_the_chip_lacks() -> None:
-    _library()
+    perfworks_or_skip()
     result = CliRunner().invoke(cli, ["passes", "--chip", "gb202", "--metrics",
                                       "dram__bytes_read.sum,fbpa__dram_read_bytes.sum,launch__grid_size"])
     assert result.exit_code == 0, result.output
@@ -149,7 +149,7 @@ def test_passes_metrics_list_names_what_the_chip_lacks() -> None:
 
 
 def test_passes_reports_json_gives_predicted_beside_recorded(corpus_dir: Path) -> None:
-    _library()
+    perfworks_or_skip()
     recorded = _recorded_in_sources(corpus_dir)
     names = ["bobschreiner__NuKEXC__profile.ncu-rep", "jestes15__EE384_FinalProject__profile_output.ncu-rep"]
     result = CliRunner().invoke(cli, ["passes", "--json", *(str(corpus_dir / n) for n in names)])
@@ -189,7 +189,7 @@ def test_the_profiling_additions_never_import_polars(module: str) -> None:
 
 
 def test_profile_dry_run_predicts_passes_and_drops_what_the_chip_lacks() -> None:
-    _library()
+    perfworks_or_skip()
     result = CliRunner().invoke(cli, ["profile", "--dry-run", "--chip", "gb202", "--", "/bin/true"])
     assert result.exit_code == 0, result.output
     assert "predicted passes on gb202" in result.output
@@ -203,7 +203,7 @@ def test_profile_dry_run_predicts_passes_and_drops_what_the_chip_lacks() -> None
 
 
 def test_profile_keeps_the_users_own_unknown_names() -> None:
-    _library()
+    perfworks_or_skip()
     from ncuflow.profile.ncu import NcuOptions
     from ncuflow.profile.precheck import check_passes, metric_list
 

@@ -11,23 +11,17 @@ from pathlib import Path
 import pytest
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, classify
-from ncuflow.profile import asif, passes, perfworks
+from ncuflow.profile import asif, passes
 from ncuflow.read.extract import iter_launches
 from ncuflow.read.metrics import decisive_metric_names
 from ncuflow.read.reportfile import find_reports
-
-
-def _library() -> perfworks.Perfworks:
-    try:
-        return perfworks.load()
-    except perfworks.PerfworksUnavailable as error:
-        pytest.skip(f"Perfworks is not installed (pip install 'ncuflow[passes]'): {error.what}")
+from tests.test_passes import perfworks_or_skip
 
 
 @pytest.fixture(scope="module")
 def surveyed(corpus_dir: Path) -> list[tuple[passes.ReportCollection, passes.PassPrediction | None, bool]]:
     """Every corpus report: what it collected, the prediction for it, and whether it is a full set."""
-    library = _library()
+    library = perfworks_or_skip()
     tiers = (*decisive_metric_names(1), *decisive_metric_names(2))
     rows: list[tuple[passes.ReportCollection, passes.PassPrediction | None, bool]] = []
     for path in find_reports([corpus_dir]):
