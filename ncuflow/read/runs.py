@@ -230,15 +230,15 @@ def load_paths(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | 
     plain: list[Path] = []
     sources: set[str] = set()
     for path in paths:
-        roots = [path] if run_folders(path) else store_roots(path)
-        if roots:
-            for root in roots:
-                loaded = load_store(root, kernel=kernel, jobs=jobs)
-                sources.add("store")
-                runs += loaded.runs
-                notes += loaded.notes
-        else:
+        direct = run_folders(path)  # a run or point folder, read (and its damage named) once
+        stores = ([load_records(direct, kernel=kernel, jobs=jobs)] if direct
+                  else [load_store(root, kernel=kernel, jobs=jobs) for root in store_roots(path)])
+        if not stores:
             plain.append(path)
+        for loaded in stores:
+            sources.add("store")
+            runs += loaded.runs
+            notes += loaded.notes
     if plain:
         loaded = load_reports(plain, kernel=kernel, jobs=jobs)
         sources.add("reports")
