@@ -133,3 +133,28 @@ def test_ncu_report_is_looked_for_next_to_the_ncu_install(tmp_path: Path, monkey
     assert ncu_install_python_dirs()[0] == install / "extras" / "python"
     monkeypatch.setenv("NCU", str(tmp_path / "elsewhere" / "ncu"))
     assert install / "extras" / "python" not in ncu_install_python_dirs()
+
+
+def test_direct_swig_calls_read_exactly_what_the_public_methods_read(corpus_dir: Path) -> None:
+    """Extraction calls ncu_report's SWIG functions directly (for speed): the launches of
+    every corpus report must equal those read through the module's public methods, and
+    the breakdown and NVIDIA's rule title must come out (not silently empty)."""
+    from ncuflow.read.extract import launch_from_action, metric_calls
+    from ncuflow.read.reportfile import iter_actions, load_context
+
+    swig, public = metric_calls(ncu_report), metric_calls(ncu_report, use_swig=False)
+    assert swig.metric_by_name is not public.metric_by_name  # the fast path is really taken here
+    compared = with_breakdown = with_rule = 0
+    for report in find_reports([corpus_dir]):
+        context = load_context(report)
+        for range_index, action_index, action in iter_actions(report, context):
+            fast, slow = (
+                launch_from_action(action, report=str(report), range_index=range_index, action_index=action_index,
+                                   ncu_version=None, ncu_report=ncu_report, calls=calls)
+                for calls in (swig, public)
+            )
+            assert fast == slow
+            compared += 1
+            with_breakdown += bool(fast.breakdown)
+            with_rule += fast.nvidia_sol is not None
+    assert compared > 400 and with_breakdown > 200 and with_rule > 50, (compared, with_breakdown, with_rule)

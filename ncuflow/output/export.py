@@ -11,7 +11,6 @@ gets the run's identity: cell, params, content key, run id.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import uuid
 import warnings
@@ -23,7 +22,7 @@ from typing import Any
 import polars as pl
 
 from ncuflow import __version__
-from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES, Verdict, classify
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
 from ncuflow.errors import NcuflowError
 from ncuflow.files import (
     TMP_MARK,
@@ -35,11 +34,10 @@ from ncuflow.files import (
     parquet_table_recogniser,
     remove_temporaries,
 )
-from ncuflow.read.extract import RawMetric, iter_launches, iter_launches_with_metrics
-from ncuflow.read.launch import Launch
+from ncuflow.output.launch_rows import export_one_report
+from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
 from ncuflow.read.metrics import FIELDS
-from ncuflow.store import DamagedRun, DamagedRunWarning
-from ncuflow.store.manifest import MANIFEST_NAME, ManifestError, read_manifest
+from ncuflow.store import DamagedRunWarning
 
 SCHEMA_VERSION = "1"
 METADATA_KEY = "ncuflow.schema_version"
@@ -88,86 +86,7 @@ def launches_schema() -> dict[str, Any]:
     return schema
 
 
-METRICS_SCHEMA: dict[str, Any] = {
-    "report": pl.String,
-    "range": pl.Int32,
-    "action": pl.Int32,
-    "name": pl.String,
-    "value": pl.Float64,
-    "string_value": pl.String,
-    "unit": pl.String,
-}
 
-
-@dataclass(frozen=True)
-class RunIdentity:
-    cell: str | None
-    params_json: str | None
-    content_key: str | None
-    run_id: str | None
-
-
-_NO_RUN = RunIdentity(None, None, None, None)
-
-
-def run_identity(report: Path) -> RunIdentity:
-    """The store run a report belongs to, from the manifest.json beside it (if any).
-
-    Raises ``ManifestError`` (naming the file and the field) when that manifest does not
-    validate: a row is never written with an identity that was guessed or left out.
-    """
-    manifest_path = report.parent / MANIFEST_NAME
-    if not manifest_path.exists():
-        return _NO_RUN
-    manifest = read_manifest(manifest_path)
-    return RunIdentity(
-        cell=manifest.cell,
-        params_json=json.dumps(dict(manifest.params), sort_keys=True),
-        content_key=manifest.content_key,
-        run_id=manifest.run_id,
-    )
-
-
-def launch_record(launch: Launch, verdict: Verdict, identity: RunIdentity = _NO_RUN) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "report": launch.report,
-        "report_name": Path(launch.report).name,
-        "range": launch.range_index,
-        "action": launch.action_index,
-        "kernel_function": launch.kernel.function,
-        "kernel_demangled": launch.kernel.demangled,
-        "kernel_mangled": launch.kernel.mangled,
-        "nvtx": list(launch.nvtx),
-        "device": launch.device.name,
-        "compute_capability": launch.device.compute_capability,
-        "sm_count": launch.device.sm_count,
-        "ncu_version": launch.ncu_version,
-        "cell": identity.cell,
-        "params_json": identity.params_json,
-        "content_key": identity.content_key,
-        "run_id": identity.run_id,
-    }
-    for field in FIELDS:
-        record[field.name] = launch.value(field.name)
-    for field in FIELDS:
-        record[f"src_{field.name}"] = launch.provenance.get(field.name)
-    for term in verdict.terms:
-        record[f"u_{term.name}"] = term.utilization
-    for term in verdict.terms:
-        record[f"src_u_{term.name}"] = term.source if term.available else f"unavailable: {term.unavailable}"
-    nvidia = verdict.nvidia
-    record.update(
-        {
-            "bound": verdict.bound,
-            "threshold": verdict.threshold,
-            "nvidia_sol": launch.nvidia_sol,
-            "nvidia_category": nvidia.category if nvidia else None,
-            "nvidia_agrees": nvidia.agrees if nvidia else None,
-            "nvidia_reason": nvidia.reason if nvidia else None,
-            "missing": list(launch.missing),
-        }
-    )
-    return record
 
 
 # ---------------------------------------------------------------------------
@@ -215,44 +134,6 @@ def read_schema_version(path: Path) -> str | None:
     return pl.read_parquet_metadata(path).get(METADATA_KEY)
 
 
-class _PartWriter:
-    """Accumulates rows and flushes them to numbered parquet parts of at most ``chunk`` rows.
-
-    Keeps memory bounded by the chunk, not by the size of the export: a report with
-    thousands of launches never holds all its raw metrics at once.
-    """
-
-    def __init__(self, folder: Path, name: str, schema: dict[str, Any], chunk: int) -> None:
-        self.folder = folder
-        self.name = name
-        self.schema = schema
-        self.chunk = chunk
-        self.columns: dict[str, list[Any]] = {column: [] for column in schema}
-        self.parts: list[Path] = []
-        self.rows = 0
-
-    def add(self, record: dict[str, Any]) -> None:
-        for column, values in self.columns.items():
-            values.append(record[column])
-        if len(self.columns["report"]) >= self.chunk:
-            self.flush()
-
-    def flush(self) -> None:
-        pending = len(self.columns["report"])
-        if pending == 0 and self.parts:
-            return
-        part = self.folder / f"{self.name}-{len(self.parts):05d}.parquet"
-        pl.DataFrame(self.columns, schema=self.schema).write_parquet(part)
-        self.parts.append(part)
-        self.rows += pending
-        self.columns = {column: [] for column in self.schema}
-
-    def close(self) -> None:
-        """Flush what is pending (no empty part: the assembly adds the schema when none exists)."""
-        if self.columns["report"]:
-            self.flush()
-
-
 def _assemble(folder: Path, name: str, schema: dict[str, Any], temporary: Path, *, table: str, export_id: str) -> None:
     """Concatenate the parts named ``name-*`` in name order (= input order) into ``temporary``
     (the caller renames it into place with its pair)."""
@@ -262,46 +143,6 @@ def _assemble(folder: Path, name: str, schema: dict[str, Any], temporary: Path, 
         pl.scan_parquet(parts).sink_parquet(temporary, metadata=metadata)
     else:
         pl.DataFrame(schema=schema).write_parquet(temporary, metadata=metadata)
-
-
-def export_one_report(
-    report: Path, folder: Path, index: int, metrics_long: bool, threshold: float, chunk_rows: int
-) -> tuple[list[dict[str, Any]], int, str | None]:
-    """Read one report (once): its launch rows, and its raw metrics as parquet parts in ``folder``.
-
-    Runs in a reading worker (``ncuflow.read.pool``). The launch rows (a few per
-    launch) travel back to the caller; the raw metric rows (thousands per launch) are
-    written where they are read, as parts named by ``index`` so that the assembly keeps
-    the input order. Returns (launch rows, metric row count, the damage line of a run
-    whose manifest does not validate: none of its rows is exported).
-    """
-    try:
-        identity = run_identity(report)
-    except ManifestError as damaged:
-        run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
-        return [], 0, run.line() + "; none of its launches is exported"
-    rows: list[dict[str, Any]] = []
-    metrics = _PartWriter(folder, f"metrics-{index:07d}", METRICS_SCHEMA, chunk_rows)
-    if metrics_long:
-        pairs: Iterator[tuple[Launch, tuple[RawMetric, ...]]] = iter_launches_with_metrics(report)
-    else:
-        pairs = ((launch, ()) for launch in iter_launches(report))
-    for launch, raw in pairs:
-        rows.append(launch_record(launch, classify(launch, threshold), identity))
-        for metric in raw:
-            metrics.add(
-                {
-                    "report": str(report),
-                    "range": launch.range_index,
-                    "action": launch.action_index,
-                    "name": metric.name,
-                    "value": metric.value,
-                    "string_value": metric.string_value,
-                    "unit": metric.unit,
-                }
-            )
-    metrics.close()
-    return rows, metrics.rows, None
 
 
 @dataclass(frozen=True)
@@ -354,7 +195,7 @@ def export_reports(
             tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
         tasks = [(report, Path(folder).resolve(), index, metrics_long, threshold, chunk_rows)
                  for index, report in enumerate(reports)]
-        launches = _PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
+        launches = PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
         metric_rows = 0
         exported = 0
         # ncu_report keeps, per process, the unit it first returned for a metric name: a
@@ -362,9 +203,10 @@ def export_reports(
         # the corpus: "byte" for a "%" breakdown). The long table is therefore read with
         # a fresh worker per report, so that every unit is the report's own.
         retire = 1 if metrics_long else None
+        preload = ("ncuflow.output.parts",) if metrics_long else ()
         try:
             for rows, metric_count, damage in map_reports(export_one_report, tasks, jobs=jobs, progress=progress,
-                                                          retire_bytes=retire):
+                                                          retire_bytes=retire, preload=preload):
                 if damage is not None:
                     warnings.warn(DamagedRunWarning(damage), stacklevel=2)
                     continue
@@ -372,7 +214,6 @@ def export_reports(
                 for row in rows:
                     launches.add(row)
                 metric_rows += metric_count
-            launches.close()
         except Exception as error:  # a worker's parquet part on a full disk comes back as polars' error
             raise as_output_error(error, output) from None
         # Both tables are written completely, then renamed into place together: on any
@@ -382,7 +223,10 @@ def export_reports(
         with atomic_paths(targets) as temporaries:
             if metrics_path is not None:
                 _assemble(Path(folder), "metrics", METRICS_SCHEMA, temporaries[0], table="metrics", export_id=export_id)
-            _assemble(Path(folder), "launches", launches_schema(), temporaries[-1], table="launches", export_id=export_id)
+            if not launches.write_whole(temporaries[-1], _metadata("launches", export_id)):
+                launches.close()
+                _assemble(Path(folder), "launches", launches_schema(), temporaries[-1], table="launches",
+                          export_id=export_id)
     return ExportResult(
         launches_path=output,
         launch_count=launches.rows,

@@ -12,6 +12,7 @@ report whose complete actions are intact, a ``DamagedAction`` warning).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,19 +26,51 @@ from ncuflow.read.reportfile import import_ncu_report, iter_actions, load_contex
 _SOL_RULE = "SOLBottleneck"
 
 
-def _value_kinds() -> tuple[frozenset[int], frozenset[int]]:
-    try:
-        import ncu_report
-    except ImportError:  # pragma: no cover
-        return frozenset(), frozenset()
+@dataclass(frozen=True)
+class _MetricCalls:
+    """ncu_report's metric calls, bound once per process.
+
+    Where the module exposes its SWIG functions (every version seen), they are called
+    directly: the Python method wrappers around them cost as much as the calls, and
+    extraction makes ~100 lookups per launch. Otherwise the methods are used unbound.
+    """
+
+    metric_by_name: Callable[[Any, str], Any]
+    has_value: Callable[[Any], bool]
+    kind: Callable[[Any], int]
+    as_double: Callable[[Any], float]
+    as_uint64: Callable[[Any], int]
+    as_string: Callable[[Any], str | None]
+    double_kinds: frozenset[int]
+    integer_kinds: frozenset[int]
+    string_kind: int
+
+
+_SWIG_NAMES = ("IAction_metric_by_name", "IMetric_has_value", "IMetric_kind", "IMetric_as_double",
+               "IMetric_as_uint64", "IMetric_as_string")
+
+
+def metric_calls(ncu_report: Any, *, use_swig: bool = True) -> _MetricCalls:
+    """The metric calls of an ``ncu_report`` module (``use_swig=False``: its public methods only)."""
     metric = ncu_report.IMetric
-    return (
-        frozenset({metric.ValueKind_DOUBLE, metric.ValueKind_FLOAT}),
-        frozenset({metric.ValueKind_UINT32, metric.ValueKind_UINT64}),
+    swig = getattr(ncu_report, "_ncu_report", None)
+    if use_swig and swig is not None and all(hasattr(swig, name) for name in _SWIG_NAMES):
+        by_name, has_value, kind, as_double, as_uint64, as_string = (getattr(swig, name) for name in _SWIG_NAMES)
+    else:
+        by_name, has_value, kind = ncu_report.IAction.metric_by_name, metric.has_value, metric.kind
+        as_double, as_uint64, as_string = metric.as_double, metric.as_uint64, metric.as_string
+    return _MetricCalls(
+        metric_by_name=by_name, has_value=has_value, kind=kind,
+        as_double=as_double, as_uint64=as_uint64, as_string=as_string,
+        double_kinds=frozenset({metric.ValueKind_DOUBLE, metric.ValueKind_FLOAT}),
+        integer_kinds=frozenset({metric.ValueKind_UINT32, metric.ValueKind_UINT64}),
+        string_kind=metric.ValueKind_STRING,
     )
 
 
-_DOUBLE_KINDS, _INTEGER_KINDS = _value_kinds()
+@functools.cache
+def _default_calls() -> _MetricCalls:
+    return metric_calls(import_ncu_report())
 
 
 @dataclass(frozen=True)
@@ -62,31 +95,58 @@ class RawMetric:
 # one action -> one Launch
 
 
-def metric_number(action: Any, name: str) -> float | None:
-    """A numeric metric's value; None where it is absent, valueless, a string, or not finite.
+def number_lookup(
+    action: Any, calls: _MetricCalls | None = None, allow: Callable[[str], bool] | None = None
+) -> Callable[[str], float | None]:
+    """A function from a metric name to its number on this action, each looked up once.
 
-    Dispatches on the value kind itself: ``IMetric.value()`` rebuilds a table of
-    lambdas on every call, which dominated extraction time.
+    The number is None where the metric is absent, valueless, a string, not finite, or
+    refused by ``allow``. Dispatches on the value kind itself: ``IMetric.value()``
+    rebuilds a table of lambdas on every call, which dominated extraction time.
     """
-    metric = action.metric_by_name(name)
-    if metric is None or not metric.has_value():
-        return None
-    kind = metric.kind()
-    if kind in _DOUBLE_KINDS:
-        number = metric.as_double()
-    elif kind in _INTEGER_KINDS:
-        number = float(metric.as_uint64())
-    else:
-        return None
-    return number if math.isfinite(number) else None
+    calls = calls or _default_calls()
+    cache: dict[str, float | None] = {}
+    by_name, has_value, kind_of = calls.metric_by_name, calls.has_value, calls.kind
+    double_kinds, integer_kinds = calls.double_kinds, calls.integer_kinds
+
+    def lookup(name: str) -> float | None:
+        if name in cache:
+            return cache[name]
+        number: float | None = None
+        metric = by_name(action, name) if allow is None or allow(name) else None
+        if metric is not None and has_value(metric):
+            kind = kind_of(metric)
+            if kind in double_kinds:
+                number = calls.as_double(metric)
+            elif kind in integer_kinds:
+                number = float(calls.as_uint64(metric))
+            if number is not None and not math.isfinite(number):
+                number = None
+        cache[name] = number
+        return number
+
+    return lookup
 
 
-def metric_text(action: Any, name: str) -> str | None:
-    metric = action.metric_by_name(name)
-    if metric is None or not metric.has_value():
+def metric_number(action: Any, name: str, calls: _MetricCalls | None = None) -> float | None:
+    """A numeric metric's value; None where it is absent, valueless, a string, or not finite."""
+    return number_lookup(action, calls)(name)
+
+
+def metric_text(action: Any, name: str, calls: _MetricCalls | None = None) -> str | None:
+    """A metric's value as text (a number is formatted); None where it is absent or valueless."""
+    calls = calls or _default_calls()
+    metric = calls.metric_by_name(action, name)
+    if metric is None or not calls.has_value(metric):
         return None
-    value = metric.value()
-    return value if isinstance(value, str) else str(value)
+    kind = calls.kind(metric)
+    if kind == calls.string_kind:
+        return calls.as_string(metric)
+    if kind in calls.double_kinds:
+        return str(calls.as_double(metric))
+    if kind in calls.integer_kinds:
+        return str(calls.as_uint64(metric))
+    return None
 
 
 def _kernel_name(action: Any, ncu_report: Any) -> KernelName:
@@ -123,7 +183,16 @@ def _nvtx_ranges(action: Any) -> tuple[str, ...]:
     return tuple(ranges)
 
 
-def _breakdown(action: Any, allow: Callable[[str], bool] | None = None) -> dict[str, float]:
+@functools.lru_cache(maxsize=256)
+def _listed_names(listing: str) -> tuple[str, ...]:
+    """The metric names of a breakdown list (the same text on every launch of a report)."""
+    return tuple(name.strip() for name in listing.split(","))
+
+
+def _breakdown(
+    action: Any, lookup: Callable[[str], float | None], calls: _MetricCalls,
+    allow: Callable[[str], bool] | None = None,
+) -> dict[str, float]:
     """NVIDIA's per-unit throughput metrics (% of peak) that the model groups into terms.
 
     The SpeedOfLight section's breakdown lists name them; a report without those lists
@@ -133,42 +202,43 @@ def _breakdown(action: Any, allow: Callable[[str], bool] | None = None) -> dict[
     """
     names: list[str] = []
     for list_metric in BREAKDOWN_METRICS:
-        listing = metric_text(action, list_metric) if allow is None or allow(list_metric) else None
+        listing = metric_text(action, list_metric, calls) if allow is None or allow(list_metric) else None
         if listing:
-            names.extend(name.strip() for name in listing.split(","))
-    listed = set(names)
-    candidates = names or list(UNIT_THROUGHPUT_METRICS)
+            names.extend(_listed_names(listing))
+    candidates: list[str] | tuple[str, ...] = names or UNIT_THROUGHPUT_METRICS
     if allow is not None:
+        listed = set(names)
         extra = [m for m in UNIT_THROUGHPUT_METRICS if m not in listed]
         candidates = [n for n in (*names, *extra) if n in listed or allow(n)]
     values: dict[str, float] = {}
     for name in candidates:
         if name and name not in values:
-            value = metric_number(action, name)
+            value = lookup(name)
             if value is not None:
                 values[name] = value
     return values
 
 
 def _nvidia_sol(action: Any) -> str | None:
+    """The title of NVIDIA's speed-of-light rule result, where the report has one."""
     try:
-        results = action.rule_results_as_dicts()
+        results = action.rule_results()
     except Exception:
         return None
     for result in results:
-        if result.get("rule_identifier") == _SOL_RULE:
-            message = result.get("rule_message") or {}
+        if result.rule_identifier() == _SOL_RULE:
+            message = result.rule_message() or {}
             title = message.get("title") if isinstance(message, dict) else None
             return str(title) if title else None
     return None
 
 
-def _device(action: Any) -> DeviceInfo:
-    major = metric_number(action, "device__attribute_compute_capability_major")
-    minor = metric_number(action, "device__attribute_compute_capability_minor")
-    sm_count = metric_number(action, "device__attribute_multiprocessor_count")
+def _device(action: Any, lookup: Callable[[str], float | None], calls: _MetricCalls) -> DeviceInfo:
+    major = lookup("device__attribute_compute_capability_major")
+    minor = lookup("device__attribute_compute_capability_minor")
+    sm_count = lookup("device__attribute_multiprocessor_count")
     return DeviceInfo(
-        name=metric_text(action, "device__attribute_display_name"),
+        name=metric_text(action, "device__attribute_display_name", calls),
         compute_capability=f"{int(major)}.{int(minor)}" if major is not None and minor is not None else None,
         sm_count=int(sm_count) if sm_count is not None else None,
     )
@@ -184,14 +254,10 @@ def launch_from_action(
     ncu_report: Any,
     with_rules: bool = True,
     allow: Callable[[str], bool] | None = None,
+    calls: _MetricCalls | None = None,
 ) -> Launch:
-    cache: dict[str, float | None] = {}
-
-    def lookup(name: str) -> float | None:
-        if name not in cache:
-            cache[name] = metric_number(action, name) if allow is None or allow(name) else None
-        return cache[name]
-
+    calls = calls or _default_calls()
+    lookup = number_lookup(action, calls, allow)
     values: dict[str, float | None] = {}
     provenance: dict[str, str] = {}
     missing: list[str] = []
@@ -208,12 +274,12 @@ def launch_from_action(
         action_index=action_index,
         kernel=_kernel_name(action, ncu_report),
         nvtx=_nvtx_ranges(action),
-        device=_device(action),
+        device=_device(action, lookup, calls),
         ncu_version=ncu_version,
         values=values,
         provenance=provenance,
         missing=tuple(missing),
-        breakdown=_breakdown(action, allow),
+        breakdown=_breakdown(action, lookup, calls, allow),
         nvidia_sol=_nvidia_sol(action) if with_rules else None,
     )
 

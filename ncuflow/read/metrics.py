@@ -12,10 +12,10 @@ nothing from ``ncu_report``.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Literal
 
 Combine = Literal["value", "sum", "ratio", "product"]
@@ -33,10 +33,14 @@ class Source:
     metrics: tuple[str, ...]
     op: Combine = "value"
     scale: float = 1.0
+    text: str = dataclass_field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "text", _label(self.metrics, self.op, self.scale))
 
     def label(self) -> str:
         """How the value was obtained, for provenance columns and evidence lines."""
-        return _label(self)
+        return self.text
 
     def combine(self, values: tuple[float, ...]) -> float | None:
         """Combine raw values; None where the arithmetic is undefined (division by 0)."""
@@ -53,12 +57,11 @@ class Source:
         return result * self.scale
 
 
-@functools.cache
-def _label(source: Source) -> str:
-    sep = {"value": "", "sum": " + ", "ratio": " / ", "product": " × "}[source.op]
-    text = sep.join(source.metrics) if source.op != "value" else source.metrics[0]
-    if source.scale != 1.0:
-        text = f"({text}) × {source.scale:g}" if source.op != "value" else f"{text} × {source.scale:g}"
+def _label(metrics: tuple[str, ...], op: Combine, scale: float) -> str:
+    sep = {"value": "", "sum": " + ", "ratio": " / ", "product": " × "}[op]
+    text = sep.join(metrics) if op != "value" else metrics[0]
+    if scale != 1.0:
+        text = f"({text}) × {scale:g}" if op != "value" else f"{text} × {scale:g}"
     return text
 
 
@@ -437,9 +440,9 @@ def resolve(
                 break
             raw.append(value)
         else:
-            combined = source.combine(tuple(raw))
+            combined = raw[0] * source.scale if source.op == "value" else source.combine(tuple(raw))
             if combined is not None:
-                return combined, source.label()
+                return combined, source.text
     return None, None
 
 

@@ -26,6 +26,7 @@ process that may hold threads or a grown ``ncu_report`` heap.
 
 from __future__ import annotations
 
+import concurrent.futures
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -53,6 +54,8 @@ _PRELOAD = ["__main__", "ncuflow.read.extract", "ncuflow.read.pool"]
 # Set only while the forkserver starts: the report it reads once so that every worker
 # forked from it starts with ncu_report's one-time set-up done (~60 ms per worker otherwise).
 WARM_REPORT_ENV = "NCUFLOW_POOL_WARM_REPORT"
+# While a worker is starting, how often the driver looks whether it has started.
+_START_POLL_S = 0.005
 
 
 def usable_cores() -> int:
@@ -170,14 +173,14 @@ def _warm_up_from_environment() -> None:
         pass
 
 
-def _context(preload: str, warm_report: Path | None) -> Any:
+def _context(preload: tuple[str, ...], warm_report: Path | None) -> Any:
     methods = multiprocessing.get_all_start_methods()
     if "forkserver" in methods:
         from multiprocessing import forkserver
 
         context = multiprocessing.get_context("forkserver")
         # Takes effect when the server starts (the first pool of this process).
-        context.set_forkserver_preload([*_PRELOAD, preload])
+        context.set_forkserver_preload(list(dict.fromkeys([*_PRELOAD, *preload])))
         if warm_report is not None:
             os.environ[WARM_REPORT_ENV] = str(Path(warm_report).resolve())
         try:
@@ -195,6 +198,18 @@ class _Worker:
         self.process.start()
         child.close()
         self.task: int | None = None
+        self.retire_bytes = retire_bytes
+        self.sent_bytes = 0  # counted as the worker counts them: it retires at the same report
+
+    @property
+    def leaving(self) -> bool:
+        """Its last task has been sent: it retires when that one is done."""
+        return self.sent_bytes >= self.retire_bytes
+
+    def send(self, index: int, function: Callable[..., Any], task: Task, size: int) -> None:
+        self.connection.send((index, os.getcwd(), function, _as_tuple(task), size))
+        self.task = index
+        self.sent_bytes += size
 
     def stop(self, grace: float = 1.0) -> None:
         try:
@@ -238,12 +253,15 @@ def map_reports(
     jobs: int | None = None,
     retire_bytes: int | None = None,
     progress: Callable[[int, Path], None] | None = None,
+    preload: Sequence[str] = (),
 ) -> Iterator[R]:
     """``function(*task)`` for every task, in input order; in ``jobs`` worker processes.
 
     A single task is run in this process (one report read once needs no bound), unless
     ``retire_bytes`` is given (a caller that needs a fresh process per report).
-    ``progress(index, report)`` is called as each result is handed over.
+    ``progress(index, report)`` is called as each result is handed over. ``preload``
+    names modules the workers will need besides ``function``'s own (imported once, in
+    the server the workers are forked from, when this process starts its first pool).
     """
     if not jobs or (len(tasks) == 1 and retire_bytes is None):  # a worker would only add its start-up
         for index, task in enumerate(tasks):
@@ -251,17 +269,85 @@ def map_reports(
                 progress(index, _report_of(task))
             yield function(*_as_tuple(task))
         return
-    yield from _pool_map(function, list(tasks), jobs, retire_bytes or retire_bytes_default(), progress)
+    yield from _pool_map(function, list(tasks), jobs, retire_bytes, progress, tuple(preload))
+
+
+class _DriverBudget:
+    """Report bytes this process may still read itself while its workers start.
+
+    Starting the worker server costs a few hundred milliseconds (a Python start, the
+    reading modules, one warm-up read); the driver reads the next reports in the
+    meantime instead of waiting. Its memory grows with what it reads and is never given
+    back, so it reads at most one worker's budget in the whole life of the process.
+    """
+
+    left: int | None = None
+
+    @classmethod
+    def take(cls, size: int) -> bool:
+        """Whether the driver may read a report of ``size`` bytes (and count it if so)."""
+        if cls.left is None:
+            cls.left = retire_bytes_default()
+        if cls.left <= 0:
+            return False
+        cls.left -= max(size, 1)  # the report that crosses the line is read whole, like a worker's
+        return True
+
+
+class _Starter:
+    """Starts workers on a background thread: a start waits for the worker server, which
+    is still importing and warming up at the first start, and the driver reads meanwhile."""
+
+    def __init__(self, context: Any, retire_bytes: int) -> None:
+        self._context = context
+        self._retire_bytes = retire_bytes
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ncuflow-pool-start")
+        self._pending: list[concurrent.futures.Future[_Worker]] = []
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def request(self) -> None:
+        self._pending.append(self._executor.submit(_Worker, self._context, self._retire_bytes))
+
+    def started(self, wait: bool = False) -> list[_Worker]:
+        """The workers started since the last call (``wait``: at least one, if any is pending)."""
+        if wait and self._pending:
+            concurrent.futures.wait(self._pending, return_when=concurrent.futures.FIRST_COMPLETED)
+        done = [future for future in self._pending if future.done()]
+        self._pending = [future for future in self._pending if not future.done()]
+        return [future.result() for future in done]  # a failed start raises here
+
+    def close(self) -> None:
+        """Have the workers still starting stopped as soon as they start; do not wait for them.
+
+        (A start still pending at the end means the driver read the last reports itself.)
+        """
+        for future in self._pending:
+            future.add_done_callback(_stop_started)
+        self._pending = []
+        self._executor.shutdown(wait=False)
+
+
+def _stop_started(future: concurrent.futures.Future[_Worker]) -> None:
+    if future.exception() is None:
+        future.result().stop()
 
 
 def _pool_map(
-    function: Callable[..., R], tasks: list[Task], jobs: int, retire_bytes: int,
-    progress: Callable[[int, Path], None] | None,
+    function: Callable[..., R], tasks: list[Task], jobs: int, retire_bytes: int | None,
+    progress: Callable[[int, Path], None] | None, preload: tuple[str, ...],
 ) -> Iterator[R]:
     sizes = [_size(task) for task in tasks]
     readable = [(size, index) for index, size in enumerate(sizes) if size > 0]
-    context = _context(function.__module__, _report_of(tasks[min(readable)[1]]) if readable else None)
-    slots: list[_Worker | None] = [None] * min(jobs, len(tasks))
+    context = _context((function.__module__, *preload), _report_of(tasks[min(readable)[1]]) if readable else None)
+    # The driver reads too while workers start, unless the caller asked for a fresh
+    # process per bounded amount of input (ncu_report's per-process state, see export).
+    driver_may_read = retire_bytes is None
+    starter = _Starter(context, retire_bytes or retire_bytes_default())
+    workers: list[_Worker] = []
+    ever_started = False  # the driver reads only until the first worker is up
     window = max(1, jobs) * WINDOW_PER_JOB
     done: dict[int, _Outcome] = {}
     next_task = 0
@@ -276,21 +362,35 @@ def _pool_map(
                 yield _deliver(outcome)
             if next_yield >= len(tasks):
                 break
-            for position, worker in enumerate(slots):
+            started = starter.started()
+            workers.extend(started)
+            ever_started = ever_started or bool(started)
+            # A worker that has been sent its last task no longer counts: its replacement
+            # starts while it reads, so that no reading slot waits for a start.
+            for worker in workers:
                 if next_task >= len(tasks) or next_task >= next_yield + window:
                     break
-                if worker is None:
-                    worker = slots[position] = _Worker(context, retire_bytes)
-                if worker.task is None:
-                    task = tasks[next_task]
-                    worker.connection.send((next_task, os.getcwd(), function, _as_tuple(task), sizes[next_task]))
-                    worker.task = next_task
+                if worker.task is None and not worker.leaving:
+                    worker.send(next_task, function, tasks[next_task], sizes[next_task])
                     next_task += 1
-            busy = [w for w in slots if w is not None and w.task is not None]
-            if not busy:  # cannot happen while a result is owed; never wait on nothing
+            staying = sum(not w.leaving for w in workers)
+            while staying + starter.pending < min(jobs, len(tasks) - next_task):
+                starter.request()
+            busy = [w for w in workers if w.task is not None]
+            may_take = next_task < len(tasks) and next_task < next_yield + window
+            if may_take and driver_may_read and not ever_started and _DriverBudget.take(sizes[next_task]):
+                ok, value, warned = _run_task(function, _as_tuple(tasks[next_task]))
+                done[next_task] = _Outcome(next_task, ok, value, warned, retired=False)
+                next_task += 1
+                continue
+            if not busy:
+                started = starter.started(wait=True)  # nothing to collect: wait for a start
+                workers.extend(started)
+                ever_started = ever_started or bool(started)
                 continue
             ready = multiprocessing.connection.wait(
-                [w.connection for w in busy] + [w.process.sentinel for w in busy]
+                [w.connection for w in busy] + [w.process.sentinel for w in busy],
+                timeout=_START_POLL_S if starter.pending else None,
             )
             for worker in busy:
                 if worker.connection not in ready and worker.process.sentinel not in ready:
@@ -307,11 +407,11 @@ def _pool_map(
                 worker.task = None
                 if outcome.retired:
                     worker.stop()
-                    slots[slots.index(worker)] = None
+                    workers.remove(worker)
     finally:
-        for worker in slots:
-            if worker is not None:
-                worker.stop()
+        starter.close()
+        for worker in workers:
+            worker.stop()
 
 
 def read_launches_of(

@@ -1,0 +1,134 @@
+"""One report -> its launch rows (and, for the long table, its raw-metric parquet parts).
+
+What a reading worker runs for ``export``. Kept apart from ``export`` so that the
+workers, and the server they are forked from, never import polars unless the long
+metrics table is asked for: the worker server starts while the driver waits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ncuflow.analyze.classify import Verdict, classify
+from ncuflow.read.extract import iter_launches, iter_launches_with_metrics
+from ncuflow.read.launch import Launch
+from ncuflow.read.metrics import FIELDS
+from ncuflow.store import DamagedRun
+from ncuflow.store.manifest import MANIFEST_NAME, ManifestError, read_manifest
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    cell: str | None
+    params_json: str | None
+    content_key: str | None
+    run_id: str | None
+
+
+_NO_RUN = RunIdentity(None, None, None, None)
+
+
+def run_identity(report: Path) -> RunIdentity:
+    """The store run a report belongs to, from the manifest.json beside it (if any).
+
+    Raises ``ManifestError`` (naming the file and the field) when that manifest does not
+    validate: a row is never written with an identity that was guessed or left out.
+    """
+    manifest_path = report.parent / MANIFEST_NAME
+    if not manifest_path.exists():
+        return _NO_RUN
+    manifest = read_manifest(manifest_path)
+    return RunIdentity(
+        cell=manifest.cell,
+        params_json=json.dumps(dict(manifest.params), sort_keys=True),
+        content_key=manifest.content_key,
+        run_id=manifest.run_id,
+    )
+
+
+def launch_record(launch: Launch, verdict: Verdict, identity: RunIdentity = _NO_RUN) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "report": launch.report,
+        "report_name": Path(launch.report).name,
+        "range": launch.range_index,
+        "action": launch.action_index,
+        "kernel_function": launch.kernel.function,
+        "kernel_demangled": launch.kernel.demangled,
+        "kernel_mangled": launch.kernel.mangled,
+        "nvtx": list(launch.nvtx),
+        "device": launch.device.name,
+        "compute_capability": launch.device.compute_capability,
+        "sm_count": launch.device.sm_count,
+        "ncu_version": launch.ncu_version,
+        "cell": identity.cell,
+        "params_json": identity.params_json,
+        "content_key": identity.content_key,
+        "run_id": identity.run_id,
+    }
+    for field in FIELDS:
+        record[field.name] = launch.value(field.name)
+    for field in FIELDS:
+        record[f"src_{field.name}"] = launch.provenance.get(field.name)
+    for term in verdict.terms:
+        record[f"u_{term.name}"] = term.utilization
+    for term in verdict.terms:
+        record[f"src_u_{term.name}"] = term.source if term.available else f"unavailable: {term.unavailable}"
+    nvidia = verdict.nvidia
+    record.update(
+        {
+            "bound": verdict.bound,
+            "threshold": verdict.threshold,
+            "nvidia_sol": launch.nvidia_sol,
+            "nvidia_category": nvidia.category if nvidia else None,
+            "nvidia_agrees": nvidia.agrees if nvidia else None,
+            "nvidia_reason": nvidia.reason if nvidia else None,
+            "missing": list(launch.missing),
+        }
+    )
+    return record
+
+
+def export_one_report(
+    report: Path, folder: Path, index: int, metrics_long: bool, threshold: float, chunk_rows: int
+) -> tuple[list[dict[str, Any]], int, str | None]:
+    """Read one report (once): its launch rows, and its raw metrics as parquet parts in ``folder``.
+
+    Runs in a reading worker (``ncuflow.read.pool``). The launch rows (a few per
+    launch) travel back to the caller; the raw metric rows (thousands per launch) are
+    written where they are read, as parts named by ``index`` so that the assembly keeps
+    the input order. Returns (launch rows, metric row count, the damage line of a run
+    whose manifest does not validate: none of its rows is exported).
+    """
+    try:
+        identity = run_identity(report)
+    except ManifestError as damaged:
+        run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
+        return [], 0, run.line() + "; none of its launches is exported"
+    rows: list[dict[str, Any]] = []
+    if not metrics_long:
+        for launch in iter_launches(report):
+            rows.append(launch_record(launch, classify(launch, threshold), identity))
+        return rows, 0, None
+    # polars: only the long table needs it here
+    from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
+
+    metrics = PartWriter(folder, f"metrics-{index:07d}", METRICS_SCHEMA, chunk_rows)
+    for launch, raw in iter_launches_with_metrics(report):
+        rows.append(launch_record(launch, classify(launch, threshold), identity))
+        for metric in raw:
+            metrics.add(
+                {
+                    "report": str(report),
+                    "range": launch.range_index,
+                    "action": launch.action_index,
+                    "name": metric.name,
+                    "value": metric.value,
+                    "string_value": metric.string_value,
+                    "unit": metric.unit,
+                }
+            )
+    metrics.close()
+    return rows, metrics.rows, None

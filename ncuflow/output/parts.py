@@ -1,0 +1,71 @@
+"""Parquet parts: rows gathered in columns and flushed to numbered files of bounded size.
+
+Both ``export`` (the launches table, in the driver) and the reading workers (the long
+metrics table, written where it is read) write through ``PartWriter``; the final files
+are assembled from the parts in name order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+METRICS_SCHEMA: dict[str, Any] = {
+    "report": pl.String,
+    "range": pl.Int32,
+    "action": pl.Int32,
+    "name": pl.String,
+    "value": pl.Float64,
+    "string_value": pl.String,
+    "unit": pl.String,
+}
+
+
+class PartWriter:
+    """Accumulates rows and flushes them to numbered parquet parts of at most ``chunk`` rows.
+
+    Keeps memory bounded by the chunk, not by the size of the export: a report with
+    thousands of launches never holds all its raw metrics at once.
+    """
+
+    def __init__(self, folder: Path, name: str, schema: dict[str, Any], chunk: int) -> None:
+        self.folder = folder
+        self.name = name
+        self.schema = schema
+        self.chunk = chunk
+        self.columns: dict[str, list[Any]] = {column: [] for column in schema}
+        self.parts: list[Path] = []
+        self.rows = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        for column, values in self.columns.items():
+            values.append(record[column])
+        if len(self.columns["report"]) >= self.chunk:
+            self.flush()
+
+    def flush(self) -> None:
+        pending = len(self.columns["report"])
+        if pending == 0 and self.parts:
+            return
+        part = self.folder / f"{self.name}-{len(self.parts):05d}.parquet"
+        pl.DataFrame(self.columns, schema=self.schema).write_parquet(part)
+        self.parts.append(part)
+        self.rows += pending
+        self.columns = {column: [] for column in self.schema}
+
+    def close(self) -> None:
+        """Flush what is pending (no empty part: the assembly adds the schema when none exists)."""
+        if self.columns["report"]:
+            self.flush()
+
+    def write_whole(self, target: Path, metadata: dict[str, str]) -> bool:
+        """Write every row straight to ``target`` if none was flushed yet (the table fits one
+        chunk: no part to write and read back); False, and nothing written, otherwise."""
+        if self.parts:
+            return False
+        pl.DataFrame(self.columns, schema=self.schema).write_parquet(target, metadata=metadata)
+        self.rows += len(self.columns["report"])
+        self.columns = {column: [] for column in self.schema}
+        return True
