@@ -105,6 +105,17 @@ def test_reports_with_only_launch_attributes_become_rows_of_missing_fields(corpu
 def test_ncu_version_read_from_the_file(corpus_dir: Path) -> None:
     assert read_ncu_version(corpus_dir / "flyinglandlord__sglang__profile.ncu-rep") == "2023.3.0.0 (build 33266684)"
     assert read_ncu_version(corpus_dir / "Abhishek7204__raytracingCuda__profile.ncu-rep") == "2026.2.1.0 (build 38283040)"
+    # The search runs from the end of the file; a plain scan from the start agrees on every report.
+    import re
+
+    pattern = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?) \(build (\d+)\)")
+    found = 0
+    for report in find_reports([corpus_dir]):
+        match = pattern.search(report.read_bytes())
+        expected = f"{match.group(1).decode()} (build {match.group(2).decode()})" if match else None
+        assert read_ncu_version(report) == expected, report
+        found += expected is not None
+    assert found >= 30
 
 
 def test_kernel_names_in_three_forms_and_nvtx(corpus_dir: Path) -> None:

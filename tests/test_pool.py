@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from ncuflow.cli import cli
 from ncuflow.errors import ReportError
 from ncuflow.output.export import export_reports
+from ncuflow.read import pool
 from ncuflow.read.pool import RETIRE_BYTES_ENV, map_reports, read_launches_of, usable_cores
 from ncuflow.read.reportfile import find_reports
 from ncuflow.read.runs import load_paths
@@ -108,7 +109,29 @@ def test_an_unreadable_report_is_named_as_in_one_process(corpus_dir: Path, tmp_p
     assert str(pooled.value) == str(alone.value) and str(bad) in str(pooled.value)
 
 
-def test_a_worker_that_dies_is_an_error_naming_its_report(corpus_dir: Path) -> None:
+def test_the_driver_reads_only_while_the_first_worker_starts_and_only_its_budget(
+    corpus_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker server takes a few hundred milliseconds to start: the driver reads the
+    first reports meanwhile, never more than one worker's budget in the life of the process."""
+    monkeypatch.setattr(pool._DriverBudget, "left", None)  # a fresh process's budget
+    budget = 4 * 2**20
+    monkeypatch.setenv(RETIRE_BYTES_ENV, str(budget))
+    reports = find_reports([corpus_dir])
+    results = list(map_reports(pid_and_size, reports, jobs=2))
+    assert [size for _, size in results] == [r.stat().st_size for r in reports]  # input order, every report
+    by_driver = [size for pid, size in results if pid == os.getpid()]
+    assert by_driver, "the driver read nothing while the workers started"
+    assert sum(by_driver[:-1]) < budget  # only the report that crosses the budget may pass it
+    assert len({pid for pid, _ in results}) >= 3  # the driver and two workers at least
+    # the budget is for the life of the process: a second pool adds to the same count
+    again = list(map_reports(pid_and_size, reports, jobs=2))
+    in_driver = by_driver + [size for pid, size in again if pid == os.getpid()]
+    assert sum(in_driver[:-1]) < budget
+
+
+def test_a_worker_that_dies_is_an_error_naming_its_report(corpus_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool._DriverBudget, "left", 0)  # `die` must run in a worker, not in this process
     reports = find_reports([corpus_dir])[:2]
     with pytest.raises(ReportError, match="killed by signal 9") as caught:
         list(map_reports(die, reports, jobs=1))

@@ -226,6 +226,13 @@ class _Worker:
             self.process.join()
         self.connection.close()
 
+    def reap(self, grace: float = 1.0) -> None:
+        """Wait for a retired worker (it exits by itself after its last result), killing it if it hangs."""
+        self.process.join(grace)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
 
 def _died(report: Path, exitcode: int | None) -> ReportError:
     how = f"was killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exited with status {exitcode}"
@@ -347,6 +354,7 @@ def _pool_map(
     driver_may_read = retire_bytes is None
     starter = _Starter(context, retire_bytes or retire_bytes_default())
     workers: list[_Worker] = []
+    retired: list[_Worker] = []
     ever_started = False  # the driver reads only until the first worker is up
     window = max(1, jobs) * WINDOW_PER_JOB
     done: dict[int, _Outcome] = {}
@@ -405,13 +413,17 @@ def _pool_map(
                     raise _died(_report_of(tasks[worker.task]), worker.process.exitcode) from None
                 done[outcome.index] = outcome
                 worker.task = None
-                if outcome.retired:
-                    worker.stop()
+                if outcome.retired:  # it is exiting by itself: reaped at the end, not waited for now
+                    worker.connection.close()
                     workers.remove(worker)
+                    retired = [w for w in retired if w.process.exitcode is None]  # forget those gone
+                    retired.append(worker)
     finally:
         starter.close()
         for worker in workers:
             worker.stop()
+        for worker in retired:
+            worker.reap()
 
 
 def read_launches_of(

@@ -194,15 +194,17 @@ def read_ncu_version(path: Path) -> str | None:
     """
     try:
         with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            # mmap: the file is searched where it lies, not copied (the version is near the start).
-            # find is many times faster than a regex scan over megabytes; the regex then
-            # checks each candidate in a small window.
-            start = data.find(_BUILD_MARK)
+            # mmap: the file is searched where it lies, not copied. Searched from the end:
+            # in most reports the string lies within a few hundred bytes of it (after each
+            # result), and the writer's version is the same everywhere. rfind is many times
+            # faster than a regex scan over megabytes; the regex then checks each candidate
+            # in a small window.
+            start = data.rfind(_BUILD_MARK)
             while start != -1:
                 match = _VERSION_PATTERN.search(data, max(0, start - 24), start + 24)
                 if match is not None:
                     return f"{match.group(1).decode()} (build {match.group(2).decode()})"
-                start = data.find(_BUILD_MARK, start + 1)
+                start = data.rfind(_BUILD_MARK, 0, start)
     except (OSError, ValueError):  # ValueError: an empty file cannot be mapped
         return None
     return None
