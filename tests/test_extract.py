@@ -169,3 +169,36 @@ def test_direct_swig_calls_read_exactly_what_the_public_methods_read(corpus_dir:
             with_breakdown += bool(fast.breakdown)
             with_rule += fast.nvidia_sol is not None
     assert compared > 400 and with_breakdown > 200 and with_rule > 50, (compared, with_breakdown, with_rule)
+
+
+def test_a_gpu_host_without_the_wheel_reads_through_the_module_ncu_ships(corpus_dir: Path, tmp_path: Path) -> None:
+    """The GPU host has no ncu-report wheel and no polars: ncu_report comes from the ncu
+    install's extras/python. Reading there must give the same launches as with the wheel
+    (the value kinds come from whichever module was found), and never import polars."""
+    import json
+    import subprocess
+    import sys
+
+    install = tmp_path / "nsight-compute"
+    (install / "extras" / "python").mkdir(parents=True)
+    (install / "extras" / "python" / "ncu_report").symlink_to(Path(ncu_report.__file__).parent)
+    (install / "ncu").write_text("#!/bin/sh\n")
+    report = corpus_dir / "flyinglandlord__sglang__profile.ncu-rep"
+    program = (
+        "import json, sys\n"
+        "from ncuflow.read.extract import read_launches\n"
+        "from ncuflow.output.launch_rows import export_one_report\n"
+        f"launches = read_launches({str(report)!r})\n"
+        f"export_one_report(__import__('pathlib').Path({str(report)!r}), None, 0, False, 0.5, 1000)\n"
+        "print(json.dumps([sys.modules['ncu_report'].__file__, 'polars' in sys.modules,\n"
+        "                  [[l.values, sorted(l.breakdown), l.nvidia_sol] for l in launches]]))\n"
+    )
+    repo = Path(__file__).resolve().parent.parent
+    # -S: no site-packages, so neither the wheel nor polars can be imported
+    done = subprocess.run([sys.executable, "-S", "-c", program], capture_output=True, text=True, check=False,
+                          env={"PYTHONPATH": str(repo), "NCU": str(install / "ncu"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    module_file, polars_imported, launches = json.loads(done.stdout)
+    assert module_file.startswith(str(install)) and not polars_imported
+    expected = [[launch.values, sorted(launch.breakdown), launch.nvidia_sol] for launch in iter_launches(report)]
+    assert launches == expected and any(breakdown for _, breakdown, _ in launches)
