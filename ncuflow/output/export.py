@@ -211,8 +211,7 @@ def export_reports(
                     warnings.warn(DamagedRunWarning(damage), stacklevel=2)
                     continue
                 exported += 1
-                for row in rows:
-                    launches.add(row)
+                launches.extend(rows)
                 metric_rows += metric_count
         except Exception as error:  # a worker's parquet part on a full disk comes back as polars' error
             raise as_output_error(error, output) from None

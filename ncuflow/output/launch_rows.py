@@ -91,27 +91,38 @@ def launch_record(launch: Launch, verdict: Verdict, identity: RunIdentity = _NO_
     return record
 
 
+Columns = dict[str, list[Any]]
+
+
+def as_columns(records: list[dict[str, Any]]) -> Columns:
+    """Rows (dicts with the same keys) as one list per column: what travels back from a
+    worker (a few lists unpickle many times faster than hundreds of dicts)."""
+    if not records:
+        return {}
+    return {name: [record[name] for record in records] for name in records[0]}
+
+
 def export_one_report(
     report: Path, folder: Path, index: int, metrics_long: bool, threshold: float, chunk_rows: int
-) -> tuple[list[dict[str, Any]], int, str | None]:
+) -> tuple[Columns, int, str | None]:
     """Read one report (once): its launch rows, and its raw metrics as parquet parts in ``folder``.
 
     Runs in a reading worker (``ncuflow.read.pool``). The launch rows (a few per
-    launch) travel back to the caller; the raw metric rows (thousands per launch) are
-    written where they are read, as parts named by ``index`` so that the assembly keeps
-    the input order. Returns (launch rows, metric row count, the damage line of a run
-    whose manifest does not validate: none of its rows is exported).
+    launch) travel back to the caller, as columns; the raw metric rows (thousands per
+    launch) are written where they are read, as parts named by ``index`` so that the
+    assembly keeps the input order. Returns (launch rows as columns, metric row count,
+    the damage line of a run whose manifest does not validate: none of its rows is exported).
     """
     try:
         identity = run_identity(report)
     except ManifestError as damaged:
         run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
-        return [], 0, run.line() + "; none of its launches is exported"
+        return {}, 0, run.line() + "; none of its launches is exported"
     rows: list[dict[str, Any]] = []
     if not metrics_long:
         for launch in iter_launches(report):
             rows.append(launch_record(launch, classify(launch, threshold), identity))
-        return rows, 0, None
+        return as_columns(rows), 0, None
     # polars: only the long table needs it here
     from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
 
@@ -131,4 +142,4 @@ def export_one_report(
                 }
             )
     metrics.close()
-    return rows, metrics.rows, None
+    return as_columns(rows), metrics.rows, None

@@ -45,6 +45,18 @@ class PartWriter:
         if len(self.columns["report"]) >= self.chunk:
             self.flush()
 
+    def extend(self, columns: dict[str, list[Any]]) -> None:
+        """Add rows given as one list per column (every column of the schema, equally long)."""
+        count = len(columns["report"]) if columns else 0
+        start = 0
+        while start < count:
+            take = min(self.chunk - len(self.columns["report"]), count - start)
+            for column, values in self.columns.items():
+                values.extend(columns[column][start:start + take])
+            start += take
+            if len(self.columns["report"]) >= self.chunk:
+                self.flush()
+
     def flush(self) -> None:
         pending = len(self.columns["report"])
         if pending == 0 and self.parts:
