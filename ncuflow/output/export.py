@@ -34,7 +34,7 @@ from ncuflow.files import (
     parquet_table_recogniser,
     remove_temporaries,
 )
-from ncuflow.output.launch_rows import export_one_report
+from ncuflow.output.launch_rows import export_one_report, worker_modules
 from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
 from ncuflow.read.metrics import FIELDS
 from ncuflow.store import DamagedRunWarning
@@ -203,7 +203,7 @@ def export_reports(
         # the corpus: "byte" for a "%" breakdown). The long table is therefore read with
         # a fresh worker per report, so that every unit is the report's own.
         retire = 1 if metrics_long else None
-        preload = ("ncuflow.output.parts",) if metrics_long else ()
+        preload = worker_modules(metrics_long)
         try:
             for rows, metric_count, damage in map_reports(export_one_report, tasks, jobs=jobs, progress=progress,
                                                           retire_bytes=retire, preload=preload):

@@ -94,6 +94,11 @@ def launch_record(launch: Launch, verdict: Verdict, identity: RunIdentity = _NO_
 Columns = dict[str, list[Any]]
 
 
+def worker_modules(metrics_long: bool) -> tuple[str, ...]:
+    """What an export worker imports besides this module: polars' part writer for the long table."""
+    return ("ncuflow.output.parts",) if metrics_long else ()
+
+
 def as_columns(records: list[dict[str, Any]]) -> Columns:
     """Rows (dicts with the same keys) as one list per column: what travels back from a
     worker (a few lists unpickle many times faster than hundreds of dicts)."""

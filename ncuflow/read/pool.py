@@ -253,6 +253,24 @@ def _deliver(outcome: _Outcome) -> Any:
     return outcome.value
 
 
+def _smallest(reports: Sequence[Task]) -> Path | None:
+    """The smallest readable report: what the worker server reads once to warm up."""
+    sized = [(size, index) for index, size in enumerate(_size(task) for task in reports) if size > 0]
+    return _report_of(reports[min(sized)[1]]) if sized else None
+
+
+def prestart(function: Callable[..., Any], reports: Sequence[Task], *, jobs: int | None,
+             preload: Sequence[str] = ()) -> None:
+    """Start the worker server now, without waiting for it, if ``map_reports`` will need it.
+
+    The server takes a few hundred milliseconds to import and warm up; a command that
+    calls this before its own imports and planning overlaps the two. Takes effect once
+    per process (the first server is the one every later pool uses).
+    """
+    if jobs and len(reports) > 1:
+        _context((function.__module__, *preload), _smallest(reports))
+
+
 def map_reports(
     function: Callable[..., R],
     tasks: Sequence[Task],
@@ -347,8 +365,7 @@ def _pool_map(
     progress: Callable[[int, Path], None] | None, preload: tuple[str, ...],
 ) -> Iterator[R]:
     sizes = [_size(task) for task in tasks]
-    readable = [(size, index) for index, size in enumerate(sizes) if size > 0]
-    context = _context((function.__module__, *preload), _report_of(tasks[min(readable)[1]]) if readable else None)
+    context = _context((function.__module__, *preload), _smallest(tasks))
     # The driver reads too while workers start, unless the caller asked for a fresh
     # process per bounded amount of input (ncu_report's per-process state, see export).
     driver_may_read = retire_bytes is None
