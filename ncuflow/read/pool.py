@@ -3,9 +3,19 @@
 ``ncu_report`` never frees a parsed report: a process that reads N reports grows by
 several times their bytes, without bound. Here each report is read in a worker
 process, and a worker exits once it has read ``retire_bytes`` of report files (the
-report that crosses the line is finished first); a fresh worker takes its place. Peak
-memory is therefore about ``jobs × (base + k × (retire_bytes + the largest report))``,
+report that crosses the line is finished first); a fresh worker takes its place. The
+replacement is started as soon as the retiring worker has been sent its last report,
+so no reading slot waits for a start (the two overlap for that one report), and a
+retired worker is reaped at the end rather than waited for. Peak memory is therefore
+about ``2 × jobs × (base + k × (retire_bytes + the largest report))`` at worst,
 whatever the number of reports, and N workers read N reports at once.
+
+Starting the worker server takes a few hundred milliseconds (a Python start, the
+reading modules, one warm-up read). Meanwhile the driver reads the first reports
+itself, at most ``retire_bytes`` in the whole life of the process (its memory is never
+given back), and only until the first worker is up; ``prestart`` lets a command start
+the server before its own imports. A caller that passes ``retire_bytes`` (a fresh
+process per bounded input, see ``export --metrics-long``) gets no reading in the driver.
 
 ``map_reports(function, tasks, jobs=N)`` is the one entry point: ``function`` (a
 module-level function, so that it pickles by name) is called as ``function(*task)``
@@ -15,8 +25,10 @@ path; results come back in input order, so the output is the same for every ``jo
 tests compare against. An error raised by ``function`` is raised here, when its task
 is reached in input order, with its own message (which names the report); warnings it
 raises are raised again here. A worker that dies (killed, out of memory, a crash in
-native code) is a ``ReportError`` naming the report it was reading. Ctrl-C stops
-every worker (they ignore SIGINT; the driver terminates them) and propagates.
+native code) is a ``ReportError`` naming the report it was reading; a crash in native
+code while the driver itself reads (the first reports, during the start-up) takes the
+command down, as ``--jobs 0`` would. Ctrl-C stops every worker (they ignore SIGINT;
+the driver terminates them) and propagates.
 
 Workers come from the ``forkserver`` start method where the platform has it (a fresh
 worker is a fork of a small server that has already imported the reading modules, so
