@@ -13,8 +13,7 @@ from rich.markup import escape
 
 from ncuflow.errors import NcuflowError
 from ncuflow.profile.ncu import NcuOptions
-
-ESCALATION_FOLDER = ".tier2"  # hidden: runs of the escalation are not replicas of the cell
+from ncuflow.read.escalation import ESCALATION_FILE, ESCALATION_FOLDER
 
 
 def escalate_to_tier2(record: Any, options: NcuOptions, store_root: Path, chip: str | None,
@@ -23,7 +22,8 @@ def escalate_to_tier2(record: Any, options: NcuOptions, store_root: Path, chip: 
 
     The tier-2 run is stored under STORE/.tier2/ (so it is never mistaken for a replica of
     the cell) with ``escalation_of`` in its manifest, and the tier-1 run folder gets an
-    ``escalation.json`` that names it.
+    ``escalation.json`` that names it (``ncuflow.read.escalation`` merges the two wherever
+    the store is read).
     """
     from dataclasses import replace
 
@@ -33,8 +33,9 @@ def escalate_to_tier2(record: Any, options: NcuOptions, store_root: Path, chip: 
     try:
         from ncuflow.analyze.classify import classify
         from ncuflow.output.render import print_launch_table
-        from ncuflow.profile.asif import merge_launches, undecided
+        from ncuflow.profile.asif import undecided
         from ncuflow.profile.passes import ESCALATION_BAND
+        from ncuflow.read.escalation import merge_launches
         from ncuflow.read.extract import iter_launches
     except ImportError:  # the read side is optional on a bare GPU host
         return
@@ -54,7 +55,7 @@ def escalate_to_tier2(record: Any, options: NcuOptions, store_root: Path, chip: 
         console.print(escape(line), soft_wrap=True)
     second = again(check.options, Path(store_root) / ESCALATION_FOLDER,
                    {"escalation_of": record.run_id, "escalation_of_path": str(record.path), "tier": 2})
-    (Path(record.path) / "escalation.json").write_text(
+    (Path(record.path) / ESCALATION_FILE).write_text(
         json.dumps({"tier": 2, "run_id": second.run_id, "path": str(second.path)}, indent=1) + "\n")
     console.print(f"stored tier 2 in {second.path}", soft_wrap=True)
     try:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.analyze.classify import Verdict, classify
+from ncuflow.read.escalation import with_escalation
 from ncuflow.read.extract import iter_launches, iter_launches_with_metrics
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
@@ -123,17 +124,16 @@ def export_one_report(
     except ManifestError as damaged:
         run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
         return {}, 0, run.line() + "; none of its launches is exported"
-    rows: list[dict[str, Any]] = []
     if not metrics_long:
-        for launch in iter_launches(report):
-            rows.append(launch_record(launch, classify(launch, threshold), identity))
-        return as_columns(rows), 0, None
+        launches = with_escalation(report, tuple(iter_launches(report)))
+        return as_columns([launch_record(x, classify(x, threshold), identity) for x in launches]), 0, None
     # polars: only the long table needs it here
     from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
 
     metrics = PartWriter(folder, f"metrics-{index:07d}", METRICS_SCHEMA, chunk_rows)
+    tier1: list[Launch] = []  # a few fields each; the raw metrics stream to parts as they come
     for launch, raw in iter_launches_with_metrics(report):
-        rows.append(launch_record(launch, classify(launch, threshold), identity))
+        tier1.append(launch)
         for metric in raw:
             metrics.add(
                 {
@@ -147,4 +147,5 @@ def export_one_report(
                 }
             )
     metrics.close()
-    return as_columns(rows), metrics.rows, None
+    launches = with_escalation(report, tier1)
+    return as_columns([launch_record(x, classify(x, threshold), identity) for x in launches]), metrics.rows, None

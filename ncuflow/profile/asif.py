@@ -11,7 +11,7 @@ the launch's chip: tier 1's, plus the escalation run's where it ran.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from ncuflow.analyze.classify import Verdict, classify
@@ -102,20 +102,3 @@ def perfworks_cost(collection: Collection) -> tuple[PassCost | None, str | None]
         return cache[key]
 
     return cost, None
-
-
-def merge_launches(first: Launch, second: Launch) -> Launch:
-    """One launch seen by two runs (tier 1, then its tier-2 escalation): every field either holds.
-
-    A field tier 1 holds keeps tier 1's value and provenance; the breakdown is the union.
-    """
-    values = dict(first.values)
-    provenance = dict(first.provenance)
-    for name, value in second.values.items():
-        if values.get(name) is None and value is not None:
-            values[name] = value
-            if name in second.provenance:
-                provenance[name] = second.provenance[name]
-    missing = tuple(name for name in first.missing if values.get(name) is None)
-    return replace(first, values=values, provenance=provenance, missing=missing,
-                   breakdown={**second.breakdown, **first.breakdown})

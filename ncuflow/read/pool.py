@@ -460,12 +460,13 @@ def read_launches_of(
 ) -> Iterator[tuple[Path, tuple[Any, ...]]]:
     """(report, its launches) for every report, in input order, read in ``jobs`` workers.
 
-    The common case of ``map_reports`` (classify, compare, passes): a report that cannot
-    be read raises its ``ReportError`` when it is reached.
+    The common case of ``map_reports`` (classify): a report that cannot be read raises
+    its ``ReportError`` when it is reached; a store run's tier-2 escalation is merged in.
     """
-    from ncuflow.read.extract import read_launches
+    from ncuflow.read.escalation import read_launches_escalated
 
-    yield from zip(reports, map_reports(read_launches, list(reports), jobs=jobs, progress=progress), strict=True)
+    yield from zip(reports, map_reports(read_launches_escalated, list(reports), jobs=jobs, progress=progress),
+                   strict=True)
 
 
 def resolve_jobs(jobs: int | None) -> int | None:

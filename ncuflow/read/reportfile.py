@@ -96,8 +96,10 @@ def find_reports(paths: Iterable[Path | str]) -> list[Path]:
     """Expand files and folders (searched recursively) into report paths.
 
     A named file is taken as given, whatever its suffix; a folder contributes every
-    file with a report suffix below it. A missing path or a folder with no report is
-    an error that names it.
+    file with a report suffix below it, except in hidden folders below it (a store's
+    ``.tier2`` escalation runs are read with the runs they escalate; ``.ncuflow-tmp-*``
+    folders are unfinished). A missing path or a folder with no report is an error that
+    names it.
     """
     found: list[Path] = []
     for raw in paths:
@@ -111,7 +113,8 @@ def find_reports(paths: Iterable[Path | str]) -> list[Path]:
             )
         if path.is_dir():
             below = sorted(
-                p for p in path.rglob("*") if p.is_file() and p.name.endswith(REPORT_SUFFIXES)
+                p for p in path.rglob("*")
+                if p.is_file() and p.name.endswith(REPORT_SUFFIXES) and not _in_hidden_folder(p, path)
             )
             if not below:
                 raise NoReportsFound(
@@ -130,6 +133,12 @@ def find_reports(paths: Iterable[Path | str]) -> list[Path]:
             "Pass one or more .ncu-rep files or folders that hold them.",
         )
     return found
+
+
+def _in_hidden_folder(report: Path, searched: Path) -> bool:
+    """Whether ``report`` lies in a hidden folder below ``searched``: a store's tier-2
+    escalation runs (``.tier2``, read with the run they escalate) and temporary folders."""
+    return any(part.startswith(".") for part in report.relative_to(searched).parts[:-1])
 
 
 def _file_type(mode: int) -> str:
