@@ -97,8 +97,8 @@ def find_reports(paths: Iterable[Path | str]) -> list[Path]:
 
     A named file is taken as given, whatever its suffix; a folder contributes every
     file with a report suffix below it, except in hidden folders below it (a store's
-    ``.tier2`` escalation runs are read with the runs they escalate; ``.ncuflow-tmp-*``
-    folders are unfinished). A missing path or a folder with no report is an error that
+    ``.tier2`` escalation runs are read with the runs they escalate; its ``.tmp-*`` runs and
+    ``.ncuflow-tmp-*`` temporaries are unfinished). A missing path or a folder with no report is an error that
     names it.
     """
     found: list[Path] = []
