@@ -123,3 +123,25 @@ def test_export_of_a_store_carries_each_runs_identity(corpus_dir: Path, tmp_path
     pages = {json.loads(p)["page"] for p in frame["params_json"].to_list()}
     assert pages == {16, 64}
     assert frame.filter(pl.col("kernel_function") == "kernel_conv2d_baseline")["content_key"].unique().to_list() == [f"{16:064d}"]
+
+
+def test_a_metrics_table_left_by_an_earlier_long_export_is_named(corpus_dir: Path, tmp_path: Path) -> None:
+    from ncuflow.output.export import StaleMetricsWarning, export_reports
+
+    reports = [corpus_dir / "Syswea__cuda-fused-linear-layer__profile_report.ncu-rep"]
+    output = tmp_path / "launches.parquet"
+    export_reports(reports, output, metrics_long=True)
+    first_id = pl.read_parquet_metadata(output)["ncuflow.export_id"]
+    with pytest.warns(StaleMetricsWarning, match=rf"launches.metrics.parquet is the long metrics table of an "
+                                                  rf"earlier export \(export id {first_id}\)"):
+        export_reports(reports, output)
+    assert pl.read_parquet_metadata(output)["ncuflow.export_id"] != first_id
+    result = CliRunner().invoke(cli, ["export", str(reports[0]), "-o", str(output)])
+    assert result.exit_code == 0 and "export again with --metrics-long" in result.stderr
+    export_reports(reports, output, metrics_long=True)  # a matching pair again: nothing to say
+    import warnings as warnings_module
+
+    with warnings_module.catch_warnings():
+        warnings_module.simplefilter("error", StaleMetricsWarning)
+        (tmp_path / "launches.metrics.parquet").unlink()
+        export_reports(reports, output)

@@ -145,6 +145,25 @@ def _assemble(folder: Path, name: str, schema: dict[str, Any], temporary: Path, 
         pl.DataFrame(schema=schema).write_parquet(temporary, metadata=metadata)
 
 
+class StaleMetricsWarning(UserWarning):
+    """A long metrics table beside a launches table that a later export replaced without it."""
+
+
+def _warn_if_stale_metrics(output: Path) -> None:
+    """Name the ``.metrics.parquet`` an earlier ``--metrics-long`` export left beside ``output``:
+    it describes that export's launches, not the new table (their export ids differ)."""
+    sibling = metrics_path_for(output)
+    try:
+        metadata = pl.read_parquet_metadata(sibling) if sibling.is_file() else {}
+    except Exception:  # not a parquet file: not ours to speak of
+        return
+    if metadata.get("ncuflow.table") == "metrics":
+        warnings.warn(StaleMetricsWarning(
+            f"{sibling} is the long metrics table of an earlier export (export id "
+            f"{metadata.get('ncuflow.export_id', 'none')}), not of the launches just written to {output}. "
+            "Delete it, or export again with --metrics-long to write a matching pair."), stacklevel=3)
+
+
 @dataclass(frozen=True)
 class ExportResult:
     launches_path: Path
@@ -226,6 +245,8 @@ def export_reports(
                 launches.close()
                 _assemble(Path(folder), "launches", launches_schema(), temporaries[-1], table="launches",
                           export_id=export_id)
+    if metrics_path is None:
+        _warn_if_stale_metrics(output)
     return ExportResult(
         launches_path=output,
         launch_count=launches.rows,
