@@ -130,6 +130,21 @@ def test_the_driver_reads_only_while_the_first_worker_starts_and_only_its_budget
     assert sum(in_driver[:-1]) < budget
 
 
+def test_an_unreadable_first_report_read_by_the_driver_is_named_as_in_one_process(
+    corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pool._DriverBudget, "left", None)  # the driver reads the first reports
+    bad = tmp_path / "garbage.ncu-rep"
+    bad.write_bytes(b"this is not a report" * 10)
+    reports = [bad, *find_reports([corpus_dir])]
+    with pytest.raises(ReportError) as alone:
+        list(read_launches_of(reports, jobs=None))
+    with pytest.raises(ReportError) as pooled:
+        list(read_launches_of(reports, jobs=2))
+    assert str(pooled.value) == str(alone.value) and str(bad) in str(pooled.value)
+    assert pool._DriverBudget.left is not None  # it was the driver that read it
+
+
 def test_a_worker_that_dies_is_an_error_naming_its_report(corpus_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool._DriverBudget, "left", 0)  # `die` must run in a worker, not in this process
     reports = find_reports([corpus_dir])[:2]
