@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import polars as pl
@@ -145,3 +146,26 @@ def test_a_metrics_table_left_by_an_earlier_long_export_is_named(corpus_dir: Pat
         warnings_module.simplefilter("error", StaleMetricsWarning)
         (tmp_path / "launches.metrics.parquet").unlink()
         export_reports(reports, output)
+
+
+def test_read_export_gives_the_pair_and_refuses_a_metrics_table_of_another_export(
+    corpus_dir: Path, tmp_path: Path
+) -> None:
+    from ncuflow.errors import NcuflowError
+    from ncuflow.output.export import export_reports, read_export
+
+    reports = [corpus_dir / "Syswea__cuda-fused-linear-layer__profile_report.ncu-rep"]
+    first, second = tmp_path / "a" / "launches.parquet", tmp_path / "b" / "launches.parquet"
+    export_reports(reports, first, metrics_long=True)
+    export_reports(reports, second, metrics_long=True)
+    launches, metrics = read_export(first)
+    assert launches.height == 3 and metrics is not None and metrics.height > 100
+    assert set(metrics["action"]) == set(launches["action"])
+    # what a crash between the two renames leaves: one export's metrics beside another's launches
+    shutil.copyfile(second.with_name("launches.metrics.parquet"), first.with_name("launches.metrics.parquet"))
+    with pytest.raises(NcuflowError, match=r"does not belong to .*Export again with --metrics-long"):
+        read_export(first)
+    first.with_name("launches.metrics.parquet").unlink()
+    assert read_export(first)[1] is None
+    with pytest.raises(NcuflowError, match="not an ncuflow launches table"):
+        read_export(second.with_name("launches.metrics.parquet"))

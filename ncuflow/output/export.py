@@ -134,6 +134,35 @@ def read_schema_version(path: Path) -> str | None:
     return pl.read_parquet_metadata(path).get(METADATA_KEY)
 
 
+def read_export(launches_path: Path) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """An export's launches table and, where it has one, its long metrics table, checked as a pair.
+
+    Both files of one export carry the same ``ncuflow.export_id``; a metrics table from
+    another export (an export without ``--metrics-long`` after one with it, or a crash
+    between the two renames) is refused rather than joined to launches it does not describe.
+    """
+    launches_meta = pl.read_parquet_metadata(launches_path)
+    if launches_meta.get("ncuflow.table") != "launches":
+        raise NcuflowError(
+            f"{launches_path} is not an ncuflow launches table.",
+            "`ncuflow export` writes it with ncuflow.table = launches in the parquet metadata.",
+            "Pass the file that `ncuflow export -o` wrote.",
+        )
+    launches = pl.read_parquet(launches_path)
+    metrics_path = metrics_path_for(launches_path)
+    if not metrics_path.is_file():
+        return launches, None
+    wanted, found = launches_meta.get("ncuflow.export_id"), pl.read_parquet_metadata(metrics_path).get("ncuflow.export_id")
+    if wanted is None or found != wanted:
+        raise NcuflowError(
+            f"{metrics_path} does not belong to {launches_path}: its export id is {found}, the launches' {wanted}.",
+            "It was written by another export (an export without --metrics-long after one with it, or one "
+            "stopped between renaming the two files), so its rows describe other launches.",
+            f"Export again with --metrics-long to write a matching pair, or delete {metrics_path.name}.",
+        )
+    return launches, pl.read_parquet(metrics_path)
+
+
 def _assemble(folder: Path, name: str, schema: dict[str, Any], temporary: Path, *, table: str, export_id: str) -> None:
     """Concatenate the parts named ``name-*`` in name order (= input order) into ``temporary``
     (the caller renames it into place with its pair)."""
