@@ -85,6 +85,7 @@ def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
         type=click.IntRange(min=0),
         default=None,
         help="Read reports in N worker processes [default: the usable cores]. Each worker is replaced "
-             "after reading 16 MiB of reports, so memory does not grow with their number; "
-             "0 reads in this process.",
+             "after reading 16 MiB of reports (NCUFLOW_WORKER_BYTES), so memory does not grow with "
+             "their number; this process reads the first ones while the workers start. "
+             "0 reads everything in this process.",
     )(function)
