@@ -13,8 +13,7 @@ import click
 
 from ncuflow.analyze.classify import classify
 from ncuflow.cli.options import jobs_option, threshold_option
-from ncuflow.read.extract import read_launches
-from ncuflow.read.pool import prestart, read_launches_of, resolve_jobs
+from ncuflow.read.pool import prestart, prestart_launches_of, read_launches_of, resolve_jobs
 from ncuflow.read.reportfile import find_reports
 
 _threshold_option = threshold_option()
@@ -54,7 +53,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     """
     reports = find_reports(paths)
     if as_if is None:
-        prestart(read_launches, reports, jobs=resolve_jobs(jobs))  # its start-up overlaps the imports below
+        prestart_launches_of(reports, jobs=resolve_jobs(jobs))  # its start-up overlaps the imports below
     from ncuflow.output.render import launch_row, print_launch_table
 
     if as_if is not None:

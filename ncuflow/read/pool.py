@@ -469,6 +469,13 @@ def read_launches_of(
                    strict=True)
 
 
+def prestart_launches_of(reports: Sequence[Path], *, jobs: int | None) -> None:
+    """``prestart`` for a later ``read_launches_of(reports, jobs=jobs)``."""
+    from ncuflow.read.escalation import read_launches_escalated
+
+    prestart(read_launches_escalated, list(reports), jobs=jobs)
+
+
 def resolve_jobs(jobs: int | None) -> int | None:
     """A ``--jobs`` value as ``map_reports`` takes it: None -> the usable cores, 0 -> this process."""
     if jobs is None:
