@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run(["doctor", "--strict", *ncu], dry_run=args.dry_run)
     for sweep in sweeps:
-        run(["sweep", str(sweep.relative_to(REPO)), "--store", store, *ncu,
+        run(["sweep", str(sweep.relative_to(REPO)), "--store", store, "--no-escalate", *ncu,
              *(["--keep-going"] if args.keep_going else [])], dry_run=args.dry_run)
     if not args.skip_headline:
         markdown = args.store.parent / f"stability-{args.store.name}.md"

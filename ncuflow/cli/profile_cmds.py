@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from ncuflow.cli.options import threshold_option, timeout_option
 from ncuflow.errors import NcuflowError, UsageError
+from ncuflow.profile.escalate import escalates
 from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
@@ -213,7 +214,7 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
         console.print(f"stored {record.path} (ncu wall time {record.manifest.wall_time_s} s)",
                       soft_wrap=True)
         print_run_table(record, console, threshold)
-        if escalate and options.metric_set == DECISIVE and not options.sections:
+        if escalate and escalates(options):
 
             def again(tier2: NcuOptions, root: Path, extra: dict[str, Any], replica: int = replica) -> Any:
                 extra = {**extra, "replica": replica}
@@ -279,15 +280,21 @@ def doctor_command(ncu_path: str | None, as_json: bool, strict: bool, ray_addres
                    "(without one: RAY_ADDRESS or the cluster `ray start` runs here). Runs come back to this store.")
 @click.option("--ray-local-gpus", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start a local Ray instance that declares N GPUs and run the tasks on it.")
+@click.option("--escalate/--no-escalate", default=True, show_default=True,
+              help="After tier 1, profile the decisive tier 2 for every run whose launches tier 1 leaves "
+                   "undecided (stored under STORE/.tier2, read together with the run).")
 def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, ncu_path: str | None,
                   timeout: float | None, keep_going: bool, dry_run: bool, ray_address: str | None,
-                  ray_local_gpus: int | None) -> None:
+                  ray_local_gpus: int | None, escalate: bool) -> None:
     """Profile every point of a sweep FILE (TOML); interrupt any time and re-run to resume.
 
     With --ray or --ray-local-gpus each profile is a Ray task that needs one GPU (Ray sets
     CUDA_VISIBLE_DEVICES); the runs are shipped back and stored here, as a local sweep stores them.
+    With the decisive collection, runs tier 1 leaves undecided are then profiled with tier 2,
+    as `ncuflow profile` does (--no-escalate: never); a resumed sweep finishes what a stopped
+    one left.
     """
-    from ncuflow.profile.sweep import axes_summary, describe_points, load_sweep, run_sweep
+    from ncuflow.profile.sweep import axes_summary, describe_points, load_sweep
 
     plan = load_sweep(sweep_file, cells_dir)
     console = _console()
@@ -307,7 +314,8 @@ def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, nc
         console.print(escape(f"fixed: {fixed or '(cell defaults)'}; ncu: {plan.options.metric_set_label()}, "
                              f"replay {plan.options.replay_mode}, cache {plan.options.cache_control}, "
                              f"clocks {plan.options.clock_control}; timeout {plan.timeout:g} s"))
-        console.print(f"{len(rows)} points, {sum(r['to_run'] for r in rows)} profiles to run")
+        tier2 = " (then tier 2 for runs tier 1 leaves undecided)" if escalate and escalates(plan.options) else ""
+        console.print(f"{len(rows)} points, {sum(r['to_run'] for r in rows)} profiles to run{tier2}")
         return
     try:
         if ray_address is not None and ray_local_gpus is not None:
@@ -318,15 +326,22 @@ def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, nc
 
             outcome = run_sweep_on_ray(plan, store_root, address=None if ray_address == "auto" else ray_address,
                                        local_gpus=ray_local_gpus, ncu=ncu_path, cells_dir=cells_dir,
-                                       timeout=timeout, keep_going=keep_going, console=console)
+                                       timeout=timeout, keep_going=keep_going, console=console, escalate=escalate)
         else:
-            outcome = run_sweep(plan, store_root, ncu=ncu_path, cells_dir=cells_dir, timeout=timeout,
-                                keep_going=keep_going, console=console)
+            from ncuflow.profile.sweep_escalation import sweep_here
+
+            outcome = sweep_here(plan, store_root, escalate=escalate, ncu=ncu_path, cells_dir=cells_dir,
+                                 timeout=timeout, keep_going=keep_going, console=console)
     except NcuflowError as error:
         console.print("[yellow]The sweep stopped; every finished run is stored. "
                       "Re-run the same command to resume.[/yellow]")
         raise error
-    console.print(f"done: {len(outcome.profiled)} profiled, {outcome.skipped_points} points skipped "
+    tier2 = f", {len(outcome.escalated)} escalated to tier 2" if outcome.escalated else ""
+    console.print(f"done: {len(outcome.profiled)} profiled{tier2}, {outcome.skipped_points} points skipped "
                   f"(already complete), {len(outcome.failures)} failed")
+    if outcome.unchecked:
+        console.print(f"[yellow]{outcome.unchecked} runs could not be read here to decide their escalation "
+                      "(no ncu_report, or a damaged report): run the sweep again where ncuflow reads reports."
+                      "[/yellow]")
     if outcome.failures:
         raise click.exceptions.Exit(3)

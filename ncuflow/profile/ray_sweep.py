@@ -193,14 +193,23 @@ def run_sweep_on_ray(
     console: Any = None,
     show_progress: bool = True,
     on_stored: Callable[[store.RunRecord], None] | None = None,
+    escalate: bool = True,
+    threshold: float | None = None,
 ) -> SweepOutcome:
-    """``run_sweep`` with each missing replica a Ray task; the same summary and outcome."""
+    """``run_sweep`` with each missing replica a Ray task; the same summary and outcome, and the
+    same escalation to tier 2 (a second round of tasks, after tier 1)."""
     from rich.console import Console
+
+    from ncuflow.profile.sweep_escalation import runs_to_escalate
 
     console = console or Console()
     outcome, todo, total = start_sweep(plan, store_root, console)
+    escalations: list[tuple[Any, store.RunRecord]] = []
     if total == 0:
-        return outcome
+        if escalate:  # only what an earlier, stopped sweep left unchecked
+            escalations, outcome.unchecked = runs_to_escalate(plan, store_root, threshold, console.print)
+        if not escalations:
+            return outcome
     ray = import_ray()
     started = connect(ray, address, local_gpus)
     pending: dict[Any, Any] = {}
@@ -245,6 +254,10 @@ def run_sweep_on_ray(
                     on_stored(record)
                 progress.update(task, description=f"{point.spec_text} stored")
                 progress.advance(task)
+        if escalate and total > 0:
+            escalations, outcome.unchecked = runs_to_escalate(plan, store_root, threshold, console.print)
+        _escalate_on_ray(plan, store_root, outcome, console, remote, escalations, pending, ray,
+                         cells_dir=cells_dir, timeout=timeout or plan.timeout, ncu=ncu, keep_going=keep_going)
     except KeyboardInterrupt:
         raise ProfileInterrupted("SIGINT") from None
     finally:
@@ -254,6 +267,39 @@ def run_sweep_on_ray(
         if started:
             ray.shutdown()
     return outcome
+
+
+def _escalate_on_ray(plan: SweepPlan, store_root: Path, outcome: SweepOutcome, console: Any, remote: Any,
+                     escalations: list[tuple[Any, store.RunRecord]], pending: dict[Any, Any], ray: Any, *,
+                     cells_dir: Path | None, timeout: float, ncu: str | None, keep_going: bool) -> None:
+    """Tier 2 for the runs tier 1 left undecided: one task each; committed under ``.tier2``
+    and named in the tier-1 run on this machine, as ``profile`` does."""
+    from ncuflow.profile.escalate import tier2_options, tier2_root
+    from ncuflow.profile.sweep_escalation import commit_escalation, tier2_manifest_extra
+
+    tier2 = {remote.remote(point.spec, tier2_options(plan.options), cells_dir, timeout, ncu,
+                           tier2_manifest_extra(plan, run)): (point, run) for point, run in escalations}
+    pending.update(tier2)
+    while tier2:
+        ready, _ = ray.wait(list(tier2), num_returns=1)
+        point, run = tier2.pop(ready[0])
+        pending.pop(ready[0], None)
+        result = ray.get(ready[0])
+        if isinstance(result, NcuflowError):
+            if isinstance(result, ENVIRONMENT_ERRORS) or not keep_going:
+                raise result
+            outcome.failures.append((point, result))
+            console.print(f"[red]failed[/red] tier 2 of {point.spec_text}: {result}")
+            continue
+        shipped: ShippedRun = result
+
+        def store_tier2(shipped: ShippedRun = shipped) -> store.RunRecord | None:
+            return commit_shipped(tier2_root(store_root), shipped)
+
+        second = commit_escalation(plan, point, run, store_root, store_tier2)
+        if second is not None:
+            outcome.escalated.append(second)
+            console.print(f"stored tier 2 of {point.spec_text} in {second.path}", soft_wrap=True)
 
 
 def ray_doctor_checks(address: str | None) -> list[tuple[str, str, str, str | None]]:

@@ -104,6 +104,8 @@ class SweepOutcome:
     profiled: list[store.RunRecord] = field(default_factory=list)
     skipped_points: int = 0
     failures: list[tuple[SweepPoint, NcuflowError]] = field(default_factory=list)
+    escalated: list[store.RunRecord] = field(default_factory=list)  # tier-2 runs stored
+    unchecked: int = 0  # tier-1 runs whose report could not be read here to decide escalation
 
 
 def _bad(source: str, what: str, fix: str) -> UsageError:
@@ -390,7 +392,8 @@ def run_sweep(
 
     ``keep_going`` continues past a point's own failure (e.g. a program error); errors
     that would fail every point (no ncu, counter permission, driver, unknown metric)
-    always stop the sweep.
+    always stop the sweep. Tier 2 for the runs tier 1 leaves undecided is the second phase
+    (``ncuflow.profile.sweep_escalation.sweep_here`` runs both).
     """
     from rich.console import Console
 
@@ -399,8 +402,16 @@ def run_sweep(
     run_one = profile or profile_cell
     console = console or Console()
     outcome, todo, total = start_sweep(plan, store_root, console)
-    if total == 0:
-        return outcome
+    if total > 0:
+        _profile_points(plan, store_root, outcome, todo, total, run_one, console, show_progress, keep_going,
+                        cells_dir=cells_dir, timeout=timeout or plan.timeout, ncu=ncu)
+    return outcome
+
+
+def _profile_points(plan: SweepPlan, store_root: Path, outcome: SweepOutcome, todo: list[PointStatus], total: int,
+                    run_one: ProfileFn, console: Any, show_progress: bool, keep_going: bool, *,
+                    cells_dir: Path | None, timeout: float, ncu: str | None) -> None:
+    """Tier 1: every missing replica of the points, one writer per point."""
     progress = sweep_progress(console, show_progress)
     with progress:
         task = progress.add_task(plan.name, total=total)
@@ -415,8 +426,7 @@ def run_sweep(
                 try:
                     record = run_one(
                         status.point.spec, plan.options, store_root, cells_dir=cells_dir,
-                        timeout=timeout or plan.timeout, ncu=ncu,
-                        manifest_extra=sweep_manifest_extra(plan, replica),
+                        timeout=timeout, ncu=ncu, manifest_extra=sweep_manifest_extra(plan, replica),
                     )
                 except ProfileInterrupted:
                     raise
@@ -447,7 +457,6 @@ def run_sweep(
                 progress.console.print(f"waiting for {who}, which is profiling {status.point.spec_text}")
             with _locked(plan, status, store_root, wait=True, on_wait=note):
                 profile_point(status)
-    return outcome
 
 
 @contextlib.contextmanager

@@ -48,8 +48,8 @@ def merge_launches(first: Launch, second: Launch) -> Launch:
 def escalation_report(report: Path) -> Path | None:
     """The tier-2 report of the run ``report`` belongs to; None where the run has no escalation.
 
-    ``escalation.json`` names the tier-2 run by path and id; a store that was moved or
-    copied is searched for ``.tier2/**/<run id>`` above the run. Raises ``NcuflowError``
+    ``escalation.json`` names the tier-2 run by path and id (or says none was needed); a
+    store that was moved or copied is searched for ``.tier2/**/<run id>`` above the run. Raises ``NcuflowError``
     when the file is unreadable or names a run that is nowhere.
     """
     record = Path(report).parent / ESCALATION_FILE
@@ -57,6 +57,8 @@ def escalation_report(report: Path) -> Path | None:
         return None
     try:
         data = json.loads(record.read_text())
+        if data.get("needed") is False:  # tier 1 decided every launch: nothing was escalated
+            return None
         named, run_id = Path(str(data["path"])), str(data["run_id"])
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise NcuflowError(
