@@ -55,18 +55,24 @@ def checked(record: RunRecord) -> bool:
     return (Path(record.path) / ESCALATION_FILE).is_file()
 
 
-def undecided_launches(record: RunRecord, threshold: float) -> Undecided | None:
-    """How many of the run's launches tier 1 leaves undecided; None where its report cannot
-    be read here (no ``ncu_report`` on a bare GPU host, or a damaged report)."""
+def undecided_in_report(report: Path, threshold: float) -> Undecided | None:
+    """How many of a report's launches tier 1 leaves undecided; None where it cannot be read
+    here (no ``ncu_report`` on a bare GPU host, or a damaged report). A module-level function
+    of plain data, so that a reading worker can run it (``ncuflow.read.pool``)."""
     try:
         from ncuflow.analyze.classify import classify
         from ncuflow.profile.asif import undecided
         from ncuflow.read.extract import iter_launches
 
-        launches = list(iter_launches(record.report_path))
+        launches = list(iter_launches(report))
     except (ImportError, NcuflowError):
         return None
     return Undecided(sum(undecided(classify(launch, threshold)) for launch in launches), len(launches))
+
+
+def undecided_launches(record: RunRecord, threshold: float) -> Undecided | None:
+    """``undecided_in_report`` of one run's report, in this process."""
+    return undecided_in_report(record.report_path, threshold)
 
 
 def record_escalation(record: RunRecord, second: RunRecord) -> None:

@@ -23,7 +23,7 @@ from ncuflow.profile.escalate import (
     record_not_needed,
     tier2_options,
     tier2_root,
-    undecided_launches,
+    undecided_in_report,
 )
 from ncuflow.profile.ncu_errors import ProfileInterrupted
 from ncuflow.profile.sweep import (
@@ -34,6 +34,7 @@ from ncuflow.profile.sweep import (
     run_sweep,
     sweep_manifest_extra,
 )
+from ncuflow.read.pool import map_reports
 from ncuflow.store import RunRecord
 from ncuflow.store.lock import point_lock
 
@@ -47,21 +48,21 @@ def runs_to_escalate(plan: SweepPlan, store_root: Path, threshold: float | None,
     """
     if not escalates(plan.options):
         return [], 0
+    unchecked = [(point, run) for point in plan.points
+                 for run in store.complete_runs_for_key(store_root, plan.cell, point.content_key) if not checked(run)]
+    # Read in a worker: ncu_report never frees a report, and a store may hold thousands of runs.
+    tasks = [(run.report_path, DEFAULT_THRESHOLD if threshold is None else threshold) for _, run in unchecked]
     todo: list[tuple[SweepPoint, RunRecord]] = []
     unreadable = 0
-    for point in plan.points:
-        for run in store.complete_runs_for_key(store_root, plan.cell, point.content_key):
-            if checked(run):
-                continue
-            found = undecided_launches(run, DEFAULT_THRESHOLD if threshold is None else threshold)
-            if found is None:
-                unreadable += 1
-            elif found.undecided == 0:
-                record_not_needed(run, found)
-            else:
-                say(f"{point.spec_text} ({run.run_id}): tier 1 leaves {found.undecided} of {found.launches} "
-                    "launches undecided: profiling tier 2")
-                todo.append((point, run))
+    for (point, run), found in zip(unchecked, map_reports(undecided_in_report, tasks, jobs=1), strict=True):
+        if found is None:
+            unreadable += 1
+        elif found.undecided == 0:
+            record_not_needed(run, found)
+        else:
+            say(f"{point.spec_text} ({run.run_id}): tier 1 leaves {found.undecided} of {found.launches} "
+                "launches undecided: profiling tier 2")
+            todo.append((point, run))
     return todo, unreadable
 
 
