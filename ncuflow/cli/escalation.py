@@ -5,6 +5,7 @@ Never imports polars (the GPU host has none); the read side is optional there.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from rich.markup import escape
 from ncuflow.errors import NcuflowError
 from ncuflow.profile.ncu import NcuOptions
 from ncuflow.profile.passes import ESCALATION_BAND
+from ncuflow.read.escalation import EscalationWarning
 
 
 def escalate_to_tier2(record: Any, options: NcuOptions, store_root: Path, chip: str | None,
@@ -28,18 +30,20 @@ def escalate_to_tier2(record: Any, options: NcuOptions, store_root: Path, chip: 
     from ncuflow.profile import escalate
     from ncuflow.profile.precheck import check_passes
 
-    found = escalate.undecided_launches(record, threshold)
-    if found is None:  # no read side on a bare GPU host, or an unreadable report (said elsewhere)
-        return
-    if found.undecided == 0:
-        escalate.record_not_needed(record, found)
-        return
     try:
         from ncuflow.analyze.classify import classify
         from ncuflow.output.render import print_launch_table
-        from ncuflow.read.escalation import merge_launches
+        from ncuflow.read.escalation import with_escalation
         from ncuflow.read.extract import iter_launches
-    except ImportError:  # pragma: no cover - undecided_launches needed the same modules
+    except ImportError:  # the read side is optional on a bare GPU host
+        return
+    try:
+        launches = tuple(iter_launches(record.report_path))
+    except NcuflowError:  # an unreadable report is said where the run is printed
+        return
+    found = escalate.count_undecided(launches, threshold)
+    if found.undecided == 0:
+        escalate.record_not_needed(record, found)
         return
     check = check_passes(escalate.tier2_options(options), chip)
     cost = f" ({check.recorded_expected} passes predicted on {check.chip})" if check.passes is not None else ""
@@ -51,16 +55,13 @@ def escalate_to_tier2(record: Any, options: NcuOptions, store_root: Path, chip: 
     second = again(check.options, escalate.tier2_root(store_root), escalate.escalation_extra(record))
     escalate.record_escalation(record, second)
     console.print(f"stored tier 2 in {second.path}", soft_wrap=True)
-    try:
-        launches = list(iter_launches(record.report_path))
-        launches2 = list(iter_launches(second.report_path))
-    except NcuflowError as error:
-        console.print(f"[yellow]The tier-2 report cannot be read:[/yellow] {error}")
+    # paired as every reader pairs them: a tier 2 that cannot be read or paired is said, not merged
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", EscalationWarning)
+        merged = with_escalation(record.report_path, launches)
+    for warning in caught:
+        console.print(f"[yellow]{escape(str(warning.message))}[/yellow]", soft_wrap=True)
+    if any(issubclass(warning.category, EscalationWarning) for warning in caught):
         return
-    if len(launches2) != len(launches):
-        console.print(f"[yellow]tier 2 profiled {len(launches2)} launches, tier 1 {len(launches)}: "
-                      "not merged[/yellow]")
-        return
-    merged = [merge_launches(a, b) for a, b in zip(launches, launches2, strict=True)]
     print_launch_table(merged, [classify(m, threshold) for m in merged], console,
                        title=f"{record.manifest.get('cell')} {record.run_id}: tier 1 + tier 2 ({second.run_id})")

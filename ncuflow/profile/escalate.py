@@ -12,6 +12,7 @@ between the two, or a store from before sweeps escalated).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from ncuflow.errors import NcuflowError
 from ncuflow.files import atomic_write_text
 from ncuflow.profile.ncu import DECISIVE, DECISIVE_TIER2, NcuOptions
 from ncuflow.read.escalation import ESCALATION_FILE, ESCALATION_FOLDER
+from ncuflow.read.launch import Launch
 from ncuflow.store import RunRecord
 
 
@@ -55,24 +57,25 @@ def checked(record: RunRecord) -> bool:
     return (Path(record.path) / ESCALATION_FILE).is_file()
 
 
+def count_undecided(launches: Sequence[Launch], threshold: float) -> Undecided:
+    """How many of a run's launches tier 1 leaves undecided (``ncuflow.profile.asif.undecided``)."""
+    from ncuflow.analyze.classify import classify
+    from ncuflow.profile.asif import undecided
+
+    return Undecided(sum(undecided(classify(launch, threshold)) for launch in launches), len(launches))
+
+
 def undecided_in_report(report: Path, threshold: float) -> Undecided | None:
-    """How many of a report's launches tier 1 leaves undecided; None where it cannot be read
-    here (no ``ncu_report`` on a bare GPU host, or a damaged report). A module-level function
-    of plain data, so that a reading worker can run it (``ncuflow.read.pool``)."""
+    """``count_undecided`` of a report's launches; None where it cannot be read here (no
+    ``ncu_report`` on a bare GPU host, or a damaged report). A module-level function of plain
+    data, so that a reading worker can run it (``ncuflow.read.pool``)."""
     try:
-        from ncuflow.analyze.classify import classify
-        from ncuflow.profile.asif import undecided
         from ncuflow.read.extract import iter_launches
 
         launches = list(iter_launches(report))
     except (ImportError, NcuflowError):
         return None
-    return Undecided(sum(undecided(classify(launch, threshold)) for launch in launches), len(launches))
-
-
-def undecided_launches(record: RunRecord, threshold: float) -> Undecided | None:
-    """``undecided_in_report`` of one run's report, in this process."""
-    return undecided_in_report(record.report_path, threshold)
+    return count_undecided(launches, threshold)
 
 
 def record_escalation(record: RunRecord, second: RunRecord) -> None:
