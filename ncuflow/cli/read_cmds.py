@@ -13,7 +13,7 @@ import click
 
 from ncuflow.analyze.classify import classify
 from ncuflow.cli.options import jobs_option, threshold_option
-from ncuflow.read.pool import prestart, prestart_launches_of, read_launches_of, resolve_jobs
+from ncuflow.read.pool import prestart_launches_of, read_launches_of, resolve_jobs
 from ncuflow.read.reportfile import find_reports
 
 _threshold_option = threshold_option()
@@ -143,11 +143,11 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
     report cannot be read. A store run whose manifest does not validate is skipped with
     one warning line: no row is written without the run's identity.
     """
-    from ncuflow.output.launch_rows import export_one_report, worker_modules
+    from ncuflow.output.launch_rows import prestart_export
 
     reports = find_reports(paths)
     # The worker server starts while polars and rich are imported (~0.1 s of each command).
-    prestart(export_one_report, reports, jobs=resolve_jobs(jobs), preload=worker_modules(metrics_long))
+    prestart_export(reports, jobs=resolve_jobs(jobs), metrics_long=metrics_long)
     from rich.progress import Progress
 
     from ncuflow.output.export import export_reports

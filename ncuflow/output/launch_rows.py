@@ -8,13 +8,14 @@ metrics table is asked for: the worker server starts while the driver waits.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ncuflow.analyze.classify import Verdict, classify
-from ncuflow.read.escalation import with_escalation
-from ncuflow.read.extract import iter_launches, iter_launches_with_metrics
+from ncuflow.read.escalation import read_launches_escalated, with_escalation
+from ncuflow.read.extract import iter_launches_with_metrics
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
 from ncuflow.store import DamagedRun
@@ -100,6 +101,14 @@ def worker_modules(metrics_long: bool) -> tuple[str, ...]:
     return ("ncuflow.output.parts",) if metrics_long else ()
 
 
+def prestart_export(reports: Sequence[Path], *, jobs: int | None, metrics_long: bool) -> None:
+    """``ncuflow.read.pool.prestart`` for a later ``export_reports`` of ``reports``: the same
+    worker function and modules, started before the command imports polars."""
+    from ncuflow.read.pool import prestart
+
+    prestart(export_one_report, list(reports), jobs=jobs, preload=worker_modules(metrics_long))
+
+
 def as_columns(records: list[dict[str, Any]]) -> Columns:
     """Rows (dicts with the same keys) as one list per column: what travels back from a
     worker (a few lists unpickle many times faster than hundreds of dicts)."""
@@ -124,9 +133,15 @@ def export_one_report(
     except ManifestError as damaged:
         run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
         return {}, 0, run.line() + "; none of its launches is exported"
-    if not metrics_long:
-        launches = with_escalation(report, tuple(iter_launches(report)))
-        return as_columns([launch_record(x, classify(x, threshold), identity) for x in launches]), 0, None
+    if metrics_long:
+        launches, metric_rows = _launches_writing_metrics(report, folder, index, chunk_rows)
+    else:
+        launches, metric_rows = read_launches_escalated(report), 0
+    return as_columns([launch_record(x, classify(x, threshold), identity) for x in launches]), metric_rows, None
+
+
+def _launches_writing_metrics(report: Path, folder: Path, index: int, chunk_rows: int) -> tuple[tuple[Launch, ...], int]:
+    """The report's launches (with their escalation), its raw metrics streamed to parts as they are read."""
     # polars: only the long table needs it here
     from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
 
@@ -147,5 +162,4 @@ def export_one_report(
                 }
             )
     metrics.close()
-    launches = with_escalation(report, tier1)
-    return as_columns([launch_record(x, classify(x, threshold), identity) for x in launches]), metrics.rows, None
+    return with_escalation(report, tier1), metrics.rows

@@ -265,9 +265,9 @@ def _deliver(outcome: _Outcome) -> Any:
     return outcome.value
 
 
-def _smallest(reports: Sequence[Task]) -> Path | None:
+def _smallest(reports: Sequence[Task], sizes: Sequence[int]) -> Path | None:
     """The smallest readable report: what the worker server reads once to warm up."""
-    sized = [(size, index) for index, size in enumerate(_size(task) for task in reports) if size > 0]
+    sized = [(size, index) for index, size in enumerate(sizes) if size > 0]
     return _report_of(reports[min(sized)[1]]) if sized else None
 
 
@@ -280,7 +280,7 @@ def prestart(function: Callable[..., Any], reports: Sequence[Task], *, jobs: int
     per process (the first server is the one every later pool uses).
     """
     if jobs and len(reports) > 1:
-        _context((function.__module__, *preload), _smallest(reports))
+        _context((function.__module__, *preload), _smallest(reports, [_size(task) for task in reports]))
 
 
 def map_reports(
@@ -377,7 +377,7 @@ def _pool_map(
     progress: Callable[[int, Path], None] | None, preload: tuple[str, ...],
 ) -> Iterator[R]:
     sizes = [_size(task) for task in tasks]
-    context = _context((function.__module__, *preload), _smallest(tasks))
+    context = _context((function.__module__, *preload), _smallest(tasks, sizes))
     # The driver reads too while workers start, unless the caller asked for a fresh
     # process per bounded amount of input (ncu_report's per-process state, see export).
     driver_may_read = retire_bytes is None

@@ -97,8 +97,7 @@ def read_run_launches(
     reading worker (``ncuflow.read.pool``): plain data in, plain data out; the caller
     attaches the run's ``RunRef``.
     """
-    from ncuflow.read.escalation import with_escalation
-    from ncuflow.read.extract import iter_launches
+    from ncuflow.read.escalation import read_launches_escalated
 
     notes: list[str] = []
     user_keep = kernel_filter(kernel)
@@ -110,7 +109,7 @@ def read_run_launches(
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            launches = tuple(launch for launch in with_escalation(report, tuple(iter_launches(report))) if keep(launch))
+            launches = tuple(launch for launch in read_launches_escalated(report) if keep(launch))
         notes.extend(f"{report}: {w.message}" for w in caught)
     except NcuflowError as error:
         notes.append(f"skipped {report}: {error}")
