@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -80,8 +81,18 @@ def test_a_sweep_profiles_tier_two_for_undecided_runs_and_a_resume_finishes_what
     rows = json.loads(CliRunner().invoke(cli, ["classify", str(root), "--json", "--jobs", "0"]).output)
     assert len(rows) == 6
 
+    # a sweep killed after storing a tier-2 run but before naming it: the resume names that run
+    first_tier2 = json.loads((Path(runs[0].path) / ESCALATION_FILE).read_text())
+    (Path(runs[0].path) / ESCALATION_FILE).unlink()
+    before = len(_profiles(calls))
+    outcome, _ = _sweep(tmp_path)
+    assert len(outcome.escalated) == 1 and len(_profiles(calls)) == before  # type: ignore[attr-defined]
+    assert json.loads((Path(runs[0].path) / ESCALATION_FILE).read_text()) == first_tier2
+    assert len(list(store.iter_runs(root / ESCALATION_FOLDER))) == 2  # not stored twice
+
     # a sweep stopped between a run's tier 1 and its tier 2: the resume profiles only that tier 2
     (Path(runs[0].path) / ESCALATION_FILE).unlink()
+    shutil.rmtree(first_tier2["path"])
     before = len(_profiles(calls))
     outcome, text = _sweep(tmp_path)
     assert len(outcome.profiled) == 0 and len(outcome.escalated) == 1  # type: ignore[attr-defined]

@@ -75,12 +75,17 @@ def tier2_manifest_extra(plan: SweepPlan, run: RunRecord) -> dict[str, Any]:
 def commit_escalation(plan: SweepPlan, point: SweepPoint, run: RunRecord, store_root: Path,
                       profile_tier2: Callable[[], RunRecord | None]) -> RunRecord | None:
     """Under the tier-1 point's lock: unless another process has meanwhile, profile tier 2
-    (``profile_tier2`` stores it) and name it in the run. Returns the tier-2 run, or None."""
+    (``profile_tier2`` stores it) and name it in the run. Returns the tier-2 run, or None.
+
+    A tier-2 run already stored for this run (a sweep killed between storing it and naming
+    it) is named instead of profiling another."""
     folder = store.point_dir(Path(store_root).absolute(), plan.cell, point.spec.slug(), point.content_key)
     with point_lock(folder):
         if checked(run):
             return None
-        second = profile_tier2()
+        stored = [r for r in store.complete_runs_for_key(tier2_root(store_root), plan.cell, point.content_key)
+                  if r.manifest.get("escalation_of") == run.run_id]
+        second = stored[0] if stored else profile_tier2()
         if second is not None:
             record_escalation(run, second)
         return second
