@@ -6,8 +6,9 @@ process, and a worker exits once it has read ``retire_bytes`` of report files (t
 report that crosses the line is finished first); a fresh worker takes its place. The
 replacement is started as soon as the retiring worker has been sent its last report,
 so no reading slot waits for a start (the two overlap for that one report), and a
-retired worker is reaped at the end rather than waited for. Peak memory is therefore
-about ``2 × jobs × (base + k × (retire_bytes + the largest report))`` at worst,
+retired worker is reaped at the end rather than waited for. A new worker makes the heap
+it will grow to resident in bulk before its first report (``ncuflow.read.heap``). Peak
+memory is about ``2 × jobs × (base + k × (retire_bytes + the largest report))`` at worst,
 whatever the number of reports, and N workers read N reports at once.
 
 Starting the worker server takes a few hundred milliseconds (a Python start, the
@@ -39,6 +40,7 @@ process that may hold threads or a grown ``ncu_report`` heap.
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ncuflow.errors import ReportError
+from ncuflow.read.heap import HEAP_PER_REPORT_BYTE, make_heap_resident
 
 R = TypeVar("R")
 Task = Path | str | tuple[Any, ...]
@@ -147,9 +150,14 @@ def _run_task(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool
     return ok, value, warned
 
 
-def _worker_main(connection: multiprocessing.connection.Connection, retire_bytes: int) -> None:
-    """A worker: run tasks until told to stop, or until it has read ``retire_bytes``."""
+def _worker_main(connection: multiprocessing.connection.Connection, retire_bytes: int, expected_bytes: int) -> None:
+    """A worker: run tasks until told to stop, or until it has read ``retire_bytes``.
+
+    Before its first task it makes the heap that reading ``expected_bytes`` of reports
+    will need resident in bulk (``ncuflow.read.heap``), while its first task is on its way.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the pool on Ctrl-C
+    make_heap_resident(expected_bytes * HEAP_PER_REPORT_BYTE)
     consumed = 0
     while True:
         try:
@@ -204,9 +212,9 @@ def _context(preload: tuple[str, ...], warm_report: Path | None) -> Any:
 
 
 class _Worker:
-    def __init__(self, context: Any, retire_bytes: int) -> None:
+    def __init__(self, context: Any, retire_bytes: int, expected_bytes: int) -> None:
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child, retire_bytes), daemon=True)
+        self.process = context.Process(target=_worker_main, args=(child, retire_bytes, expected_bytes), daemon=True)
         self.process.start()
         child.close()
         self.task: int | None = None
@@ -337,7 +345,7 @@ class _Starter:
 
     def __init__(self, context: Any, retire_bytes: int) -> None:
         self._context = context
-        self._retire_bytes = retire_bytes
+        self.retire_bytes_each = retire_bytes
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ncuflow-pool-start")
         self._pending: list[concurrent.futures.Future[_Worker]] = []
 
@@ -345,8 +353,9 @@ class _Starter:
     def pending(self) -> int:
         return len(self._pending)
 
-    def request(self) -> None:
-        self._pending.append(self._executor.submit(_Worker, self._context, self._retire_bytes))
+    def request(self, expected_bytes: int) -> None:
+        """Start a worker that will likely read ``expected_bytes`` of reports."""
+        self._pending.append(self._executor.submit(_Worker, self._context, self.retire_bytes_each, expected_bytes))
 
     def started(self, wait: bool = False) -> list[_Worker]:
         """The workers started since the last call (``wait``: at least one, if any is pending)."""
@@ -377,6 +386,7 @@ def _pool_map(
     progress: Callable[[int, Path], None] | None, preload: tuple[str, ...],
 ) -> Iterator[R]:
     sizes = [_size(task) for task in tasks]
+    bytes_from = [*list(itertools.accumulate(reversed(sizes)))[::-1], 0]  # bytes of tasks[i:]
     context = _context((function.__module__, *preload), _smallest(tasks, sizes))
     # The driver reads too while workers start, unless the caller asked for a fresh
     # process per bounded amount of input (ncu_report's per-process state, see export).
@@ -412,7 +422,8 @@ def _pool_map(
                     next_task += 1
             staying = sum(not w.leaving for w in workers)
             while staying + starter.pending < min(jobs, len(tasks) - next_task):
-                starter.request()
+                # what it will likely read: its budget, or its share of what is left
+                starter.request(min(starter.retire_bytes_each, bytes_from[next_task] // jobs))
             busy = [w for w in workers if w.task is not None]
             may_take = next_task < len(tasks) and next_task < next_yield + window
             if may_take and driver_may_read and not ever_started and _DriverBudget.take(sizes[next_task]):

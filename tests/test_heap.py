@@ -1,0 +1,90 @@
+"""A reading worker's heap made resident in bulk: the pages are there, and reading reuses them."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ncuflow.read.heap import PREFAULT_ENV
+from ncuflow.read.reportfile import find_reports
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Each measurement runs in a fresh process: making the heap resident cannot be undone.
+_PROBE = r"""
+import json, os, resource, sys
+from pathlib import Path
+from ncuflow.read.extract import read_launches
+from ncuflow.read.heap import make_heap_resident
+
+reports = [Path(p) for p in sys.argv[2:]]
+read_launches(reports[0])  # ncu_report's one-time set-up, outside the measurement
+def resident() -> int:
+    with open("/proc/self/statm") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+before = resident()
+made = make_heap_resident(int(sys.argv[1]))
+after = resident()
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+launches = [sorted(launch.values.items()) for report in reports[1:] for launch in read_launches(report)]
+print(json.dumps({"made": made, "grew": after - before, "launches": launches,
+                  "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults}))
+"""
+
+
+def _probe(prefault_bytes: int, reports: list[Path], **env: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(prefault_bytes), *map(str, reports)],
+        capture_output=True, text=True, check=True, cwd=REPO,
+        env={**os.environ, **env},
+    ).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def _kernel_has_populate_write() -> bool:
+    major, minor = (int(part) for part in platform.release().split(".")[:2])
+    return (major, minor) >= (5, 14)
+
+
+@pytest.fixture(scope="module")
+def sixteen_mib_of_reports(corpus_dir: Path) -> list[Path]:
+    chosen: list[Path] = []
+    for report in sorted(find_reports([corpus_dir]), key=lambda r: r.stat().st_size):
+        if sum(r.stat().st_size for r in chosen) > 16 * 2**20:
+            break
+        chosen.append(report)
+    return chosen
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="the bulk heap needs Linux and glibc")
+def test_reading_after_the_heap_is_made_resident_faults_far_less_and_reads_the_same(
+    sixteen_mib_of_reports: list[Path],
+) -> None:
+    report_bytes = sum(r.stat().st_size for r in sixteen_mib_of_reports[1:])
+    plain = _probe(0, sixteen_mib_of_reports)
+    bulk = _probe(8 * report_bytes, sixteen_mib_of_reports)
+    assert plain["made"] == 0 and plain["faults"] > report_bytes // 4096  # ncu_report grows by several x
+    assert bulk["launches"] == plain["launches"] and len(plain["launches"]) > 100
+    if not _kernel_has_populate_write():
+        assert bulk["made"] == 0  # Linux before 5.14: nothing is done, reading is unchanged
+        return
+    assert bulk["made"] >= 7 * report_bytes  # whole 8 MiB chunks
+    assert bulk["grew"] >= 0.9 * bulk["made"]  # the pages are resident before any report is read
+    assert bulk["faults"] < plain["faults"] / 3  # ...and the reading lands in them
+
+
+def test_it_can_be_turned_off(sixteen_mib_of_reports: list[Path]) -> None:
+    off = _probe(64 * 2**20, sixteen_mib_of_reports[:2], **{PREFAULT_ENV: "0"})
+    assert off["made"] == 0 and off["grew"] < 8 * 2**20
+
+
+def test_less_than_one_chunk_is_not_worth_a_call(sixteen_mib_of_reports: list[Path]) -> None:
+    assert _probe(4 * 2**20, sixteen_mib_of_reports[:2])["made"] == 0
