@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from ncuflow.read.heap import PREFAULT_ENV
+from ncuflow.read.pool import map_reports, usable_cores
 from ncuflow.read.reportfile import find_reports
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,3 +89,22 @@ def test_it_can_be_turned_off(sixteen_mib_of_reports: list[Path]) -> None:
 
 def test_less_than_one_chunk_is_not_worth_a_call(sixteen_mib_of_reports: list[Path]) -> None:
     assert _probe(4 * 2**20, sixteen_mib_of_reports[:2])["made"] == 0
+
+
+def resident_mib(report: Path) -> tuple[int, int]:
+    with open("/proc/self/statm") as handle:
+        return os.getpid(), int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 2**20
+
+
+@pytest.mark.skipif(usable_cores() < 2 or not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc"
+                    or not _kernel_has_populate_write(), reason="needs a spare core, Linux 5.14+ and glibc")
+def test_the_pool_makes_heaps_resident_only_on_a_spare_core(corpus_dir: Path) -> None:
+    reports = find_reports([corpus_dir])  # 48 MiB: the first worker expects its whole 16 MiB budget
+
+    def first_worker_resident(jobs: int) -> int:
+        results = list(map_reports(resident_mib, reports, jobs=jobs))
+        return next(mib for pid, mib in results if pid != os.getpid())
+
+    spare = first_worker_resident(1)
+    busy = first_worker_resident(usable_cores())
+    assert spare - busy >= 100  # ~8 x 16 MiB, resident before the worker's first report

@@ -18,6 +18,7 @@ from ncuflow.cli import cli
 from ncuflow.errors import ReportError
 from ncuflow.output.export import export_reports
 from ncuflow.read import pool
+from ncuflow.read.extract import read_launches
 from ncuflow.read.pool import RETIRE_BYTES_ENV, map_reports, read_launches_of, usable_cores
 from ncuflow.read.reportfile import find_reports
 from ncuflow.read.runs import load_paths
@@ -96,6 +97,29 @@ def test_workers_retire_after_their_budget_and_results_keep_input_order(corpus_d
     # a worker stops taking reports once it has read its budget: only the last may cross it
     assert all(sum(sizes[:-1]) < budget for sizes in read_by.values())
     assert os.getpid() not in read_by
+
+
+def timed_read(report: Path) -> tuple[int, float, float, int]:
+    start = time.monotonic()
+    read_launches(report)
+    return os.getpid(), start, time.monotonic(), report.stat().st_size
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_no_more_than_jobs_workers_read_at_once_but_for_a_predecessors_last_report(
+    corpus_dir: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
+) -> None:
+    """On a spare core a replacement starts early (to make its heap resident); it still
+    takes no report while more than ``jobs - 1`` others read ones that are not their last."""
+    monkeypatch.setattr(pool._DriverBudget, "left", 0)  # every report in a worker
+    reports = find_reports([corpus_dir])
+    results = list(map_reports(timed_read, reports, jobs=jobs, retire_bytes=6 * 2**20))
+    last_of = {pid: max(start for p, start, _, _ in results if p == pid) for pid, *_ in results}
+    assert len(last_of) >= 4  # several generations of workers
+    for _, start, _, _ in results:
+        # the reports read when this one started (at the moment ``start``), except last ones
+        others = [(p, s) for p, s, end, _ in results if s < start < end]
+        assert sum(s != last_of[p] for p, s in others) <= jobs - 1
 
 
 def test_an_unreadable_report_is_named_as_in_one_process(corpus_dir: Path, tmp_path: Path) -> None:

@@ -6,8 +6,9 @@ a reading process grows by that much, and every new 4 KiB page costs a page faul
 a process spends reading a report. A reading worker knows roughly how much it will
 grow (it is retired after a bounded amount of input), so it can ask Linux to make that
 much of its heap resident in one ``madvise(MADV_POPULATE_WRITE)`` call per chunk, which
-costs ~75 % of the faults it replaces, and can run before the worker's first report
-arrives. glibc then hands those pages to ``ncu_report``'s allocations: the chunks are
+costs ~75 % of the faults it replaces: a gain where it runs on a core that would
+otherwise idle (the pool asks for it only when there are fewer jobs than cores), before
+the worker's first report arrives. glibc then hands those pages to ``ncu_report``'s allocations: the chunks are
 allocated from the heap (``M_MMAP_THRESHOLD`` raised above their size) and freed back
 into it (``M_TRIM_THRESHOLD`` raised, so that glibc keeps them).
 

@@ -6,8 +6,10 @@ process, and a worker exits once it has read ``retire_bytes`` of report files (t
 report that crosses the line is finished first); a fresh worker takes its place. The
 replacement is started as soon as the retiring worker has been sent its last report,
 so no reading slot waits for a start (the two overlap for that one report), and a
-retired worker is reaped at the end rather than waited for. A new worker makes the heap
-it will grow to resident in bulk before its first report (``ncuflow.read.heap``). Peak
+retired worker is reaped at the end rather than waited for. Where a core is left over
+(fewer jobs than usable cores), the replacement starts when the worker it replaces is
+halfway through its budget, and first makes the heap it will grow to resident in bulk,
+on that core (``ncuflow.read.heap``); it takes no report before that worker's last. Peak
 memory is about ``2 × jobs × (base + k × (retire_bytes + the largest report))`` at worst,
 whatever the number of reports, and N workers read N reports at once.
 
@@ -44,17 +46,13 @@ import itertools
 import multiprocessing
 import multiprocessing.connection
 import os
-import pickle
-import signal
-import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ncuflow.errors import ReportError
-from ncuflow.read.heap import HEAP_PER_REPORT_BYTE, make_heap_resident
+from ncuflow.read.worker import WARM_REPORT_ENV, Outcome, run_task, worker_main
 
 R = TypeVar("R")
 Task = Path | str | tuple[Any, ...]
@@ -66,9 +64,6 @@ RETIRE_BYTES_ENV = "NCUFLOW_WORKER_BYTES"
 # How many results may wait for an earlier, slower report (per worker).
 WINDOW_PER_JOB = 4
 _PRELOAD = ["__main__", "ncuflow.read.extract", "ncuflow.read.pool"]
-# Set only while the forkserver starts: the report it reads once so that every worker
-# forked from it starts with ncu_report's one-time set-up done (~60 ms per worker otherwise).
-WARM_REPORT_ENV = "NCUFLOW_POOL_WARM_REPORT"
 # While a worker is starting, how often the driver looks whether it has started.
 _START_POLL_S = 0.005
 
@@ -93,26 +88,6 @@ def retire_bytes_default() -> int:
         return DEFAULT_RETIRE_BYTES
 
 
-class RemoteTraceback(Exception):
-    """The traceback of an unexpected error in a worker, attached as the cause."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return f"\n(in the worker process)\n{self.text}"
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    index: int
-    ok: bool
-    value: Any  # the result, or the exception
-    warned: tuple[tuple[str, type[Warning]], ...]
-    retired: bool
-
-
 def _as_tuple(task: Task) -> tuple[Any, ...]:
     return task if isinstance(task, tuple) else (task,)
 
@@ -126,71 +101,6 @@ def _size(task: Task) -> int:
         return os.stat(_report_of(task)).st_size
     except OSError:
         return 0
-
-
-def _picklable(error: BaseException) -> BaseException:
-    try:
-        pickle.loads(pickle.dumps(error))
-        return error
-    except Exception:
-        return RuntimeError(f"{type(error).__name__}: {error}")
-
-
-def _run_task(function: Callable[..., Any], args: tuple[Any, ...]) -> tuple[bool, Any, tuple[tuple[str, type[Warning]], ...]]:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            value = function(*args)
-            ok = True
-        except Exception as error:
-            value = _picklable(error)
-            value.__cause__ = None if isinstance(error, ReportError) else RemoteTraceback(traceback.format_exc())
-            ok = False
-    warned = tuple((str(w.message), w.category) for w in caught)
-    return ok, value, warned
-
-
-def _worker_main(connection: multiprocessing.connection.Connection, retire_bytes: int, expected_bytes: int) -> None:
-    """A worker: run tasks until told to stop, or until it has read ``retire_bytes``.
-
-    Before its first task it makes the heap that reading ``expected_bytes`` of reports
-    will need resident in bulk (``ncuflow.read.heap``), while its first task is on its way.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver stops the pool on Ctrl-C
-    make_heap_resident(expected_bytes * HEAP_PER_REPORT_BYTE)
-    consumed = 0
-    while True:
-        try:
-            message = connection.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        index, cwd, function, args, size = message
-        if cwd != os.getcwd():
-            os.chdir(cwd)  # relative report paths mean what they meant to the caller
-        ok, value, warned = _run_task(function, args)
-        consumed += size
-        retired = consumed >= retire_bytes
-        try:
-            connection.send(_Outcome(index, ok, value, warned, retired))
-        except Exception as error:  # an unpicklable result
-            connection.send(_Outcome(index, False, RuntimeError(f"The result cannot be sent back: {error}"), warned, retired))
-        if retired:
-            return
-
-
-def _warm_up_from_environment() -> None:
-    """In the forkserver (only there is WARM_REPORT_ENV set): read one small report once."""
-    path = os.environ.get(WARM_REPORT_ENV)
-    if not path:
-        return
-    try:
-        from ncuflow.read.extract import read_launches
-
-        read_launches(path)
-    except Exception:  # a warm-up only: the real read reports any problem
-        pass
 
 
 def _context(preload: tuple[str, ...], warm_report: Path | None) -> Any:
@@ -214,7 +124,7 @@ def _context(preload: tuple[str, ...], warm_report: Path | None) -> Any:
 class _Worker:
     def __init__(self, context: Any, retire_bytes: int, expected_bytes: int) -> None:
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=_worker_main, args=(child, retire_bytes, expected_bytes), daemon=True)
+        self.process = context.Process(target=worker_main, args=(child, retire_bytes, expected_bytes), daemon=True)
         self.process.start()
         child.close()
         self.task: int | None = None
@@ -225,6 +135,10 @@ class _Worker:
     def leaving(self) -> bool:
         """Its last task has been sent: it retires when that one is done."""
         return self.sent_bytes >= self.retire_bytes
+
+    def leaving_soon(self, early: bool) -> bool:
+        """``leaving``, or (``early``) halfway through its budget."""
+        return self.sent_bytes * (2 if early else 1) >= self.retire_bytes
 
     def send(self, index: int, function: Callable[..., Any], task: Task, size: int) -> None:
         self.connection.send((index, os.getcwd(), function, _as_tuple(task), size))
@@ -265,7 +179,7 @@ def _died(report: Path, exitcode: int | None) -> ReportError:
     )
 
 
-def _deliver(outcome: _Outcome) -> Any:
+def _deliver(outcome: Outcome) -> Any:
     for message, category in outcome.warned:
         warnings.warn(message, category, stacklevel=3)
     if not outcome.ok:
@@ -391,12 +305,14 @@ def _pool_map(
     # The driver reads too while workers start, unless the caller asked for a fresh
     # process per bounded amount of input (ncu_report's per-process state, see export).
     driver_may_read = retire_bytes is None
+    # Making a heap resident costs ~3/4 of the page faults it saves: a gain only on a spare core.
+    spare_core = jobs < usable_cores()
     starter = _Starter(context, retire_bytes or retire_bytes_default())
     workers: list[_Worker] = []
     retired: list[_Worker] = []
     ever_started = False  # the driver reads only until the first worker is up
     window = max(1, jobs) * WINDOW_PER_JOB
-    done: dict[int, _Outcome] = {}
+    done: dict[int, Outcome] = {}
     next_task = 0
     next_yield = 0
     try:
@@ -412,23 +328,27 @@ def _pool_map(
             started = starter.started()
             workers.extend(started)
             ever_started = ever_started or bool(started)
-            # A worker that has been sent its last task no longer counts: its replacement
-            # starts while it reads, so that no reading slot waits for a start.
+            # At most ``jobs`` workers read that have not been sent their last task (the
+            # oldest first): a replacement takes over as its predecessor reads its last.
+            reading = sum(w.task is not None and not w.leaving for w in workers)
             for worker in workers:
-                if next_task >= len(tasks) or next_task >= next_yield + window:
+                if next_task >= len(tasks) or next_task >= next_yield + window or reading >= jobs:
                     break
                 if worker.task is None and not worker.leaving:
                     worker.send(next_task, function, tasks[next_task], sizes[next_task])
                     next_task += 1
-            staying = sum(not w.leaving for w in workers)
+                    reading += not worker.leaving
+            # A worker that has been sent its last task (on a spare core: half its budget)
+            # no longer counts, so that its replacement is ready when it leaves.
+            staying = sum(not w.leaving_soon(spare_core) for w in workers)
             while staying + starter.pending < min(jobs, len(tasks) - next_task):
                 # what it will likely read: its budget, or its share of what is left
-                starter.request(min(starter.retire_bytes_each, bytes_from[next_task] // jobs))
+                starter.request(min(starter.retire_bytes_each, bytes_from[next_task] // jobs) if spare_core else 0)
             busy = [w for w in workers if w.task is not None]
             may_take = next_task < len(tasks) and next_task < next_yield + window
             if may_take and driver_may_read and not ever_started and _DriverBudget.take(sizes[next_task]):
-                ok, value, warned = _run_task(function, _as_tuple(tasks[next_task]))
-                done[next_task] = _Outcome(next_task, ok, value, warned, retired=False)
+                ok, value, warned = run_task(function, _as_tuple(tasks[next_task]))
+                done[next_task] = Outcome(next_task, ok, value, warned, retired=False)
                 next_task += 1
                 continue
             if not busy:
@@ -493,5 +413,3 @@ def resolve_jobs(jobs: int | None) -> int | None:
         return default_jobs()
     return jobs or None
 
-
-_warm_up_from_environment()
