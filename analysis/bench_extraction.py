@@ -4,7 +4,9 @@
     of the canonical fields' first-choice metrics, action by action;
 (b) ncuflow extraction alone (iter_launches) in one process;
 (c) ncuflow `export` to parquet (alias chains, breakdown, NVIDIA's rule result, model,
-    parquet) with --jobs 1 (one reading worker) and with the default jobs (the usable cores).
+    parquet) with --jobs 1 (one reading worker; where a core is spare, as here, each
+    replacement worker makes its heap resident on it first, see ncuflow.read.heap), the same
+    with that turned off, and with the default jobs (the usable cores: no core is spare).
 
 Every sample runs in a fresh process (``ncu_report`` never frees a parsed report, so a
 process slows and grows as it reads); its whole process tree (the reading workers and the
@@ -85,8 +87,17 @@ def export_pass(reports: Sequence[Path], jobs: int) -> int:
         return export_reports(reports, Path(folder) / "bench.parquet", jobs=jobs or None).launch_count
 
 
+def export_no_bulk_heap_pass(reports: Sequence[Path], jobs: int) -> int:
+    """export with the workers' heaps left to grow page by page (ncuflow.read.heap turned off)."""
+    from ncuflow.read.heap import PREFAULT_ENV
+
+    os.environ[PREFAULT_ENV] = "0"  # before the worker server starts: every worker inherits it
+    return export_pass(reports, jobs)
+
+
 PASSES: dict[str, Callable[[Sequence[Path], int], int]] = {
     "floor": floor_pass,
+    "export_no_bulk_heap": export_no_bulk_heap_pass,
     "floor_split": floor_split_pass,
     "extract": extract_pass,
     "export": export_pass,
@@ -100,7 +111,7 @@ def child(name: str, list_file: str, jobs: int) -> None:
     import ncu_report  # noqa: F401
 
     import ncuflow.read.extract
-    if name == "export":
+    if name.startswith("export"):
         import ncuflow.output.export  # noqa: F401
 
     start = time.perf_counter()
@@ -195,12 +206,15 @@ def main(argv: list[str] | None = None) -> None:
     floor_s, launches, floor_peak = best("floor", reports, 0, args.repeats)
     extract_s, _, _ = best("extract", reports, 0, args.repeats)
     one_s, one_n, _ = best("export", reports, 1, args.repeats)
+    plain_s, _, _ = best("export_no_bulk_heap", reports, 1, args.repeats)
     many_s, many_n, many_peak = best("export", reports, jobs, args.repeats)
     split_s, split_n, _ = best("floor_split", reports, jobs, args.repeats)
     assert launches == one_n == many_n == split_n, (launches, one_n, many_n, split_n)
     print(f"  floor (ncu_report, first-choice metrics, 1 process) {floor_s:6.2f} s  {launches / floor_s:6.0f} launches/s")
     print(f"  ncuflow extraction alone, 1 process                {extract_s:6.2f} s  {extract_s / floor_s:5.2f}x")
     print(f"  ncuflow export --jobs 1                            {one_s:6.2f} s  {one_s / floor_s:5.2f}x  (goal <= 1.3x)")
+    print(f"    the same, heaps grown page by page               {plain_s:6.2f} s  {plain_s / floor_s:5.2f}x  "
+          "(NCUFLOW_WORKER_PREFAULT=0)")
     print(f"  ncuflow export --jobs {jobs} (default)                  {many_s:6.2f} s  {many_s / floor_s:5.2f}x  (goal <= 0.8x)")
     print(f"  the floor split over {jobs} processes, balanced ahead  {split_s:6.2f} s  {split_s / floor_s:5.2f}x  "
           "(what this machine allows)")
