@@ -370,6 +370,18 @@ def test_cells_command_table() -> None:
         assert detail in result.output.replace("\n", " ") or "CPU-only" in result.output
 
 
+@pytest.mark.parametrize("columns", ["80", None])
+def test_piped_tables_keep_their_values_whatever_columns_says(columns: str | None) -> None:
+    """Piped into a file or another program, a table is not squeezed to rich's 80 columns,
+    nor to a COLUMNS=80 left in the environment (the values would be cut to "…")."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | ({"COLUMNS": columns} if columns else {})
+    out = subprocess.run([sys.executable, "-m", "ncuflow", "cells"], capture_output=True, text=True,
+                         env=env, check=True, timeout=120).stdout
+    assert "…" not in out
+    for name in BUILTIN:
+        assert name in out
+
+
 def test_cells_command_json_with_user_dir(user_cells: Path) -> None:
     result = CliRunner().invoke(cli, ["cells", "--json", "--cells-dir", str(user_cells)])
     assert result.exit_code == 0, result.output

@@ -31,11 +31,9 @@ __all__ = ["explain_command", "print_stability", "report_command", "stability_co
 
 
 def _console() -> Any:
-    import sys
+    from ncuflow.output.render import make_console
 
-    from rich.console import Console
-
-    return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    return make_console()
 
 
 def _plural(count: int, one: str, many: str) -> str:

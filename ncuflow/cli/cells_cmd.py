@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from ncuflow.cells.contract import CellInfo, format_value
 from ncuflow.cells.registry import NO_GPU_PREFIX, gpu_status, list_cells, parse_spec
+from ncuflow.output.render import make_console
 
 CELLS_DIR_OPTION = click.option(
     "--cells-dir",
@@ -81,7 +81,7 @@ def cells_command(cells_dir: Path | None, as_json: bool) -> None:
             Text("yes" if info.needs_ncu else "no: host"),
             Text(available),
         )
-    console = Console()
+    console = make_console()
     console.print(table)
     if has_gpu:
         console.print(f"GPU: {gpu_line}", markup=False, highlight=False)
@@ -121,7 +121,7 @@ def time_command(
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
         return
     stats = result.stats
-    console = Console()
+    console = make_console()
     console.print(f"[bold]{result.spec}[/bold]", highlight=False)
     table = Table(show_header=True)
     for column in ("median µs", "min µs", "max µs", "p10–p90 spread", "repeats", "achieved GB/s"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
@@ -34,13 +33,13 @@ def compare_command(
     work, or ambiguous) with the binding term on each side. Replicas and repeated launches
     on a side make its noise known; a side measured once can only show large changes.
     """
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from ncuflow.analyze.compare import compare_loaded, comparison_document
     from ncuflow.analyze.fields import FIELD_TABLE
     from ncuflow.output.markdown import compare_markdown
+    from ncuflow.output.render import make_console
     from ncuflow.read.pool import resolve_jobs
     from ncuflow.read.runs import load_paths
 
@@ -59,7 +58,7 @@ def compare_command(
     if as_json:
         click.echo(json.dumps(comparison_document(comparison), indent=1))
         return
-    console = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200)
+    console = make_console()
     colours = {"no_effect": "blue", "off_critical_path": "green", "critical_path": "red",
                "time_without_work": "yellow", "ambiguous": "bright_black"}
     states = {"changed": "red", "unchanged": "green", "ambiguous": "yellow", "missing": "dim"}

@@ -40,9 +40,9 @@ class _CommandAfterDashes(click.Command):
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from ncuflow.output.render import make_console
 
-    return Console()
+    return make_console()
 
 
 def _options(replay_mode: str, cache_control: str, clock_control: str, metric_set: str,

@@ -45,13 +45,22 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+PIPED_WIDTH = 200
+
+
 def make_console() -> Any:
-    """A console that keeps the table on one line per launch, also when piped."""
+    """The console every command prints its tables on: the terminal's width; when piped, at
+    least 200 columns (a wider ``COLUMNS`` is honoured; rich's 80, or a ``COLUMNS=80`` left
+    in the environment, would squeeze a table's values into fragments)."""
+    import os
     import sys
 
     from rich.console import Console
 
-    return Console() if sys.stdout.isatty() else Console(width=170)
+    if sys.stdout.isatty():
+        return Console(soft_wrap=False)
+    columns = os.environ.get("COLUMNS", "")
+    return Console(soft_wrap=False, width=max(PIPED_WIDTH, int(columns) if columns.isdigit() else 0))
 
 
 _BOUND_STYLE = {"dram": "red", "l2": "magenta", "l1": "magenta", "issue": "yellow", "math": "yellow", "latency": "cyan", "unknown": "dim"}
