@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from ncuflow.read.heap import PREFAULT_ENV
+from ncuflow.read.heap import PREFAULT_ENV, available_memory, bounded_request
 from ncuflow.read.pool import map_reports, usable_cores
 from ncuflow.read.reportfile import find_reports
 
@@ -108,3 +108,11 @@ def test_the_pool_makes_heaps_resident_only_on_a_spare_core(corpus_dir: Path) ->
     spare = first_worker_resident(1)
     busy = first_worker_resident(usable_cores())
     assert spare - busy >= 100  # ~8 x 16 MiB, resident before the worker's first report
+
+
+def test_a_request_never_takes_more_than_a_quarter_of_the_available_memory() -> None:
+    available = available_memory()
+    assert available is not None and available > 2**30  # read from this machine's /proc/meminfo
+    assert bounded_request(2**50, available) == available // 4  # NCUFLOW_WORKER_BYTES set huge
+    assert bounded_request(128 * 2**20, available) == 128 * 2**20
+    assert bounded_request(128 * 2**20, None) == 0  # unknown: nothing

@@ -56,13 +56,33 @@ def _libc() -> ctypes.CDLL | None:
     return libc
 
 
+def available_memory() -> int | None:
+    """The machine's available memory (``MemAvailable``), None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def bounded_request(nbytes: int, available: int | None) -> int:
+    """What a worker may make resident: at most a quarter of the available memory (several
+    workers may ask at once, and a large ``NCUFLOW_WORKER_BYTES`` must not push the machine
+    into swapping for pages a worker may never use); nothing when it cannot be read."""
+    return 0 if available is None else max(0, min(nbytes, available // 4))
+
+
 def make_heap_resident(nbytes: int) -> int:
     """Make about ``nbytes`` of this process's heap resident, free for later allocations.
 
     Returns the bytes made resident: 0 where the platform cannot (see the module's
-    docstring) or ``nbytes`` is under one chunk (8 MiB). Irreversible for the process.
+    docstring) or ``nbytes`` is under one chunk (8 MiB); never more than a quarter of the
+    memory available. Irreversible for the process.
     """
-    chunks = nbytes // _CHUNK
+    chunks = bounded_request(nbytes, available_memory() if nbytes >= _CHUNK else None) // _CHUNK
     libc = _libc() if chunks > 0 else None
     if libc is None:
         return 0
