@@ -7,8 +7,11 @@ empty dict, or an ``SmiAnswer`` that says why.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +29,33 @@ def package_version(*names: str) -> str | None:
 
 
 SmiOutcome = Literal["ok", "absent", "timeout", "oserror", "failed"]
+
+# After a timeout, how long the killed process may take to go before it is left behind.
+KILL_GRACE_S = 2.0
+
+
+def run_bounded(command: Sequence[str], timeout: float) -> subprocess.CompletedProcess[str] | None:
+    """Run a short question to the machine (``nvidia-smi``, ``ncu --version``); None if it has
+    not answered within ``timeout`` seconds. Raises ``OSError`` if it cannot start.
+
+    Unlike ``subprocess.run``, this never waits past ``timeout`` + ``KILL_GRACE_S``: a
+    wedged GPU driver keeps nvidia-smi in an uninterruptible sleep that SIGKILL cannot end,
+    and ``subprocess.run`` would wait for it forever after its timeout. Such a process (and
+    its session, killed as a group) is left behind instead of hanging the command.
+    """
+    process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        try:
+            process.communicate(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            process.returncode = -signal.SIGKILL  # left behind: no "still running" warning at exit
+        return None
+    return subprocess.CompletedProcess(list(command), process.returncode, stdout, stderr)
 
 
 @dataclass(frozen=True)
@@ -50,11 +80,11 @@ def query_gpus(fields: Sequence[str], *, timeout: float = 10.0, index: int | Non
     if index is not None:
         command.append(f"--id={index}")
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        return SmiAnswer("timeout", message=f"nvidia-smi did not answer within {timeout:g} s")
+        done = run_bounded(command, timeout)
     except OSError as error:
         return SmiAnswer("oserror", message=str(error))
+    if done is None:
+        return SmiAnswer("timeout", message=f"nvidia-smi did not answer within {timeout:g} s")
     lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
     if done.returncode != 0 or not lines:
         said = (done.stderr or done.stdout).strip().splitlines()[:1]

@@ -210,3 +210,43 @@ def test_nvidia_smi_is_asked_in_one_place(monkeypatch: pytest.MonkeyPatch, tmp_p
     smi.unlink()
     assert query_gpus(("name",)).outcome == "absent"
     assert package_version("no-such-dist", "click") is not None and package_version("no-such-dist") is None
+
+
+def test_a_hung_nvidia_smi_or_ncu_never_hangs_the_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A wedged driver leaves nvidia-smi in an uninterruptible sleep: SIGKILL does not end it and
+    subprocess.run would wait for it forever. Here the kill is made to miss (the one failure a
+    user-space fake cannot produce by itself): the question still ends at its timeout + grace."""
+    import contextlib
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import time
+
+    from ncuflow import host
+    from ncuflow.host import query_gpus
+    from ncuflow.profile.ncu import ncu_version
+
+    pids = tmp_path / "pids"
+    for name in ("nvidia-smi", "ncu"):
+        fake = tmp_path / name
+        fake.write_text(f"#!/bin/sh\necho $$ >> {pids}\nexec {shutil.which('sleep')} 30\n")
+        fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(host, "KILL_GRACE_S", 0.5)
+    try:
+        start = time.monotonic()
+        answer = query_gpus(("name",), timeout=0.5)
+        assert answer.outcome == "timeout" and "did not answer within 0.5 s" in answer.message
+        assert time.monotonic() - start < 3
+        # as if SIGKILL had no effect, however it is sent
+        monkeypatch.setattr(host.os, "killpg", lambda pid, sig: None)
+        monkeypatch.setattr(subprocess.Popen, "kill", lambda self: None)
+        start = time.monotonic()
+        assert query_gpus(("name",), timeout=0.5).outcome == "timeout"
+        assert ncu_version(tmp_path / "ncu", timeout=0.5) is None
+        assert time.monotonic() - start < 4
+    finally:
+        for pid in pids.read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)

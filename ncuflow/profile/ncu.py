@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from glob import glob
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 from ncuflow.errors import UsageError
+from ncuflow.host import run_bounded
 from ncuflow.profile.ncu_errors import NcuNotFound
 from ncuflow.read.metrics import decisive_metric_names
 
@@ -142,11 +142,10 @@ def parse_version_output(text: str) -> str | None:
 def ncu_version(ncu: Path, timeout: float = 30.0) -> str | None:
     """The version ncu reports, or None when it cannot say within ``timeout`` seconds."""
     try:
-        done = subprocess.run([str(ncu), "--version"], capture_output=True, text=True,
-                              timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        done = run_bounded([str(ncu), "--version"], timeout)
+    except OSError:
         return None
-    return parse_version_output(done.stdout + "\n" + done.stderr)
+    return None if done is None else parse_version_output(done.stdout + "\n" + done.stderr)
 
 
 def locate_ncu(explicit: str | os.PathLike[str] | None = None,
