@@ -8,9 +8,9 @@ grow (it is retired after a bounded amount of input), so it can ask Linux to mak
 much of its heap resident in one ``madvise(MADV_POPULATE_WRITE)`` call per chunk, which
 costs ~75 % of the faults it replaces: a gain where it runs on a core that would
 otherwise idle (the pool asks for it only when there are fewer jobs than cores), before
-the worker's first report arrives. glibc then hands those pages to ``ncu_report``'s allocations: the chunks are
-allocated from the heap (``M_MMAP_THRESHOLD`` raised above their size) and freed back
-into it (``M_TRIM_THRESHOLD`` raised, so that glibc keeps them).
+the worker's first report arrives. glibc then hands those pages to ``ncu_report``'s
+allocations: the chunks are allocated from the heap (``M_MMAP_THRESHOLD`` raised above
+their size) and freed back into it (``M_TRIM_THRESHOLD`` raised, so that glibc keeps them).
 
 Only for a process that exits after its bounded work (a reading worker): the heap
 never shrinks afterwards. Elsewhere (not Linux, not glibc, a kernel before 5.14, or

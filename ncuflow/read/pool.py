@@ -259,7 +259,7 @@ class _Starter:
 
     def __init__(self, context: Any, retire_bytes: int) -> None:
         self._context = context
-        self.retire_bytes_each = retire_bytes
+        self._retire_bytes = retire_bytes
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ncuflow-pool-start")
         self._pending: list[concurrent.futures.Future[_Worker]] = []
 
@@ -269,7 +269,7 @@ class _Starter:
 
     def request(self, expected_bytes: int) -> None:
         """Start a worker that will likely read ``expected_bytes`` of reports."""
-        self._pending.append(self._executor.submit(_Worker, self._context, self.retire_bytes_each, expected_bytes))
+        self._pending.append(self._executor.submit(_Worker, self._context, self._retire_bytes, expected_bytes))
 
     def started(self, wait: bool = False) -> list[_Worker]:
         """The workers started since the last call (``wait``: at least one, if any is pending)."""
@@ -300,14 +300,15 @@ def _pool_map(
     progress: Callable[[int, Path], None] | None, preload: tuple[str, ...],
 ) -> Iterator[R]:
     sizes = [_size(task) for task in tasks]
-    bytes_from = [*list(itertools.accumulate(reversed(sizes)))[::-1], 0]  # bytes of tasks[i:]
+    bytes_from = list(itertools.accumulate(reversed(sizes), initial=0))[::-1]  # bytes of tasks[i:]
     context = _context((function.__module__, *preload), _smallest(tasks, sizes))
     # The driver reads too while workers start, unless the caller asked for a fresh
     # process per bounded amount of input (ncu_report's per-process state, see export).
     driver_may_read = retire_bytes is None
     # Making a heap resident costs ~3/4 of the page faults it saves: a gain only on a spare core.
     spare_core = jobs < usable_cores()
-    starter = _Starter(context, retire_bytes or retire_bytes_default())
+    budget = retire_bytes or retire_bytes_default()
+    starter = _Starter(context, budget)
     workers: list[_Worker] = []
     retired: list[_Worker] = []
     ever_started = False  # the driver reads only until the first worker is up
@@ -343,7 +344,7 @@ def _pool_map(
             staying = sum(not w.leaving_soon(spare_core) for w in workers)
             while staying + starter.pending < min(jobs, len(tasks) - next_task):
                 # what it will likely read: its budget, or its share of what is left
-                starter.request(min(starter.retire_bytes_each, bytes_from[next_task] // jobs) if spare_core else 0)
+                starter.request(min(budget, bytes_from[next_task] // jobs) if spare_core else 0)
             busy = [w for w in workers if w.task is not None]
             may_take = next_task < len(tasks) and next_task < next_yield + window
             if may_take and driver_may_read and not ever_started and _DriverBudget.take(sizes[next_task]):
