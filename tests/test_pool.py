@@ -213,3 +213,39 @@ def test_ctrl_c_stops_the_pool_and_its_workers(corpus_dir: Path, tmp_path: Path)
     assert not [pid for pid in workers if Path(f"/proc/{pid}").exists()
                 and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]]
     assert not output.exists() and not list(tmp_path.glob(".ncuflow-tmp-*"))
+
+
+MAIN_SCRIPT = '''
+import os
+import sys
+
+with open(os.environ["MAIN_RUNS_LOG"], "a") as log:  # one line per run of this script
+    log.write(f"{os.getpid()}\\n")
+
+
+def pid(report):
+    return os.getpid()
+
+
+if __name__ == "__main__":
+    from ncuflow.read.pool import map_reports
+
+    print(" ".join(str(p) for p in map_reports(pid, sys.argv[1:], jobs=2, retire_bytes=1)))
+'''
+
+
+def test_workers_do_not_run_the_main_script_again(corpus_dir: Path, tmp_path: Path) -> None:
+    """A command started from a script (the `ncuflow` console script) has the script run
+    once in the worker server, not again in every worker (CPython's forkserver means to
+    and does not: python/cpython#126631); a function defined in it still reaches them."""
+    script = tmp_path / "main_script.py"
+    script.write_text(MAIN_SCRIPT)
+    runs = tmp_path / "runs.log"
+    reports = [str(r) for r in find_reports([corpus_dir])[:6]]
+    done = subprocess.run([sys.executable, str(script), *reports], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MAIN_RUNS_LOG": str(runs)}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    workers = set(done.stdout.split())
+    assert len(workers) == len(reports)  # one worker per report (a budget of one byte)
+    ran_in = runs.read_text().split()
+    assert len(ran_in) == 2 and not workers & set(ran_in)  # the command itself and the server, only

@@ -45,6 +45,7 @@ import concurrent.futures
 import itertools
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.spawn
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -52,7 +53,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ncuflow.errors import ReportError
-from ncuflow.read.worker import WARM_REPORT_ENV, Outcome, run_task, worker_main
+from ncuflow.read.worker import MAIN_PATH_ENV, WARM_REPORT_ENV, Outcome, run_task, worker_main
 
 R = TypeVar("R")
 Task = Path | str | tuple[Any, ...]
@@ -111,12 +112,19 @@ def _context(preload: tuple[str, ...], warm_report: Path | None) -> Any:
         context = multiprocessing.get_context("forkserver")
         # Takes effect when the server starts (the first pool of this process).
         context.set_forkserver_preload(list(dict.fromkeys([*_PRELOAD, *preload])))
+        # the main script's path: the server imports it once (see ncuflow.read.worker)
+        main_path = multiprocessing.spawn.get_preparation_data("ncuflow").get("init_main_from_path")
+        server_environment = {MAIN_PATH_ENV: main_path}
         if warm_report is not None:
-            os.environ[WARM_REPORT_ENV] = str(Path(warm_report).resolve())
+            server_environment[WARM_REPORT_ENV] = str(Path(warm_report).resolve())
+        for name, value in server_environment.items():
+            if value:
+                os.environ[name] = value
         try:
             forkserver.ensure_running()
         finally:
-            os.environ.pop(WARM_REPORT_ENV, None)
+            for name in server_environment:
+                os.environ.pop(name, None)
         return context
     return multiprocessing.get_context("spawn")
 

@@ -5,7 +5,8 @@ A worker receives ``(index, cwd, function, args, size)`` messages, runs
 warnings raised), until it is told to stop or has read its budget of report bytes.
 Importing this module in the worker server (``WARM_REPORT_ENV`` set) reads one small
 report once, so that every worker forked from the server starts with ``ncu_report``'s
-one-time set-up done.
+one-time set-up done; with ``MAIN_PATH_ENV`` set it first imports the command's main
+script there, which CPython's forkserver means to do and does not (see below).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from ncuflow.read.heap import HEAP_PER_REPORT_BYTE, make_heap_resident
 # Set only while the forkserver starts: the report it reads once so that every worker
 # forked from it starts with ncu_report's one-time set-up done (~60 ms per worker otherwise).
 WARM_REPORT_ENV = "NCUFLOW_POOL_WARM_REPORT"
+# Set only while the forkserver starts: the path of the command's main script (the
+# `ncuflow` console script, or a user's own script), imported once in the server.
+MAIN_PATH_ENV = "NCUFLOW_POOL_MAIN_PATH"
 
 
 class RemoteTraceback(Exception):
@@ -100,6 +104,33 @@ def worker_main(connection: multiprocessing.connection.Connection, retire_bytes:
             return
 
 
+def _import_main_from_environment() -> None:
+    """In the forkserver (only there is MAIN_PATH_ENV set): import the main script once.
+
+    A process started from a script runs that script again as ``__mp_main__`` before
+    it runs its target. The forkserver is meant to do this once, for every process it
+    forks ("__main__" in its preload list), but CPython passes it the path under a key
+    it never reads (python/cpython#126631, fixed in 3.14): every worker ran the script
+    again, and the `ncuflow` console script's imports (the CLI, click) added ~20 ms to
+    each worker's start, more under load. Importing it here, as the fixed forkserver
+    does, lets each worker find it already imported. A script run with ``-m`` is never
+    run again, and where this fails the workers run the script themselves, as before.
+    """
+    path = os.environ.get(MAIN_PATH_ENV)
+    if not path:
+        return
+    from multiprocessing import process, spawn
+
+    current = process.current_process()
+    current._inheriting = True  # type: ignore[attr-defined]  # what forkserver.main sets around it
+    try:
+        spawn.import_main_path(path)
+    except Exception:  # the workers then run it themselves
+        pass
+    finally:
+        del current._inheriting  # type: ignore[attr-defined]
+
+
 def _warm_up_from_environment() -> None:
     """In the forkserver (only there is WARM_REPORT_ENV set): read one small report once."""
     path = os.environ.get(WARM_REPORT_ENV)
@@ -112,6 +143,5 @@ def _warm_up_from_environment() -> None:
     except Exception:  # a warm-up only: the real read reports any problem
         pass
 
-
-
+_import_main_from_environment()
 _warm_up_from_environment()
