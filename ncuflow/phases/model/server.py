@@ -108,7 +108,7 @@ def _ramp_arrivals(
     """(time, requests) admitted during the ramp: Prefill lines, or on a PD decode node
     (no Prefill lines) the increases of #running-req between Decode lines."""
     ramp = [s for s in samples[: first_on_plateau + 1] if s.time_s >= start]
-    prefills = [(s.time_s, s.new_seqs or 0) for s in ramp[:-1] if s.kind == "prefill"]
+    prefills = [(s.time_s, s.admitted_seqs) for s in ramp[:-1] if s.kind == "prefill"]
     if prefills or not any(s.incoming is not None for s in ramp):
         return prefills
     arrivals, seen = [], 0
@@ -127,11 +127,11 @@ def _ramp_admissions(samples: Sequence[BatchSample], segment: Segment) -> tuple[
     )
     arrivals = _ramp_arrivals(samples, start, first_on_plateau)
     later = sum(
-        s.new_seqs or 0
+        s.admitted_seqs
         for s in samples[first_on_plateau:]
         if s.kind == "prefill" and s.time_s <= segment.plateau.end_s
     )
-    total = sum(s.new_seqs or 0 for s in samples if s.kind == "prefill")
+    total = sum(s.admitted_seqs for s in samples if s.kind == "prefill")
     admitted = sum(count for _, count in arrivals)
     if not arrivals or not admitted:
         return RunAdmission(requests_total=total or None), later

@@ -29,6 +29,18 @@ class BatchSample:
         None  # SGLang chunked prefill: tokens of this request still to come
     )
     incoming: int | None = None  # PD decode node: requests pre-allocated or in KV transfer
+    # SGLang chunked prefill: requests of this Prefill batch whose prompt goes on in the
+    # next batch (each is counted in #new-seq again there); see ``admitted_seqs``.
+    unfinished_seqs: int = 0
+
+    @property
+    def admitted_seqs(self) -> int:
+        """Requests whose prefill this line completes: they join the running batch.
+
+        #new-seq less a chunked request that goes on in the next batch, so that each
+        request is counted once, when it starts decoding.
+        """
+        return max((self.new_seqs or 0) - self.unfinished_seqs, 0)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -249,13 +249,49 @@ class _Reader:
                 engine="sglang",
                 rank=(rank or None) if multi else None,
                 clock_origin=self.origin.strftime("%Y-%m-%d %H:%M:%S") if self.origin else "",
-                samples=tuple(samples),
+                samples=mark_chunked_prefills(samples),
                 events=tuple(events),
                 time_resolution_s=0.001 if self.any_fraction else 1.0,
                 bench=bench,
             )
             for rank, samples in sorted(self.per_rank.items(), key=lambda kv: _rank_sort_key(kv[0]))
         )
+
+
+def mark_chunked_prefills(samples: Sequence[BatchSample]) -> tuple[BatchSample, ...]:
+    """One scheduler's lines, each Prefill line whose last request is cut off marked.
+
+    SGLang prefills a prompt longer than what is left of the batch's token budget over
+    several batches, and counts that request in ``#new-seq`` on each of them: summed,
+    ``#new-seq`` counts it once per chunk (seen on the DP-attention log: 80 admissions on
+    a rank that holds 72 requests). Where the log has ``#pending-token`` (newer SGLang),
+    a Prefill line with pending tokens is cut off. Otherwise a line is taken to be cut off
+    when it carries the scheduler's largest ``#new-token`` (the budget; seen on at least
+    two lines), the very next line is a Prefill line (the cut request goes on at once),
+    and that line shows one request fewer joined the running batch than ``#new-seq``
+    said. Anything else is left as logged.
+    """
+    prefill_tokens = [s.new_tokens for s in samples if s.kind == "prefill" and s.new_tokens]
+    budget = max(prefill_tokens, default=None)
+    if budget is not None and prefill_tokens.count(budget) < 2:
+        budget = None
+    marked = list(samples)
+    for index, sample in enumerate(marked):
+        if sample.kind != "prefill" or not sample.new_seqs:
+            continue
+        following = marked[index + 1] if index + 1 < len(marked) else None
+        if sample.pending_tokens is not None:
+            cut = sample.pending_tokens > 0
+        else:
+            cut = (
+                following is not None
+                and following.kind == "prefill"
+                and sample.new_tokens == budget
+                and following.running - sample.running == sample.new_seqs - 1
+            )
+        if cut:
+            marked[index] = replace(sample, unfinished_seqs=1)
+    return tuple(marked)
 
 
 def _incoming(fields: dict[str, float]) -> int | None:
