@@ -187,3 +187,42 @@ def test_an_unreachable_cluster_is_one_paragraph_fast(tmp_path: Path, fake_env: 
     assert time.monotonic() - started < 60
     rows = ray_doctor_checks("127.0.0.1:1")
     assert rows[-1][:2] == ("ray cluster", "fail")
+
+
+THREE_POINTS_TWO_REPLICAS = """
+cell = "copy_bandwidth"
+replicas = 2
+timeout = 120
+[fixed]
+impl = "triton"
+[axes]
+mib = [1, 2, 4]
+"""
+
+
+@needs_ray
+@pytest.mark.slow
+def test_failing_points_on_ray_are_said_once_each_and_stop_the_sweep_without_keep_going(
+    tmp_path: Path, fake_env: dict[str, str]
+) -> None:
+    """Each replica is its own task: a point whose replicas all fail is one failure, said once."""
+    sweep = tmp_path / "three.toml"
+    sweep.write_text(THREE_POINTS_TWO_REPLICAS)
+    root = tmp_path / "profiles"
+    command = [sys.executable, "-m", "ncuflow", "sweep", str(sweep), "--store", str(root), "--ncu", str(FAKE_NCU),
+               "--ray-local-gpus", "2", "--no-escalate"]
+    env = {**fake_env, "FAKE_NCU_MODE": "appfail"}
+    going = subprocess.run([*command, "--keep-going"], capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
+    out = going.stdout + going.stderr
+    assert going.returncode == 3, out
+    assert out.count("failed copy_bandwidth:") == 3 and "0 profiled" in out and "3 failed" in out, out
+    # each failed task's log is kept in the driver's store, as a local sweep keeps it, and the
+    # error names that copy, not the node's scratch folder (gone when the task ended)
+    kept = sorted(root.rglob(".failed-*/ncu.log"))
+    assert len(kept) == 6 and all(log.stat().st_size > 0 for log in kept)
+    assert str(root) in out.replace("\n", "") and "ncuflow-ray-" not in out
+    stopped = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=180)
+    out = stopped.stdout + stopped.stderr
+    assert stopped.returncode != 0 and "The sweep stopped" in out and "done:" not in out, out
+    assert "failed copy_bandwidth:" not in out  # the error is said once, by the command, not also as a point's failure
+    assert list(store.iter_runs(root)) == []

@@ -163,6 +163,25 @@ def test_point_failures_stop_or_continue(fake: Path, tmp_path: Path, monkeypatch
     assert len(outcome.failures) == 3 and outcome.profiled == []
 
 
+def test_a_stopping_failure_is_said_once_and_a_kept_going_one_once_a_point(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from ncuflow.cli import cli
+
+    monkeypatch.setenv("FAKE_NCU_MODE", "appfail")
+    command = ["sweep", str(_sweep_file(tmp_path)), "--store", str(tmp_path / "profiles"), "--ncu", str(FAKE_NCU),
+               "--no-escalate"]
+    stopped = CliRunner().invoke(cli, command)
+    assert isinstance(stopped.exception, ApplicationFailed) and "The sweep stopped" in stopped.output
+    # the command's error handler says it (once); the sweep no longer says it first as well
+    assert "The profiled program exited with code 1" not in stopped.output, stopped.output
+    kept_going = CliRunner().invoke(cli, [*command, "--keep-going"])
+    assert kept_going.exit_code == 3 and "3 failed" in kept_going.output
+    assert kept_going.output.count("The profiled program exited with code 1") == 3, kept_going.output
+
+
 def test_environment_errors_always_stop(fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan = load_sweep(_sweep_file(tmp_path))
     monkeypatch.setenv("FAKE_NCU_MODE", "perm")

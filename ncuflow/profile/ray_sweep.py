@@ -42,7 +42,6 @@ from ncuflow.files import pid_alive
 from ncuflow.profile.ncu import NcuOptions
 from ncuflow.profile.ncu_errors import ProfileInterrupted
 from ncuflow.profile.sweep import (
-    ENVIRONMENT_ERRORS,
     SweepOutcome,
     SweepPlan,
     start_sweep,
@@ -78,6 +77,48 @@ class ShippedRun:
     log: bytes
 
 
+@dataclass(frozen=True)
+class ShippedFailure:
+    """A profile that failed on a Ray node: its error, and the folder the node kept for its
+    log (``.failed-<run-id>``: manifest and ncu log), carried back to the driver as bytes."""
+
+    error: NcuflowError
+    cell: str
+    point_folder: str
+    folder: str
+    node_path: str  # where the node kept it: the error's text names this path
+    files: dict[str, bytes]
+
+
+def keep_shipped_failure(store_root: Path, failure: ShippedFailure) -> NcuflowError:
+    """Keep a failed task's log in the driver's store, where a local sweep keeps its own, and
+    return the error naming that copy (the node's scratch folder is gone when the task ends).
+    Where it cannot be written, the error names the node's path and node."""
+    target = store_root / failure.cell / failure.point_folder / failure.folder
+    error = failure.error
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        for name, data in failure.files.items():
+            (target / name).write_bytes(data)
+        kept = str(target)
+    except OSError:
+        return error
+    for part in ("what", "why", "fix"):
+        setattr(error, part, getattr(error, part).replace(failure.node_path, kept))
+    Exception.__init__(error, error.paragraph())
+    return error
+
+
+def _failure_to_ship(error: NcuflowError, scratch: Path) -> ShippedFailure | NcuflowError:
+    kept = sorted(scratch.glob(f"*/*/{store.FAILED_PREFIX}*"))
+    if not kept:
+        return error
+    folder = kept[-1]
+    files = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
+    return ShippedFailure(error=error, cell=folder.parent.parent.name, point_folder=folder.parent.name,
+                          folder=folder.name, node_path=str(folder), files=files)
+
+
 SCRATCH_PREFIX = "ncuflow-ray-"
 
 
@@ -95,11 +136,12 @@ def remove_dead_scratch(folder: Path | None = None) -> list[Path]:
 def profile_point_task(
     spec: Any, options: NcuOptions, cells_dir: Path | None, timeout: float, ncu: str | None,
     manifest_extra: dict[str, Any],
-) -> ShippedRun | NcuflowError:
+) -> ShippedRun | ShippedFailure | NcuflowError:
     """The body of a Ray task: profile one replica into a scratch store, ship it back.
 
-    A profile's own failure is returned, not raised: Ray retries only what kills the
-    worker, and the driver decides (stop, or keep going) as a local sweep does.
+    A profile's own failure is returned, not raised, with the log its node kept: Ray
+    retries only what kills the worker, and the driver decides (stop, or keep going) as a
+    local sweep does.
     """
     from ncuflow.profile.orchestrate import profile_cell
 
@@ -117,7 +159,7 @@ def profile_point_task(
             log=record.log_path.read_bytes() if record.log_path.exists() else b"",
         )
     except NcuflowError as error:
-        return error
+        return _failure_to_ship(error, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -235,13 +277,12 @@ def run_sweep_on_ray(
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 point = pending.pop(ready[0])
                 result = ray.get(ready[0])
-                if isinstance(result, NcuflowError):
-                    if isinstance(result, ENVIRONMENT_ERRORS) or not keep_going:
-                        raise result
-                    if point.content_key not in failed_points:
-                        failed_points.add(point.content_key)
-                        outcome.failures.append((point, result))
-                        progress.console.print(f"[red]failed[/red] {point.spec_text}: {result}")
+                if isinstance(result, ShippedFailure):
+                    result = keep_shipped_failure(store_root, result)
+                if isinstance(result, NcuflowError):  # one replica's task; said once per point
+                    outcome.point_failed(point, result, progress.console.print, keep_going=keep_going,
+                                         already_said=point.content_key in failed_points)
+                    failed_points.add(point.content_key)
                     progress.advance(task)
                     continue
                 record = commit_shipped(store_root, result, plan.replicas)
@@ -285,11 +326,10 @@ def _escalate_on_ray(plan: SweepPlan, store_root: Path, outcome: SweepOutcome, c
         point, run = tier2.pop(ready[0])
         pending.pop(ready[0], None)
         result = ray.get(ready[0])
+        if isinstance(result, ShippedFailure):
+            result = keep_shipped_failure(tier2_root(store_root), result)
         if isinstance(result, NcuflowError):
-            if isinstance(result, ENVIRONMENT_ERRORS) or not keep_going:
-                raise result
-            outcome.failures.append((point, result))
-            console.print(f"[red]failed[/red] tier 2 of {point.spec_text}: {result}")
+            outcome.point_failed(point, result, console.print, keep_going=keep_going, stage="tier 2 of ")
             continue
         shipped: ShippedRun = result
 

@@ -107,6 +107,21 @@ class SweepOutcome:
     escalated: list[store.RunRecord] = field(default_factory=list)  # tier-2 runs stored
     unchecked: int = 0  # tier-1 runs whose report could not be read here to decide escalation
 
+    def point_failed(self, point: SweepPoint, error: NcuflowError, say: Callable[[str], Any], *,
+                     keep_going: bool, stage: str = "", already_said: bool = False) -> None:
+        """A profile of ``point`` failed (locally or on Ray, tier 1 or 2): the one rule.
+
+        Raises ``error`` (the sweep stops; the command says why, once) on Ctrl-C, on an
+        error that would fail every point (no ncu, counter permission, driver, unknown
+        metric), and on any error without ``keep_going``; otherwise records the failure and
+        says so (``already_said``: a point that has failed before; nothing more to say).
+        """
+        if isinstance(error, (ProfileInterrupted, *ENVIRONMENT_ERRORS)) or not keep_going:
+            raise error
+        if not already_said:
+            self.failures.append((point, error))
+            say(f"[red]failed[/red] {stage}{point.spec_text}: {error}")
+
 
 def _bad(source: str, what: str, fix: str) -> UsageError:
     return UsageError(f"The sweep file {source} {what}.",
@@ -428,15 +443,8 @@ def _profile_points(plan: SweepPlan, store_root: Path, outcome: SweepOutcome, to
                         status.point.spec, plan.options, store_root, cells_dir=cells_dir,
                         timeout=timeout, ncu=ncu, manifest_extra=sweep_manifest_extra(plan, replica),
                     )
-                except ProfileInterrupted:
-                    raise
-                except ENVIRONMENT_ERRORS:
-                    raise
                 except NcuflowError as error:
-                    outcome.failures.append((status.point, error))
-                    progress.console.print(f"[red]failed[/red] {status.point.spec_text}: {error}")
-                    if not keep_going:
-                        raise
+                    outcome.point_failed(status.point, error, progress.console.print, keep_going=keep_going)
                     progress.advance(task, plan.replicas - replica)
                     return
                 outcome.profiled.append(record)

@@ -25,9 +25,7 @@ from ncuflow.profile.escalate import (
     tier2_root,
     undecided_in_report,
 )
-from ncuflow.profile.ncu_errors import ProfileInterrupted
 from ncuflow.profile.sweep import (
-    ENVIRONMENT_ERRORS,
     SweepOutcome,
     SweepPlan,
     SweepPoint,
@@ -102,15 +100,8 @@ def escalate_sweep(plan: SweepPlan, store_root: Path, outcome: SweepOutcome, con
                            manifest_extra=tier2_manifest_extra(plan, run), **profile_kwargs)
         try:
             second = commit_escalation(plan, point, run, store_root, tier2)
-        except ProfileInterrupted:
-            raise
-        except ENVIRONMENT_ERRORS:
-            raise
         except NcuflowError as error:
-            outcome.failures.append((point, error))
-            console.print(f"[red]failed[/red] tier 2 of {point.spec_text}: {error}")
-            if not keep_going:
-                raise
+            outcome.point_failed(point, error, console.print, keep_going=keep_going, stage="tier 2 of ")
             continue
         if second is not None:
             outcome.escalated.append(second)
