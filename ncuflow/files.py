@@ -1,4 +1,5 @@
-"""Files written for people: one atomic write, guarded outputs, OS errors as one paragraph.
+"""Files written for people: one atomic write, guarded outputs, OS errors as one paragraph;
+and the console every command and library function prints on (``make_console``).
 
 Every file ncuflow writes goes through ``atomic_path`` (or ``atomic_paths`` for files
 that belong together, such as the launches and metrics parquet of one export): the
@@ -21,8 +22,10 @@ import contextlib
 import errno
 import os
 import shutil
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from ncuflow.errors import NcuflowError
 
@@ -344,3 +347,19 @@ def guard_output(target: Path, *, kind: str, recognise: Callable[[Path], bool],
             "ncuflow replaces only its own earlier outputs of the same kind (recognised by content).",
             f"Give {option} a new path, or remove that file yourself if you no longer need it.",
         )
+
+
+# A piped command's tables are this wide at least.
+PIPED_WIDTH = 200
+
+
+def make_console() -> Any:
+    """The terminal's width; when piped, at least 200 columns (a wider ``COLUMNS`` is
+    honoured; rich's 80, or a ``COLUMNS=80`` left in the environment, would squeeze a
+    table's values into fragments)."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console(soft_wrap=False)
+    columns = os.environ.get("COLUMNS", "")
+    return Console(soft_wrap=False, width=max(PIPED_WIDTH, int(columns) if columns.isdigit() else 0))

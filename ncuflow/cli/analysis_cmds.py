@@ -31,7 +31,7 @@ __all__ = ["explain_command", "print_stability", "report_command", "stability_co
 
 
 def _console() -> Any:
-    from ncuflow.output.render import make_console
+    from ncuflow.files import make_console
 
     return make_console()
 

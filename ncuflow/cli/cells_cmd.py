@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ncuflow.cells.contract import CellInfo, format_value
 from ncuflow.cells.registry import NO_GPU_PREFIX, gpu_status, list_cells, parse_spec
-from ncuflow.output.render import make_console
+from ncuflow.files import make_console
 
 CELLS_DIR_OPTION = click.option(
     "--cells-dir",

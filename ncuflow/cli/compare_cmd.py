@@ -38,8 +38,8 @@ def compare_command(
 
     from ncuflow.analyze.compare import compare_loaded, comparison_document
     from ncuflow.analyze.fields import FIELD_TABLE
+    from ncuflow.files import make_console
     from ncuflow.output.markdown import compare_markdown
-    from ncuflow.output.render import make_console
     from ncuflow.read.pool import resolve_jobs
     from ncuflow.read.runs import load_paths
 

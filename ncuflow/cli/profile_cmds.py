@@ -40,7 +40,7 @@ class _CommandAfterDashes(click.Command):
 
 
 def _console() -> Any:
-    from ncuflow.output.render import make_console
+    from ncuflow.files import make_console
 
     return make_console()
 

@@ -67,7 +67,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         rows = [launch_row(x, v) for _, launches, verdicts in per_report for x, v in zip(launches, verdicts, strict=True)]
         click.echo(json.dumps(rows, indent=1))
         return
-    from ncuflow.output.render import make_console
+    from ncuflow.files import make_console
 
     console = make_console()
     for report, launches, verdicts in per_report:
@@ -92,7 +92,8 @@ def _warn_runs_without_report(paths: Sequence[Path]) -> None:
 
 def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: bool, evidence: bool) -> None:
     """classify --as-if: the launches as the collection would have recorded them, and the cost."""
-    from ncuflow.output.render import launch_row, make_console, print_launch_table
+    from ncuflow.files import make_console
+    from ncuflow.output.render import launch_row, print_launch_table
     from ncuflow.profile.asif import as_if, perfworks_cost
     from ncuflow.profile.passes import get_collection, read_report_collection
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from ncuflow.analyze.classify import TERM_NAMES, Verdict
 from ncuflow.analyze.fields import CLASSIFY_FIELDS, FIELD_TABLE, duration_text
+from ncuflow.files import make_console
 from ncuflow.read.launch import Launch
 
 # The keys of `ncuflow classify --json`, in order (the fields' JSON keys from the field table).
@@ -43,24 +44,6 @@ def _u(value: float | None) -> str:
 
 def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-PIPED_WIDTH = 200
-
-
-def make_console() -> Any:
-    """The console every command prints its tables on: the terminal's width; when piped, at
-    least 200 columns (a wider ``COLUMNS`` is honoured; rich's 80, or a ``COLUMNS=80`` left
-    in the environment, would squeeze a table's values into fragments)."""
-    import os
-    import sys
-
-    from rich.console import Console
-
-    if sys.stdout.isatty():
-        return Console(soft_wrap=False)
-    columns = os.environ.get("COLUMNS", "")
-    return Console(soft_wrap=False, width=max(PIPED_WIDTH, int(columns) if columns.isdigit() else 0))
 
 
 _BOUND_STYLE = {"dram": "red", "l2": "magenta", "l1": "magenta", "issue": "yellow", "math": "yellow", "latency": "cyan", "unknown": "dim"}

@@ -38,7 +38,7 @@ from typing import Any
 
 from ncuflow import store
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.files import pid_alive
+from ncuflow.files import make_console, pid_alive
 from ncuflow.profile.ncu import NcuOptions
 from ncuflow.profile.ncu_errors import ProfileInterrupted
 from ncuflow.profile.sweep import (
@@ -240,11 +240,9 @@ def run_sweep_on_ray(
 ) -> SweepOutcome:
     """``run_sweep`` with each missing replica a Ray task; the same summary and outcome, and the
     same escalation to tier 2 (a second round of tasks, after tier 1)."""
-    from rich.console import Console
-
     from ncuflow.profile.sweep_escalation import runs_to_escalate
 
-    console = console or Console()
+    console = console or make_console()
     outcome, todo, total = start_sweep(plan, store_root, console)
     escalations: list[tuple[Any, store.RunRecord]] = []
     if total == 0:

@@ -37,7 +37,7 @@ from typing import Any
 
 from ncuflow import store
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.files import os_error
+from ncuflow.files import make_console, os_error
 from ncuflow.profile import DEFAULT_TIMEOUT_S
 from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
@@ -410,12 +410,10 @@ def run_sweep(
     always stop the sweep. Tier 2 for the runs tier 1 leaves undecided is the second phase
     (``ncuflow.profile.sweep_escalation.sweep_here`` runs both).
     """
-    from rich.console import Console
-
     from ncuflow.profile.orchestrate import profile_cell
 
     run_one = profile or profile_cell
-    console = console or Console()
+    console = console or make_console()
     outcome, todo, total = start_sweep(plan, store_root, console)
     if total > 0:
         _profile_points(plan, store_root, outcome, todo, total, run_one, console, show_progress, keep_going,

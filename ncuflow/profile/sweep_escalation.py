@@ -15,6 +15,7 @@ from typing import Any
 from ncuflow import store
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD
 from ncuflow.errors import NcuflowError
+from ncuflow.files import make_console
 from ncuflow.profile.escalate import (
     checked,
     escalates,
@@ -111,11 +112,9 @@ def escalate_sweep(plan: SweepPlan, store_root: Path, outcome: SweepOutcome, con
 def sweep_here(plan: SweepPlan, store_root: Path, *, escalate: bool = True, threshold: float | None = None,
                **kwargs: Any) -> SweepOutcome:
     """``run_sweep`` (tier 1), then, with ``escalate``, its second phase (``escalate_sweep``)."""
-    from rich.console import Console
-
     from ncuflow.profile.orchestrate import profile_cell
 
-    console = kwargs.pop("console", None) or Console()
+    console = kwargs.pop("console", None) or make_console()
     outcome = run_sweep(plan, store_root, console=console, **kwargs)
     if escalate:
         escalate_sweep(plan, store_root, outcome, console, threshold, kwargs.get("profile") or profile_cell,
