@@ -219,6 +219,8 @@ MAIN_SCRIPT = '''
 import os
 import sys
 
+if len(sys.argv) < 2:  # run with the command's own arguments, as every worker would run it
+    raise SystemExit("usage: main_script.py REPORT...")
 with open(os.environ["MAIN_RUNS_LOG"], "a") as log:  # one line per run of this script
     log.write(f"{os.getpid()}\\n")
 

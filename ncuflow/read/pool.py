@@ -43,17 +43,26 @@ from __future__ import annotations
 
 import concurrent.futures
 import itertools
+import json
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.spawn
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ncuflow.errors import ReportError
-from ncuflow.read.worker import MAIN_PATH_ENV, WARM_REPORT_ENV, Outcome, run_task, worker_main
+from ncuflow.read.worker import (
+    MAIN_ARGV_ENV,
+    MAIN_PATH_ENV,
+    WARM_REPORT_ENV,
+    Outcome,
+    run_task,
+    worker_main,
+)
 
 R = TypeVar("R")
 Task = Path | str | tuple[Any, ...]
@@ -114,7 +123,7 @@ def _context(preload: tuple[str, ...], warm_report: Path | None) -> Any:
         context.set_forkserver_preload(list(dict.fromkeys([*_PRELOAD, *preload])))
         # the main script's path: the server imports it once (see ncuflow.read.worker)
         main_path = multiprocessing.spawn.get_preparation_data("ncuflow").get("init_main_from_path")
-        server_environment = {MAIN_PATH_ENV: main_path}
+        server_environment = {MAIN_PATH_ENV: main_path, MAIN_ARGV_ENV: json.dumps(sys.argv) if main_path else None}
         if warm_report is not None:
             server_environment[WARM_REPORT_ENV] = str(Path(warm_report).resolve())
         for name, value in server_environment.items():

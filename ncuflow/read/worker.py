@@ -30,6 +30,7 @@ WARM_REPORT_ENV = "NCUFLOW_POOL_WARM_REPORT"
 # Set only while the forkserver starts: the path of the command's main script (the
 # `ncuflow` console script, or a user's own script), imported once in the server.
 MAIN_PATH_ENV = "NCUFLOW_POOL_MAIN_PATH"
+MAIN_ARGV_ENV = "NCUFLOW_POOL_MAIN_ARGV"  # and its sys.argv (JSON), as every worker sees it
 
 
 class RemoteTraceback(Exception):
@@ -119,15 +120,20 @@ def _import_main_from_environment() -> None:
     path = os.environ.get(MAIN_PATH_ENV)
     if not path:
         return
+    import json
+    import sys
     from multiprocessing import process, spawn
 
     current = process.current_process()
     current._inheriting = True  # type: ignore[attr-defined]  # what forkserver.main sets around it
+    server_argv = sys.argv
     try:
+        sys.argv = json.loads(os.environ.get(MAIN_ARGV_ENV) or "[]") or server_argv
         spawn.import_main_path(path)
-    except Exception:  # the workers then run it themselves
+    except (Exception, SystemExit):  # e.g. a script that exits at import: the workers then run it themselves
         pass
     finally:
+        sys.argv = server_argv
         del current._inheriting  # type: ignore[attr-defined]
 
 
