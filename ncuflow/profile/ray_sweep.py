@@ -93,7 +93,7 @@ class ShippedFailure:
 def keep_shipped_failure(store_root: Path, failure: ShippedFailure) -> NcuflowError:
     """Keep a failed task's log in the driver's store, where a local sweep keeps its own, and
     return the error naming that copy (the node's scratch folder is gone when the task ends).
-    Where it cannot be written, the error names the node's path and node."""
+    Where it cannot be written here, the error is returned as the node wrote it."""
     target = store_root / failure.cell / failure.point_folder / failure.folder
     error = failure.error
     try:

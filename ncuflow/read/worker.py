@@ -111,7 +111,7 @@ def _import_main_from_environment() -> None:
     A process started from a script runs that script again as ``__mp_main__`` before
     it runs its target. The forkserver is meant to do this once, for every process it
     forks ("__main__" in its preload list), but CPython passes it the path under a key
-    it never reads (python/cpython#126631, fixed in 3.14): every worker ran the script
+    it never reads (python/cpython#126631; fixed only after 3.12): every worker ran the script
     again, and the `ncuflow` console script's imports (the CLI, click) added ~20 ms to
     each worker's start, more under load. Importing it here, as the fixed forkserver
     does, lets each worker find it already imported. A script run with ``-m`` is never
@@ -148,6 +148,7 @@ def _warm_up_from_environment() -> None:
         read_launches(path)
     except Exception:  # a warm-up only: the real read reports any problem
         pass
+
 
 _import_main_from_environment()
 _warm_up_from_environment()
