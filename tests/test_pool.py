@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -251,3 +252,20 @@ def test_workers_do_not_run_the_main_script_again(corpus_dir: Path, tmp_path: Pa
     assert len(workers) == len(reports)  # one worker per report (a budget of one byte)
     ran_in = runs.read_text().split()
     assert len(ran_in) == 2 and not workers & set(ran_in)  # the command itself and the server, only
+
+
+def test_workers_are_stopped_after_the_last_result_without_holding_up_the_caller(corpus_dir: Path) -> None:
+    """At the end of a pool, the idle workers are told to stop and waited for on a thread
+    (giving back a grown heap takes a while): they are all gone soon after, and nothing is
+    left waiting for them."""
+    reports = find_reports([corpus_dir])
+    pids = {pid for pid, _ in map_reports(pid_and_size, reports, jobs=2, retire_bytes=20 * 2**20)}
+    assert pids and os.getpid() not in pids
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in pids):
+        time.sleep(0.05)
+    assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    stopping = [t for t in threading.enumerate() if t.name == "ncuflow-pool-stop"]
+    for thread in stopping:
+        thread.join(10)
+    assert not any(t.is_alive() for t in stopping)

@@ -6,7 +6,8 @@ process, and a worker exits once it has read ``retire_bytes`` of report files (t
 report that crosses the line is finished first); a fresh worker takes its place. The
 replacement is started as soon as the retiring worker has been sent its last report,
 so no reading slot waits for a start (the two overlap for that one report), and a
-retired worker is reaped at the end rather than waited for. Where a core is left over
+retired worker is reaped at the end rather than waited for; at the end, the idle workers
+are told to stop and waited for on a thread, while the command goes on. Where a core is left over
 (fewer jobs than usable cores), the replacement starts when the worker it replaces is
 halfway through its budget, and first makes the heap it will grow to resident in bulk,
 on that core (``ncuflow.read.heap``); it takes no report before that worker's last. Peak
@@ -49,6 +50,7 @@ import multiprocessing.connection
 import multiprocessing.spawn
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -147,6 +149,7 @@ class _Worker:
         self.task: int | None = None
         self.retire_bytes = retire_bytes
         self.sent_bytes = 0  # counted as the worker counts them: it retires at the same report
+        self.asked = False  # told to stop
 
     @property
     def leaving(self) -> bool:
@@ -162,12 +165,19 @@ class _Worker:
         self.task = index
         self.sent_bytes += size
 
-    def stop(self, grace: float = 1.0) -> None:
+    def ask_to_stop(self) -> None:
+        """Tell an idle worker to exit (it does once it reads this); a busy one is left be."""
+        if self.asked or self.task is not None:
+            return
+        self.asked = True
         try:
-            if self.process.is_alive() and self.task is None:
+            if self.process.is_alive():
                 self.connection.send(None)
         except (OSError, ValueError):
             pass
+
+    def stop(self, grace: float = 1.0) -> None:
+        self.ask_to_stop()
         self.process.join(grace if self.task is None else 0)
         if self.process.is_alive():
             self.process.terminate()
@@ -398,10 +408,33 @@ def _pool_map(
                     retired.append(worker)
     finally:
         starter.close()
+        if next_yield >= len(tasks):  # all done: every worker is idle
+            _stop_meanwhile(workers, retired)
+        else:  # an error or Ctrl-C: stopped before the error goes on
+            for worker in workers:
+                worker.stop()
+            for worker in retired:
+                worker.reap()
+
+
+def _stop_meanwhile(workers: list[_Worker], retired: list[_Worker]) -> None:
+    """Tell the idle workers to stop, and wait for them on a thread while the command goes on.
+
+    A worker that has read its budget takes ~12 ms to give back its memory as it exits;
+    waited for in turn, the workers of a 2-job pool held a command up by ~30 ms (5 % of
+    exporting the corpus) at its end. The thread waits for each, killing one that hangs,
+    as ``stop`` and ``reap`` do; at exit, multiprocessing joins whatever it has not.
+    """
+    for worker in workers:
+        worker.ask_to_stop()
+
+    def wait() -> None:
         for worker in workers:
             worker.stop()
         for worker in retired:
             worker.reap()
+
+    threading.Thread(target=wait, name="ncuflow-pool-stop", daemon=True).start()
 
 
 def read_launches_of(
