@@ -23,6 +23,11 @@ class NcuflowError(Exception):
         # back from worker processes (reading) and Ray tasks (sweeps).
         return (_rebuild_error, (type(self), dict(self.__dict__)))
 
+    def replace_in_text(self, old: str, new: str) -> None:
+        """Replace ``old`` by ``new`` in what, why and fix (e.g. a path the file moved from)."""
+        self.what, self.why, self.fix = (part.replace(old, new) for part in (self.what, self.why, self.fix))
+        Exception.__init__(self, self.paragraph())
+
     def paragraph(self) -> str:
         parts = [self.what]
         if self.why:

@@ -27,6 +27,7 @@ under ``--ray`` / ``--ray-local-gpus``; the GPU host's own path never needs it.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -48,6 +49,7 @@ from ncuflow.profile.sweep import (
     sweep_manifest_extra,
     sweep_progress,
 )
+from ncuflow.store.manifest import MANIFEST_NAME
 
 # Tasks retried by Ray when their worker process or node dies (not on a profile's own error).
 TASK_RETRIES = 3
@@ -79,44 +81,54 @@ class ShippedRun:
 
 @dataclass(frozen=True)
 class ShippedFailure:
-    """A profile that failed on a Ray node: its error, and the folder the node kept for its
-    log (``.failed-<run-id>``: manifest and ncu log), carried back to the driver as bytes."""
+    """A profile that failed on a Ray node: its error, and the manifest and ncu log the
+    node kept as ``.failed-<run-id>``, carried back to the driver as bytes."""
 
     error: NcuflowError
     cell: str
     point_folder: str
-    folder: str
-    node_path: str  # where the node kept it: the error's text names this path
-    files: dict[str, bytes]
+    run_id: str
+    manifest: dict[str, Any]
+    log: bytes
+    node_path: str  # the node's .failed-<run-id> folder, which the error's text names
 
 
 def keep_shipped_failure(store_root: Path, failure: ShippedFailure) -> NcuflowError:
-    """Keep a failed task's log in the driver's store, where a local sweep keeps its own, and
-    return the error naming that copy (the node's scratch folder is gone when the task ends).
-    Where it cannot be written here, the error is returned as the node wrote it."""
-    target = store_root / failure.cell / failure.point_folder / failure.folder
-    error = failure.error
+    """Keep a failed task's manifest and log in the driver's store as a local failure is kept
+    (``store.keep_failed_run``), and return the error naming that copy (the node's scratch
+    folder is gone when the task ends). Where it cannot be kept, the error is returned as the
+    node wrote it."""
+    slug = failure.point_folder.rsplit("-", 1)[0]
     try:
-        target.mkdir(parents=True, exist_ok=True)
-        for name, data in failure.files.items():
-            (target / name).write_bytes(data)
-        kept = str(target)
+        pending = store.begin_run(store_root, failure.cell, slug, str(failure.manifest["content_key"]),
+                                  failure.run_id)
+    except (store.StoreError, KeyError):
+        return failure.error
+    try:
+        pending.log_path.write_bytes(failure.log)
     except OSError:
-        return error
-    for part in ("what", "why", "fix"):
-        setattr(error, part, getattr(error, part).replace(failure.node_path, kept))
-    Exception.__init__(error, error.paragraph())
-    return error
+        store.abandon_run(pending)
+        return failure.error
+    kept = store.keep_failed_run(pending, failure.manifest)
+    if kept is not None:
+        failure.error.replace_in_text(failure.node_path, str(kept))
+    return failure.error
 
 
 def _failure_to_ship(error: NcuflowError, scratch: Path) -> ShippedFailure | NcuflowError:
+    """The error with what ``store.keep_failed_run`` kept of the run in the scratch store, if it did."""
     kept = sorted(scratch.glob(f"*/*/{store.FAILED_PREFIX}*"))
     if not kept:
         return error
     folder = kept[-1]
-    files = {path.name: path.read_bytes() for path in folder.iterdir() if path.is_file()}
+    try:
+        manifest = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8"))
+        log = (folder / store.LOG_NAME).read_bytes()
+    except (OSError, ValueError):
+        return error
     return ShippedFailure(error=error, cell=folder.parent.parent.name, point_folder=folder.parent.name,
-                          folder=folder.name, node_path=str(folder), files=files)
+                          run_id=folder.name.removeprefix(store.FAILED_PREFIX), manifest=manifest, log=log,
+                          node_path=str(folder))
 
 
 SCRATCH_PREFIX = "ncuflow-ray-"
