@@ -17,7 +17,7 @@ ROW_KEYS: tuple[str, ...] = (
     *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing",
 )
 
-__all__ = ["ROW_KEYS", "duration_text", "launch_row", "make_console", "print_launch_table"]
+__all__ = ["ROW_KEYS", "duration_text", "launch_row", "print_launch_table"]
 
 
 def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
