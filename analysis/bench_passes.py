@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncuflow.analyze.classify import DEFAULT_THRESHOLD, classify
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD, ESCALATION_BAND, classify
 from ncuflow.errors import NcuflowError
 from ncuflow.profile import asif, passes, perfworks
 from ncuflow.read.extract import iter_launches
@@ -168,7 +168,7 @@ def rule_study(reports: list[ReportInfo]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus", nargs="?", type=Path, default=Path("../shared/ncu-reports"))
-    parser.add_argument("--band", type=float, default=passes.ESCALATION_BAND,
+    parser.add_argument("--band", type=float, default=ESCALATION_BAND,
                         help="escalate when the largest tier-1 term is within this factor of the threshold")
     args = parser.parse_args(argv)
     library = perfworks.load()

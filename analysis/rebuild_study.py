@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -68,20 +69,26 @@ def corpus_dir() -> Path:
     raise SystemExit("rebuild_study: the corpus of real reports is not at ../shared/ncu-reports; set NCUFLOW_CORPUS.")
 
 
-def _kernel_filter(kernel: str | None) -> dict[str, str | None]:
-    """The manifest keys of a run imported from a larger report: a regex or an exact kernel name."""
+def _collection(kernel: str | None) -> Any:
+    """What a run imported from a larger report collected: its kernel, as a regex or an exact name."""
+    from ncuflow.store.collection import NcuOptions
+    from ncuflow.store.manifest import Collection
+
     if kernel is not None and kernel.startswith("regex:"):
-        return {"kernel_regex": kernel[len("regex:"):]}
-    return {"kernel_name": kernel}
+        return Collection(NcuOptions(kernel_regex=kernel[len("regex:"):]))
+    return Collection(kernel_name=kernel)
 
 
 def build_corpus_demo(root: Path, corpus: Path) -> Path:
+    from ncuflow.cells.contract import CellSpec
     from ncuflow.store import write_run
+    from ncuflow.store.manifest import CellFacts
 
     for cell, params, report, kernel in CORPUS_DEMO:
         key = hashlib.sha256(json.dumps({"cell": cell, "params": params}, sort_keys=True).encode()).hexdigest()
-        write_run(root, cell=cell, params=params, content_key=key, report_src=corpus / report,
-                  manifest_extra={**_kernel_filter(kernel), "representation": "imported from the shared corpus"})
+        spec = CellSpec.of(cell, params)  # type: ignore[arg-type]
+        write_run(root, spec, corpus / report, content_key=key, collection=_collection(kernel),
+                  cell_facts=CellFacts(representation="imported from the shared corpus"))
     return root
 
 

@@ -22,6 +22,7 @@ import contextlib
 import errno
 import os
 import shutil
+import stat
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -363,3 +364,44 @@ def make_console() -> Any:
         return Console(soft_wrap=False)
     columns = os.environ.get("COLUMNS", "")
     return Console(soft_wrap=False, width=max(PIPED_WIDTH, int(columns) if columns.isdigit() else 0))
+
+
+def file_kind(mode: int) -> str:
+    """What a file of this ``st_mode`` is, for messages: "a FIFO", "a character device", ..."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def read_small_file(path: Path, limit: int, *, what: str, error: Callable[[str], NcuflowError]) -> str:
+    """The UTF-8 text of a small regular file, checked before it is read.
+
+    A FIFO, a device (a link to ``/dev/zero``), a socket or a folder is refused without
+    blocking or reading; so is a file over ``limit`` bytes, and one that grows past it while
+    read. ``error(problem)`` makes the exception raised, e.g. a ``ManifestError``.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error("the file is missing") from None
+    except OSError as failure:
+        raise error(f"it cannot be read ({failure.strerror or failure})") from None
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise error(f"it is {file_kind(mode)}, not a regular {what} file")
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+    except OSError as failure:
+        raise error(f"it cannot be read ({failure.strerror or failure})") from None
+    finally:
+        os.close(descriptor)
+    if len(data) > limit:
+        raise error(f"it is larger than {limit >> 20} MiB, far more than a {what} holds")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as failure:
+        line = data[: failure.start].count(b"\n") + 1
+        raise error(f"it is not UTF-8 text (byte {data[failure.start]:#04x} on line {line})") from None

@@ -143,11 +143,14 @@ def test_no_counters_or_different_gpus_are_ambiguous(corpus_dir: Path) -> None:
 def build_store(root: Path, corpus_dir: Path) -> Path:
     """Three cells from real reports: scan (stage sweep), silu (a flag the kernel never sees),
     transpose (implementation sweep, one launch per run)."""
+    from ncuflow.cells.contract import CellSpec
     from ncuflow.store import write_run
+    from ncuflow.store.collection import NcuOptions
+    from ncuflow.store.manifest import Collection
 
     def add(cell: str, params: dict, report: str, kernel: str | None = None, regex: str | None = None) -> None:
-        write_run(root, cell=cell, params=params, content_key=content_key(cell, params),
-                  report_src=corpus_dir / report, manifest_extra={"kernel_name": kernel, "kernel_regex": regex})
+        write_run(root, CellSpec.of(cell, params), corpus_dir / report, content_key=content_key(cell, params),
+                  collection=Collection(NcuOptions(kernel_regex=regex), kernel_name=kernel))
 
     add("scan", {"stage": "init", "n": 1}, JESTES, "DeviceScanInitKernel")
     add("scan", {"stage": "fill", "n": 1}, JESTES, regex="uninitialized_fill")
@@ -167,9 +170,9 @@ def store(corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_store_groups_baselines_and_headline(store: Path) -> None:
     from ncuflow.analyze.study import points_of
-    from ncuflow.read.runs import load_store
+    from ncuflow.read.runs import load_paths
 
-    points = points_of(load_store(store))
+    points = points_of(load_paths([store]))
     groups = vary_groups(points, "stage")
     assert len(groups) == 1 and groups[0].values == ("fill", "init", "scan")
     assert choose_baseline(groups[0]).param("stage") == "fill"

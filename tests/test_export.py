@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from ncuflow.cells.contract import CellSpec
 from ncuflow.cli import cli
 from ncuflow.output.export import SCHEMA_VERSION, metrics_path_for, read_schema_version
 from ncuflow.output.render import ROW_KEYS
@@ -115,7 +116,7 @@ def test_export_of_a_store_carries_each_runs_identity(corpus_dir: Path, tmp_path
     from ncuflow.store import write_run
 
     for page, name in ((16, "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep"), (64, "flyinglandlord__sglang__profile.ncu-rep")):
-        write_run(tmp_path / "store", cell="paged_decode", params={"page": page}, content_key=f"{page:064d}", report_src=corpus_dir / name)
+        write_run(tmp_path / "store", CellSpec.of("paged_decode", {"page": page}), corpus_dir / name, content_key=f"{page:064d}")
     output = tmp_path / "store.parquet"
     assert CliRunner().invoke(cli, ["export", str(tmp_path / "store"), "-o", str(output)]).exit_code == 0
     frame = pl.read_parquet(output)

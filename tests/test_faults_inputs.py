@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ncuflow import store
+from ncuflow.cells.contract import CellSpec
 from ncuflow.errors import UsageError
 from ncuflow.profile.sweep import load_sweep
 from tests.test_faults_io import run_main
@@ -123,8 +124,7 @@ def test_report_baseline_must_be_a_value_in_the_store(corpus_dir: Path, tmp_path
                                                       capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "store"
     for mib in (16, 64):
-        store.write_run(root, cell="copy_bandwidth", params={"impl": "triton", "mib": mib, "seed": 0},
-                        content_key=hashlib.sha256(str(mib).encode()).hexdigest(), report_src=corpus_dir / SMALL)
+        store.write_run(root, CellSpec.of("copy_bandwidth", {"impl": "triton", "mib": mib, "seed": 0}), corpus_dir / SMALL, content_key=hashlib.sha256(str(mib).encode()).hexdigest())
     for baseline, words in (("mib=999", "no run has mib=999"), ("pages=1", "not a swept parameter")):
         code, output = run_main(["report", str(root), "-o", str(tmp_path / f"out-{baseline}"), "--baseline", baseline],
                                 capsys)
@@ -226,7 +226,7 @@ def test_dot_slash_ncu_is_the_file_in_the_current_folder(corpus_dir: Path, tmp_p
         done = subprocess.run(argv, cwd=work, env=run_env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
     manifests = [json.loads(p.read_text()) for p in work.glob("p*/*/*/*/manifest.json")]
-    assert len(manifests) == 2 and {m["ncu_path"] for m in manifests} == {str(work / "ncu")}
+    assert len(manifests) == 2 and {m["collection"]["ncu_path"] for m in manifests} == {str(work / "ncu")}
     assert not (tmp_path / "WRONG_NCU_RAN").exists()
     doctor = subprocess.run([*base, "doctor", "--json", "--ncu", "./ncu"], cwd=work, env=env, capture_output=True,
                             text=True, timeout=120)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from ncuflow import store
+from ncuflow.cells.contract import CellSpec
 from ncuflow.cli import main
 
 FAKE_NCU = Path(__file__).parent / "fake_ncu" / "ncu"
@@ -130,8 +131,7 @@ def test_export_on_a_full_disk_keeps_the_previous_pair(corpus_dir: Path, tmp_pat
 def test_sweep_and_profile_on_a_full_disk_blame_the_disk(corpus_dir: Path, tmp_path: Path) -> None:
     with tmpfs(tmp_path / "fs", size="4m") as fs:
         root = fs / "store"
-        earlier = store.write_run(root, cell="copy_bandwidth", params={"mib": 1}, content_key="a" * 64,
-                                  report_src=corpus_dir / SMALL)
+        earlier = store.write_run(root, CellSpec.of("copy_bandwidth", {"mib": 1}), corpus_dir / SMALL, content_key="a" * 64)
         report_before = _digest(earlier.report_path)
         sweep_file = tmp_path / "s.toml"
         sweep_file.write_text('cell = "copy_bandwidth"\n[axes]\nmib = [16, 32]\n')
@@ -205,8 +205,7 @@ def test_a_failed_rename_of_the_second_file_restores_the_first(corpus_dir: Path,
 def test_a_read_only_file_system_is_a_paragraph_for_every_writer(corpus_dir: Path, tmp_path: Path) -> None:
     with tmpfs(tmp_path / "fs", size="8m") as fs:
         root = fs / "store"
-        store.write_run(root, cell="copy_bandwidth", params={"mib": 1}, content_key="b" * 64,
-                        report_src=corpus_dir / SMALL)
+        store.write_run(root, CellSpec.of("copy_bandwidth", {"mib": 1}), corpus_dir / SMALL, content_key="b" * 64)
         sweep_file = tmp_path / "s.toml"
         sweep_file.write_text('cell = "copy_bandwidth"\n[axes]\nmib = [16]\n')
         remount_read_only(fs)
@@ -227,8 +226,7 @@ def test_a_read_only_file_system_is_a_paragraph_for_every_writer(corpus_dir: Pat
 
 @pytest.mark.slow
 def test_permission_denied_is_a_paragraph_for_every_writer(corpus_dir: Path, tmp_path: Path) -> None:
-    from ncuflow.profile.ncu import NcuOptions
-    from ncuflow.profile.plan import command_content_key
+    from ncuflow.profile.plan import CommandTarget, ProfileJob
 
     user = None
     if os.geteuid() == 0:
@@ -241,7 +239,8 @@ def test_permission_denied_is_a_paragraph_for_every_writer(corpus_dir: Path, tmp
         base = tmp_path
     locked = base / "locked"
     root = locked / "store"
-    point = store.point_dir(root, "command", "prog-true", command_content_key(["true"], NcuOptions()))
+    job = ProfileJob(CommandTarget(("true",)))
+    point = store.point_dir(root, job.spec(), job.content_key())
     point.mkdir(parents=True)  # the point folder exists, and is not writable
     folders = (point, point.parent, root, locked)
     if user is None:

@@ -23,7 +23,7 @@ from ncuflow.analyze.stability import DEFAULT_TOLERANCES, measurement_stability
 from ncuflow.analyze.study import analyse, point_stability, points_of
 from ncuflow.cli import cli
 from ncuflow.read.metrics import FIELDS
-from ncuflow.read.runs import load_store
+from ncuflow.read.runs import load_paths
 from ncuflow.spread import quantile, relative_spread
 
 H200 = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "h200"
@@ -31,7 +31,7 @@ H200 = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "h200
 
 @pytest.fixture(scope="module")
 def h200():  # type: ignore[no-untyped-def]
-    return load_store(H200)
+    return load_paths([H200])
 
 
 def _by_spec(groups, points):  # type: ignore[no-untyped-def]
@@ -174,7 +174,7 @@ def test_a_threshold_outside_0_1_is_refused_before_anything_runs(tmp_path: Path)
     from ncuflow.errors import UsageError
 
     with pytest.raises(UsageError, match="not in \\(0, 1\\]"):
-        analyse(load_store(H200), threshold=1.5)
+        analyse(load_paths([H200]), threshold=1.5)
     store = tmp_path / "store"
     fake = Path(__file__).parent / "fake_ncu" / "ncu"
     result = CliRunner().invoke(

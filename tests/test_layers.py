@@ -103,7 +103,9 @@ def _stage(module: str) -> str:
 ALLOWED_STAGES: dict[str, set[str]] = {
     "core": set(),
     "read": {"store"},
-    "store": set(),
+    # a stored run's identity is the cell spec it measured: the store names runs by ``CellSpec``
+    # (``ncuflow.cells.contract``, plain data; never the registry, which asks the machine about its GPU)
+    "store": {"cells"},
     "analyze": {"read", "store"},
     "output": {"analyze", "read", "store"},
     "cells": set(),
@@ -129,6 +131,12 @@ def test_imports_point_down_the_stages(module: str) -> None:
     allowed = ALLOWED_STAGES[stage] | {stage, "core"}
     wrong = sorted(name for name in GRAPH[module] if name in SOURCES and _stage(name) not in allowed)
     assert not wrong, f"{module} ({stage}) imports {wrong}"
+
+
+@pytest.mark.parametrize("module", [m for m in SOURCES if _stage(m) == "store"])
+def test_the_store_knows_cells_only_by_their_contract(module: str) -> None:
+    reached = {name for name in GRAPH[module] if name.startswith("ncuflow.cells")}
+    assert reached <= {"ncuflow.cells.contract", "ncuflow.cells.contract.CellSpec", "ncuflow.cells.contract.ParamValue"}, reached
 
 
 def _project_edges(module: str) -> set[str]:

@@ -176,9 +176,17 @@ def test_nvtx_expression() -> None:
         nvtx_include_for_range("  ")
 
 
-def test_metric_set_label() -> None:
-    assert NcuOptions().metric_set_label() == "decisive"
-    assert NcuOptions(metric_set="full", sections=("A",)).metric_set_label() == "full;sections:A"
+def test_the_collection_label_is_for_people_the_options_are_the_record() -> None:
+    assert NcuOptions().label() == "decisive"
+    assert NcuOptions(metric_set="full", sections=("A",), exclude_metrics=("x__y.sum",)).label() == (
+        "full; sections: A; -metrics: x__y.sum")
+
+
+@pytest.mark.parametrize("field", ["sections", "extra_metrics", "nvtx_include", "exclude_metrics"])
+def test_a_value_that_would_reach_ncu_as_an_option_of_its_own_is_refused(field: str) -> None:
+    """A sweep file's `nvtx = "--export=/x"` must never become ncu's --export."""
+    with pytest.raises(UsageError, match="starts with '-'"):
+        NcuOptions(**{field: ("--export=/x",)})  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------------------- the log

@@ -27,8 +27,10 @@ from ncuflow.profile.ncu_errors import (
     NoKernelsProfiled,
     ProfileTimeout,
 )
-from ncuflow.profile.orchestrate import profile_cell, profile_command_line
-from ncuflow.profile.plan import plan_cell, plan_command_line
+from ncuflow.profile.orchestrate import profile
+from ncuflow.profile.plan import CellTarget, CommandTarget, ProfileJob, plan_job
+from ncuflow.profile.settings import ProfileSettings
+from ncuflow.store.manifest import CellFacts
 
 FAKE_NCU = Path(__file__).parent / "fake_ncu" / "ncu"
 REPO = Path(__file__).resolve().parent.parent
@@ -53,6 +55,18 @@ def fake(corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> P
     monkeypatch.setenv("FAKE_NCU_CHILD_PID_FILE", str(side / "child.pid"))
     monkeypatch.delenv("FAKE_NCU_MODE", raising=False)
     return side
+
+
+def _profile(target: CellTarget | CommandTarget, root: Path, options: NcuOptions | None = None, *,
+             progress: object = None, cell_facts: CellFacts | None = None, **settings: object) -> store.RunRecord:
+    """One profile through the library's one call: a job, the settings record, the stored run."""
+    job = ProfileJob(target, options or NcuOptions(), cell_facts=cell_facts or CellFacts())
+    given = {"store": root, "ncu": str(FAKE_NCU), "timeout": 60, **settings}
+    return profile(job, ProfileSettings(**given), progress=progress).record  # type: ignore[arg-type]
+
+
+def _cell(text: str) -> CellTarget:
+    return CellTarget(parse_spec(text))
 
 
 def _leftovers(root: Path) -> list[Path]:
@@ -83,27 +97,30 @@ def test_profile_cell_success_stores_a_complete_run(fake: Path, tmp_path: Path, 
     root = tmp_path / "profiles"
     lines: list[str] = []
     timed = {"clock": "cuda_events", "stats": {"median_us": 101.5}}
-    record = profile_cell(spec, NcuOptions(), root, ncu=FAKE_NCU, timeout=60, progress=lines.append,
-                          duration_unprofiled=timed)
+    record = _profile(CellTarget(spec), root, progress=lines.append,
+                      cell_facts=CellFacts(duration_unprofiled=timed))
     assert record.path.parent == root / "flat_decode" / f"{spec.slug()}-{spec.content_key()[:8]}"
     assert record.report_path.read_bytes() == (corpus_dir / REPORT_NAME).read_bytes()
     m = json.loads((record.path / store.MANIFEST_NAME).read_text())
-    assert m == record.manifest.to_json() and m["schema_version"] == store.SCHEMA_VERSION
-    assert set(store.MANIFEST_FIELDS) <= set(m)
-    assert m["cell"] == "flat_decode" and m["content_key"] == spec.content_key()
-    assert m["params"] == dict(spec.params)
-    assert m["exit_status"] == 0 and m["ncu_version"] == "2025.3.1.0"
-    assert m["replay_mode"] == "kernel" and m["cache_control"] == "all" and m["clock_control"] == "base"
-    assert m["metric_set"] == "decisive"
-    assert m["gpu_name"] == "NVIDIA H200" and m["gpu_uuid"] == "GPU-1234"
-    assert m["representation"] == {"index_layout": "scatter", "indices": 262144}
-    assert m["expected_bytes"] == 1073741824 and m["torch_version"] == "2.11.0"
-    assert m["duration_unprofiled"] == timed and m["wall_time_s"] > 0
-    assert m["check"] == {"passed": True, "max_abs_error": 0.001}
-    assert m["actions"] == 2
+    assert m == record.manifest.to_json() and m["schema_version"] == store.SCHEMA_VERSION == 3
+    identity, collection, machine = m["identity"], m["collection"], m["machine"]
+    assert identity["cell"] == "flat_decode" and identity["content_key"] == spec.content_key()
+    assert identity["params"] == dict(spec.params)
+    assert m["outcome"]["exit_status"] == 0 and collection["ncu_version"] == "2025.3.1.0"
+    options = collection["options"]
+    assert (options["replay_mode"], options["cache_control"], options["clock_control"]) == ("kernel", "all", "base")
+    assert options["metric_set"] == "decisive" and options["nvtx_include"] == ["ncuflow/flat_decode/"]
+    assert machine["gpu_name"] == "NVIDIA H200" and machine["gpu_uuid"] == "GPU-1234"
+    facts = m["cell_facts"]
+    assert facts["representation"] == {"index_layout": "scatter", "indices": 262144}
+    assert facts["expected_bytes"] == 1073741824 and machine["torch_version"] == "2.11.0"
+    assert facts["duration_unprofiled"] == timed and m["outcome"]["wall_time_s"] > 0
+    assert facts["check"] == {"passed": True, "max_abs_error": 0.001}
+    assert m["outcome"]["actions"] == 2
+    assert m["provenance"]["escalation"] is None  # judged by escalation.profile_tier1, not by profile
     # the command stored is exactly what ncu received
     received = json.loads((fake / "argv.json").read_text())
-    assert m["command"][1:] == received
+    assert collection["command"][1:] == received
     assert received[received.index("--nvtx-include") + 1].endswith("flat_decode/")
     assert spec.text() in received and "ncuflow.cells.cellrun" in received
     assert "Profiling" in (record.log_path.read_text())
@@ -117,12 +134,13 @@ def test_profile_command_line_success(fake: Path, tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("FAKE_NCU_RUN_APP", "1")
     root = tmp_path / "profiles"
     argv = [sys.executable, "-c", "print('hello from the app')"]
-    record = profile_command_line(argv, NcuOptions(kernel_regex="copy", metric_set="full"), root,
-                                  ncu=FAKE_NCU, timeout=60)
-    assert record.manifest["cell"] == "command"
-    assert record.manifest["params"]["argv"] == argv
-    assert record.manifest["metric_set"] == "full"
-    assert record.manifest["duration_unprofiled"] is None and record.manifest["representation"] is None
+    record = _profile(CommandTarget(tuple(argv)), root, NcuOptions(kernel_regex="copy", metric_set="full"))
+    import shlex
+
+    assert record.cell == "command"
+    assert record.manifest.params == {"argv": shlex.join(argv), "kernel": "copy"}
+    assert record.manifest.collection.options.metric_set == "full"
+    assert record.manifest.cell_facts == CellFacts()
     assert "hello from the app" in record.log_path.read_text()
     received = json.loads((fake / "argv.json").read_text())
     assert received[-3:] == argv and "--kernel-name" in received and "--nvtx" not in received
@@ -146,7 +164,7 @@ def test_failures_are_typed_and_store_nothing_complete(
     root = tmp_path / "profiles"
     spec = parse_spec("paged_decode:page=16")
     with pytest.raises(error) as info:
-        profile_cell(spec, NcuOptions(), root, ncu=FAKE_NCU, timeout=60, drop_unknown_metrics=False)
+        _profile(CellTarget(spec), root, drop_unknown_metrics=False)
     assert type(info.value) is error
     message = str(info.value)
     assert "\n" not in message and "Traceback" not in message
@@ -156,7 +174,7 @@ def test_failures_are_typed_and_store_nothing_complete(
     assert len(failed) == 1 and (failed[0] / "ncu.log").is_file()
     assert not (failed[0] / "report.ncu-rep").exists()
     manifest = json.loads((failed[0] / "manifest.json").read_text())
-    assert manifest["error"] == message
+    assert manifest["outcome"]["error"] == message
     if mode in ("perm", "nokernels", "badmetric", "appfail", "driver"):
         assert str(failed[0] / "ncu.log") in message
 
@@ -166,7 +184,7 @@ def test_application_failure_with_the_real_program(fake: Path, tmp_path: Path,
     monkeypatch.setenv("FAKE_NCU_RUN_APP", "1")
     argv = [sys.executable, "-c", "import sys; print('boom: bad input'); sys.exit(3)"]
     with pytest.raises(ApplicationFailed) as info:
-        profile_command_line(argv, NcuOptions(), tmp_path / "p", ncu=FAKE_NCU, timeout=60)
+        _profile(CommandTarget(tuple(argv)), tmp_path / "p")
     assert info.value.code == 3 and "boom: bad input" in str(info.value)
 
 
@@ -179,8 +197,7 @@ def test_timeout_stops_ncu_and_its_children(fake: Path, tmp_path: Path, monkeypa
     root = tmp_path / "profiles"
     started = time.monotonic()
     with pytest.raises(ProfileTimeout) as info:
-        profile_cell(parse_spec("copy_bandwidth"), NcuOptions(), root, ncu=FAKE_NCU,
-                     timeout=1.5, kill_grace=0.5)
+        _profile(_cell("copy_bandwidth"), root, timeout=1.5, kill_grace=0.5)
     assert time.monotonic() - started < 8
     assert "1.5 s" in str(info.value)
     child = int((fake / "child.pid").read_text())
@@ -190,30 +207,31 @@ def test_timeout_stops_ncu_and_its_children(fake: Path, tmp_path: Path, monkeypa
 
 def test_missing_ncu_is_a_typed_error(tmp_path: Path) -> None:
     with pytest.raises(NcuNotFound):
-        profile_cell(parse_spec("copy_bandwidth"), NcuOptions(), tmp_path, ncu=tmp_path / "nope")
+        _profile(_cell("copy_bandwidth"), tmp_path, ncu=str(tmp_path / "nope"))
 
 
 def test_plans_touch_nothing(tmp_path: Path) -> None:
     root = tmp_path / "profiles"
-    plan = plan_cell(parse_spec("flat_decode"), NcuOptions(), root, ncu=tmp_path / "missing-ncu",
-                     dry_run=True)
+    settings = ProfileSettings(store=root, ncu=str(tmp_path / "missing-ncu"))
+    plan = plan_job(ProfileJob(_cell("flat_decode")), settings, dry_run=True)
     assert not root.exists()
     assert not plan.ncu_found and plan.command[0] == str(tmp_path / "missing-ncu")
     assert plan.command[plan.command.index("--export") + 1].startswith(str(plan.tmp_path))
-    cmd = plan_command_line(["./app"], NcuOptions(nvtx_include=("step/",)), root, dry_run=True)
+    cmd = plan_job(ProfileJob(CommandTarget(("./app",)), NcuOptions(nvtx_include=("step/",))), settings, dry_run=True)
     assert "--nvtx-include" in cmd.command and not root.exists()
 
 
 _INTERRUPT_SCRIPT = textwrap.dedent("""
     import sys
     from pathlib import Path
-    from ncuflow.cells import parse_spec
-    from ncuflow.profile.ncu import NcuOptions
-    from ncuflow.profile.orchestrate import profile_cell
+    from ncuflow.cells.registry import parse_spec
+    from ncuflow.profile.orchestrate import profile
+    from ncuflow.profile.plan import CellTarget, ProfileJob
+    from ncuflow.profile.settings import ProfileSettings
     from ncuflow.errors import NcuflowError
     try:
-        profile_cell(parse_spec("copy_bandwidth"), NcuOptions(), Path(sys.argv[1]),
-                     ncu=sys.argv[2], timeout=60, kill_grace=0.5)
+        settings = ProfileSettings(store=Path(sys.argv[1]), ncu=sys.argv[2], timeout=60, kill_grace=0.5)
+        profile(ProfileJob(CellTarget(parse_spec("copy_bandwidth"))), settings)
     except NcuflowError as error:
         print("ERROR:", type(error).__name__, error)
         sys.exit(error.exit_code)
@@ -252,12 +270,12 @@ def test_metrics_this_ncu_lacks_are_dropped_and_recorded(fake: Path, tmp_path: P
     monkeypatch.setenv("FAKE_NCU_CALLS", str(calls))
     notes: list[str] = []
     root = tmp_path / "p"
-    record = profile_cell(parse_spec("copy_bandwidth"), NcuOptions(), root, ncu=FAKE_NCU,
-                          timeout=60, progress=notes.append)
-    assert record.manifest["dropped_metrics"] == unknown
-    asked = record.manifest["command"][record.manifest["command"].index("--metrics") + 1].split(",")
+    record = _profile(_cell("copy_bandwidth"), root, progress=notes.append)
+    assert record.manifest.collection.options.dropped_metrics == tuple(unknown)
+    command = record.manifest.collection.command or ()
+    asked = command[command.index("--metrics") + 1].split(",")
     assert not set(unknown) & set(asked)
-    assert record.manifest["metric_set"].startswith("decisive;-metrics:")
+    assert record.manifest.collection.options.metric_set == "decisive"
     assert any("dropped" in n for n in notes)
     profiled = [json.loads(line) for line in calls.read_text().splitlines()]
     assert len([c for c in profiled if "--version" not in c]) == 3  # two refusals, one success
@@ -267,7 +285,7 @@ def test_metrics_this_ncu_lacks_are_dropped_and_recorded(fake: Path, tmp_path: P
 def test_metric_retries_are_bounded(fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_NCU_MODE", "badmetric")  # refuses whatever comes first, forever
     with pytest.raises(MetricNotFound):
-        profile_cell(parse_spec("copy_bandwidth"), NcuOptions(), tmp_path / "p", ncu=FAKE_NCU, timeout=60)
+        _profile(_cell("copy_bandwidth"), tmp_path / "p")
     assert len(list((tmp_path / "p").rglob(".failed-*"))) == 4
 
 
@@ -275,8 +293,7 @@ def test_a_users_own_unknown_metric_is_not_dropped(fake: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_NCU_BAD_METRICS", "my__metric.sum")
     with pytest.raises(MetricNotFound, match=r"my__metric\.sum"):
-        profile_command_line(["./app"], NcuOptions(metric_set="full", extra_metrics=("my__metric.sum",)),
-                             tmp_path / "p", ncu=FAKE_NCU, timeout=60)
+        _profile(CommandTarget(("./app",)), tmp_path / "p", NcuOptions(metric_set="full", extra_metrics=("my__metric.sum",)))
     assert len(list((tmp_path / "p").rglob(".failed-*"))) == 1
 
 

@@ -97,7 +97,7 @@ def test_profile_success_prints_the_classify_table(corpus_dir: Path, tmp_path: P
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("stored ") == 2
     runs = list(store.iter_runs(tmp_path / "p"))
-    assert sorted(r.manifest["replica"] for r in runs) == [0, 1]
+    assert sorted(r.manifest.provenance.replica for r in runs) == [0, 1]
     # the classify table of the run: the report's two kernels and their verdicts
     assert result.stdout.count("kernel_A") == 2 and result.stdout.count("kernel_C") == 2
     assert "latency" in result.stdout

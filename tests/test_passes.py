@@ -239,6 +239,7 @@ def test_profile_escalates_to_tier_two_only_for_undecided_launches(corpus_dir: P
     import sys
 
     from ncuflow import store
+    from ncuflow.store import tiers
 
     fake = Path(__file__).resolve().parent / "fake_ncu" / "ncu"
     calls = tmp_path / "calls.jsonl"
@@ -265,10 +266,11 @@ def test_profile_escalates_to_tier_two_only_for_undecided_launches(corpus_dir: P
     assert len(argvs) == 3
     tier2_metrics = argvs[2][argvs[2].index("--metrics") + 1].split(",")
     assert tier2_metrics == list(decisive_metric_names(2))
-    # The tier-2 run is not a replica of the cell: hidden, and named by the tier-1 run.
+    # The tier-2 run is not a replica of the cell: hidden, and naming the tier-1 run it escalates.
     runs = list(store.iter_runs(root))
-    assert len(runs) == 2 and all(r.manifest.get("tier") is None for r in runs)
+    judged = [r.manifest.provenance.escalation for r in runs]
+    assert len(runs) == 2 and [t.undecided if t else None for t in judged] == [2, 2]  # judged even with --no-escalate
     tier2_runs = list(store.iter_runs(root / ".tier2"))
-    assert len(tier2_runs) == 1 and tier2_runs[0].manifest["tier"] == 2
-    escalated = next(r for r in runs if (Path(r.path) / "escalation.json").exists())
-    assert tier2_runs[0].manifest["escalation_of"] == escalated.run_id
+    assert len(tier2_runs) == 1 and tier2_runs[0].manifest.provenance.escalation is not None
+    escalated = next(r for r in runs if tiers.tier2_runs_of(r))
+    assert tier2_runs[0].manifest.provenance.escalation.of_run == escalated.run_id

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from ncuflow import store
-from ncuflow.cells import list_cells, parse_spec
+from ncuflow.cells.registry import list_cells, parse_spec
 from ncuflow.profile import orchestrate
 from ncuflow.profile.ncu import NcuOptions
 from ncuflow.profile.ncu_errors import DriverMismatch, error_from_log
+from ncuflow.profile.plan import CellTarget, CommandTarget, ProfileJob, plan_job
+from ncuflow.profile.settings import ProfileSettings
 from ncuflow.profile.sweep import load_sweep
 from ncuflow.read.metrics import decisive_metric_names
 
@@ -72,18 +74,17 @@ def _planned_commands(ncu: str, root: Path) -> list[tuple[str, tuple[str, ...]]]
     commands: list[tuple[str, tuple[str, ...]]] = []
     for tier, options in _tier_options().items():
         for cell in (c.name for c in list_cells() if c.needs_ncu):
-            plan = orchestrate.plan_cell(parse_spec(cell), options, root, ncu=ncu)
+            plan = plan_job(ProfileJob(CellTarget(parse_spec(cell)), options), ProfileSettings(store=root, ncu=ncu))
             commands.append((f"{cell} ({tier})", plan.command))
-        plan = orchestrate.plan_command_line(["/bin/true", "--size", "4096"],
-                                             NcuOptions(kernel_regex="gemm", launch_count=2,
-                                                        metric_set=options.metric_set,
-                                                        extra_metrics=options.extra_metrics),
-                                             root, ncu=ncu)
+        command_options = NcuOptions(kernel_regex="gemm", launch_count=2, metric_set=options.metric_set,
+                                     extra_metrics=options.extra_metrics)
+        plan = plan_job(ProfileJob(CommandTarget(("/bin/true", "--size", "4096")), command_options),
+                        ProfileSettings(store=root, ncu=ncu))
         commands.append((f"profile -- CMD ({tier})", plan.command))
     for sweep_file in sorted((REPO / "analysis" / "sweeps").glob("*.toml")):
         sweep = load_sweep(sweep_file)
         for point in sweep.points:
-            plan = orchestrate.plan_cell(point.spec, sweep.options, root, ncu=ncu)
+            plan = plan_job(ProfileJob(CellTarget(point.spec), sweep.options), ProfileSettings(store=root, ncu=ncu))
             commands.append((f"{sweep_file.name} point {point.index}", plan.command))
     return commands
 
@@ -115,7 +116,8 @@ def test_the_parser_check_can_fail(real_ncu: str) -> None:
 @pytest.mark.skipif(not NO_DRIVER, reason="a machine with an NVIDIA driver really profiles")
 def test_profile_with_the_real_ncu_is_one_paragraph_about_the_driver(real_ncu: str, tmp_path: Path) -> None:
     with pytest.raises(DriverMismatch) as caught:
-        orchestrate.profile_command_line(["/bin/true"], NcuOptions(), tmp_path / "p", ncu=real_ncu, timeout=120)
+        orchestrate.profile(ProfileJob(CommandTarget(("/bin/true",))),
+                            ProfileSettings(store=tmp_path / "p", ncu=real_ncu, timeout=120))
     message = str(caught.value)
     assert "CUDA driver" in message and "\n" not in message
     assert list(store.iter_runs(tmp_path / "p")) == []  # nothing stored as complete

@@ -20,9 +20,9 @@ from ncuflow.errors import ReportError
 from ncuflow.output.export import export_reports
 from ncuflow.read import pool
 from ncuflow.read.extract import read_launches
-from ncuflow.read.pool import RETIRE_BYTES_ENV, map_reports, read_launches_of, usable_cores
+from ncuflow.read.pool import RETIRE_BYTES_ENV, map_reports, usable_cores
 from ncuflow.read.reportfile import find_reports
-from ncuflow.read.runs import load_paths
+from ncuflow.read.runs import Sources, load_paths, read_sources
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "profiles" / "reference" / "h200"
@@ -121,6 +121,13 @@ def test_no_more_than_jobs_workers_read_at_once_but_for_a_predecessors_last_repo
         # the reports read when this one started (at the moment ``start``), except last ones
         others = [(p, s) for p, s, end in results if s < start < end]
         assert sum(s != last_of[p] for p, s in others) <= jobs - 1
+
+
+def read_launches_of(reports: list[Path], *, jobs: int | None) -> list[object]:
+    """What classify reads: every report's launches, an unreadable one raising its ReportError."""
+    from ncuflow.read.runs import Source
+
+    return list(read_sources(Sources(tuple(Source(r) for r in reports)), jobs=jobs, strict=True))
 
 
 def test_an_unreadable_report_is_named_as_in_one_process(corpus_dir: Path, tmp_path: Path) -> None:

@@ -16,13 +16,17 @@ from click.testing import CliRunner
 
 from ncuflow import store
 from ncuflow.cli import cli
+from ncuflow.profile.plan import CellTarget, ProfileJob
 from ncuflow.profile.ray_sweep import (
+    ShippedRun,
     commit_shipped,
     profile_point_task,
     ray_doctor_checks,
     remove_dead_scratch,
 )
+from ncuflow.profile.settings import ProfileSettings
 from ncuflow.profile.sweep import load_sweep
+from ncuflow.store.manifest import Provenance
 
 REPO = Path(__file__).resolve().parent.parent
 FAKE_NCU = REPO / "tests" / "fake_ncu" / "ncu"
@@ -122,8 +126,8 @@ def test_a_ray_sweep_survives_a_killed_worker_and_resumes(tmp_path: Path, fake_e
     assert len(runs) == 12
     assert sorted(r.content_key for r in runs) == sorted(p.content_key for p in plan.points)  # each point once
     assert list(root.rglob(".tmp-*")) == [] and list(root.rglob(".failed-*")) == []
-    assert {r.manifest["cuda_visible_devices"] for r in runs} <= {"0", "1"}
-    assert all(r.manifest.sweep_axes for r in runs)  # explain reads the swept axes from Ray runs too
+    assert {r.manifest.machine.cuda_visible_devices for r in runs} <= {"0", "1"}
+    assert all(r.ref.sweep_axes for r in runs)  # explain reads the swept axes from Ray runs too
     assert _profile_calls(tmp_path / "calls.jsonl") >= 13, out  # the killed task was run again
     assert "12 profiled" in out
 
@@ -142,12 +146,17 @@ def test_a_shipped_run_is_committed_like_a_local_one(tmp_path: Path, fake_env: d
     sweep = tmp_path / "twelve.toml"
     sweep.write_text(TWELVE)
     point = load_sweep(sweep).points[3]
-    shipped = profile_point_task(point.spec, load_sweep(sweep).options, None, 60.0, str(FAKE_NCU), {"replica": 0})
-    assert not isinstance(shipped, Exception), shipped
+    job = ProfileJob(CellTarget(point.spec), load_sweep(sweep).options, provenance=Provenance(replica=0))
+    settings = ProfileSettings(store=tmp_path / "elsewhere", ncu=str(FAKE_NCU), timeout=60.0)
+    shipped = profile_point_task(job, settings, 1)
+    assert isinstance(shipped, ShippedRun), shipped
     record = commit_shipped(tmp_path / "profiles", shipped)
-    assert [r.path for r in store.iter_runs(tmp_path / "profiles")] == [record.path]
-    assert record.content_key == point.content_key and record.run_id == shipped.run_id
+    assert record is not None and [r.path for r in store.iter_runs(tmp_path / "profiles")] == [record.path]
+    assert record.content_key == point.content_key and record.run_id == shipped.manifest["identity"]["run_id"]
+    assert record.path.parent.name == f"{point.spec.slug()}-{point.content_key[:8]}"  # the spec's slug, not a guess
     assert record.report_path.read_bytes() == shipped.report
+    assert record.manifest.machine.node and record.manifest.provenance.escalation is not None  # judged on the node
+    assert not (tmp_path / "elsewhere").exists()  # the node profiles into a scratch store
     assert not list(Path(tempfile.gettempdir()).glob(f"ncuflow-ray-{os.getpid()}-*"))  # its scratch is gone
     dead = Path(tempfile.gettempdir()) / "ncuflow-ray-999999999-x"  # a worker killed mid-profile left this
     dead.mkdir(exist_ok=True)

@@ -17,6 +17,7 @@ from ncuflow.analyze.stability import (
     repeated_launch_stability,
     stability_of,
 )
+from ncuflow.cells.contract import CellSpec
 from ncuflow.cli import cli
 from ncuflow.errors import UsageError
 from ncuflow.read.extract import iter_launches
@@ -156,7 +157,7 @@ def test_cli_stability_of_store_replicas(corpus_dir: Path, tmp_path: Path) -> No
 
     params = {"flag": "on"}
     for _ in range(2):
-        write_run(tmp_path, cell="silu", params=params, content_key=content_key("silu", params), report_src=corpus_dir / SILU)
+        write_run(tmp_path, CellSpec.of("silu", params), corpus_dir / SILU, content_key=content_key("silu", params))
     result = CliRunner().invoke(cli, ["stability", str(tmp_path), "--tol", "inst_issued=0.01"])
     assert result.exit_code == 0, result.output
     assert "silu:flag=on" in result.output and "replicas: 6 launches, 2 runs" in result.output
@@ -192,7 +193,7 @@ def test_cli_stability_headline_reprofiles_baseline_and_extremes(corpus_dir: Pat
     store = tmp_path / "store"
     for mib in (64, 128, 256):
         spec = parse_spec(f"copy_bandwidth:mib={mib}")
-        write_run(store, cell=spec.cell, params=spec.as_dict(), content_key=spec.content_key(), report_src=corpus_dir / SILU)
+        write_run(store, CellSpec.of(spec.cell, spec.as_dict()), corpus_dir / SILU, content_key=spec.content_key())
     fake = Path(__file__).parent / "fake_ncu" / "ncu"
     monkeypatch.setenv("FAKE_NCU_REPORT", str(corpus_dir / SILU))
     calls = tmp_path / "calls.jsonl"
@@ -237,8 +238,8 @@ def test_store_replicas_are_runs_of_one_content_key(corpus_dir: Path, tmp_path: 
     from ncuflow.store import write_run
 
     params = {"flag": "on"}
-    write_run(tmp_path, cell="silu", params=params, content_key="a" * 64, report_src=corpus_dir / SILU)
-    write_run(tmp_path, cell="silu", params=params, content_key="b" * 64, report_src=corpus_dir / SILU)
+    write_run(tmp_path, CellSpec.of("silu", params), corpus_dir / SILU, content_key="a" * 64)
+    write_run(tmp_path, CellSpec.of("silu", params), corpus_dir / SILU, content_key="b" * 64)
     result = CliRunner().invoke(cli, ["stability", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "silu:flag=on [silu_kernel [grid=8,192, block=256]] key aaaaaaaa" in result.output

@@ -25,6 +25,10 @@ DAMAGE = {
     "params_list": ("params is an array", lambda run: _edit(run, params=["init", 1])),
     "cell_int": ("cell is an integer (5)", lambda run: _edit(run, cell=5)),
     "no_report": ("report.ncu-rep is missing", lambda run: (run / REPORT_NAME).unlink()),
+    "other_point": ("has the content key 00000000…, not its point folder's",
+                    lambda run: _edit(run, content_key="0" * 64)),
+    "escaping_cell": ("is of the cell '../../../../etc/passwd', not of the cell folder scan",
+                      lambda run: _edit(run, cell="../../../../etc/passwd")),
 }
 
 
@@ -33,15 +37,16 @@ def _write(run: Path, text: str) -> None:
 
 
 def _edit(run: Path, **changes: object) -> None:
+    """Change fields of the run's identity (``run_id`` follows the folder's name)."""
     data = json.loads((run / MANIFEST_NAME).read_text())
-    data.update(changes)
+    data["identity"].update({"run_id": run.name, **changes})
     _write(run, json.dumps(data))
 
 
 @pytest.fixture(scope="module")
 def damaged_store(corpus_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Path]]:
     root = build_store(tmp_path_factory.mktemp("damaged"), corpus_dir)
-    good = sorted((root / "scan").glob("stage-init*/*"))[0]
+    good = sorted((root / "scan").glob("*stageinit*/*"))[0]
     made: dict[str, Path] = {}
     for kind, (_, damage) in DAMAGE.items():
         copy = good.with_name(f"20991231T000000Z-{kind}")
@@ -99,10 +104,10 @@ def test_store_check_lists_and_repair_moves_aside(damaged_store: tuple[Path, dic
     assert listed.exit_code == 1, listed.output
     rows = [line.split("\t") for line in listed.output.splitlines() if line.startswith("damaged\t")]
     assert sorted(Path(path).name.rsplit("-", 1)[-1] for _, path, _ in rows) == sorted(DAMAGE)
-    assert "9 complete runs, 5 damaged" in listed.output
+    assert f"9 complete runs, {len(DAMAGE)} damaged" in listed.output
     repaired = runner.invoke(cli, ["store", "check", str(root), "--repair"])
     assert repaired.exit_code == 0, repaired.output
-    assert repaired.output.count("moved\t") == 5
+    assert repaired.output.count("moved\t") == len(DAMAGE)
     aside = sorted(p.name for p in root.rglob(".damaged-*"))
     assert aside == sorted(f".damaged-20991231T000000Z-{k}" for k in DAMAGE)
     assert all(any(p.iterdir()) for p in root.rglob(".damaged-*"))  # nothing deleted
@@ -120,38 +125,45 @@ def test_store_check_of_a_missing_folder_is_one_paragraph(tmp_path: Path) -> Non
 
 def test_a_sweep_does_not_count_a_damaged_run_as_done(corpus_dir: Path, tmp_path: Path) -> None:
     """The point of a damaged run is still to profile, and the damage is named."""
-    from ncuflow.profile.sweep import parse_sweep, point_status
+    from ncuflow.profile.settings import ProfileSettings, SweepSettings
+    from ncuflow.profile.sweep import parse_sweep
+    from ncuflow.profile.sweep_run import SweepContext
     from ncuflow.store import write_run
 
     plan = parse_sweep({"cell": "copy_bandwidth", "replicas": 1, "axes": {"mib": [64, 128]}})
     for point in plan.points:
-        record = write_run(tmp_path, cell=plan.cell, params=point.params, content_key=point.content_key,
-                           report_src=corpus_dir / "AlpriElse__cs599k__silu_CUDA_ncu-reports_2025-04-21-77_06-MT.ncu-rep")
+        record = write_run(tmp_path, point.spec, corpus_dir / "AlpriElse__cs599k__silu_CUDA_ncu-reports_2025-04-21-77_06-MT.ncu-rep")
     _edit(record.path, params="mib=128")
-    with pytest.warns(Warning, match=r"damaged run .* params is a string"):
-        statuses = point_status(plan, tmp_path)
+    with pytest.warns(Warning, match=r"damaged run .* identity.params is a string"):
+        statuses = SweepContext(plan, ProfileSettings(store=tmp_path), SweepSettings(), None).statuses()
     assert [s.needed for s in statuses] == [0, 1]
 
 
 def test_a_sweep_moves_a_damaged_run_aside_and_profiles_its_point_again(corpus_dir: Path, tmp_path: Path) -> None:
     """`sweep` renames the damaged run to .damaged-<run-id> (nothing deleted) and profiles it again."""
-    from ncuflow.profile.sweep import parse_sweep, run_sweep
+    from functools import partial
+
+    from ncuflow.profile.orchestrate import StoredRun
+    from ncuflow.profile.plan import ProfileJob
+    from ncuflow.profile.settings import EscalationPolicy, ProfileSettings, SweepSettings
+    from ncuflow.profile.sweep import parse_sweep
+    from ncuflow.profile.sweep_run import LocalExecutor, run_sweep
     from ncuflow.store import write_run
 
     plan = parse_sweep({"cell": "copy_bandwidth", "replicas": 1, "axes": {"mib": [64, 128]}})
     report = corpus_dir / "AlpriElse__cs599k__silu_CUDA_ncu-reports_2025-04-21-77_06-MT.ncu-rep"
-    records = [write_run(tmp_path, cell=plan.cell, params=point.params, content_key=point.content_key, report_src=report)
-               for point in plan.points]
+    records = [write_run(tmp_path, point.spec, report) for point in plan.points]
     damaged = records[1].path
     _edit(damaged, params="mib=128")
     profiled: list[str] = []
 
-    def fake_profile(spec: object, *args: object, **kwargs: object) -> object:
-        profiled.append(str(getattr(spec, "text", lambda: spec)()))
-        return write_run(tmp_path, cell=plan.cell, params=plan.points[1].params,
-                         content_key=plan.points[1].content_key, report_src=report)
+    def fake_profile(job: ProfileJob, settings: ProfileSettings) -> StoredRun:
+        profiled.append(job.label)
+        return StoredRun(write_run(tmp_path, plan.points[1].spec, report))
 
-    outcome = run_sweep(plan, tmp_path, profile=fake_profile, show_progress=False)
+    settings = ProfileSettings(store=tmp_path, escalation=EscalationPolicy(enabled=False))
+    outcome = run_sweep(plan, settings, SweepSettings(show_progress=False),
+                        executor=partial(LocalExecutor, tier1_profile=fake_profile))
     assert len(profiled) == 1 and "mib=128" in profiled[0]
     assert not damaged.exists()
     moved = damaged.with_name(f".damaged-{damaged.name}")

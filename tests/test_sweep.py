@@ -17,7 +17,9 @@ from rich.console import Console
 from ncuflow import store
 from ncuflow.errors import UsageError
 from ncuflow.profile.ncu_errors import ApplicationFailed, CounterPermissionDenied
-from ncuflow.profile.sweep import load_sweep, parse_sweep, point_status, run_sweep
+from ncuflow.profile.settings import ProfileSettings, SweepSettings
+from ncuflow.profile.sweep import SweepPlan, load_sweep, parse_sweep
+from ncuflow.profile.sweep_run import PointStatus, SweepContext, SweepOutcome, run_sweep
 
 FAKE_NCU = Path(__file__).parent / "fake_ncu" / "ncu"
 REPO = Path(__file__).resolve().parent.parent
@@ -46,6 +48,19 @@ def fake(corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> P
 
 def _quiet() -> Console:
     return Console(file=io.StringIO(), force_terminal=False)
+
+
+def _settings(root: Path) -> ProfileSettings:
+    return ProfileSettings(store=root, ncu=str(FAKE_NCU))
+
+
+def _run(plan: SweepPlan, root: Path, **sweep: Any) -> SweepOutcome:
+    """One sweep through the library's one call: the plan, the two settings records."""
+    return run_sweep(plan, _settings(root), SweepSettings(show_progress=False, **sweep), _quiet())
+
+
+def point_status(plan: SweepPlan, root: Path) -> list[PointStatus]:
+    return SweepContext(plan, _settings(root), SweepSettings(), _quiet()).statuses()
 
 
 def _sweep_file(tmp_path: Path, text: str = SMALL) -> Path:
@@ -128,14 +143,14 @@ def test_the_studys_sweeps_load(name: str, points: int, cell: str) -> None:
 def test_run_then_rerun_skips_everything(fake: Path, tmp_path: Path) -> None:
     plan = load_sweep(_sweep_file(tmp_path))
     root = tmp_path / "profiles"
-    first = run_sweep(plan, root, ncu=str(FAKE_NCU), console=_quiet(), show_progress=False)
+    first = _run(plan, root)
     assert len(first.profiled) == 6 and first.skipped_points == 0
     runs = list(store.iter_runs(root))
     assert len(runs) == 6
-    assert sorted(r.manifest["replica"] for r in runs) == [0, 0, 0, 1, 1, 1]
-    assert all(r.manifest["sweep"] == "small" for r in runs)
-    assert all(r.manifest.sweep_axes == plan.axes and r.ref.sweep_axes == ("mib",) for r in runs)
-    again = run_sweep(plan, root, ncu=str(FAKE_NCU), console=_quiet(), show_progress=False)
+    assert sorted(r.manifest.provenance.replica or 0 for r in runs) == [0, 0, 0, 1, 1, 1]
+    assert all(r.manifest.provenance.sweep == plan.sweep() and r.ref.sweep == "small" for r in runs)
+    assert all(r.ref.sweep_axes == ("mib",) for r in runs)
+    again = _run(plan, root)
     assert again.profiled == [] and again.skipped_points == 3
     assert len(_profiles(fake)) == 6
 
@@ -144,10 +159,9 @@ def test_only_missing_replicas_are_profiled(fake: Path, tmp_path: Path, corpus_d
     plan = load_sweep(_sweep_file(tmp_path))
     root = tmp_path / "profiles"
     first = plan.points[0]
-    store.write_run(root, cell=plan.cell, params=first.params, content_key=first.content_key,
-                    report_src=corpus_dir / REPORT_NAME, slug=first.spec.slug())
+    store.write_run(root, first.spec, corpus_dir / REPORT_NAME)
     assert [s.needed for s in point_status(plan, root)] == [1, 2, 2]
-    outcome = run_sweep(plan, root, ncu=str(FAKE_NCU), console=_quiet(), show_progress=False)
+    outcome = _run(plan, root)
     assert len(outcome.profiled) == 5
     assert all(s.needed == 0 and s.done == 2 for s in point_status(plan, root))
 
@@ -156,10 +170,9 @@ def test_point_failures_stop_or_continue(fake: Path, tmp_path: Path, monkeypatch
     plan = load_sweep(_sweep_file(tmp_path))
     monkeypatch.setenv("FAKE_NCU_MODE", "appfail")
     with pytest.raises(ApplicationFailed):
-        run_sweep(plan, tmp_path / "a", ncu=str(FAKE_NCU), console=_quiet(), show_progress=False)
+        _run(plan, tmp_path / "a")
     assert len(_profiles(fake)) == 1
-    outcome = run_sweep(plan, tmp_path / "b", ncu=str(FAKE_NCU), console=_quiet(), show_progress=False,
-                        keep_going=True)
+    outcome = _run(plan, tmp_path / "b", keep_going=True)
     assert len(outcome.failures) == 3 and outcome.profiled == []
 
 
@@ -186,8 +199,7 @@ def test_environment_errors_always_stop(fake: Path, tmp_path: Path, monkeypatch:
     plan = load_sweep(_sweep_file(tmp_path))
     monkeypatch.setenv("FAKE_NCU_MODE", "perm")
     with pytest.raises(CounterPermissionDenied):
-        run_sweep(plan, tmp_path / "p", ncu=str(FAKE_NCU), console=_quiet(), show_progress=False,
-                  keep_going=True)
+        _run(plan, tmp_path / "p", keep_going=True)
     assert len(_profiles(fake)) == 1
 
 
@@ -226,7 +238,7 @@ def test_interrupted_sweep_resumes_with_nothing_lost_or_doubled(fake: Path, tmp_
     plan = load_sweep(sweep_file)
     per_key: dict[str, list[int]] = {}
     for run in runs:
-        per_key.setdefault(run.content_key, []).append(run.manifest["replica"])
+        per_key.setdefault(run.content_key, []).append(run.manifest.provenance.replica or 0)
     assert {k: sorted(v) for k, v in per_key.items()} == {p.content_key: [0, 1] for p in plan.points}
     # the re-run profiled exactly what was missing
     assert len(_profiles(fake)) - calls_before == 6 - len(before)

@@ -16,10 +16,13 @@ from rich.console import Console
 
 from ncuflow import store
 from ncuflow.cli import cli
+from ncuflow.profile import escalation
 from ncuflow.profile.ncu import decisive_metric_names
+from ncuflow.profile.settings import EscalationPolicy, ProfileSettings, SweepSettings
 from ncuflow.profile.sweep import load_sweep
-from ncuflow.profile.sweep_escalation import sweep_here
-from ncuflow.read.escalation import ESCALATION_FILE, ESCALATION_FOLDER
+from ncuflow.profile.sweep_run import SweepOutcome, run_sweep
+from ncuflow.store.manifest import Escalation
+from ncuflow.store.tiers import TIER2_FOLDER, tier2_runs_of
 
 FAKE = Path(__file__).parent / "fake_ncu" / "ncu"
 UNDECIDED = "Syswea__cuda-fused-linear-layer__profile_report.ncu-rep"  # 2 of its 3 launches undecided
@@ -54,12 +57,12 @@ def _tier2_profiles(calls: Path) -> int:
     return sum(1 for argv in _profiles(calls) if "--metrics" in argv and argv[argv.index("--metrics") + 1] == tier2)
 
 
-def _sweep(tmp_path: Path, **kwargs: object) -> tuple[object, str]:
+def _sweep(tmp_path: Path, escalate: bool = True) -> tuple[SweepOutcome, str]:
     path = tmp_path / "sweep.toml"
     path.write_text(SWEEP)
     out = io.StringIO()
-    outcome = sweep_here(load_sweep(path), tmp_path / "store", ncu=str(FAKE), show_progress=False,
-                        console=Console(file=out, width=200), **kwargs)  # type: ignore[arg-type]
+    settings = ProfileSettings(store=tmp_path / "store", ncu=str(FAKE), escalation=EscalationPolicy(enabled=escalate))
+    outcome = run_sweep(load_sweep(path), settings, SweepSettings(show_progress=False), Console(file=out, width=200))
     return outcome, out.getvalue()
 
 
@@ -70,57 +73,70 @@ def test_a_sweep_profiles_tier_two_for_undecided_runs_and_a_resume_finishes_what
     outcome, text = _sweep(tmp_path)
     root = tmp_path / "store"
     runs = list(store.iter_runs(root))
-    tier2 = list(store.iter_runs(root / ESCALATION_FOLDER))
-    assert len(outcome.profiled) == 2 and len(outcome.escalated) == 2  # type: ignore[attr-defined]
+    tier2 = list(store.iter_runs(root / TIER2_FOLDER))
+    assert len(outcome.profiled) == 2 and len(outcome.escalated) == 2
     assert len(runs) == 2 and len(tier2) == 2 and _tier2_profiles(calls) == 2
     assert "tier 1 leaves 2 of 3 launches undecided" in text
-    named = {json.loads((Path(r.path) / ESCALATION_FILE).read_text())["run_id"] for r in runs}
-    assert named == {r.run_id for r in tier2}
-    assert all(r.manifest.get("tier") == 2 and r.manifest.get("sweep") for r in tier2)
+    assert all(r.manifest.provenance.escalation == Escalation(tier=1, undecided=2, launches=3) for r in runs)
+    assert {r.manifest.provenance.escalation.of_run for r in tier2 if r.manifest.provenance.escalation} == {
+        r.run_id for r in runs}
+    assert all(r.manifest.provenance.sweep and r.manifest.provenance.replica == 0 for r in tier2)
+    assert not any((r.path / "escalation.json").exists() for r in runs)  # no sidecar, no write into a run
     # every reader sees each run with its escalation: 2 runs × 3 launches, not 4 runs
     rows = json.loads(CliRunner().invoke(cli, ["classify", str(root), "--json", "--jobs", "0"]).output)
     assert len(rows) == 6
 
-    # a sweep killed after storing a tier-2 run but before naming it: the resume names that run
-    first_tier2 = json.loads((Path(runs[0].path) / ESCALATION_FILE).read_text())
-    (Path(runs[0].path) / ESCALATION_FILE).unlink()
-    before = len(_profiles(calls))
-    outcome, _ = _sweep(tmp_path)
-    assert len(outcome.escalated) == 1 and len(_profiles(calls)) == before  # type: ignore[attr-defined]
-    assert json.loads((Path(runs[0].path) / ESCALATION_FILE).read_text()) == first_tier2
-    assert len(list(store.iter_runs(root / ESCALATION_FOLDER))) == 2  # not stored twice
-
     # a sweep stopped between a run's tier 1 and its tier 2: the resume profiles only that tier 2
-    (Path(runs[0].path) / ESCALATION_FILE).unlink()
-    shutil.rmtree(first_tier2["path"])
+    (lost,) = tier2_runs_of(runs[0])
+    shutil.rmtree(lost.path)
     before = len(_profiles(calls))
     outcome, text = _sweep(tmp_path)
-    assert len(outcome.profiled) == 0 and len(outcome.escalated) == 1  # type: ignore[attr-defined]
+    assert len(outcome.profiled) == 0 and len(outcome.escalated) == 1
     assert len(_profiles(calls)) == before + 1 and _tier2_profiles(calls) == 3
+    assert [r.manifest.provenance.escalation for r in tier2_runs_of(runs[0])] == [
+        Escalation(tier=2, of_run=runs[0].run_id)]
     # and a complete sweep profiles nothing at all
     before = len(_profiles(calls))
     outcome, _ = _sweep(tmp_path)
-    assert len(_profiles(calls)) == before and not outcome.escalated  # type: ignore[attr-defined]
+    assert len(_profiles(calls)) == before and not outcome.escalated
 
 
-def test_runs_tier_one_decides_are_marked_once_and_no_escalate_leaves_them_alone(
+def test_runs_are_judged_when_stored_so_a_later_sweep_reads_no_report(
     corpus_dir: Path, tmp_path: Path, calls: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("FAKE_NCU_REPORT", str(corpus_dir / DECIDED))
     _sweep(tmp_path, escalate=False)
     root = tmp_path / "store"
     runs = list(store.iter_runs(root))
-    assert len(runs) == 2 and not any((Path(r.path) / ESCALATION_FILE).exists() for r in runs)
-    outcome, _ = _sweep(tmp_path)  # the first escalating sweep checks them: nothing to profile
-    assert not outcome.escalated and _tier2_profiles(calls) == 0  # type: ignore[attr-defined]
-    assert not (root / ESCALATION_FOLDER).exists()
-    markers = [json.loads((Path(r.path) / ESCALATION_FILE).read_text()) for r in runs]
-    assert markers == [{"tier": 2, "needed": False, "launches": 2}] * 2
-    stamps = [(Path(r.path) / ESCALATION_FILE).stat().st_mtime_ns for r in runs]
-    _sweep(tmp_path)
-    assert [(Path(r.path) / ESCALATION_FILE).stat().st_mtime_ns for r in runs] == stamps  # not read again
+    assert [r.manifest.provenance.escalation for r in runs] == [Escalation(tier=1, undecided=0, launches=2)] * 2
+
+    def never(*args: object) -> None:
+        raise AssertionError("a run judged when stored was read again")
+
+    monkeypatch.setattr(escalation, "undecided_in_report", never)
+    outcome, _ = _sweep(tmp_path)  # the first escalating sweep takes the judgement: nothing to profile
+    assert not outcome.escalated and _tier2_profiles(calls) == 0
+    assert not (root / TIER2_FOLDER).exists()
     rows = json.loads(CliRunner().invoke(cli, ["classify", str(root), "--json", "--jobs", "0"]).output)
-    assert len(rows) == 4  # the marker is no escalation to merge
+    assert len(rows) == 4
+
+
+def test_a_run_stored_without_a_judgement_is_read_and_judged_by_the_next_sweep(
+    corpus_dir: Path, tmp_path: Path, calls: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose report its GPU host could not read (no reader there), or from a store made before
+    escalation: the next sweep reads it (in a worker) and profiles tier 2 where it is undecided."""
+    monkeypatch.setenv("FAKE_NCU_REPORT", str(corpus_dir / UNDECIDED))
+    monkeypatch.setattr(escalation, "judge", lambda launches, threshold: None)  # as if unread on the host
+    _sweep(tmp_path, escalate=False)
+    monkeypatch.undo()
+    monkeypatch.setenv("FAKE_NCU_CALLS", str(calls))
+    monkeypatch.setenv("NCU", str(FAKE))
+    monkeypatch.setenv("FAKE_NCU_REPORT", str(corpus_dir / UNDECIDED))
+    runs = list(store.iter_runs(tmp_path / "store"))
+    assert all(r.manifest.provenance.escalation is None for r in runs)
+    outcome, text = _sweep(tmp_path)
+    assert len(outcome.escalated) == 2 and "tier 1 leaves 2 of 3 launches undecided" in text
 
 
 def test_a_ray_sweep_escalates_in_a_second_round_of_tasks(corpus_dir: Path, tmp_path: Path) -> None:
@@ -136,8 +152,8 @@ def test_a_ray_sweep_escalates_in_a_second_round_of_tasks(corpus_dir: Path, tmp_
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 profiled, 2 escalated to tier 2" in done.stdout
     runs = list(store.iter_runs(root))
-    tier2 = list(store.iter_runs(root / ESCALATION_FOLDER))
+    tier2 = list(store.iter_runs(root / TIER2_FOLDER))
     assert len(runs) == 2 and len(tier2) == 2
-    assert {json.loads((Path(r.path) / ESCALATION_FILE).read_text())["run_id"] for r in runs} == {
-        r.run_id for r in tier2}
-    assert all(r.manifest.get("tier") == 2 and r.manifest.get("ray_node") for r in tier2)
+    assert {t.manifest.provenance.escalation.of_run for t in tier2 if t.manifest.provenance.escalation} == {
+        r.run_id for r in runs}
+    assert all(r.manifest.machine.node for r in [*runs, *tier2])  # made on a Ray node, shipped back

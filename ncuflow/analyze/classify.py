@@ -297,3 +297,23 @@ def classify(launch: Launch, threshold: float = DEFAULT_THRESHOLD) -> Verdict:
     terms = model_terms(launch)
     bound = bound_of(terms, threshold)
     return Verdict(bound, terms, threshold, compare_with_nvidia(launch, bound, terms, threshold))
+
+
+# Tier 1 leaves a launch undecided when its largest lower bound is below the on-wall
+# threshold but within this factor of it: a term tier 1 does not see (a math pipe, an L1
+# or L2 port) may then be on a wall. Chosen on the corpus (analysis/bench_passes.py).
+ESCALATION_BAND = 0.75
+
+
+def undecided(verdict: Verdict, band: float = ESCALATION_BAND) -> bool:
+    """The verdict is not decided by what was collected: no term computed, or the largest just
+    below the threshold (``ncuflow.profile.escalation`` then collects tier 2).
+
+    A lower bound at or above the threshold already proves the launch is on a wall; far
+    below it, the corpus shows the terms tier 1 does not see never lift it over.
+    """
+    available = [t.utilization for t in verdict.terms if t.utilization is not None]
+    if not available:
+        return True
+    top = max(available)
+    return verdict.threshold * band <= top < verdict.threshold

@@ -1,7 +1,7 @@
 """Explain: does a parameter change the work that reaches the kernel, and is it on the critical path?
 
 Runs that differ in exactly one parameter are compared value by value against a
-baseline. Two conditions decide (METRICS.md), each judged against the noise band
+baseline. Two conditions decide (docs/analysis.md), each judged against the noise band
 of the field, never against zero:
 
 1. work: does an exact work counter or a byte counter change?

@@ -71,6 +71,12 @@ class FieldSpec:
     digits: int | None = None  # fixed decimals in console tables (None: format_value)
     why: str = ""  # the reasoning behind the class, floor and reference
 
+    def __post_init__(self) -> None:
+        # the table joins ``read.metrics.FIELDS`` by name: a name it does not know is a typo, found here
+        for name in (self.name, self.noise_reference):
+            if name is not None and name not in FIELDS_BY_NAME:
+                raise ValueError(f"the field table names {name!r}, which ncuflow.read.metrics does not define")
+
     @property
     def canonical(self) -> CanonicalField:
         """The sources (alias chain), unit and description from ``ncuflow.read.metrics``."""
@@ -195,8 +201,8 @@ FIELD_TABLE: Mapping[str, FieldSpec] = {
 
 
 def spec_of(name: str) -> FieldSpec:
-    """The table entry of a canonical field (a plain entry for a field the table has no row for)."""
-    return FIELD_TABLE.get(name) or FieldSpec(name)
+    """The table entry of a canonical field (raises ``KeyError`` for a name that is none)."""
+    return FIELD_TABLE[name]
 
 
 # Derived views, in the table's order.

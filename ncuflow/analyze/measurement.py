@@ -25,6 +25,7 @@ from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES, Term, bound_
 from ncuflow.analyze.fields import format_value, spec_of
 from ncuflow.read.launch import Launch
 from ncuflow.spread import relative_spread
+from ncuflow.store.manifest import CellSpec
 
 # ---------------------------------------------------------------------------
 # which launches are measurements of the same thing
@@ -203,10 +204,8 @@ class Measurement:
         return (first.values.get("grid_size"), first.values.get("block_size"))
 
     def spec(self) -> str:
-        """Cell spec text, e.g. ``paged_decode:batch=32,page=16``."""
-        if not self.params:
-            return self.cell
-        return self.cell + ":" + ",".join(f"{k}={v}" for k, v in self.params)
+        """Cell spec text, e.g. ``paged_decode:batch=32,page=16`` (``CellSpec.text``, the one spelling)."""
+        return CellSpec(self.cell, self.params).text()  # type: ignore[arg-type]
 
 
 class RunLaunches(Protocol):

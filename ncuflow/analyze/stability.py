@@ -4,7 +4,7 @@ Input is groups of ``Launch`` records that should be measurements of the same th
 (``ncuflow.analyze.measurement``): the replicas of one cell (runs with the same content
 key, each a fresh ncu process), or the repeated launches of one kernel inside one report.
 Per field the spread is ``(max - min) / |median|`` and each field belongs to a tolerance
-class of the field table (``ncuflow.analyze.fields``, METRICS.md):
+class of the field table (``ncuflow.analyze.fields``):
 
     exact work counters  global_ld_inst, inst_executed, global_ld_requests,
                          global_ld_sectors                             identical

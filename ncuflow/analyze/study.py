@@ -28,6 +28,7 @@ from ncuflow.analyze.stability import (
     measurement_stability,
     repeated_launch_stability,
 )
+from ncuflow.errors import UsageError
 from ncuflow.read.runs import Loaded
 
 
@@ -129,3 +130,32 @@ def analyse(
 
 def _has_value(values: Iterable[object], requested: object) -> bool:
     return any(format_param(v) == format_param(requested) for v in values)
+
+
+def explain_parameter(loaded: Loaded, param: str, *, baseline: str | None = None,
+                      tolerances: Tolerances = DEFAULT_TOLERANCES,
+                      threshold: float = DEFAULT_THRESHOLD) -> list[GroupExplanation]:
+    """``ncuflow explain --vary PARAM``: every group of runs that differ only in ``param``,
+    explained against its baseline (``baseline`` where a group has that value)."""
+    points = points_of(loaded)
+    groups = vary_groups(points, param)
+    if not groups:
+        swept = swept_params(points)
+        known = sorted({name for p in points for name, _ in p.params})
+        raise UsageError(
+            f"No runs differ only in {param!r}.",
+            (f"The parameters that take several values here are: {', '.join(swept)}."
+             if swept else "No parameter takes more than one value among these runs.")
+            + (f" Parameters seen: {', '.join(known)}." if known else " These runs carry no parameters (plain reports)."),
+            "Pick one of those with --vary, or sweep the parameter first (`ncuflow sweep`).",
+        )
+    if baseline is not None and not any(str(v) == baseline for g in groups for v in g.values):
+        raise UsageError(
+            f"--baseline {baseline} is not a value of {param} in these runs.",
+            "The values measured are: " + ", ".join(dict.fromkeys(str(v) for g in groups for v in g.values)) + ".",
+            "Pick one of them, or leave --baseline out to use the smallest.",
+        )
+    return [explain_group(group, tolerances=tolerances, threshold=threshold,
+                          baseline=baseline if baseline is not None and any(str(v) == baseline for v in group.values)
+                          else None)
+            for group in groups]

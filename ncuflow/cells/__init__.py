@@ -55,16 +55,9 @@ from ncuflow.cells.contract import (
     nvtx_range_name,
     nvtx_range_stack,
 )
-from ncuflow.cells.registry import (
-    cell_definitions,
-    get_cell,
-    gpu_status,
-    list_cells,
-    make_spec,
-    module_version,
-    parse_spec,
-    unavailable_reason,
-)
 
-# The API for cell authors (``from ncuflow.cells import CellDefinition, ParamSpec``).
-__all__ = ['CellDefinition', 'CellInfo', 'CellInstance', 'CellSpec', 'ParamSpec', 'cell_definitions', 'coerce_value', 'format_value', 'get_cell', 'gpu_status', 'list_cells', 'make_spec', 'module_version', 'nvtx_range_name', 'nvtx_range_stack', 'parse_spec', 'unavailable_reason']
+# The API for cell authors (``from ncuflow.cells import CellDefinition, ParamSpec``): the contract
+# alone, so that the store, which names runs by their CellSpec, and the read side below it import
+# no registry (which asks the machine about its GPU). Finding cells is ``ncuflow.cells.registry``.
+__all__ = ["CellDefinition", "CellInfo", "CellInstance", "CellSpec", "ParamSpec", "coerce_value", "format_value",
+           "nvtx_range_name", "nvtx_range_stack"]

@@ -57,6 +57,11 @@ class CellSpec:
     cell: str
     params: tuple[tuple[str, ParamValue], ...]
 
+    @classmethod
+    def of(cls, cell: str, params: Mapping[str, ParamValue] | None = None) -> CellSpec:
+        """A spec of exactly these parameters (sorted by name; nothing filled or checked)."""
+        return cls(cell, tuple(sorted((params or {}).items())))
+
     def text(self) -> str:
         """Canonical spec text, e.g. ``paged_decode:batch=32,kv=shared,kv_len=8192,page=16``."""
         if not self.params:

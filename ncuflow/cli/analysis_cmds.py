@@ -25,8 +25,6 @@ from ncuflow.errors import UsageError
 from ncuflow.profile.ncu import CLOCK_CONTROLS
 from ncuflow.read.pool import resolve_jobs
 
-# The tolerance options live in ncuflow.cli.options (shared with explain and report).
-_tolerance_options = tolerance_options
 __all__ = ["explain_command", "print_stability", "report_command", "stability_command", "tolerances_from"]
 
 
@@ -54,7 +52,10 @@ def _guard_outputs(markdown_path: Path | None, parquet_path: Path | None, table:
         raise UsageError(f"--markdown and --parquet both name {markdown_path}.", "", "Give them different paths.")
 
 
-def _echo_notes(notes: Sequence[str]) -> None:
+def _echo_notes(notes: Sequence[str], damaged: Sequence[str] = ()) -> None:
+    """Notes, and each damaged run skipped as a warning line."""
+    for line in damaged:
+        click.echo(f"ncuflow: warning: {line}", err=True)
     for note in notes:
         click.echo(f"ncuflow: note: {note}", err=True)
 
@@ -107,44 +108,15 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
     console.print(f"{len(groups)} groups: {counts['stable']} stable, {counts['unstable']} unstable, {counts['insufficient']} insufficient.")
 
 
-def _reprofile(specs: Sequence[tuple[str, Any]], replicas: int, store: Path, ncu: str | None, cells_dir: Path | None, timeout: float) -> list[Any]:
-    """Profile each (spec, NcuOptions) ``replicas`` times in fresh ncu processes; returns the stored runs."""
-    from ncuflow.cells.registry import parse_spec
-    from ncuflow.profile.orchestrate import profile_cell
-
-    parsed = [(parse_spec(text, cells_dir), options) for text, options in specs]  # every spec checked before any run
-    records = []
-    for spec, options in parsed:
-        for replica in range(replicas):
-            click.echo(f"ncuflow: profiling {spec.text()} (replica {replica + 1}/{replicas}; "
-                       f"clocks {options.clock_control}, cache {options.cache_control})", err=True)
-            records.append(
-                profile_cell(spec, options, store, cells_dir=cells_dir, timeout=timeout, ncu=ncu,
-                             manifest_extra={"replica": replica, "replicas": replicas})
-            )
-    return records
-
-
-def _headline_options(store_root: Path) -> dict[str, Any]:
-    """content key -> the NcuOptions its newest stored run was profiled with."""
-    from ncuflow.profile.plan import recorded_options
-    from ncuflow.store import iter_runs
-
-    newest: dict[str, Any] = {}
-    for record in iter_runs(store_root):
-        newest[record.content_key] = record  # iter_runs sorts by path; run ids sort by time
-    return {key: recorded_options(record.manifest) for key, record in newest.items()}
-
-
 @click.command("stability")
 @click.argument("targets", nargs=-1, metavar="CELL_SPEC|PATH...")
-@click.option("--replicas", type=click.IntRange(min=1), default=3, show_default=True,
+@click.option("--replicas", type=click.IntRange(min=1, max=1000), default=3, show_default=True,
               help="Fresh ncu processes per cell spec (and per --headline cell).")
 @click.option("--headline", "headline", type=click.Path(path_type=Path, exists=True, file_okay=False), default=None,
               help="Re-profile the cells of this store whose numbers carry an explain verdict "
                    "(each swept parameter's baseline and extremes).")
-@click.option("--store", type=click.Path(path_type=Path, file_okay=False), default=Path("profiles"), show_default=True,
-              help="Where re-profiled runs are stored.")
+@click.option("--store", "store_root", type=click.Path(path_type=Path, file_okay=False), default=Path("profiles"),
+              show_default=True, help="Where re-profiled runs are stored.")
 @click.option("--ncu", "ncu_path", default=None, help="The ncu executable (default: found on PATH or in CUDA installs).")
 @click.option("--cells-dir", type=click.Path(path_type=Path, file_okay=False, exists=True), default=None,
               help="Folder with your own cell definitions.")
@@ -159,12 +131,8 @@ def _headline_options(store_root: Path) -> dict[str, Any]:
               help="Also write the numbers (one row per group and field) as parquet.")
 @click.option("--strict", is_flag=True, help="Exit with status 1 when any group is unstable (for CI).")
 @jobs_option
-def stability_command(
-    targets: tuple[str, ...], replicas: int, headline: Path | None, store: Path, ncu_path: str | None,
-    cells_dir: Path | None, timeout: float, clock_control: str, tol_exact: float, tol_near_exact: float,
-    tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...], kernel: str | None, markdown_path: Path | None,
-    parquet_path: Path | None, strict: bool, jobs: int | None,
-) -> None:
+def stability_command(targets: tuple[str, ...], replicas: int, headline: Path | None, markdown_path: Path | None,
+                      parquet_path: Path | None, strict: bool, **given: Any) -> None:
     """Replay stability: per field median, min, max, spread and verdict against its tolerance.
 
     Each TARGET is a path or a cell spec. A profile store (a folder of runs) gives one
@@ -175,22 +143,42 @@ def stability_command(
     (needs a GPU and ncu). Verdict per group: stable, unstable (naming the fields and
     by how much) or insufficient (fewer than 2 launches).
     """
-    from ncuflow.analyze.study import analyse, point_stability, points_of, reports_stability
-    from ncuflow.output.markdown import stability_markdown
-    from ncuflow.read.runs import Loaded, load_records, load_reports, load_store
+    from ncuflow.analyze.stability_run import check_stability
 
-    tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
+    request = _stability_request(targets, headline, given)
+    inputs = [*request.paths, *([headline] if headline is not None else [])]
+    _guard_outputs(markdown_path, parquet_path, "stability", inputs)
+    findings = check_stability(request, _reprofiler(given, replicas) if request.specs or headline else None)
+    if findings.headline:
+        click.echo(f"ncuflow: headline cells: {', '.join(findings.headline)} "
+                   "(each re-profiled with the options its stored run was profiled with)", err=True)
+    _echo_notes(findings.notes, findings.damaged)
+    if not findings.groups and not findings.singles:
+        kernel = request.kernel
+        raise UsageError("No launch to compare.", "The targets hold no readable launch"
+                         + (f" matching --kernel {kernel!r}" if kernel else "") + ".",
+                         "Check the paths and the --kernel filter.")
+    print_stability(findings.groups, findings.singles, request.tolerances)
+    _write_stability(findings, request, markdown_path, parquet_path, inputs)
+    if strict and any(g.verdict == "unstable" for g in findings.groups):
+        raise click.exceptions.Exit(1)
+
+
+def _stability_request(targets: tuple[str, ...], headline: Path | None, given: dict[str, Any]) -> Any:
+    """The targets split into paths and cell specs (a missing path is refused), and the options."""
+    from ncuflow.analyze.stability_run import StabilityRequest
+    from ncuflow.profile.ncu import NcuOptions
+
+    tolerances = tolerances_from(given["tol_exact"], given["tol_bytes"], given["tol_rate"], given["tol_time"],
+                                 given["field_tols"], given["tol_near_exact"])
     if not targets and headline is None:
         raise UsageError(
             "Nothing to check.",
             "stability needs cell specs, report files, store folders, or --headline STORE.",
             "Try `ncuflow stability profiles/` or `ncuflow stability paged_decode:page=16 --replicas 3`.",
         )
-    from ncuflow.profile.ncu import NcuOptions
-
-    default_options = NcuOptions(clock_control=clock_control)
-    paths = [Path(t) for t in targets if Path(t).exists()]
-    specs = [t for t in targets if not Path(t).exists()]
+    paths = tuple(Path(t) for t in targets if Path(t).exists())
+    specs = tuple(t for t in targets if not Path(t).exists())
     for text in specs:
         if "/" in text or text.endswith((".ncu-rep", ".ncu-repz", ".nsight-cuprof-report")):
             raise UsageError(
@@ -199,70 +187,36 @@ def stability_command(
                 "paged_decode:page=16; this looks like a path.",
                 "Check the path.",
             )
-    inputs = [*paths, *([headline] if headline is not None else [])]
-    _guard_outputs(markdown_path, parquet_path, "stability", inputs)
-    to_profile: list[tuple[str, Any]] = [(text, default_options) for text in specs]
-    groups: list[GroupStability] = []
-    singles: list[str] = []
-    notes: list[str] = []
-    from ncuflow.read.runs import store_roots
+    return StabilityRequest(paths=paths, specs=specs, headline=headline,
+                            spec_options=NcuOptions(clock_control=given["clock_control"]), tolerances=tolerances,
+                            kernel=given["kernel"], jobs=resolve_jobs(given["jobs"]))
 
-    for path in paths:
-        roots = store_roots(path)
-        if roots:
-            for root in roots:
-                loaded = load_store(root, kernel=kernel, jobs=resolve_jobs(jobs))
-                groups += point_stability(points_of(loaded, split_content_keys=True), tolerances)
-                notes += loaded.notes
-        else:
-            loaded = load_reports([path], kernel=kernel, jobs=resolve_jobs(jobs))
-            found, once = reports_stability(loaded, tolerances)
-            groups += found
-            singles += once
-            notes += loaded.notes
-    if headline is not None:
-        headline_loaded = load_store(headline, kernel=kernel, jobs=resolve_jobs(jobs))
-        analysis = analyse(headline_loaded, paths=[headline], tolerances=tolerances)
-        from ncuflow.analyze.explain import headline_points
 
-        chosen = headline_points([ge for groups_ in analysis.sweeps.values() for ge in groups_])
-        if not chosen:
-            raise UsageError(
-                f"The store {headline} holds no cell with an explain verdict.",
-                "Headline cells are the baseline and the extremes of each swept parameter; "
-                "no parameter takes two values among its runs.",
-                "Run a sweep first (`ncuflow sweep FILE.toml`), or name cell specs directly.",
-            )
-        recorded = _headline_options(headline)
-        for point in chosen:
-            options = next((recorded[k] for k in point.content_keys if k in recorded), default_options)
-            if (point.spec(), options) not in to_profile:
-                to_profile.append((point.spec(), options))
-        click.echo(f"ncuflow: headline cells: {', '.join(dict.fromkeys(p.spec() for p in chosen))} "
-                   "(each re-profiled with the options its stored run was profiled with)", err=True)
-    if to_profile:
-        records = _reprofile(to_profile, replicas, store, ncu_path, cells_dir, timeout)
-        loaded_new: Loaded = load_records(records, kernel=kernel, jobs=resolve_jobs(jobs))
-        groups += point_stability(points_of(loaded_new, split_content_keys=True), tolerances)
-        notes += loaded_new.notes
-    _echo_notes(notes)
-    if not groups and not singles:
-        raise UsageError("No launch to compare.", "The targets hold no readable launch" + (f" matching --kernel {kernel!r}" if kernel else "") + ".", "Check the paths and the --kernel filter.")
-    print_stability(groups, singles, tolerances)
+def _reprofiler(given: dict[str, Any], replicas: int) -> Any:
+    from ncuflow.cells.source import CellSource
+    from ncuflow.profile.reprofile import reprofiler
+    from ncuflow.profile.settings import ProfileSettings
+
+    settings = ProfileSettings(store=given["store_root"], cells=CellSource(given["cells_dir"]), ncu=given["ncu_path"],
+                               timeout=given["timeout"])
+    return reprofiler(settings, replicas, lambda line: click.echo(f"ncuflow: {line}", err=True))
+
+
+def _write_stability(findings: Any, request: Any, markdown_path: Path | None, parquet_path: Path | None,
+                     inputs: Sequence[Path]) -> None:
     if markdown_path is not None:
-        from ncuflow.output.markdown import write_markdown
+        from ncuflow.output.markdown import stability_markdown, write_markdown
 
-        write_markdown("# ncuflow stability\n\n" + "\n".join(stability_markdown(groups, tolerances, singles)) + "\n",
-                       markdown_path, title="stability", inputs=inputs)
+        text = "\n".join(stability_markdown(findings.groups, request.tolerances, findings.singles))
+        write_markdown("# ncuflow stability\n\n" + text + "\n", markdown_path, title="stability", inputs=inputs)
         click.echo(f"wrote {markdown_path}", err=True)
     if parquet_path is not None:
         from ncuflow.analyze.stability import stability_frame
         from ncuflow.output.export import write_parquet
 
-        write_parquet(stability_frame(groups), parquet_path, table="stability", inputs=inputs, option="--parquet")
+        write_parquet(stability_frame(findings.groups), parquet_path, table="stability", inputs=inputs,
+                      option="--parquet")
         click.echo(f"wrote {parquet_path}", err=True)
-    if strict and any(g.verdict == "unstable" for g in groups):
-        raise click.exceptions.Exit(1)
 
 
 # ---------------------------------------------------------------------------
@@ -295,40 +249,22 @@ def explain_command(
     time moved without counted work, or ambiguous where the noise is unknown or the
     replicas disagree, with the deltas that decided it.
     """
-    from rich.markup import escape
-    from rich.table import Table
-
-    from ncuflow.analyze.explain import explain_group, explain_rows, swept_params, vary_groups
-    from ncuflow.analyze.study import points_of
-    from ncuflow.output.markdown import explain_markdown
+    from ncuflow.analyze.study import explain_parameter
     from ncuflow.read.runs import load_paths
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     _guard_outputs(markdown_path, parquet_path, "explain", paths)
     loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
-    _echo_notes(loaded.notes)
-    points = points_of(loaded)
-    groups = vary_groups(points, param)
-    if not groups:
-        swept = swept_params(points)
-        known = sorted({name for p in points for name, _ in p.params})
-        raise UsageError(
-            f"No runs differ only in {param!r}.",
-            (f"The parameters that take several values here are: {', '.join(swept)}."
-             if swept else "No parameter takes more than one value among these runs.")
-            + (f" Parameters seen: {', '.join(known)}." if known else " These runs carry no parameters (plain reports)."),
-            "Pick one of those with --vary, or sweep the parameter first (`ncuflow sweep`).",
-        )
-    if baseline is not None and not any(str(v) == baseline for g in groups for v in g.values):
-        raise UsageError(
-            f"--baseline {baseline} is not a value of {param} in these runs.",
-            "The values measured are: " + ", ".join(dict.fromkeys(str(v) for g in groups for v in g.values)) + ".",
-            "Pick one of them, or leave --baseline out to use the smallest.",
-        )
-    explained = []
-    for group in groups:
-        requested = baseline if baseline is not None and any(str(v) == baseline for v in group.values) else None
-        explained.append(explain_group(group, baseline=requested, tolerances=tolerances, threshold=threshold))
+    _echo_notes(loaded.notes, loaded.damaged)
+    explained = explain_parameter(loaded, param, baseline=baseline, tolerances=tolerances, threshold=threshold)
+    _print_explained(explained, param, tolerances)
+    _write_explained(explained, param, paths, markdown_path, parquet_path)
+
+
+def _print_explained(explained: Sequence[Any], param: str, tolerances: Tolerances) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     console = _console()
     for ge in explained:
         g = ge.group
@@ -347,6 +283,13 @@ def explain_command(
                           escape(row.deltas), escape("; ".join(row.reasons) or "—"))
         console.print(table)
     console.print(f"Tolerances used: {tolerances.describe()}. Without replicas a difference counts only beyond max(5 × tolerance, 1 %).")
+
+
+def _write_explained(explained: Sequence[Any], param: str, paths: Sequence[Path], markdown_path: Path | None,
+                     parquet_path: Path | None) -> None:
+    from ncuflow.analyze.explain import explain_rows
+    from ncuflow.output.markdown import explain_markdown
+
     if markdown_path is not None:
         from ncuflow.output.markdown import write_markdown
 
@@ -424,7 +367,7 @@ def report_command(
     guard_report_folder(out_dir, paths)
     loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
     analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen)
-    _echo_notes(analysis.notes)
+    _echo_notes(analysis.notes, loaded.damaged)
     _check_baselines(chosen, analysis)
     written = write_report(analysis, out_dir, inputs=paths)
     click.echo(f"wrote {written.markdown}")

@@ -46,6 +46,8 @@ def compare_command(
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     loaded_base = load_paths([base], kernel=kernel, jobs=resolve_jobs(jobs))
     loaded_new = load_paths([new], kernel=kernel, jobs=resolve_jobs(jobs))
+    for line in dict.fromkeys((*loaded_base.damaged, *loaded_new.damaged)):
+        click.echo(f"ncuflow: warning: {line}", err=True)
     for note in (*loaded_base.notes, *loaded_new.notes):
         click.echo(f"ncuflow: note: {note}", err=True)
     comparison = compare_loaded(loaded_base, loaded_new, base_label=str(base), new_label=str(new),

@@ -12,9 +12,8 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from ncuflow.cli.options import threshold_option, timeout_option
+from ncuflow.cli.profile_options import profile_settings, settings_options
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.profile.escalate import escalates
 from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
@@ -57,28 +56,66 @@ def _options(replay_mode: str, cache_control: str, clock_control: str, metric_se
     )
 
 
-def print_run_table(record: Any, console: Any, threshold: float) -> None:
-    """The classify table of a stored run (extract + classify + render; no polars)."""
-    try:
-        from ncuflow.analyze.classify import classify
-        from ncuflow.output.render import print_launch_table
-        from ncuflow.read.extract import iter_launches
-    except ImportError as missing:  # the read side is optional on a bare GPU host
-        console.print(f"(no classify table: {missing})")
-        return
-    try:
-        launches = list(iter_launches(record.report_path))
-    except NcuflowError as error:
-        console.print(f"[yellow]The stored report cannot be classified:[/yellow] {error}")
-        return
-    verdicts = [classify(launch, threshold=threshold) for launch in launches]
-    print_launch_table(launches, verdicts, console, title=f"{record.cell} {record.run_id}")
-
-
 def _print_pass_check(lines: list[str]) -> None:
     """The predicted passes (a comment line) and the names dropped for the chip (a warning)."""
     for line in lines:
         click.echo(f"ncuflow: {line}" if line.startswith("warning") else f"# {line}", err=True)
+
+
+class _ConsoleObserver:
+    """``profile``'s observer: a status line while ncu runs, a table for each stored run."""
+
+    def __init__(self, console: Any, threshold: float, announced: tuple[str, ...] = ()) -> None:
+        self.console, self.threshold = console, threshold
+        self.announced = set(announced)  # names dropped before ncu ran, already said
+        self.status: Any = None
+
+    def working(self, what: str) -> Any:
+        if self.status is not None:
+            self.status.stop()
+        self.status = self.console.status(escape(what))
+        self.status.start()
+        return lambda line: self.status.update(escape(line[:110]))
+
+    def _done(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+    def stored(self, run: Any, tier: int) -> None:
+        self._done()
+        record = run.record
+        dropped = [m for m in record.manifest.collection.options.dropped_metrics if m not in self.announced]
+        if dropped:
+            self.console.print(f"[yellow]this ncu does not know {', '.join(dropped)}: collected without them[/yellow]")
+        label = "stored tier 2 in" if tier == 2 else "stored"
+        self.console.print(f"{label} {record.path} (ncu wall time {record.manifest.outcome.wall_time_s} s)",
+                           soft_wrap=True)
+        if tier == 1:
+            print_launches(run.launches, self.console, self.threshold, f"{record.cell} {record.run_id}")
+
+    def escalating(self, run: Any, check: Any) -> None:
+        from ncuflow.analyze.classify import ESCALATION_BAND
+
+        found = run.record.manifest.provenance.escalation
+        cost = f" ({check.recorded_expected} passes predicted on {check.chip})" if check.passes is not None else ""
+        self.console.print(f"tier 1 leaves {found.undecided} of {found.launches} launches undecided (largest term "
+                           f"within {ESCALATION_BAND:g}× below the on-wall threshold {self.threshold:g}): "
+                           f"profiling tier 2{cost}", soft_wrap=True)
+        for line in check.lines()[1:] if check.passes is not None else check.lines():
+            self.console.print(escape(line), soft_wrap=True)
+
+
+def print_launches(launches: Any, console: Any, threshold: float, title: str) -> None:
+    """The classify table of a run's launches (classify + render; no polars)."""
+    try:
+        from ncuflow.analyze.classify import classify
+        from ncuflow.output.render import print_launch_table
+    except ImportError as missing:  # the read side is optional on a bare GPU host
+        console.print(f"(no classify table: {missing})")
+        return
+    print_launch_table(launches, [classify(launch, threshold=threshold) for launch in launches], console,
+                       title=title)
 
 
 def _collection_options(function: Any) -> Any:
@@ -108,29 +145,16 @@ def _collection_options(function: Any) -> Any:
 
 @click.command(cls=_CommandAfterDashes, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("spec", required=False)
-@click.option("--store", "store_root", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("profiles"), show_default=True, help="Profile store root.")
-@click.option("--cells-dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Folder of user cells.")
-@click.option("--ncu", "ncu_path", help="The ncu executable (default: $NCU, PATH, /opt/nvidia/nsight-compute).")
+@settings_options
 @_collection_options
-@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+@click.option("--replicas", type=click.IntRange(min=1, max=1000), default=1, show_default=True,
               help="Profile the cell N times in fresh ncu processes.")
-@timeout_option()
-@threshold_option(help="On-wall threshold of the table (a fraction in (0, 1]).")
 @click.option("--time", "time_first", is_flag=True,
               help="Also time the cell with CUDA events outside ncu (stored as duration_unprofiled).")
 @click.option("--dry-run", is_flag=True, help="Print the exact ncu command and stop.")
-@click.option("--chip", help="Predict passes (and drop unknown names) for this chip instead of the GPU's, e.g. gh100.")
-@click.option("--escalate/--no-escalate", default=True, show_default=True,
-              help="With the decisive set: profile tier 2 for a run whose launches tier 1 leaves undecided.")
 @click.pass_context
-def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cells_dir: Path | None,
-                    ncu_path: str | None, replay_mode: str, cache_control: str, clock_control: str,
-                    metric_set: str, sections: tuple[str, ...], metrics: tuple[str, ...],
-                    launch_count: int | None, launch_skip: int | None, kernel: str | None,
-                    nvtx: tuple[str, ...], replicas: int, timeout: float, threshold: float,
-                    time_first: bool, dry_run: bool, chip: str | None, escalate: bool) -> None:
+def profile_command(ctx: click.Context, spec: str | None, replicas: int, time_first: bool, dry_run: bool,
+                    **given: Any) -> None:
     """Profile a cell SPEC (e.g. flat_decode:layout=scatter) or any program after `--`
     under ncu, store the run, and print its classify table.
 
@@ -139,44 +163,16 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
       ncuflow profile --kernel 'gemm' -- ./app --size 4096
       ncuflow profile flat_decode --dry-run
     """
-    from ncuflow.profile import orchestrate
-
-    app_argv: list[str] = list(ctx.meta.get(APP_ARGV_KEY, []))
-    if spec and app_argv:
-        raise UsageError("Give either a cell spec or a program after `--`, not both.", "",
-                         "Drop one of them.")
-    if not spec and not app_argv:
-        raise UsageError("Nothing to profile.", "ncuflow profile takes a cell spec or a program after `--`.",
-                         "Run `ncuflow cells` for the cells, or write `ncuflow profile -- ./app ARGS`.")
-    if time_first and not spec:
-        raise UsageError("--time times a cell; it cannot time an arbitrary program.", "",
-                         "Drop --time, or profile a cell spec.")
-    options = _options(replay_mode, cache_control, clock_control, metric_set, sections, metrics,
-                       launch_count, launch_skip, kernel, nvtx)
+    from ncuflow.profile.plan import ProfileJob, plan_job
     from ncuflow.profile.precheck import check_passes
+    from ncuflow.profile.session import profile_replicas
 
-    check = check_passes(options, chip)
-    options = check.options
-    console = _console()
-    if not dry_run:
-        for line in check.lines():
-            console.print(f"[yellow]{escape(line)}[/yellow]" if line.startswith("warning") else escape(line),
-                          soft_wrap=True)
-    if spec:
-        from ncuflow.cells.registry import get_cell, parse_spec
-
-        cell_spec = parse_spec(spec, cells_dir)
-        if not get_cell(cell_spec.cell, cells_dir).needs_ncu:
-            raise UsageError(
-                f"The cell {cell_spec.cell} runs on the host and launches no kernel to profile.",
-                "ncu profiles GPU kernels; this cell measures host-side work.",
-                f"Time it instead: ncuflow time {cell_spec.text()}",
-            )
-        plan = orchestrate.plan_cell(cell_spec, options, store_root, cells_dir=cells_dir,
-                                     ncu=ncu_path, dry_run=dry_run)
-    else:
-        plan = orchestrate.plan_command_line(app_argv, options, store_root, ncu=ncu_path, dry_run=dry_run)
+    settings = profile_settings(given)
+    target = _target(spec, list(ctx.meta.get(APP_ARGV_KEY, [])), settings, time_first)
+    check = check_passes(_options(**{k: given[k] for k in _COLLECTION_KEYS}), settings.escalation.chip)
+    job = ProfileJob(target, check.options)
     if dry_run:
+        plan = plan_job(job, settings, dry_run=True)
         click.echo(plan.shell_line())
         note = "" if plan.ncu_found else "  (ncu not found here: shown as given)"
         click.echo(f"# run folder: {plan.final_path}{note}", err=True)
@@ -184,50 +180,71 @@ def profile_command(ctx: click.Context, spec: str | None, store_root: Path, cell
         if replicas > 1:
             click.echo(f"# × {replicas} replicas, each in a fresh ncu process", err=True)
         return
-    unprofiled = None
+    console = _console()
+    for line in check.lines():
+        console.print(f"[yellow]{escape(line)}[/yellow]" if line.startswith("warning") else escape(line), soft_wrap=True)
     if time_first:
-        from ncuflow.cells.timing import time_cell
+        job = _timed(job, settings, console)
+    observer = _ConsoleObserver(console, settings.escalation.threshold, check.dropped)
+    try:
+        results = profile_replicas(job, settings, replicas, observer)
+    finally:
+        observer._done()
+    for result in results:
+        _print_escalation(result, console, settings.escalation.threshold)
 
-        with console.status(f"timing {cell_spec.text()} with CUDA events (no ncu)"):
-            timing = time_cell(cell_spec, cells_dir=cells_dir).to_dict()
-        timing.pop("samples_us", None)
-        unprofiled = timing
-    for replica in range(replicas):
-        label = cell_spec.text() if spec else " ".join(app_argv)
-        with console.status(f"profiling {label} under ncu") as status:
 
-            def show(line: str, status: Any = status) -> None:
-                status.update(escape(line[:110]))
+_COLLECTION_KEYS = ("replay_mode", "cache_control", "clock_control", "metric_set", "sections", "metrics",
+                    "launch_count", "launch_skip", "kernel", "nvtx")
 
-            if spec:
-                record = orchestrate.profile_cell(
-                    cell_spec, options, store_root, cells_dir=cells_dir, timeout=timeout,
-                    progress=show, ncu=ncu_path, manifest_extra={"replica": replica},
-                    duration_unprofiled=unprofiled)
-            else:
-                record = orchestrate.profile_command_line(
-                    app_argv, options, store_root, timeout=timeout, progress=show, ncu=ncu_path,
-                    manifest_extra={"replica": replica})
-        dropped = record.manifest.dropped_metrics or ()
-        if dropped:
-            console.print(f"[yellow]this ncu does not know {', '.join(dropped)}: collected without them[/yellow]")
-        console.print(f"stored {record.path} (ncu wall time {record.manifest.wall_time_s} s)",
+
+def _target(spec: str | None, app_argv: list[str], settings: Any, time_first: bool) -> Any:
+    """What to profile: a cell spec or the program after ``--`` (exactly one of them)."""
+    from ncuflow.profile.plan import CellTarget, CommandTarget
+
+    if spec and app_argv:
+        raise UsageError("Give either a cell spec or a program after `--`, not both.", "", "Drop one of them.")
+    if not spec and not app_argv:
+        raise UsageError("Nothing to profile.", "ncuflow profile takes a cell spec or a program after `--`.",
+                         "Run `ncuflow cells` for the cells, or write `ncuflow profile -- ./app ARGS`.")
+    if not spec:
+        if time_first:
+            raise UsageError("--time times a cell; it cannot time an arbitrary program.", "",
+                             "Drop --time, or profile a cell spec.")
+        return CommandTarget(tuple(app_argv))
+    cell_spec = settings.cells.parse(spec)
+    if not settings.cells.definition(cell_spec.cell).needs_ncu:
+        raise UsageError(
+            f"The cell {cell_spec.cell} runs on the host and launches no kernel to profile.",
+            "ncu profiles GPU kernels; this cell measures host-side work.",
+            f"Time it instead: ncuflow time {cell_spec.text()}",
+        )
+    return CellTarget(cell_spec)
+
+
+def _timed(job: Any, settings: Any, console: Any) -> Any:
+    """The job with the cell timed by CUDA events outside ncu first (its ``duration_unprofiled``)."""
+    from dataclasses import replace
+
+    from ncuflow.cells.timing import time_cell
+
+    with console.status(f"timing {job.label} with CUDA events (no ncu)"):
+        timing = time_cell(job.target.spec, cells_dir=settings.cells.cells_dir).to_dict()
+    timing.pop("samples_us", None)
+    return replace(job, cell_facts=replace(job.cell_facts, duration_unprofiled=timing))
+
+
+def _print_escalation(result: Any, console: Any, threshold: float) -> None:
+    """A replica's tier 1 and tier 2 together, as every reader pairs them (or why they cannot be)."""
+    if result.tier2 is None:
+        return
+    if result.unpaired is not None:
+        console.print(f"[yellow]{escape(str(result.tier1.record.report_path))}: {escape(result.unpaired)}[/yellow]",
                       soft_wrap=True)
-        print_run_table(record, console, threshold)
-        if escalate and escalates(options):
-
-            def again(tier2: NcuOptions, root: Path, extra: dict[str, Any], replica: int = replica) -> Any:
-                extra = {**extra, "replica": replica}
-                with console.status("profiling tier 2 under ncu"):
-                    if spec:
-                        return orchestrate.profile_cell(cell_spec, tier2, root, cells_dir=cells_dir,
-                                                        timeout=timeout, ncu=ncu_path, manifest_extra=extra)
-                    return orchestrate.profile_command_line(app_argv, tier2, root, timeout=timeout,
-                                                            ncu=ncu_path, manifest_extra=extra)
-
-            from ncuflow.cli.escalation import escalate_to_tier2
-
-            escalate_to_tier2(record, options, store_root, chip, threshold, console, again)
+        return
+    record = result.tier1.record
+    print_launches(result.launches, console, threshold,
+                   f"{record.cell} {record.run_id}: tier 1 + tier 2 ({result.tier2.record.run_id})")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -268,11 +285,7 @@ def doctor_command(ncu_path: str | None, as_json: bool, strict: bool, ray_addres
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("sweep_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--store", "store_root", type=click.Path(file_okay=False, path_type=Path),
-              default=Path("profiles"), show_default=True, help="Profile store root.")
-@click.option("--cells-dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--ncu", "ncu_path", help="The ncu executable.")
-@timeout_option(default=None, help="Seconds per profile (overrides the file's timeout).")
+@settings_options(timeout_default=None)
 @click.option("--keep-going", is_flag=True, help="Continue past a point's own failure.")
 @click.option("--dry-run", is_flag=True, help="List the points (and what is already stored) and stop.")
 @click.option("--ray", "ray_address", is_flag=False, flag_value="auto", default=None, metavar="[ADDRESS]",
@@ -280,12 +293,8 @@ def doctor_command(ncu_path: str | None, as_json: bool, strict: bool, ray_addres
                    "(without one: RAY_ADDRESS or the cluster `ray start` runs here). Runs come back to this store.")
 @click.option("--ray-local-gpus", type=click.IntRange(min=1), default=None, metavar="N",
               help="Start a local Ray instance that declares N GPUs and run the tasks on it.")
-@click.option("--escalate/--no-escalate", default=True, show_default=True,
-              help="After tier 1, profile the decisive tier 2 for every run whose launches tier 1 leaves "
-                   "undecided (stored under STORE/.tier2, read together with the run).")
-def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, ncu_path: str | None,
-                  timeout: float | None, keep_going: bool, dry_run: bool, ray_address: str | None,
-                  ray_local_gpus: int | None, escalate: bool) -> None:
+def sweep_command(sweep_file: Path, keep_going: bool, dry_run: bool, ray_address: str | None,
+                  ray_local_gpus: int | None, **given: Any) -> None:
     """Profile every point of a sweep FILE (TOML); interrupt any time and re-run to resume.
 
     With --ray or --ray-local-gpus each profile is a Ray task that needs one GPU (Ray sets
@@ -294,44 +303,30 @@ def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, nc
     as `ncuflow profile` does (--no-escalate: never); a resumed sweep finishes what a stopped
     one left.
     """
-    from ncuflow.profile.sweep import axes_summary, describe_points, load_sweep
+    from ncuflow.profile.settings import RayPlacement, SweepSettings
+    from ncuflow.profile.sweep import load_sweep
+    from ncuflow.profile.sweep_run import run_sweep
 
-    plan = load_sweep(sweep_file, cells_dir)
+    if ray_address is not None and ray_local_gpus is not None:
+        raise UsageError("Give --ray ADDRESS or --ray-local-gpus N, not both.", "",
+                         "--ray joins a running cluster; --ray-local-gpus starts one here.")
+    settings = profile_settings(given)
+    timeout = given["timeout"]
+    plan = load_sweep(sweep_file, settings.cells)
     console = _console()
     if dry_run:
-        from rich.table import Table
-
-        rows = describe_points(plan, store_root)
-        table = Table(title=f"{plan.name}: {plan.cell} {axes_summary(plan.axes)}, "
-                            f"{plan.replicas} replicas", header_style="bold")
-        for column in ("#", "point", "key", "stored", "to run"):
-            table.add_column(column)
-        for row in rows:
-            table.add_row(str(row["index"]), escape(row["axes"]), row["key8"], str(row["done"]),
-                          str(row["to_run"]))
-        console.print(table)
-        fixed = ", ".join(f"{k}={v}" for k, v in plan.fixed.items())
-        console.print(escape(f"fixed: {fixed or '(cell defaults)'}; ncu: {plan.options.metric_set_label()}, "
-                             f"replay {plan.options.replay_mode}, cache {plan.options.cache_control}, "
-                             f"clocks {plan.options.clock_control}; timeout {plan.timeout:g} s"))
-        tier2 = " (then tier 2 for runs tier 1 leaves undecided)" if escalate and escalates(plan.options) else ""
-        console.print(f"{len(rows)} points, {sum(r['to_run'] for r in rows)} profiles to run{tier2}")
+        _print_sweep_plan(plan, settings, console)
         return
+    ray = (RayPlacement(None if ray_address == "auto" else ray_address, ray_local_gpus)
+           if ray_address is not None or ray_local_gpus is not None else None)
+    executor = None
+    if ray is not None:
+        from ncuflow.profile.ray_sweep import RayExecutor
+
+        executor = RayExecutor
     try:
-        if ray_address is not None and ray_local_gpus is not None:
-            raise UsageError("Give --ray ADDRESS or --ray-local-gpus N, not both.", "",
-                             "--ray joins a running cluster; --ray-local-gpus starts one here.")
-        if ray_address is not None or ray_local_gpus is not None:
-            from ncuflow.profile.ray_sweep import run_sweep_on_ray
-
-            outcome = run_sweep_on_ray(plan, store_root, address=None if ray_address == "auto" else ray_address,
-                                       local_gpus=ray_local_gpus, ncu=ncu_path, cells_dir=cells_dir,
-                                       timeout=timeout, keep_going=keep_going, console=console, escalate=escalate)
-        else:
-            from ncuflow.profile.sweep_escalation import sweep_here
-
-            outcome = sweep_here(plan, store_root, escalate=escalate, ncu=ncu_path, cells_dir=cells_dir,
-                                 timeout=timeout, keep_going=keep_going, console=console)
+        outcome = run_sweep(plan, settings, SweepSettings(keep_going=keep_going, timeout=timeout, ray=ray), console,
+                            executor)
     except NcuflowError as error:
         console.print("[yellow]The sweep stopped; every finished run is stored. "
                       "Re-run the same command to resume.[/yellow]")
@@ -345,3 +340,28 @@ def sweep_command(sweep_file: Path, store_root: Path, cells_dir: Path | None, nc
                       "[/yellow]")
     if outcome.failures:
         raise click.exceptions.Exit(3)
+
+
+def _print_sweep_plan(plan: Any, settings: Any, console: Any) -> None:
+    """``sweep --dry-run``: every point, what is stored, what is to run."""
+    from rich.table import Table
+
+    from ncuflow.profile.escalation import escalates
+    from ncuflow.profile.sweep import axes_summary
+    from ncuflow.profile.sweep_run import describe_points
+
+    rows = describe_points(plan, settings)
+    table = Table(title=f"{plan.name}: {plan.cell} {axes_summary(plan.axes)}, {plan.replicas} replicas",
+                  header_style="bold")
+    for column in ("#", "point", "key", "stored", "to run"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(str(row["index"]), escape(row["axes"]), row["key8"], str(row["done"]), str(row["to_run"]))
+    console.print(table)
+    fixed = ", ".join(f"{k}={v}" for k, v in plan.fixed.items())
+    options = plan.options
+    console.print(escape(f"fixed: {fixed or '(cell defaults)'}; ncu: {options.label()}, replay {options.replay_mode}, "
+                         f"cache {options.cache_control}, clocks {options.clock_control}; timeout {plan.timeout:g} s"))
+    tier2 = (" (then tier 2 for runs tier 1 leaves undecided)"
+             if settings.escalation.enabled and escalates(options) else "")
+    console.print(f"{len(rows)} points, {sum(r['to_run'] for r in rows)} profiles to run{tier2}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -13,8 +13,8 @@ import click
 
 from ncuflow.analyze.classify import classify
 from ncuflow.cli.options import jobs_option, threshold_option
-from ncuflow.read.pool import prestart_launches_of, read_launches_of, resolve_jobs
-from ncuflow.read.reportfile import find_reports
+from ncuflow.read.pool import resolve_jobs
+from ncuflow.read.runs import Sources, prestart_reading, read_sources, sources
 
 _threshold_option = threshold_option()
 
@@ -51,18 +51,21 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     model and the binding wall (dram, l2, l1, issue, math) or `latency` when none is
     above the threshold; NVIDIA's own SpeedOfLight verdict is shown beside ours.
     """
-    reports = find_reports(paths)
+    found = sources(paths)
     if as_if is None:
-        prestart_launches_of(reports, jobs=resolve_jobs(jobs))  # its start-up overlaps the imports below
+        prestart_reading(found, jobs=resolve_jobs(jobs))  # its start-up overlaps the imports below
     from ncuflow.output.render import launch_row, print_launch_table
 
+    _echo_damaged(found)
     if as_if is not None:
-        _classify_as_if(reports, as_if, threshold, as_json, evidence)
+        _classify_as_if(found.reports, as_if, threshold, as_json, evidence)
         return
     per_report = []
     with _warnings_to_stderr():
-        for report, launches in read_launches_of(reports, jobs=resolve_jobs(jobs)):
-            per_report.append((report, launches, [classify(x, threshold) for x in launches]))
+        for source, launches, _ in read_sources(found, jobs=resolve_jobs(jobs), strict=True):
+            assert launches is not None  # strict: an unreadable report raises
+            if launches:
+                per_report.append((source.report, launches, [classify(x, threshold) for x in launches]))
     if as_json:
         rows = [launch_row(x, v) for _, launches, verdicts in per_report for x, v in zip(launches, verdicts, strict=True)]
         click.echo(json.dumps(rows, indent=1))
@@ -79,16 +82,11 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         print_launch_table(launches, verdicts, console, title=title, evidence=evidence)
 
 
-def _warn_runs_without_report(paths: Sequence[Path]) -> None:
-    """Store runs whose report is gone are invisible to a search for reports: name them."""
-    from ncuflow.read.runs import store_roots
-    from ncuflow.store import REPORT_NAME, DamagedRun, scan_runs
+def _echo_damaged(found: Sources) -> None:
+    """Each damaged run the paths hold, as one warning line (the run is not read)."""
+    for line in found.damaged:
+        click.echo(f"ncuflow: warning: {line}", err=True)
 
-    for path in paths:
-        for root in store_roots(path) if path.is_dir() else []:
-            for found in scan_runs(root):
-                if isinstance(found, DamagedRun) and not (found.path / REPORT_NAME).exists():
-                    click.echo(f"ncuflow: warning: {found.line()}", err=True)
 
 def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: bool, evidence: bool) -> None:
     """classify --as-if: the launches as the collection would have recorded them, and the cost."""
@@ -146,21 +144,21 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
     """
     from ncuflow.output.launch_rows import prestart_export
 
-    reports = find_reports(paths)
+    found = sources(paths)
     # The worker server starts while polars and rich are imported (~0.1 s of each command).
-    prestart_export(reports, jobs=resolve_jobs(jobs), metrics_long=metrics_long)
+    prestart_export(found.reports, jobs=resolve_jobs(jobs), metrics_long=metrics_long)
     from rich.progress import Progress
 
     from ncuflow.output.export import export_reports
 
-    _warn_runs_without_report(paths)
+    _echo_damaged(found)
     with _warnings_to_stderr(), Progress(transient=True, disable=not sys.stderr.isatty(), console=None) as progress:
-        task = progress.add_task("reading reports", total=len(reports))
+        task = progress.add_task("reading reports", total=len(found.items))
 
         def advance(index: int, report: Path) -> None:
             progress.update(task, completed=index + 1, description=f"read {report.name}")
 
-        result = export_reports(reports, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
+        result = export_reports(found, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
                                 jobs=resolve_jobs(jobs))
     click.echo(f"wrote {result.launch_count} launches from {result.report_count} reports to {result.launches_path}")
     if result.metrics_path is not None:

@@ -1,6 +1,6 @@
 """Launches -> polars frames -> parquet, written atomically with a schema version.
 
-Two tables (see ARCHITECTURE.md):
+Two tables (docs/ARCHITECTURE.md):
 - ``launches``: one row per launch: identity, canonical fields, their provenance,
   the model's terms and verdict, NVIDIA's rule verdict, and the missing fields;
 - ``metrics`` (long): every raw metric of every launch (name, value, string value, unit).
@@ -36,8 +36,9 @@ from ncuflow.files import (
 )
 from ncuflow.output.launch_rows import export_one_report, worker_modules
 from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
+from ncuflow.read.escalation import EscalationWarning
 from ncuflow.read.metrics import FIELDS
-from ncuflow.store import DamagedRunWarning
+from ncuflow.read.runs import Sources, sources
 
 SCHEMA_VERSION = "1"
 METADATA_KEY = "ncuflow.schema_version"
@@ -202,28 +203,9 @@ class ExportResult:
     metric_rows: int | None
 
 
-def export_reports(
-    reports: Sequence[Path],
-    output: Path,
-    *,
-    metrics_long: bool = False,
-    threshold: float = DEFAULT_THRESHOLD,
-    progress: Any = None,
-    chunk_rows: int = 200_000,
-    jobs: int | None = None,
-) -> ExportResult:
-    """Read every report, each once, then write the tables. Nothing is written if any report fails.
-
-    Each report is read in ``jobs`` worker processes (see ``ncuflow.read.pool``; None: in
-    this process); rows go to temporary parquet parts of at most ``chunk_rows`` rows beside
-    the output; the final files are assembled from them in input order (streaming) and
-    renamed into place together at the end. ``progress`` is called with (report index,
-    report path) as each report is done.
-    """
-    import tempfile
-
-    from ncuflow.read.pool import map_reports
-
+def _prepare_outputs(output: Path, metrics_long: bool, reports: Sequence[Path]) -> Path | None:
+    """Refuse outputs that cannot be written (a folder, an input, another file's name), make the
+    folder, clear dead temporaries; the metrics table's path where it is asked for."""
     if output.is_dir():
         raise NcuflowError(
             f"The output {output} is a folder.",
@@ -239,28 +221,64 @@ def export_reports(
     with os_errors_as_messages(output.parent, "create the folder"):
         output.parent.mkdir(parents=True, exist_ok=True)
     remove_temporaries(output.parent)
+    return metrics_path
+
+
+def _read_all(tasks: list[tuple[Any, ...]], launches: PartWriter, metrics_long: bool, jobs: int | None,
+              progress: Any) -> tuple[int, int]:
+    """Every report read (in ``jobs`` workers), its rows added to ``launches``: (reports, metric rows).
+
+    ncu_report keeps, per process, the unit it first returned for a metric name: a derived
+    metric read after another report's can carry that report's unit (seen on the corpus:
+    "byte" for a "%" breakdown). The long table is therefore read with a fresh worker per
+    report, so that every unit is the report's own.
+    """
+    from ncuflow.read.pool import map_reports
+
+    exported = metric_rows = 0
+    for rows, metric_count, said in map_reports(export_one_report, tasks, jobs=jobs, progress=progress,
+                                                retire_bytes=1 if metrics_long else None,
+                                                preload=worker_modules(metrics_long)):
+        for line in said:
+            warnings.warn(EscalationWarning(line), stacklevel=3)
+        exported += 1
+        launches.extend(rows)
+        metric_rows += metric_count
+    return exported, metric_rows
+
+
+def export_reports(
+    found: Sources | Sequence[Path],
+    output: Path,
+    *,
+    metrics_long: bool = False,
+    threshold: float = DEFAULT_THRESHOLD,
+    progress: Any = None,
+    chunk_rows: int = 200_000,
+    jobs: int | None = None,
+) -> ExportResult:
+    """Read every source (store run or report), each once, then write the tables. Nothing is
+    written if any report fails; a damaged run (named in ``found.notes``) has no rows.
+
+    Each report is read in ``jobs`` worker processes (see ``ncuflow.read.pool``; None: in
+    this process); rows go to temporary parquet parts of at most ``chunk_rows`` rows beside
+    the output; the final files are assembled from them in input order (streaming) and
+    renamed into place together at the end. ``progress`` is called with (report index,
+    report path) as each report is done.
+    """
+    import tempfile
+
+    if not isinstance(found, Sources):  # paths: what they hold, as every reader finds it
+        found = sources(list(found))
+    metrics_path = _prepare_outputs(output, metrics_long, found.reports)
     with os_errors_as_messages(output.parent), \
             tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
-        tasks = [(report, Path(folder).resolve(), index, metrics_long, threshold, chunk_rows)
-                 for index, report in enumerate(reports)]
-        launches = PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
-        metric_rows = 0
-        exported = 0
-        # ncu_report keeps, per process, the unit it first returned for a metric name: a
-        # derived metric read after another report's can carry that report's unit (seen on
-        # the corpus: "byte" for a "%" breakdown). The long table is therefore read with
-        # a fresh worker per report, so that every unit is the report's own.
-        retire = 1 if metrics_long else None
-        preload = worker_modules(metrics_long)
+        parts = Path(folder)
+        launches = PartWriter(parts, "launches", launches_schema(), chunk_rows)
+        tasks = [(source.report, source.record, parts.resolve(), index, metrics_long, threshold, chunk_rows)
+                 for index, source in enumerate(found.items)]
         try:
-            for rows, metric_count, damage in map_reports(export_one_report, tasks, jobs=jobs, progress=progress,
-                                                          retire_bytes=retire, preload=preload):
-                if damage is not None:
-                    warnings.warn(DamagedRunWarning(damage), stacklevel=2)
-                    continue
-                exported += 1
-                launches.extend(rows)
-                metric_rows += metric_count
+            exported, metric_rows = _read_all(tasks, launches, metrics_long, jobs, progress)
         except Exception as error:  # a worker's parquet part on a full disk comes back as polars' error
             raise as_output_error(error, output) from None
         # Both tables are written completely, then renamed into place together: on any
@@ -269,10 +287,10 @@ def export_reports(
         targets = [output] if metrics_path is None else [metrics_path, output]
         with atomic_paths(targets) as temporaries:
             if metrics_path is not None:
-                _assemble(Path(folder), "metrics", METRICS_SCHEMA, temporaries[0], table="metrics", export_id=export_id)
+                _assemble(parts, "metrics", METRICS_SCHEMA, temporaries[0], table="metrics", export_id=export_id)
             if not launches.write_whole(temporaries[-1], _metadata("launches", export_id)):
                 launches.close()
-                _assemble(Path(folder), "launches", launches_schema(), temporaries[-1], table="launches",
+                _assemble(parts, "launches", launches_schema(), temporaries[-1], table="launches",
                           export_id=export_id)
     if metrics_path is None:
         _warn_if_stale_metrics(output)

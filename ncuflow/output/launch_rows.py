@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.analyze.classify import Verdict, classify
-from ncuflow.read.escalation import read_launches_escalated, with_escalation
-from ncuflow.read.extract import iter_launches_with_metrics
+from ncuflow.read.escalation import read_run_launches, with_tier2
+from ncuflow.read.extract import iter_launches_with_metrics, read_launches
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
-from ncuflow.store import DamagedRun
-from ncuflow.store.manifest import MANIFEST_NAME, ManifestError, read_manifest
+from ncuflow.store import RunRecord
 
 
 @dataclass(frozen=True)
@@ -33,21 +32,15 @@ class RunIdentity:
 _NO_RUN = RunIdentity(None, None, None, None)
 
 
-def run_identity(report: Path) -> RunIdentity:
-    """The store run a report belongs to, from the manifest.json beside it (if any).
-
-    Raises ``ManifestError`` (naming the file and the field) when that manifest does not
-    validate: a row is never written with an identity that was guessed or left out.
-    """
-    manifest_path = report.parent / MANIFEST_NAME
-    if not manifest_path.exists():
+def run_identity(record: RunRecord | None) -> RunIdentity:
+    """The store run a report's rows belong to (all None for a plain report)."""
+    if record is None:
         return _NO_RUN
-    manifest = read_manifest(manifest_path)
     return RunIdentity(
-        cell=manifest.cell,
-        params_json=json.dumps(dict(manifest.params), sort_keys=True),
-        content_key=manifest.content_key,
-        run_id=manifest.run_id,
+        cell=record.cell,
+        params_json=json.dumps(dict(record.manifest.params), sort_keys=True),
+        content_key=record.content_key,
+        run_id=record.run_id,
     )
 
 
@@ -106,7 +99,7 @@ def prestart_export(reports: Sequence[Path], *, jobs: int | None, metrics_long: 
     worker function and modules, started before the command imports polars."""
     from ncuflow.read.pool import prestart
 
-    prestart(export_one_report, list(reports), jobs=jobs, preload=worker_modules(metrics_long))
+    prestart(export_one_report, [(report,) for report in reports], jobs=jobs, preload=worker_modules(metrics_long))
 
 
 def as_columns(records: list[dict[str, Any]]) -> Columns:
@@ -117,30 +110,31 @@ def as_columns(records: list[dict[str, Any]]) -> Columns:
     return {name: [record[name] for record in records] for name in records[0]}
 
 
-def export_one_report(
-    report: Path, folder: Path, index: int, metrics_long: bool, threshold: float, chunk_rows: int
-) -> tuple[Columns, int, str | None]:
+def export_one_report(report: Path, record: RunRecord | None, folder: Path, index: int, metrics_long: bool,
+                      threshold: float, chunk_rows: int) -> tuple[Columns, int, tuple[str, ...]]:
     """Read one report (once): its launch rows, and its raw metrics as parquet parts in ``folder``.
 
     Runs in a reading worker (``ncuflow.read.pool``). The launch rows (a few per
     launch) travel back to the caller, as columns; the raw metric rows (thousands per
     launch) are written where they are read, as parts named by ``index`` so that the
-    assembly keeps the input order. Returns (launch rows as columns, metric row count,
-    the damage line of a run whose manifest does not validate: none of its rows is exported).
+    assembly keeps the input order. A store run's launches are merged with its tier-2
+    escalation. Returns (launch rows as columns, metric row count, warnings to show).
     """
-    try:
-        identity = run_identity(report)
-    except ManifestError as damaged:
-        run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
-        return {}, 0, run.line() + "; none of its launches is exported"
-    if metrics_long:
-        launches, metric_rows = _launches_writing_metrics(report, folder, index, chunk_rows)
-    else:
-        launches, metric_rows = read_launches_escalated(report), 0
-    return as_columns([launch_record(x, classify(x, threshold), identity) for x in launches]), metric_rows, None
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if metrics_long:
+            launches, metric_rows = _launches_writing_metrics(report, record, folder, index, chunk_rows)
+        else:
+            launches, metric_rows = (read_run_launches(record) if record is not None else read_launches(report)), 0
+    identity = run_identity(record)
+    rows = as_columns([launch_record(x, classify(x, threshold), identity) for x in launches])
+    return rows, metric_rows, tuple(f"{report}: {w.message}" for w in caught)
 
 
-def _launches_writing_metrics(report: Path, folder: Path, index: int, chunk_rows: int) -> tuple[tuple[Launch, ...], int]:
+def _launches_writing_metrics(report: Path, record: RunRecord | None, folder: Path, index: int,
+                              chunk_rows: int) -> tuple[tuple[Launch, ...], int]:
     """The report's launches (with their escalation), its raw metrics streamed to parts as they are read."""
     # polars: only the long table needs it here
     from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
@@ -162,4 +156,4 @@ def _launches_writing_metrics(report: Path, folder: Path, index: int, chunk_rows
                 }
             )
     metrics.close()
-    return with_escalation(report, tier1), metrics.rows
+    return (with_tier2(record, tuple(tier1)) if record is not None else tuple(tier1)), metrics.rows

@@ -110,13 +110,3 @@ def _tables(analysis: Analysis) -> dict[str, Any]:
         frames["explain"] = pl.DataFrame(rows, infer_schema_length=None)
     return frames
 
-
-def write_tables(analysis: Analysis, out_dir: Path, *, inputs: Sequence[Path] = ()) -> list[Path]:
-    """stability.parquet and explain.parquet (the numbers behind the report)."""
-    from ncuflow.output.export import write_parquet
-
-    paths = []
-    for table, frame in _tables(analysis).items():
-        paths.append(Path(out_dir) / f"{table}.parquet")
-        write_parquet(frame, paths[-1], table=table, inputs=inputs, option="-o/--output")
-    return paths

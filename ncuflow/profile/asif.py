@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncuflow.analyze.classify import Verdict, classify
-from ncuflow.profile.passes import ESCALATION_BAND, Collection, name_class
+from ncuflow.analyze.classify import ESCALATION_BAND, Verdict, classify, undecided
+from ncuflow.profile.passes import Collection, name_class
 from ncuflow.read.extract import iter_launches
 from ncuflow.read.launch import Launch
 
@@ -26,19 +26,6 @@ def allow_only(names: tuple[str, ...] | None) -> Callable[[str], bool] | None:
         return None
     allowed = frozenset(names)
     return lambda name: name in allowed or name_class(name) == "free"
-
-
-def undecided(verdict: Verdict, band: float = ESCALATION_BAND) -> bool:
-    """Tier 1 cannot decide: no term computed, or the largest just below the threshold.
-
-    A lower bound at or above the threshold already proves the launch is on a wall; far
-    below it, the corpus shows the terms tier 1 does not see never lift it over.
-    """
-    available = [t.utilization for t in verdict.terms if t.utilization is not None]
-    if not available:
-        return True
-    top = max(available)
-    return verdict.threshold * band <= top < verdict.threshold
 
 
 @dataclass(frozen=True)

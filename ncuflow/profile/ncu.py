@@ -12,43 +12,34 @@ import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from glob import glob
 from pathlib import Path
-from typing import Literal
 
 from ncuflow.errors import UsageError
 from ncuflow.host import run_bounded
 from ncuflow.profile.ncu_errors import NcuNotFound
 from ncuflow.read.metrics import decisive_metric_names
+from ncuflow.store.collection import (
+    CACHE_CONTROLS,
+    CLOCK_CONTROLS,
+    DECISIVE,
+    DECISIVE_TIER2,
+    NAMED_SETS,
+    REPLAY_MODES,
+    NcuOptions,
+)
 
-ReplayMode = Literal["kernel", "application", "range", "app-range"]
-CacheControl = Literal["all", "none"]
-ClockControl = Literal["base", "none"]
-
-REPLAY_MODES: tuple[str, ...] = ("kernel", "application", "range", "app-range")
-CACHE_CONTROLS: tuple[str, ...] = ("all", "none")
-CLOCK_CONTROLS: tuple[str, ...] = ("base", "none")
-# ncu's own section sets (``ncu --list-sets``); "decisive" is ncuflow's metric list.
-NAMED_SETS: tuple[str, ...] = ("basic", "detailed", "full", "nvlink", "pmsampling", "roofline")
-DECISIVE = "decisive"
-DECISIVE_TIER2 = "decisive-tier2"  # the escalation run for launches tier 1 leaves undecided
+__all__ = [
+    "CACHE_CONTROLS", "CLOCK_CONTROLS", "DECISIVE", "DECISIVE_TIER2", "NAMED_SETS", "REPLAY_MODES", "NcuOptions",
+    "build_command", "collection_args", "describe_filters", "find_ncu", "ncu_candidates", "ncu_version",
+    "nvtx_include_for_range", "resolve_executable",
+]
 
 FIXED_NCU_LOCATIONS: tuple[str, ...] = ("/usr/local/cuda/bin/ncu",)
 OPT_NCU_GLOB = "/opt/nvidia/nsight-compute/*/ncu"
 
 
-# ----------------------------------------------------------------------------- errors
-
-
 # ----------------------------------------------------------------------------- locating ncu
-
-
-@dataclass(frozen=True)
-class NcuInstall:
-    path: Path
-    version: str | None  # "2025.3.1.0"
-    found_by: str  # "--ncu", "NCU", "PATH", "/opt/nvidia/nsight-compute", "/usr/local/cuda"
 
 
 def _version_key(path: str) -> tuple[int, ...]:
@@ -148,12 +139,6 @@ def ncu_version(ncu: Path, timeout: float = 30.0) -> str | None:
     return None if done is None else parse_version_output(done.stdout + "\n" + done.stderr)
 
 
-def locate_ncu(explicit: str | os.PathLike[str] | None = None,
-               env: Mapping[str, str] | None = None, timeout: float = 30.0) -> NcuInstall:
-    path, how = find_ncu(explicit, env)
-    return NcuInstall(path=path, version=ncu_version(path, timeout), found_by=how)
-
-
 # ----------------------------------------------------------------------------- options
 
 
@@ -176,101 +161,6 @@ def nvtx_include_for_range(range_name: str) -> str:
             "Pass the full expression with --nvtx (e.g. 'domain@range/') or rename the range.",
         )
     return name if name.endswith("/") else name + "/"
-
-
-@dataclass(frozen=True)
-class NcuOptions:
-    """What to collect and how. Validated on construction; hashable; no paths in it."""
-
-    replay_mode: str = "kernel"
-    cache_control: str = "all"
-    clock_control: str = "base"
-    metric_set: str = DECISIVE  # "decisive" or one of NAMED_SETS
-    sections: tuple[str, ...] = ()  # --section NAME each (with or instead of a set)
-    extra_metrics: tuple[str, ...] = ()
-    exclude_metrics: tuple[str, ...] = ()  # names this ncu/GPU rejected (dropped, recorded)
-    launch_count: int | None = None
-    launch_skip: int | None = None
-    kernel_regex: str | None = None
-    nvtx_include: tuple[str, ...] = ()  # full ncu expressions, e.g. "ncuflow:flat_decode/"
-    target_processes: str = "all"
-    extra_args: tuple[str, ...] = field(default=())
-
-    def __post_init__(self) -> None:
-        _check_types(self)
-        _choice("--replay-mode", self.replay_mode, REPLAY_MODES)
-        _choice("--cache-control", self.cache_control, CACHE_CONTROLS)
-        _choice("--clock-control", self.clock_control, CLOCK_CONTROLS)
-        _choice("--target-processes", self.target_processes, ("all", "application-only"))
-        if self.metric_set not in (DECISIVE, DECISIVE_TIER2, "none", *NAMED_SETS):
-            raise UsageError(
-                f"Unknown metric set {self.metric_set!r}.",
-                f"ncuflow collects its decisive metric list ({DECISIVE}) or one of ncu's sets: "
-                f"{', '.join(NAMED_SETS)}; use 'none' with --section for sections only.",
-                "Choose one of those (`ncu --list-sets` shows what each holds).",
-            )
-        if self.metric_set == "none" and not self.sections and not self.extra_metrics:
-            raise UsageError(
-                "The metric set 'none' with no --section or --metrics collects nothing.",
-                "", "Add --section NAME or choose a set.",
-            )
-        for name, value in (("--launch-count", self.launch_count), ("--launch-skip", self.launch_skip)):
-            if value is not None and value < (1 if name == "--launch-count" else 0):
-                raise UsageError(f"{name} {value} is out of range.", "",
-                                 f"Give {name} a {'positive' if name == '--launch-count' else 'non-negative'} integer.")
-        for text in (*self.sections, *self.extra_metrics, *self.nvtx_include):
-            if not text.strip() or "\n" in text:
-                raise UsageError(f"The option value {text!r} is empty or spans lines.", "",
-                                 "Give one name per option.")
-
-    def metric_set_label(self) -> str:
-        """How the collection is described in the manifest."""
-        parts = [self.metric_set]
-        if self.sections:
-            parts.append("sections:" + ",".join(self.sections))
-        if self.extra_metrics:
-            parts.append("+metrics:" + ",".join(self.extra_metrics))
-        if self.exclude_metrics:
-            parts.append("-metrics:" + ",".join(self.exclude_metrics))
-        return ";".join(parts)
-
-
-def _check_types(options: NcuOptions) -> None:
-    """Every field of its declared type, the kernel regex compiled: nothing odd reaches ncu."""
-    for name in ("replay_mode", "cache_control", "clock_control", "metric_set", "target_processes"):
-        value = getattr(options, name)
-        if not isinstance(value, str):
-            raise UsageError(f"The ncu option {name} = {value!r} is not a string.", "",
-                             f"Give {name} one word, e.g. {getattr(NcuOptions, name)!r}.")
-    for name in ("sections", "extra_metrics", "exclude_metrics", "nvtx_include", "extra_args"):
-        value = getattr(options, name)
-        if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
-            raise UsageError(f"The ncu option {name} = {value!r} is not a list of names.", "",
-                             f"Give {name} as strings.")
-    for name in ("launch_count", "launch_skip"):
-        value = getattr(options, name)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise UsageError(f"The ncu option {name} = {value!r} is not an integer.", "",
-                             f"Give {name} a whole number.")
-    regex = options.kernel_regex
-    if regex is not None:
-        if not isinstance(regex, str) or not regex.strip() or "\n" in regex:
-            raise UsageError(f"The kernel regex {regex!r} is not one regular expression.", "",
-                             "Give --kernel one pattern, e.g. --kernel 'gemm|matmul'.")
-        try:
-            re.compile(regex)
-        except re.error as error:
-            raise UsageError(
-                f"The kernel regex {regex!r} does not compile: {error}.",
-                "ncu would reject it (or match nothing) after starting the program.",
-                "Fix the pattern (escape ( [ { with a backslash to match them literally).",
-            ) from None
-
-
-def _choice(option: str, value: str, allowed: Sequence[str]) -> None:
-    if value not in allowed:
-        raise UsageError(f"{option} {value!r} is not valid.", f"ncu accepts {', '.join(allowed)}.",
-                         f"Use one of: {', '.join(allowed)}.")
 
 
 def collection_args(options: NcuOptions) -> list[str]:
@@ -324,11 +214,6 @@ def build_command(
     command += ["--export", str(report_path), "--force-overwrite"]
     command += [str(a) for a in app_argv]
     return command
-
-
-# ----------------------------------------------------------------------------- the log
-
-
 
 
 def describe_filters(options: NcuOptions) -> str:

@@ -308,12 +308,6 @@ def read_report_collection(path: Path | str) -> ReportCollection:
 
 # ----------------------------------------------------------------------------- collections
 
-# Tier 1 leaves a launch undecided when its largest lower bound is below the on-wall
-# threshold but within this factor of it: a term tier 1 does not see (a math pipe, an L1
-# or L2 port) may then be on a wall. Chosen on the corpus (analysis/bench_passes.py).
-ESCALATION_BAND = 0.75
-
-
 @dataclass(frozen=True)
 class Collection:
     """A named metric list and, for ``decisive``, the list it escalates to."""

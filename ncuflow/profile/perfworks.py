@@ -18,7 +18,6 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from ncuflow.errors import NcuflowError
@@ -190,14 +189,6 @@ def _unavailable(detail: str) -> PerfworksUnavailable:
 
 
 # ----------------------------------------------------------------------------- the library
-
-
-@dataclass(frozen=True)
-class MetricDependencies:
-    """The raw counters one metric needs on one chip (Perfworks' hashed names)."""
-
-    metric: str
-    raw: tuple[str, ...]
 
 
 class Perfworks:

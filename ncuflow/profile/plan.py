@@ -1,77 +1,135 @@
-"""Planning a profile: the ncu command line, content key and run folders for a cell spec or any program."""
+"""Planning a profile: what runs (a cell, or any program), under which ncu command, stored where.
+
+A ``ProfileJob`` is one profile to run: its ``Target`` (a ``CellTarget`` or a
+``CommandTarget``), what ncu collects (``NcuOptions``), the store it goes to and its
+provenance (replica, sweep, escalation). ``plan_job(job, settings)`` decides everything
+before anything runs (the exact command, the content key, the run folders: what
+``--dry-run`` prints); ``ncuflow.profile.orchestrate`` executes the plan.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
 
 from ncuflow import store
+from ncuflow.cells.contract import CellSpec, nvtx_range_name
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.profile.ncu import (
-    DECISIVE,
-    NcuOptions,
-    build_command,
-    find_ncu,
-    nvtx_include_for_range,
-)
+from ncuflow.profile.ncu import NcuOptions, build_command, find_ncu, nvtx_include_for_range
+from ncuflow.profile.settings import ProfileSettings
+from ncuflow.store.manifest import CellFacts, Provenance
 
 REPRESENTATION_FILE = "representation.json"
-
-
 COMMAND_CELL = "command"  # the store's "cell" for `ncuflow profile -- CMD ...`
 
 
-class SpecLike(Protocol):
-    """What orchestrate needs of ``ncuflow.cells.CellSpec``."""
+@dataclass(frozen=True)
+class CellTarget:
+    """A cell of the registry (built in, or from the settings' cell folder)."""
+
+    spec: CellSpec
 
     @property
-    def cell(self) -> str: ...
+    def label(self) -> str:
+        return self.spec.text()
+
+    def options(self, options: NcuOptions) -> NcuOptions:
+        """The cell's own NVTX range, unless a kernel regex or a range is given."""
+        if options.nvtx_include or options.kernel_regex:
+            return options
+        return replace(options, nvtx_include=(nvtx_include_for_range(nvtx_range_name(self.spec.cell)),))
+
+
+@dataclass(frozen=True)
+class CommandTarget:
+    """Any program, profiled as given (``ncuflow profile -- CMD ARGS``)."""
+
+    argv: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.argv:
+            raise UsageError("There is no program after `--`.", "",
+                             "Write e.g. `ncuflow profile --kernel gemm -- ./app --size 4096`.")
 
     @property
-    def params(self) -> Any: ...  # tuple of (name, value) pairs, or a mapping
+    def label(self) -> str:
+        return shlex.join(self.argv)
 
-    def text(self) -> str: ...
+    def options(self, options: NcuOptions) -> NcuOptions:
+        return options
 
-    def slug(self) -> str: ...
+    def spec(self, options: NcuOptions) -> CellSpec:
+        """The store's identity of the program: its command line and the filters that pick kernels."""
+        params: list[tuple[str, str]] = [("argv", shlex.join(self.argv))]
+        if options.kernel_regex:
+            params.append(("kernel", options.kernel_regex))
+        if options.nvtx_include:
+            params.append(("nvtx", ";".join(options.nvtx_include)))
+        return CellSpec(COMMAND_CELL, tuple(sorted(params)))
 
-    def content_key(self) -> str: ...
+    def content_key(self, options: NcuOptions) -> str:
+        payload = json.dumps({"cell": COMMAND_CELL, "argv": list(self.argv),
+                              "nvtx": list(options.nvtx_include), "kernel": options.kernel_regex},
+                             sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+Target = CellTarget | CommandTarget
+
+
+@dataclass(frozen=True)
+class ProfileJob:
+    """One profile to run: what, how ncu collects it, which store, and where it came from."""
+
+    target: Target
+    options: NcuOptions = field(default_factory=NcuOptions)
+    provenance: Provenance = field(default_factory=Provenance)
+    cell_facts: CellFacts = field(default_factory=CellFacts)  # facts known before the run (timing outside ncu)
+    store: Path | None = None  # None: the settings' store (tier 2 goes to its .tier2 folder)
+
+    @property
+    def label(self) -> str:
+        return self.target.label
+
+    def collected(self) -> NcuOptions:
+        """The options ncu gets for this target."""
+        return self.target.options(self.options)
+
+    def spec(self) -> CellSpec:
+        target = self.target
+        return target.spec if isinstance(target, CellTarget) else target.spec(self.collected())
+
+    def content_key(self) -> str:
+        target = self.target
+        return target.spec.content_key() if isinstance(target, CellTarget) else target.content_key(self.collected())
 
 
 @dataclass(frozen=True)
 class ProfilePlan:
     """Everything a run will do, decided before anything runs."""
 
-    cell: str
-    params: dict[str, Any]
+    job: ProfileJob
+    spec: CellSpec
     content_key: str
-    slug: str
     run_id: str
     command: tuple[str, ...]
     ncu_path: str
     ncu_found: bool
-    options: NcuOptions
+    options: NcuOptions  # as ncu gets them
     store_root: Path
     tmp_path: Path
     final_path: Path
     representation_path: Path | None
-    extra_manifest: dict[str, Any] = field(default_factory=dict)
 
     def shell_line(self) -> str:
         """The command as one copy-pasteable line (for display only; runs use the list)."""
-        import shlex
-
         return shlex.join(self.command)
-
-
-def _params_of(spec: SpecLike) -> dict[str, Any]:
-    params = spec.params
-    return dict(params.items()) if isinstance(params, Mapping) else dict(params)
 
 
 def _resolve_ncu(ncu: str | os.PathLike[str] | None, *, must_exist: bool) -> tuple[str, bool]:
@@ -84,116 +142,24 @@ def _resolve_ncu(ncu: str | os.PathLike[str] | None, *, must_exist: bool) -> tup
         return str(ncu) if ncu else "ncu", False
 
 
-def _paths(store_root: Path, cell: str, slug: str, key: str, run_id: str) -> tuple[Path, Path]:
-    point = store.point_dir(store_root, cell, slug, key)
-    return point / f"{store.TMP_PREFIX}{run_id}-{os.getpid()}", point / run_id
-
-
-def recorded_options(manifest: store.Manifest) -> NcuOptions:
-    """The collection options a stored run was profiled with, to re-profile it alike.
-
-    Replicas of one point must differ only in the replay itself: a re-profile with other
-    options (a locked clock, another metric set) would be pooled with the stored run and
-    read as instability. The metric-set label is the one ``NcuOptions.metric_set_label``
-    wrote (``set;sections:a,b;+metrics:x;-metrics:y``).
-    """
-    label = manifest.metric_set or DECISIVE
-    metric_set, *parts = label.split(";")
-    lists: dict[str, tuple[str, ...]] = {"sections:": (), "+metrics:": (), "-metrics:": ()}
-    for part in parts:
-        for prefix in lists:
-            if part.startswith(prefix):
-                lists[prefix] = tuple(name for name in part[len(prefix):].split(",") if name)
-    defaults = NcuOptions()
-    return NcuOptions(
-        replay_mode=manifest.replay_mode or defaults.replay_mode,
-        cache_control=manifest.cache_control or defaults.cache_control,
-        clock_control=manifest.clock_control or defaults.clock_control,
-        metric_set=metric_set,
-        sections=lists["sections:"],
-        extra_metrics=lists["+metrics:"],
-        exclude_metrics=lists["-metrics:"],
-        launch_count=manifest.launch_count,
-        kernel_regex=manifest.kernel_regex or None,
-        nvtx_include=tuple(manifest.nvtx_include or ()),
-    )
-
-
-def cell_options(spec: SpecLike, options: NcuOptions) -> NcuOptions:
-    """The options for a built-in cell: its NVTX range unless a kernel regex or range is given."""
-    if options.nvtx_include or options.kernel_regex:
-        return options
-    from ncuflow.cells.contract import nvtx_range_name
-
-    return replace(options, nvtx_include=(nvtx_include_for_range(nvtx_range_name(spec.cell)),))
-
-
-def plan_cell(
-    spec: SpecLike,
-    options: NcuOptions,
-    store_root: Path,
-    *,
-    cells_dir: Path | None = None,
-    ncu: str | os.PathLike[str] | None = None,
-    dry_run: bool = False,
-    run_id: str | None = None,
-) -> ProfilePlan:
-    """Plan profiling one cell spec (resolves ncu; with ``dry_run`` a missing ncu is shown as 'ncu')."""
-    options = cell_options(spec, options)
-    root = Path(store_root).absolute()
-    ncu_path, found = _resolve_ncu(ncu, must_exist=not dry_run)
+def plan_job(job: ProfileJob, settings: ProfileSettings, *, dry_run: bool = False,
+         run_id: str | None = None) -> ProfilePlan:
+    """Plan one profile (resolves ncu; with ``dry_run`` a missing ncu is shown as 'ncu')."""
+    options = job.collected()
+    root = Path(job.store or settings.store).absolute()
+    ncu_path, found = _resolve_ncu(settings.ncu, must_exist=not dry_run)
     rid = run_id or store.new_run_id()
-    key = spec.content_key()
-    slug = spec.slug()
-    tmp, final = _paths(root, spec.cell, slug, key, rid)
-    representation = tmp / REPRESENTATION_FILE
-    app: list[str] = [sys.executable, "-m", "ncuflow.cells.cellrun", spec.text(),
-                      "--representation-out", str(representation)]
-    if cells_dir is not None:
-        app += ["--cells-dir", str(cells_dir)]
+    spec, key = job.spec(), job.content_key()
+    point = store.point_dir(root, spec, key)
+    tmp, final = point / f"{store.TMP_PREFIX}{rid}-{os.getpid()}", point / rid
+    representation: Path | None = None
+    if isinstance(job.target, CellTarget):
+        representation = tmp / REPRESENTATION_FILE
+        app: Sequence[str] = [sys.executable, "-m", "ncuflow.cells.cellrun", spec.text(),
+                              "--representation-out", str(representation), *settings.cells.runner_args()]
+    else:
+        app = job.target.argv
     command = build_command(ncu_path, options, tmp / store.REPORT_NAME, app)
-    return ProfilePlan(
-        cell=spec.cell, params=_params_of(spec), content_key=key, slug=slug, run_id=rid,
-        command=tuple(command), ncu_path=ncu_path, ncu_found=found, options=options,
-        store_root=root, tmp_path=tmp, final_path=final,
-        representation_path=representation, extra_manifest={"spec": spec.text()},
-    )
-
-
-def command_content_key(argv: Sequence[str], options: NcuOptions) -> str:
-    payload = json.dumps({"cell": COMMAND_CELL, "argv": list(argv),
-                          "nvtx": list(options.nvtx_include), "kernel": options.kernel_regex},
-                         sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
-
-
-def plan_command_line(
-    argv: Sequence[str],
-    options: NcuOptions,
-    store_root: Path,
-    *,
-    ncu: str | os.PathLike[str] | None = None,
-    dry_run: bool = False,
-    run_id: str | None = None,
-) -> ProfilePlan:
-    """Plan profiling any program (``ncuflow profile -- CMD ARGS``)."""
-    if not argv:
-        raise UsageError("There is no program after `--`.", "",
-                         "Write e.g. `ncuflow profile --kernel gemm -- ./app --size 4096`.")
-    root = Path(store_root).absolute()
-    ncu_path, found = _resolve_ncu(ncu, must_exist=not dry_run)
-    rid = run_id or store.new_run_id()
-    key = command_content_key(argv, options)
-    slug = store.params_slug({"prog": Path(argv[0]).name})
-    tmp, final = _paths(root, COMMAND_CELL, slug, key, rid)
-    command = build_command(ncu_path, options, tmp / store.REPORT_NAME, list(argv))
-    params: dict[str, Any] = {"argv": list(argv)}
-    if options.kernel_regex:
-        params["kernel"] = options.kernel_regex
-    if options.nvtx_include:
-        params["nvtx"] = list(options.nvtx_include)
-    return ProfilePlan(
-        cell=COMMAND_CELL, params=params, content_key=key, slug=slug, run_id=rid,
-        command=tuple(command), ncu_path=ncu_path, ncu_found=found, options=options,
-        store_root=root, tmp_path=tmp, final_path=final, representation_path=None,
-    )
+    return ProfilePlan(job=job, spec=spec, content_key=key, run_id=rid, command=tuple(command),
+                       ncu_path=ncu_path, ncu_found=found, options=options, store_root=root,
+                       tmp_path=tmp, final_path=final, representation_path=representation)

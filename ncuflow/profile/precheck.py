@@ -59,7 +59,7 @@ def check_passes(options: NcuOptions, chip: str | None = None) -> PassCheck:
     names = metric_list(options)
     sections = options.metric_set not in ("decisive", "decisive-tier2", "none") or options.sections
     if not names:
-        return none(f"passes not predicted: ncu's sections ({options.metric_set_label()}) include sampling "
+        return none(f"passes not predicted: ncu's sections ({options.label()}) include sampling "
                     "and source counters Perfworks does not model")
     try:
         library = perfworks.load()

@@ -7,7 +7,7 @@ Ray schedules, never ncuflow: a task asks for ``num_gpus=1`` and Ray sets
 ``CUDA_VISIBLE_DEVICES`` for it; Ray's own launchers cover Slurm and Kubernetes.
 
 Where the store lives: **on the driver; runs are shipped back.** A task profiles with
-the same ``profile_cell`` as a local sweep, into a scratch store in a temporary folder
+the same ``profile_tier1`` as a local sweep (its escalation judged on the node), into a scratch store in a temporary folder
 of its node, and returns the run's files (report, manifest, log: a few MB); the driver
 commits each one into the store with the store's own atomic commit (``store.begin_run``
 / ``finish_run``: a temporary folder renamed when complete). Why: a Ray cluster has no
@@ -32,24 +32,22 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ncuflow import store
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.files import make_console, pid_alive
-from ncuflow.profile.ncu import NcuOptions
+from ncuflow.files import pid_alive
+from ncuflow.profile.escalation import Undecided, commit_tier2, profile_tier1, tier2_job
 from ncuflow.profile.ncu_errors import ProfileInterrupted
-from ncuflow.profile.sweep import (
-    SweepOutcome,
-    SweepPlan,
-    start_sweep,
-    sweep_manifest_extra,
-    sweep_progress,
-)
-from ncuflow.store.manifest import MANIFEST_NAME
+from ncuflow.profile.orchestrate import StoredRun, profile
+from ncuflow.profile.plan import ProfileJob
+from ncuflow.profile.settings import ProfileSettings
+from ncuflow.profile.sweep import SweepPoint
+from ncuflow.profile.sweep_run import PointStatus, SweepContext, SweepOutcome
+from ncuflow.store import tiers
+from ncuflow.store.manifest import MANIFEST_NAME, Manifest
 
 # Tasks retried by Ray when their worker process or node dies (not on a profile's own error).
 TASK_RETRIES = 3
@@ -71,9 +69,6 @@ def import_ray() -> Any:
 class ShippedRun:
     """A complete run made on a Ray node, carried back to the driver as bytes."""
 
-    cell: str
-    point_folder: str  # <slug>-<key8>, as the node's store named it
-    run_id: str
     manifest: dict[str, Any]
     report: bytes
     log: bytes
@@ -85,12 +80,13 @@ class ShippedFailure:
     node kept as ``.failed-<run-id>``, carried back to the driver as bytes."""
 
     error: NcuflowError
-    cell: str
-    point_folder: str
-    run_id: str
     manifest: dict[str, Any]
     log: bytes
     node_path: str  # the node's .failed-<run-id> folder, which the error's text names
+
+
+def _typed(shipped: ShippedRun | ShippedFailure) -> Manifest:
+    return Manifest.from_json(shipped.manifest, "<shipped manifest>")
 
 
 def keep_shipped_failure(store_root: Path, failure: ShippedFailure) -> NcuflowError:
@@ -98,18 +94,17 @@ def keep_shipped_failure(store_root: Path, failure: ShippedFailure) -> NcuflowEr
     (``store.keep_failed_run``), and return the error naming that copy (the node's scratch
     folder is gone when the task ends). Where it cannot be kept, the error is returned as the
     node wrote it."""
-    slug = failure.point_folder.rsplit("-", 1)[0]
     try:
-        pending = store.begin_run(store_root, failure.cell, slug, str(failure.manifest["content_key"]),
-                                  failure.run_id)
-    except (store.StoreError, KeyError):
+        manifest = _typed(failure)
+        pending = store.begin_run(store_root, manifest.spec, manifest.content_key, manifest.run_id)
+    except NcuflowError:
         return failure.error
     try:
         pending.log_path.write_bytes(failure.log)
     except OSError:
         store.abandon_run(pending)
         return failure.error
-    kept = store.keep_failed_run(pending, failure.manifest)
+    kept = store.keep_failed_run(pending, manifest)
     if kept is not None:
         failure.error.replace_in_text(failure.node_path, str(kept))
     return failure.error
@@ -117,7 +112,7 @@ def keep_shipped_failure(store_root: Path, failure: ShippedFailure) -> NcuflowEr
 
 def _failure_to_ship(error: NcuflowError, scratch: Path) -> ShippedFailure | NcuflowError:
     """The error with what ``store.keep_failed_run`` kept of the run in the scratch store, if it did."""
-    kept = sorted(scratch.glob(f"*/*/{store.FAILED_PREFIX}*"))
+    kept = sorted(scratch.glob(f"**/{store.FAILED_PREFIX}*"))
     if not kept:
         return error
     folder = kept[-1]
@@ -126,9 +121,7 @@ def _failure_to_ship(error: NcuflowError, scratch: Path) -> ShippedFailure | Ncu
         log = (folder / store.LOG_NAME).read_bytes()
     except (OSError, ValueError):
         return error
-    return ShippedFailure(error=error, cell=folder.parent.parent.name, point_folder=folder.parent.name,
-                          run_id=folder.name.removeprefix(store.FAILED_PREFIX), manifest=manifest, log=log,
-                          node_path=str(folder))
+    return ShippedFailure(error=error, manifest=manifest, log=log, node_path=str(folder))
 
 
 SCRATCH_PREFIX = "ncuflow-ray-"
@@ -145,31 +138,25 @@ def remove_dead_scratch(folder: Path | None = None) -> list[Path]:
     return removed
 
 
-def profile_point_task(
-    spec: Any, options: NcuOptions, cells_dir: Path | None, timeout: float, ncu: str | None,
-    manifest_extra: dict[str, Any],
-) -> ShippedRun | ShippedFailure | NcuflowError:
-    """The body of a Ray task: profile one replica into a scratch store, ship it back.
+def profile_point_task(job: ProfileJob, settings: ProfileSettings, tier: int) -> ShippedRun | ShippedFailure | NcuflowError:
+    """The body of a Ray task: profile one job into a scratch store, ship it back.
 
-    A profile's own failure is returned, not raised, with the log its node kept: Ray
-    retries only what kills the worker, and the driver decides (stop, or keep going) as a
-    local sweep does.
+    Tier 1 is judged for escalation on the node, as a local sweep judges it. A profile's own
+    failure is returned, not raised, with the log its node kept: Ray retries only what kills
+    the worker, and the driver decides (stop, or keep going) as a local sweep does.
     """
-    from ncuflow.profile.orchestrate import profile_cell
-
     remove_dead_scratch()
     scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
     try:
-        extra = {**manifest_extra, "ray_node": os.uname().nodename,
-                 "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-        record = profile_cell(spec, options, scratch, cells_dir=cells_dir, timeout=timeout, ncu=ncu,
-                              manifest_extra=extra)
-        return ShippedRun(
-            cell=record.path.parent.parent.name, point_folder=record.path.parent.name,
-            run_id=record.run_id, manifest=record.manifest.to_json(),
-            report=record.report_path.read_bytes(),
-            log=record.log_path.read_bytes() if record.log_path.exists() else b"",
-        )
+        here = replace(job, store=None)
+        local = replace(settings, store=scratch)
+        stored = profile_tier1(here, local) if tier == 1 else profile(here, local)
+        record = stored.record
+        machine = replace(record.manifest.machine, node=os.uname().nodename,
+                          cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
+        return ShippedRun(manifest=replace(record.manifest, machine=machine).to_json(),
+                          report=record.report_path.read_bytes(),
+                          log=record.log_path.read_bytes() if record.log_path.exists() else b"")
     except NcuflowError as error:
         return _failure_to_ship(error, scratch)
     finally:
@@ -186,16 +173,16 @@ def commit_shipped(store_root: Path, shipped: ShippedRun, replicas: int | None =
     """
     from ncuflow.store.lock import point_lock
 
-    slug = shipped.point_folder.rsplit("-", 1)[0]
-    key = str(shipped.manifest["content_key"])
-    with point_lock(store.point_dir(store_root, shipped.cell, slug, key)):
-        if replicas is not None and len(store.complete_runs_for_key(store_root, shipped.cell, key)) >= replicas:
+    manifest = _typed(shipped)
+    with point_lock(store.point_dir(store_root, manifest.spec, manifest.content_key)):
+        if replicas is not None and len(store.complete_runs_for_key(store_root, manifest.cell,
+                                                                     manifest.content_key)) >= replicas:
             return None
-        pending = store.begin_run(store_root, shipped.cell, slug, key, shipped.run_id)
+        pending = store.begin_run(store_root, manifest.spec, manifest.content_key, manifest.run_id)
         try:
             pending.report_path.write_bytes(shipped.report)
             pending.log_path.write_bytes(shipped.log)
-            return store.finish_run(pending, shipped.manifest)
+            return store.finish_run(pending, manifest)
         except BaseException:
             store.abandon_run(pending)
             raise
@@ -234,122 +221,97 @@ def cluster_gpus(ray: Any) -> float:
     return float(ray.cluster_resources().get("GPU", 0))
 
 
-def run_sweep_on_ray(
-    plan: SweepPlan,
-    store_root: Path,
-    *,
-    address: str | None = None,
-    local_gpus: int | None = None,
-    ncu: str | None = None,
-    cells_dir: Path | None = None,
-    timeout: float | None = None,
-    keep_going: bool = False,
-    console: Any = None,
-    show_progress: bool = True,
-    on_stored: Callable[[store.RunRecord], None] | None = None,
-    escalate: bool = True,
-    threshold: float | None = None,
-) -> SweepOutcome:
-    """``run_sweep`` with each missing replica a Ray task; the same summary and outcome, and the
-    same escalation to tier 2 (a second round of tasks, after tier 1)."""
-    from ncuflow.profile.sweep_escalation import runs_to_escalate
+class RayExecutor:
+    """The profiles of a sweep as Ray tasks, one GPU each; the runs committed here as they return."""
 
-    console = console or make_console()
-    outcome, todo, total = start_sweep(plan, store_root, console)
-    escalations: list[tuple[Any, store.RunRecord]] = []
-    if total == 0:
-        if escalate:  # only what an earlier, stopped sweep left unchecked
-            escalations, outcome.unchecked = runs_to_escalate(plan, store_root, threshold, console.print)
-        if not escalations:
-            return outcome
-    ray = import_ray()
-    started = connect(ray, address, local_gpus)
-    pending: dict[Any, Any] = {}
-    try:
-        gpus = cluster_gpus(ray)
-        if gpus < 1:
-            raise UsageError(
-                "The Ray cluster offers no GPU, so no profile task can ever be scheduled.",
-                f"Its resources are: {ray.cluster_resources()}.",
-                "Start the GPU nodes' Ray with their GPUs (`ray start --num-gpus N`), or use --ray-local-gpus N.",
-            )
-        console.print(f"ray: {gpus:g} GPUs in the cluster; each profile is a task with num_gpus=1")
-        remote = ray.remote(num_gpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(profile_point_task)
+    def __init__(self, context: SweepContext) -> None:
+        placement = context.sweep.ray
+        assert placement is not None
+        self.context = context
+        self.ray = import_ray()
+        self.started = connect(self.ray, placement.address, placement.local_gpus)
+        self.pending: dict[Any, Any] = {}
+        try:
+            gpus = cluster_gpus(self.ray)
+            if gpus < 1:
+                raise UsageError(
+                    "The Ray cluster offers no GPU, so no profile task can ever be scheduled.",
+                    f"Its resources are: {self.ray.cluster_resources()}.",
+                    "Start the GPU nodes' Ray with their GPUs (`ray start --num-gpus N`), or use --ray-local-gpus N.",
+                )
+        except BaseException:
+            self.close()
+            raise
+        context.console.print(f"ray: {gpus:g} GPUs in the cluster; each profile is a task with num_gpus=1")
+        self.remote = self.ray.remote(num_gpus=1, max_retries=TASK_RETRIES, retry_exceptions=False)(profile_point_task)
+
+    def close(self) -> None:
+        for ref in self.pending:  # what is still running when the sweep stops early
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref)
+        self.pending.clear()
+        if self.started:
+            self.ray.shutdown()
+            self.started = False
+
+    def _submit(self, job: ProfileJob, tier: int, what: Any) -> None:
+        self.pending[self.remote.remote(job, self.context.settings, tier)] = what
+
+    def _results(self) -> Any:
+        """(what was submitted, its result) as each task ends; Ctrl-C stops the sweep."""
+        try:
+            while self.pending:
+                ready, _ = self.ray.wait(list(self.pending), num_returns=1)
+                what = self.pending.pop(ready[0])
+                yield what, self.ray.get(ready[0])
+        except KeyboardInterrupt:
+            raise ProfileInterrupted("SIGINT") from None
+
+    def tier1(self, todo: list[PointStatus], total: int, outcome: SweepOutcome) -> None:
+        context = self.context
         for status in todo:
-            for replica in range(status.done, plan.replicas):
-                extra = sweep_manifest_extra(plan, replica)
-                ref = remote.remote(status.point.spec, plan.options, cells_dir, timeout or plan.timeout, ncu, extra)
-                pending[ref] = status.point
-        failed_points: set[str] = set()
-        with sweep_progress(console, show_progress) as progress:
-            task = progress.add_task(plan.name, total=total)
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                point = pending.pop(ready[0])
-                result = ray.get(ready[0])
-                if isinstance(result, ShippedFailure):
-                    result = keep_shipped_failure(store_root, result)
-                if isinstance(result, NcuflowError):  # one replica's task; said once per point
-                    outcome.point_failed(point, result, progress.console.print, keep_going=keep_going,
-                                         already_said=point.content_key in failed_points)
-                    failed_points.add(point.content_key)
-                    progress.advance(task)
-                    continue
-                record = commit_shipped(store_root, result, plan.replicas)
-                if record is None:  # another writer stored the point's replicas meanwhile
-                    progress.update(task, description=f"{point.spec_text} already stored elsewhere")
-                    progress.advance(task)
+            for replica in range(status.done, context.plan.replicas):
+                self._submit(context.job(status.point, replica), 1, status.point)
+        failed: set[str] = set()
+        with context.progress() as progress:
+            task = progress.add_task(context.plan.name, total=total)
+            for point, result in self._results():
+                progress.advance(task)
+                record = self._commit(point, result, context.store_root, outcome, failed, progress.console.print,
+                                      replicas=context.plan.replicas)
+                if record is None:
                     continue
                 outcome.profiled.append(record)
-                if on_stored is not None:
-                    on_stored(record)
                 progress.update(task, description=f"{point.spec_text} stored")
-                progress.advance(task)
-        if escalate and total > 0:
-            escalations, outcome.unchecked = runs_to_escalate(plan, store_root, threshold, console.print)
-        _escalate_on_ray(plan, store_root, outcome, console, remote, escalations, pending, ray,
-                         cells_dir=cells_dir, timeout=timeout or plan.timeout, ncu=ncu, keep_going=keep_going)
-    except KeyboardInterrupt:
-        raise ProfileInterrupted("SIGINT") from None
-    finally:
-        for ref in pending:  # what is still running when the sweep stops early
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
-        if started:
-            ray.shutdown()
-    return outcome
 
+    def tier2(self, todo: list[tuple[SweepPoint, Undecided]], outcome: SweepOutcome) -> None:
+        context = self.context
+        for point, item in todo:
+            job = tier2_job(item.run, context.job(point, item.run.manifest.provenance.replica or 0))
+            self._submit(replace(job, store=None), 2, (point, item))
+        for (point, item), result in self._results():
+            tier2 = tiers.tier2_root(item.run.store_root)
 
-def _escalate_on_ray(plan: SweepPlan, store_root: Path, outcome: SweepOutcome, console: Any, remote: Any,
-                     escalations: list[tuple[Any, store.RunRecord]], pending: dict[Any, Any], ray: Any, *,
-                     cells_dir: Path | None, timeout: float, ncu: str | None, keep_going: bool) -> None:
-    """Tier 2 for the runs tier 1 left undecided: one task each; committed under ``.tier2``
-    and named in the tier-1 run on this machine, as ``profile`` does."""
-    from ncuflow.profile.escalate import tier2_options, tier2_root
-    from ncuflow.profile.sweep_escalation import commit_escalation, tier2_manifest_extra
+            def commit(result: Any = result, point: SweepPoint = point, tier2: Path = tier2) -> StoredRun | None:
+                record = self._commit(point, result, tier2, outcome, set(), context.console.print, stage="tier 2 of ")
+                return StoredRun(record) if record is not None else None
 
-    tier2 = {remote.remote(point.spec, tier2_options(plan.options), cells_dir, timeout, ncu,
-                           tier2_manifest_extra(plan, run)): (point, run) for point, run in escalations}
-    pending.update(tier2)
-    while tier2:
-        ready, _ = ray.wait(list(tier2), num_returns=1)
-        point, run = tier2.pop(ready[0])
-        pending.pop(ready[0], None)
-        result = ray.get(ready[0])
+            second = commit_tier2(item.run, commit)
+            if second is not None:
+                outcome.escalated.append(second.record)
+                context.console.print(f"stored tier 2 of {point.spec_text} in {second.record.path}", soft_wrap=True)
+
+    def _commit(self, point: SweepPoint, result: Any, root: Path, outcome: SweepOutcome, failed: set[str],
+                say: Any, *, replicas: int | None = None, stage: str = "") -> store.RunRecord | None:
+        """A task's result stored in ``root``, or its failure kept and judged by the one rule."""
         if isinstance(result, ShippedFailure):
-            result = keep_shipped_failure(tier2_root(store_root), result)
-        if isinstance(result, NcuflowError):
-            outcome.point_failed(point, result, console.print, keep_going=keep_going, stage="tier 2 of ")
-            continue
-        shipped: ShippedRun = result
-
-        def store_tier2(shipped: ShippedRun = shipped) -> store.RunRecord | None:
-            return commit_shipped(tier2_root(store_root), shipped)
-
-        second = commit_escalation(plan, point, run, store_root, store_tier2)
-        if second is not None:
-            outcome.escalated.append(second)
-            console.print(f"stored tier 2 of {point.spec_text} in {second.path}", soft_wrap=True)
+            result = keep_shipped_failure(root, result)
+        if isinstance(result, NcuflowError):  # one replica's task; said once per point
+            outcome.point_failed(point, result, say, keep_going=self.context.sweep.keep_going, stage=stage,
+                                 already_said=point.content_key in failed)
+            failed.add(point.content_key)
+            return None
+        return commit_shipped(root, result, replicas)
 
 
 def ray_doctor_checks(address: str | None) -> list[tuple[str, str, str, str | None]]:

@@ -15,29 +15,26 @@
     metric_set = "decisive"        # or "full", "basic", ...
     launch_count = 1
 
-Execution is resumable: before profiling, every point's complete runs are counted in
-the store (by content key) and only the missing replicas are profiled. A run becomes
-complete atomically (see ``store``), so a sweep stopped at any moment and re-run loses
-nothing and profiles nothing twice. Each run's manifest records its ``replica`` (counted
-from 0), the sweep's ``name``, file and ``sweep_axes`` (each axis and its values): explain
-takes the swept parameters from there.
+This module is the file: its schema, checked key by key with the line of a wrong value,
+and the plan it expands to (every point of the product, each a ``CellSpec``). Running a
+plan, resumably, here or on Ray, is ``ncuflow.profile.sweep_run``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import math
 import re
 import tomllib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ncuflow import store
-from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.files import make_console, os_error
+from ncuflow.cells.contract import CellSpec
+from ncuflow.cells.source import CellSource
+from ncuflow.errors import UsageError
+from ncuflow.files import read_small_file
 from ncuflow.profile import DEFAULT_TIMEOUT_S
 from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
@@ -47,15 +44,10 @@ from ncuflow.profile.ncu import (
     REPLAY_MODES,
     NcuOptions,
 )
-from ncuflow.profile.ncu_errors import (
-    CounterPermissionDenied,
-    DriverMismatch,
-    MetricNotFound,
-    NcuNotFound,
-    ProfileInterrupted,
-)
-from ncuflow.store import lock as point_lock
-from ncuflow.store.manifest import axes_json
+from ncuflow.store.manifest import Sweep
+
+MAX_REPLICAS = 1000
+MAX_POINTS = 10_000  # each point is a profile of seconds to minutes: 10,000 is days of GPU time
 
 NCU_KEYS = {
     "replay_mode": "replay_mode", "cache_control": "cache_control", "clock_control": "clock_control",
@@ -63,27 +55,35 @@ NCU_KEYS = {
     "launch_count": "launch_count", "launch_skip": "launch_skip", "kernel": "kernel_regex",
     "nvtx": "nvtx_include",
 }
-# Errors that will fail every point the same way: stop the sweep at the first one.
-ENVIRONMENT_ERRORS = (NcuNotFound, CounterPermissionDenied, DriverMismatch, MetricNotFound)
-
 Scalar = str | int | float | bool
 
 
 @dataclass(frozen=True)
 class SweepPoint:
+    """One point of a sweep: its cell spec (every parameter, defaults filled) and the axes' values."""
+
     index: int
-    spec_text: str
-    params: dict[str, Any]  # every parameter of the cell (defaults filled)
-    axis_values: dict[str, Any]
-    content_key: str
-    spec: Any  # ncuflow.cells.CellSpec
+    spec: CellSpec
+    axis_values: Mapping[str, Any]
+
+    @property
+    def spec_text(self) -> str:
+        return self.spec.text()
+
+    @property
+    def content_key(self) -> str:
+        return self.spec.content_key()
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return self.spec.as_dict()
 
 
 @dataclass(frozen=True)
 class SweepPlan:
     name: str
     cell: str
-    fixed: dict[str, Any]
+    fixed: Mapping[str, Any]
     axes: tuple[tuple[str, tuple[Any, ...]], ...]
     replicas: int
     options: NcuOptions
@@ -91,36 +91,10 @@ class SweepPlan:
     points: tuple[SweepPoint, ...]
     source: Path | None = None
 
-
-@dataclass(frozen=True)
-class PointStatus:
-    point: SweepPoint
-    done: int  # complete runs already in the store
-    needed: int  # replicas still to profile
-
-
-@dataclass
-class SweepOutcome:
-    profiled: list[store.RunRecord] = field(default_factory=list)
-    skipped_points: int = 0
-    failures: list[tuple[SweepPoint, NcuflowError]] = field(default_factory=list)
-    escalated: list[store.RunRecord] = field(default_factory=list)  # tier-2 runs stored
-    unchecked: int = 0  # tier-1 runs whose report could not be read here to decide escalation
-
-    def point_failed(self, point: SweepPoint, error: NcuflowError, say: Callable[[str], Any], *,
-                     keep_going: bool, stage: str = "", already_said: bool = False) -> None:
-        """A profile of ``point`` failed (locally or on Ray, tier 1 or 2): the one rule.
-
-        Raises ``error`` (the sweep stops; the command says why, once) on Ctrl-C, on an
-        error that would fail every point (no ncu, counter permission, driver, unknown
-        metric), and on any error without ``keep_going``; otherwise records the failure and
-        says so (``already_said``: a point that has failed before; nothing more to say).
-        """
-        if isinstance(error, (ProfileInterrupted, *ENVIRONMENT_ERRORS)) or not keep_going:
-            raise error
-        if not already_said:
-            self.failures.append((point, error))
-            say(f"[red]failed[/red] {stage}{point.spec_text}: {error}")
+    def sweep(self) -> Sweep:
+        """What each run of the sweep records of it: its name, file and axes."""
+        return Sweep(name=self.name, file=str(self.source) if self.source else None,
+                     axes={name: tuple(values) for name, values in self.axes})
 
 
 def _bad(source: str, what: str, fix: str) -> UsageError:
@@ -153,7 +127,7 @@ def _is_seconds(value: Any) -> bool:
 
 
 def _is_name(value: Any) -> bool:
-    return isinstance(value, str) and bool(value.strip()) and "\n" not in value
+    return isinstance(value, str) and bool(value.strip()) and "\n" not in value and not value.lstrip().startswith("-")
 
 
 def _is_names(value: Any) -> bool:
@@ -176,7 +150,7 @@ def _one_of(values: Sequence[str]) -> Rule:
 
 TOP_RULES: dict[str, Rule] = {
     "cell": Rule("the name of a cell (a string, see `ncuflow cells`)", _is_name),
-    "replicas": Rule("an integer >= 1", lambda v: _is_int(v, 1)),
+    "replicas": Rule(f"an integer from 1 to {MAX_REPLICAS}", lambda v: _is_int(v, 1) and v <= MAX_REPLICAS),
     "timeout": Rule("a finite number of seconds > 0", _is_seconds),
     "fixed": Rule("a table ([fixed] then name = value lines)", lambda v: isinstance(v, dict)),
     "axes": Rule("a table ([axes] then name = [values] lines)", lambda v: isinstance(v, dict)),
@@ -184,7 +158,6 @@ TOP_RULES: dict[str, Rule] = {
     "description": Rule("a string", lambda v: isinstance(v, str)),
     "name": Rule("a non-empty string", _is_name),
 }
-TOP_KEYS = set(TOP_RULES)
 NCU_RULES: dict[str, Rule] = {
     "replay_mode": _one_of(REPLAY_MODES),
     "cache_control": _one_of(CACHE_CONTROLS),
@@ -262,10 +235,9 @@ def _check_table(where: _Where, table: str | None, data: Mapping[str, Any], rule
 
 
 def parse_sweep(data: Mapping[str, Any], *, source: Path | None = None,
-                cells_dir: Path | None = None, text: str | None = None) -> SweepPlan:
+                cells: CellSource | None = None, text: str | None = None) -> SweepPlan:
     """Check a sweep file's content against the schema (key, type, allowed values, line) and expand it."""
-    from ncuflow.cells.registry import make_spec
-
+    cells = cells or CellSource()
     where = _Where(source, text)
     _check_table(where, None, data, TOP_RULES)
     cell = data.get("cell")
@@ -282,6 +254,11 @@ def parse_sweep(data: Mapping[str, Any], *, source: Path | None = None,
         if name in fixed:
             raise _bad(where.name, f"sets {name!r} both in [fixed] and in [axes]", "Keep it in one place.")
         axes.append((name, tuple(values)))
+    count = math.prod(len(values) for _, values in axes)
+    if count > MAX_POINTS:
+        shape = " × ".join(f"{name}[{len(values)}]" for name, values in axes)
+        raise _bad(where.name, f"expands to {count:,} points ({shape}), more than the {MAX_POINTS:,} a sweep may hold",
+                   "Split it into several sweep files, or take fewer values per axis.")
     for name, value in fixed.items():
         if not _scalar(value):
             raise where.wrong("fixed", name, value, "one finite value (a number, a string or true/false)")
@@ -299,197 +276,44 @@ def parse_sweep(data: Mapping[str, Any], *, source: Path | None = None,
     names = [n for n, _ in axes]
     for combo in itertools.product(*(values for _, values in axes)) if axes else [()]:
         axis_values = dict(zip(names, combo, strict=True))
-        spec = make_spec(cell, {**fixed, **axis_values}, cells_dir)
+        spec = cells.make(cell, {**fixed, **axis_values})
         key = spec.content_key()
         if key in seen:
             continue
         seen.add(key)
-        points.append(SweepPoint(index=len(points), spec_text=spec.text(), params=dict(spec.params),
-                                 axis_values=axis_values, content_key=key, spec=spec))
+        points.append(SweepPoint(index=len(points), spec=spec, axis_values=axis_values))
     name = str(data.get("name") or (source.stem if source else cell))
     return SweepPlan(name=name, cell=cell, fixed=fixed, axes=tuple(axes), replicas=replicas,
                      options=options, timeout=float(timeout), points=tuple(points), source=source)
 
 
-def load_sweep(path: Path, cells_dir: Path | None = None) -> SweepPlan:
+MAX_SWEEP_FILE_BYTES = 1 << 20  # a sweep file is a few lines
+
+
+def load_sweep(path: Path, cells: CellSource | None = None) -> SweepPlan:
+    """Read, check and expand a sweep file (a regular file of at most 1 MiB: a FIFO or
+    ``/dev/zero`` is refused before reading)."""
+    def refuse(problem: str) -> UsageError:
+        if problem == "the file is missing":
+            return UsageError(f"The sweep file {path} does not exist.", "", "Check the path.")
+        return UsageError(f"The sweep file {path} cannot be read: {problem}.", "",
+                          "Name the sweep's .toml file (a regular file), and check its permissions.")
+
     try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"The sweep file {path} does not exist.", "", "Check the path.") from None
-    except IsADirectoryError:
-        raise UsageError(f"The sweep file {path} is a folder.", "", "Name the .toml file.") from None
-    except OSError as error:
-        raise UsageError(f"The sweep file {path} cannot be read: {error.strerror or error}.", "",
-                         "Check the path and its permissions.") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw[: error.start].count(b"\n") + 1
-        raise UsageError(f"The sweep file {path}, line {line}, is not UTF-8 text (byte {raw[error.start]:#04x}).",
-                         "TOML files are UTF-8.", "Save the file as UTF-8.") from None
+        text = read_small_file(Path(path), MAX_SWEEP_FILE_BYTES, what="sweep", error=refuse)
+    except UsageError as error:
+        if "not UTF-8" in error.what:
+            raise UsageError(error.what, "TOML files are UTF-8.", "Save the file as UTF-8.") from None
+        raise
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"The sweep file {path} is not valid TOML: {error}.", "",
                          "Fix the syntax (https://toml.io).") from None
-    return parse_sweep(data, source=Path(path), cells_dir=cells_dir, text=text)
-
-
-def point_status(plan: SweepPlan, store_root: Path) -> list[PointStatus]:
-    statuses = []
-    for point in plan.points:
-        done = len(store.complete_runs_for_key(store_root, plan.cell, point.content_key))
-        statuses.append(PointStatus(point, done, max(0, plan.replicas - done)))
-    return statuses
-
-
-ProfileFn = Callable[..., store.RunRecord]
-
-
-def sweep_progress(console: Any, show_progress: bool) -> Any:
-    """The progress bar of a sweep (local or on Ray): point, bar, done/total, elapsed, ETA."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        console=console, disable=not show_progress, transient=False,
-    )
-
-
-def sweep_manifest_extra(plan: SweepPlan, replica: int) -> dict[str, Any]:
-    """What a sweep adds to each run's manifest, locally or on Ray: replica, sweep, file, axes."""
-    return {"replica": replica, "sweep": plan.name,
-            "sweep_file": str(plan.source) if plan.source else None,
-            "sweep_axes": axes_json(plan.axes)}
-
-
-def start_sweep(plan: SweepPlan, store_root: Path, console: Any) -> tuple[SweepOutcome, list[PointStatus], int]:
-    """Before profiling, locally or on Ray: move the cell's damaged runs aside, count what is
-    missing per point, and say so. Returns (the outcome to fill, points to run, profiles to run)."""
-    from ncuflow.store.check import move_aside_damaged
-
-    for damaged, target in move_aside_damaged(store_root, plan.cell):
-        console.print(f"[yellow]moved a damaged run aside[/yellow] ({damaged.problem}): {damaged.path} -> {target.name}; "
-                      "its point is profiled again")
-    outcome = SweepOutcome()
-    statuses = point_status(plan, store_root)
-    todo = [s for s in statuses if s.needed > 0]
-    outcome.skipped_points = len(statuses) - len(todo)
-    total = sum(s.needed for s in todo)
-    console.print(
-        f"sweep {plan.name}: {len(statuses)} points × {plan.replicas} replicas; "
-        f"{outcome.skipped_points} points already complete, {total} profiles to run"
-    )
-    return outcome, todo, total
-
-
-def run_sweep(
-    plan: SweepPlan,
-    store_root: Path,
-    *,
-    ncu: str | None = None,
-    cells_dir: Path | None = None,
-    timeout: float | None = None,
-    keep_going: bool = False,
-    console: Any = None,
-    show_progress: bool = True,
-    profile: ProfileFn | None = None,
-) -> SweepOutcome:
-    """Profile every missing replica of every point; raises ProfileInterrupted on Ctrl-C.
-
-    ``keep_going`` continues past a point's own failure (e.g. a program error); errors
-    that would fail every point (no ncu, counter permission, driver, unknown metric)
-    always stop the sweep. Tier 2 for the runs tier 1 leaves undecided is the second phase
-    (``ncuflow.profile.sweep_escalation.sweep_here`` runs both).
-    """
-    from ncuflow.profile.orchestrate import profile_cell
-
-    run_one = profile or profile_cell
-    console = console or make_console()
-    outcome, todo, total = start_sweep(plan, store_root, console)
-    if total > 0:
-        _profile_points(plan, store_root, outcome, todo, total, run_one, console, show_progress, keep_going,
-                        cells_dir=cells_dir, timeout=timeout or plan.timeout, ncu=ncu)
-    return outcome
-
-
-def _profile_points(plan: SweepPlan, store_root: Path, outcome: SweepOutcome, todo: list[PointStatus], total: int,
-                    run_one: ProfileFn, console: Any, show_progress: bool, keep_going: bool, *,
-                    cells_dir: Path | None, timeout: float, ncu: str | None) -> None:
-    """Tier 1: every missing replica of the points, one writer per point."""
-    progress = sweep_progress(console, show_progress)
-    with progress:
-        task = progress.add_task(plan.name, total=total)
-
-        def profile_point(status: PointStatus) -> None:
-            """Profile the replicas still missing; the caller holds the point's lock."""
-            done = len(store.complete_runs_for_key(store_root, plan.cell, status.point.content_key))
-            if done > status.done:  # another writer profiled some meanwhile
-                progress.advance(task, max(0, min(done, plan.replicas) - status.done))
-            for replica in range(done, plan.replicas):
-                progress.update(task, description=f"{status.point.spec_text} #{replica + 1}")
-                try:
-                    record = run_one(
-                        status.point.spec, plan.options, store_root, cells_dir=cells_dir,
-                        timeout=timeout, ncu=ncu, manifest_extra=sweep_manifest_extra(plan, replica),
-                    )
-                except NcuflowError as error:
-                    outcome.point_failed(status.point, error, progress.console.print, keep_going=keep_going)
-                    progress.advance(task, plan.replicas - replica)
-                    return
-                outcome.profiled.append(record)
-                progress.advance(task)
-
-        # One writer per point: a point another process is profiling is done last, after
-        # waiting for its lock, and only what is then still missing is profiled.
-        busy: list[PointStatus] = []
-        for status in todo:
-            with _locked(plan, status, store_root, wait=False) as held:
-                if held is None:
-                    busy.append(status)
-                    continue
-                profile_point(status)
-        for status in busy:
-            def note(holder: dict[str, Any], status: PointStatus = status) -> None:
-                who = f"pid {holder.get('pid')}" if holder.get("pid") else "another process"
-                progress.console.print(f"waiting for {who}, which is profiling {status.point.spec_text}")
-            with _locked(plan, status, store_root, wait=True, on_wait=note):
-                profile_point(status)
-
-
-@contextlib.contextmanager
-def _locked(plan: SweepPlan, status: PointStatus, store_root: Path, *, wait: bool,
-            on_wait: Callable[[dict[str, Any]], None] | None = None) -> Iterator[point_lock.PointLock | None]:
-    folder = store.point_dir(Path(store_root).absolute(), plan.cell, status.point.spec.slug(),
-                             status.point.content_key)
-    try:
-        held = point_lock.acquire(folder, on_wait=on_wait) if wait else point_lock.try_lock(folder)
-    except OSError as error:
-        message = os_error(error, folder, "lock the store folder")
-        raise store.StoreError(message.what, message.why, message.fix) from None
-    try:
-        yield held
-    finally:
-        if held is not None:
-            held.release()
-
-
-def describe_points(plan: SweepPlan, store_root: Path) -> list[dict[str, Any]]:
-    """Rows for ``--dry-run``: each point, its key and how many replicas are still to run."""
-    return [
-        {"index": s.point.index, "spec": s.point.spec_text, "key8": s.point.content_key[:8],
-         "axes": " ".join(f"{k}={v}" for k, v in s.point.axis_values.items()) or s.point.spec_text,
-         "done": s.done, "to_run": s.needed}
-        for s in point_status(plan, store_root)
-    ]
+    except RecursionError:
+        raise UsageError(f"The sweep file {path} nests arrays or tables too deeply to read.", "",
+                         "A sweep file holds flat tables of values; remove the nesting.") from None
+    return parse_sweep(data, source=Path(path), cells=cells, text=text)
 
 
 def axes_summary(axes: Sequence[tuple[str, tuple[Any, ...]]]) -> str:

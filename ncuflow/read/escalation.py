@@ -1,16 +1,13 @@
 """A tier-1 run and its tier-2 escalation, read as one: each launch with every field either holds.
 
-``ncuflow profile`` collects the decisive tier 1; when tier 1 leaves a launch undecided it
-profiles tier 2 into ``STORE/.tier2/`` and writes ``escalation.json`` into the tier-1 run
-folder, naming that run. Every reader of a report goes through ``with_escalation``, so that
-``classify``, ``export``, ``stability``, ``explain``, ``report`` and ``compare`` of a store
-see the verdict ``profile`` printed, not tier 1 alone. The tier-2 run is not a replica of
-the cell: folders are searched without their hidden subfolders (``find_reports``).
+Which runs escalate, and when, is ``ncuflow.profile.escalation``'s; the store finds a run's
+tier-2 run (``ncuflow.store.tier2_runs_of``). Here the two runs' launches are merged, so
+that ``classify``, ``export``, ``stability``, ``explain``, ``report`` and ``compare`` of a
+store see the verdict ``profile`` printed, not tier 1 alone.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Sequence
 from dataclasses import replace
@@ -18,10 +15,8 @@ from pathlib import Path
 
 from ncuflow.errors import NcuflowError
 from ncuflow.read.launch import Launch
-from ncuflow.store import REPORT_NAME
-
-ESCALATION_FILE = "escalation.json"
-ESCALATION_FOLDER = ".tier2"  # hidden: runs of the escalation are not replicas of the cell
+from ncuflow.store import RunRecord
+from ncuflow.store.tiers import tier2_runs_of
 
 
 class EscalationWarning(UserWarning):
@@ -45,70 +40,48 @@ def merge_launches(first: Launch, second: Launch) -> Launch:
                    breakdown={**second.breakdown, **first.breakdown})
 
 
-def escalation_report(report: Path) -> Path | None:
-    """The tier-2 report of the run ``report`` belongs to; None where the run has no escalation.
+def merge_tiers(first: Sequence[Launch], second: Sequence[Launch],
+                second_report: Path | str) -> tuple[tuple[Launch, ...], str | None]:
+    """Tier 1's launches merged pairwise with tier 2's, in report order; where the counts differ
+    they cannot be paired: tier 1's alone, and why."""
+    if len(second) != len(first):
+        return tuple(first), (f"its tier-2 escalation ({second_report}) holds {len(second)} launches, tier 1 "
+                              f"{len(first)}; the launches cannot be paired, so tier 1 is used alone")
+    return tuple(merge_launches(a, b) for a, b in zip(first, second, strict=True)), None
 
-    ``escalation.json`` names the tier-2 run by path and id (or says none was needed); a
-    store that was moved or copied is searched for ``.tier2/**/<run id>`` above the run. Raises ``NcuflowError``
-    when the file is unreadable or names a run that is nowhere.
+
+def tier2_report(record: RunRecord) -> Path | None:
+    """The report of the run's tier-2 escalation, or None where it has none (raises
+    ``NcuflowError`` for a pre-schema-3 sidecar that cannot be read)."""
+    found = tier2_runs_of(record)
+    return found[0].report_path if found else None
+
+
+def with_tier2(record: RunRecord, first: tuple[Launch, ...]) -> tuple[Launch, ...]:
+    """A stored run's launches (``first``, read from its report) merged with its tier-2
+    escalation where it has one.
+
+    An escalation that cannot be used (unreadable, or holding another number of launches) is
+    warned about with ``EscalationWarning``; tier 1's launches are then returned alone.
     """
-    record = Path(report).parent / ESCALATION_FILE
-    if not record.is_file():
-        return None
-    try:
-        data = json.loads(record.read_text())
-        if data.get("needed") is False:  # tier 1 decided every launch: nothing was escalated
-            return None
-        named, run_id = Path(str(data["path"])), str(data["run_id"])
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise NcuflowError(
-            f"{record} cannot be read ({error}).",
-            "`ncuflow profile` writes it into a tier-1 run to name the tier-2 run that escalated it.",
-            "Profile the point again, or delete the file to use tier 1 alone.",
-        ) from None
-    if (named / REPORT_NAME).is_file():
-        return named / REPORT_NAME
-    for folder in Path(report).resolve().parents:  # the store was moved: look beside the run's ancestors
-        tier2 = folder / ESCALATION_FOLDER
-        if tier2.is_dir():
-            found = sorted(tier2.rglob(f"{run_id}/{REPORT_NAME}"))
-            if found:
-                return found[0]
-    raise NcuflowError(
-        f"{record} names the tier-2 run {run_id} ({named}), which is not there.",
-        "The tier-2 run was deleted, or the store was copied without its hidden .tier2 folder.",
-        f"Copy {ESCALATION_FOLDER}/ with the store, profile the point again, or delete {record.name} "
-        "to use tier 1 alone.",
-    )
-
-
-def with_escalation(report: Path, launches: Sequence[Launch]) -> tuple[Launch, ...]:
-    """``launches`` (of ``report``, in report order) merged with their tier-2 escalation, if any.
-
-    Where the run names an escalation that cannot be used (missing, unreadable, or holding
-    another number of launches), warns with ``EscalationWarning`` and returns tier 1 alone.
-    """
-    from ncuflow.read.extract import iter_launches
-
-    try:
-        second_report = escalation_report(report)
-        if second_report is None:
-            return tuple(launches)
-        second = tuple(iter_launches(second_report))
-    except NcuflowError as error:
-        warnings.warn(EscalationWarning(f"{report}: its tier-2 escalation is not used: {error}"), stacklevel=2)
-        return tuple(launches)
-    if len(second) != len(launches):
-        warnings.warn(EscalationWarning(
-            f"{report}: its tier-2 escalation ({second_report}) holds {len(second)} launches, tier 1 "
-            f"{len(launches)}; the launches cannot be paired, so tier 1 is used alone."), stacklevel=2)
-        return tuple(launches)
-    return tuple(merge_launches(a, b) for a, b in zip(launches, second, strict=True))
-
-
-def read_launches_escalated(report: Path) -> tuple[Launch, ...]:
-    """Every intact launch of one report, merged with its run's tier-2 escalation (what a
-    reading worker sends back for ``classify``)."""
     from ncuflow.read.extract import read_launches
 
-    return with_escalation(Path(report), read_launches(report))
+    try:
+        second_report = tier2_report(record)
+        if second_report is None:
+            return first
+        merged, problem = merge_tiers(first, read_launches(second_report), second_report)
+    except NcuflowError as error:
+        warnings.warn(EscalationWarning(f"{record.report_path}: its tier-2 escalation is not used: {error}"),
+                      stacklevel=2)
+        return first
+    if problem is not None:
+        warnings.warn(EscalationWarning(f"{record.report_path}: {problem}"), stacklevel=2)
+    return merged
+
+
+def read_run_launches(record: RunRecord) -> tuple[Launch, ...]:
+    """Every intact launch of a stored run, merged with its tier-2 escalation (``with_tier2``)."""
+    from ncuflow.read.extract import read_launches
+
+    return with_tier2(record, read_launches(record.report_path))

@@ -328,15 +328,6 @@ def _raw_metrics(action: Any) -> Iterator[RawMetric]:
         yield RawMetric(name, numeric, text, metric.unit() or "")
 
 
-def iter_raw_metrics(path: Path | str) -> Iterator[tuple[int, int, RawMetric]]:
-    """Every raw metric of every intact launch: (range index, action index, metric)."""
-    report_path = Path(path)
-    context = load_context(report_path)
-    for range_index, action_index, action in iter_actions(report_path, context):
-        for metric in _raw_metrics(action):
-            yield range_index, action_index, metric
-
-
 def iter_launches_with_metrics(path: Path | str) -> Iterator[tuple[Launch, tuple[RawMetric, ...]]]:
     """Every intact launch with all its raw metrics, the report opened and walked once."""
     report_path = Path(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ncuflow.read.metrics import FIELDS_BY_NAME
 from ncuflow.store.manifest import RunRef
 
 
@@ -55,8 +56,22 @@ class Launch:
     run: RunRef | None = None
 
     def value(self, name: str) -> float | None:
+        """The field's value, None where the report holds no usable source for it.
+
+        A name that is no canonical field (a typo) raises ``KeyError``: it is never read as
+        a missing value.
+        """
+        if name not in FIELDS_BY_NAME:
+            raise KeyError(f"{name!r} is not a canonical field (ncuflow.read.metrics.FIELDS); "
+                           f"did you mean one of: {', '.join(_close(name))}?")
         return self.values.get(name)
 
     @property
     def key(self) -> tuple[str, int, int]:
         return (self.report, self.range_index, self.action_index)
+
+
+def _close(name: str) -> list[str]:
+    import difflib
+
+    return difflib.get_close_matches(name, list(FIELDS_BY_NAME), n=3) or sorted(FIELDS_BY_NAME)[:3]

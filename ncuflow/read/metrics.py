@@ -310,7 +310,7 @@ BREAKDOWN_METRICS: tuple[str, ...] = (
 
 
 # The decisive collection in two tiers, designed from the corpus of public reports
-# (analysis/bench_passes.py measures them; METRICS.md has the pass table).
+# (analysis/bench_passes.py measures them; docs/passes.md has the pass table).
 # Tier 1 (``decisive``, what ``ncuflow profile`` collects by default): the mission's counters
 # (duration, DRAM bytes and throughput, L2 hit rate, sectors per request, global-load and
 # all instructions executed/issued, clocks) and the per-unit throughputs that fit in the

@@ -437,27 +437,6 @@ def _stop_meanwhile(workers: list[_Worker], retired: list[_Worker]) -> None:
     threading.Thread(target=wait, name="ncuflow-pool-stop", daemon=True).start()
 
 
-def read_launches_of(
-    reports: Sequence[Path], *, jobs: int | None = None, progress: Callable[[int, Path], None] | None = None
-) -> Iterator[tuple[Path, tuple[Any, ...]]]:
-    """(report, its launches) for every report, in input order, read in ``jobs`` workers.
-
-    The common case of ``map_reports`` (classify): a report that cannot be read raises
-    its ``ReportError`` when it is reached; a store run's tier-2 escalation is merged in.
-    """
-    from ncuflow.read.escalation import read_launches_escalated
-
-    yield from zip(reports, map_reports(read_launches_escalated, list(reports), jobs=jobs, progress=progress),
-                   strict=True)
-
-
-def prestart_launches_of(reports: Sequence[Path], *, jobs: int | None) -> None:
-    """``prestart`` for a later ``read_launches_of(reports, jobs=jobs)``."""
-    from ncuflow.read.escalation import read_launches_escalated
-
-    prestart(read_launches_escalated, list(reports), jobs=jobs)
-
-
 def resolve_jobs(jobs: int | None) -> int | None:
     """A ``--jobs`` value as ``map_reports`` takes it: None -> the usable cores, 0 -> this process."""
     if jobs is None:

@@ -1,26 +1,49 @@
-"""Loading runs: every complete run of a profile store, or plain reports, as launches.
+"""One read path for stores and reports: what the paths hold, and their launches.
 
-Every complete run of the store (``ncuflow.store.iter_runs``) is read with
-``ncuflow.read.extract.iter_launches``. A folder with reports but no store manifests is
-read as one run per report (cell = report file name, no parameters). A run whose
-report cannot be read is skipped and named in the notes, never counted.
+``sources(paths)`` says what a command reads: each complete run of a profile store (a
+folder of runs, a store below a folder, a point or run folder) with its manifest, and each
+plain report (cell = the report's file name); every damaged run is named once in the
+notes and skipped. ``load_paths`` reads them: a store run's launches pass its own kernel
+filter, are merged with its tier-2 escalation and carry its ``RunRef``. Every reading
+command goes through here, so none of them reads a damaged run or forgets a run's identity.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ncuflow.errors import NcuflowError, NoReportsFound, UsageError
 from ncuflow.read.launch import Launch
-from ncuflow.store import RunRecord
-from ncuflow.store.manifest import Manifest, RunRef, params_tuple
+from ncuflow.store import DamagedRun, RunRecord
+from ncuflow.store.manifest import Manifest, RunRef
 
-__all__ = ["Loaded", "LoadedRun", "kernel_filter", "load_paths", "load_records", "load_reports", "load_store",
-           "manifest_kernel_filter", "params_tuple", "read_run_launches"]
+__all__ = ["Loaded", "LoadedRun", "Source", "Sources", "kernel_filter", "load_paths", "load_records",
+           "load_sources", "prestart_reading", "read_source", "read_sources", "sources"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """One thing to read: a store run (``record``), or a plain report (``record`` None)."""
+
+    report: Path
+    record: RunRecord | None = None
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What a set of paths holds: the sources to read, in order, and each damaged run skipped
+    (one line each, ``DamagedRun.line``)."""
+
+    items: tuple[Source, ...]
+    damaged: tuple[str, ...] = ()
+
+    @property
+    def reports(self) -> list[Path]:
+        return [source.report for source in self.items]
 
 
 @dataclass(frozen=True)
@@ -40,18 +63,23 @@ class LoadedRun:
     ref: RunRef | None = None
 
     @classmethod
-    def of_store_run(cls, record: RunRecord, launches: tuple[Launch, ...]) -> LoadedRun:
-        ref = record.ref
-        return cls(ref.cell, ref.params, ref.content_key, ref.run_id, record.report_path, launches, ref)
+    def of(cls, source: Source, launches: tuple[Launch, ...]) -> LoadedRun:
+        if source.record is None:
+            name = source.report.name
+            return cls(name, (), str(source.report), name, source.report, launches)
+        ref = source.record.ref
+        return cls(ref.cell, ref.params, ref.content_key, ref.run_id, source.report, launches, ref)
 
 
 @dataclass(frozen=True)
 class Loaded:
-    """What was read: runs with their launches, and notes on what was skipped."""
+    """What was read: runs with their launches, notes on reports that could not be read or held
+    nothing, and the damaged runs skipped (one line each: the commands print them as warnings)."""
 
-    source: str  # "store" or "reports"
+    source: str  # "store", "reports" or "reports + store"
     runs: tuple[LoadedRun, ...]
     notes: tuple[str, ...] = ()
+    damaged: tuple[str, ...] = ()
 
 
 def kernel_filter(pattern: str | None) -> Callable[[Launch], bool]:
@@ -74,125 +102,51 @@ def kernel_filter(pattern: str | None) -> Callable[[Launch], bool]:
 def manifest_kernel_filter(manifest: Manifest) -> Callable[[Launch], bool]:
     """The kernel filter a run was profiled (or imported) with.
 
-    ``kernel_regex`` is the ``--kernel`` regular expression ncu got as ``regex:<it>`` and is
-    searched in the function and demangled names, as ``--kernel`` is everywhere in ncuflow;
-    ``kernel_name`` is an exact name (a run imported from a larger report). A report ncu
-    wrote with ``-k`` holds only matching launches, so applying it again is a no-op; it
-    lets an imported run say which kernel it is about.
+    The collection's ``kernel_regex`` is the ``--kernel`` regular expression ncu got as
+    ``regex:<it>``, searched in the function and demangled names as ``--kernel`` is
+    everywhere; ``kernel_name`` is an exact name (a run imported from a larger report). A
+    report ncu wrote with ``-k`` holds only matching launches, so applying it again is a
+    no-op; it lets an imported run say which kernel it is about.
     """
-    by_regex = kernel_filter(manifest.kernel_regex)
-    name = manifest.kernel_name
+    by_regex = kernel_filter(manifest.collection.options.kernel_regex)
+    name = manifest.collection.kernel_name
     if not name:
         return by_regex
     return lambda launch: by_regex(launch) and name in (
         launch.kernel.function, launch.kernel.demangled, launch.kernel.mangled)
 
 
-def read_run_launches(
-    report: Path, kernel: str | None = None, manifest: Manifest | None = None
-) -> tuple[tuple[Launch, ...] | None, tuple[str, ...]]:
-    """The launches of one report that pass ``--kernel`` and the run's own filter, and notes.
+# ----------------------------------------------------------------------------- what paths hold
 
-    None (with a note naming the report) when the report cannot be read. Runs in a
-    reading worker (``ncuflow.read.pool``): plain data in, plain data out; the caller
-    attaches the run's ``RunRef``.
-    """
-    from ncuflow.read.escalation import read_launches_escalated
 
+def _store_sources(root: Path) -> tuple[list[Source], list[str]]:
+    from ncuflow.store import scan_runs
+
+    found: list[Source] = []
     notes: list[str] = []
-    user_keep = kernel_filter(kernel)
-    run_keep = manifest_kernel_filter(manifest) if manifest is not None else (lambda launch: True)
-
-    def keep(launch: Launch) -> bool:
-        return user_keep(launch) and run_keep(launch)
-
-    try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            launches = tuple(launch for launch in read_launches_escalated(report) if keep(launch))
-        notes.extend(f"{report}: {w.message}" for w in caught)
-    except NcuflowError as error:
-        notes.append(f"skipped {report}: {error}")
-        return None, tuple(notes)
-    if not launches:
-        notes.append(f"{report}: no launch" + (f" matches --kernel {kernel!r}" if kernel else ""))
-    return launches, tuple(notes)
+    for item in scan_runs(root):
+        if isinstance(item, DamagedRun):
+            notes.append(item.line())
+        else:
+            found.append(Source(item.report_path, item))
+    return found, notes
 
 
-def read_launches_noting(
-    report: Path, notes: list[str], kernel: str | None, run: RunRecord | None = None
-) -> tuple[Launch, ...] | None:
-    """``read_run_launches`` in this process: notes appended, the run's ``RunRef`` attached."""
-    launches, found = read_run_launches(report, kernel, run.manifest if run is not None else None)
-    notes.extend(found)
-    if launches is None or run is None:
-        return launches
-    return tuple(replace(launch, run=run.ref) for launch in launches)
+def _run_folders(path: Path) -> tuple[list[Source], list[str]]:
+    """The runs ``path`` is or holds directly: a run folder, or a point folder of replicas."""
+    from ncuflow.store import MANIFEST_NAME, inspect_run
 
-
-_read_launches = read_launches_noting  # the name earlier callers used
-
-
-def run_folders(path: Path) -> list[RunRecord]:
-    """The store runs ``path`` is or holds directly: a run folder, or a point folder of replicas."""
-    from ncuflow.store import MANIFEST_NAME, read_run
-
-    folder = Path(path)
-    if not folder.is_dir():
-        return []
-    if (folder / MANIFEST_NAME).is_file():
-        record = read_run(folder)
-        return [record] if record is not None else []
-    children = [c for c in sorted(folder.iterdir())
-                if c.is_dir() and not c.name.startswith(".") and (c / MANIFEST_NAME).is_file()]
-    return [r for r in (read_run(c) for c in children) if r is not None]
-
-
-def load_records(records: Iterable[RunRecord], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
-    """Store runs with their launches, read in ``jobs`` workers (unreadable reports named in notes)."""
-    from ncuflow.read.pool import map_reports
-
-    kernel_filter(kernel)  # a bad pattern is a usage error here, not a note per run
-    records = list(records)
+    folders = [path] if (path / MANIFEST_NAME).is_file() else sorted(
+        c for c in path.iterdir() if c.is_dir() and not c.name.startswith(".") and (c / MANIFEST_NAME).is_file())
+    found: list[Source] = []
     notes: list[str] = []
-    runs: list[LoadedRun] = []
-    tasks = [(record.report_path, kernel, record.manifest) for record in records]
-    for record, (launches, found) in zip(records, map_reports(read_run_launches, tasks, jobs=jobs), strict=True):
-        notes.extend(found)
-        if launches is None:
-            continue
-        launches = tuple(replace(launch, run=record.ref) for launch in launches)
-        runs.append(LoadedRun.of_store_run(record, launches))
-    return Loaded("store", tuple(runs), tuple(notes))
-
-
-def load_store(root: Path, *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
-    """Every complete run of a store (or of one run or point folder) with its launches.
-
-    Unreadable reports are named in notes; each damaged run is skipped with one
-    ``DamagedRunWarning`` (``ncuflow.store.iter_runs``).
-    """
-    from ncuflow.store import iter_runs
-
-    return load_records(run_folders(root) or list(iter_runs(Path(root))), kernel=kernel, jobs=jobs)
-
-
-def load_reports(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
-    """Plain reports as one run each (cell = file name, no parameters)."""
-    from ncuflow.read.pool import map_reports
-    from ncuflow.read.reportfile import find_reports
-
-    kernel_filter(kernel)
-    notes: list[str] = []
-    runs: list[LoadedRun] = []
-    reports = find_reports(paths)
-    tasks = [(report, kernel) for report in reports]
-    for report, (launches, found) in zip(reports, map_reports(read_run_launches, tasks, jobs=jobs), strict=True):
-        notes.extend(found)
-        if launches is None:
-            continue
-        runs.append(LoadedRun(report.name, (), str(report), report.name, report, launches))
-    return Loaded("reports", tuple(runs), tuple(notes))
+    for folder in folders:
+        item = inspect_run(folder)
+        if isinstance(item, DamagedRun):
+            notes.append(item.line())
+        elif item is not None:
+            found.append(Source(item.report_path, item))
+    return found, notes
 
 
 def is_store(path: Path) -> bool:
@@ -201,11 +155,9 @@ def is_store(path: Path) -> bool:
     A store whose runs are all damaged is still a store (its runs are named as damaged,
     never read as plain reports without their identity).
     """
-    from ncuflow.store import MANIFEST_NAME, scan_runs
+    from ncuflow.store import scan_runs
 
-    return Path(path).is_dir() and any(
-        isinstance(found, RunRecord) or (found.path / MANIFEST_NAME).exists() for found in scan_runs(Path(path))
-    )
+    return Path(path).is_dir() and any(True for _ in scan_runs(Path(path)))
 
 
 def store_roots(path: Path, depth: int = 2) -> list[Path]:
@@ -217,37 +169,158 @@ def store_roots(path: Path, depth: int = 2) -> list[Path]:
     if depth == 0 or not folder.is_dir():
         return []
     found: list[Path] = []
-    for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for child in sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")):
         found += store_roots(child, depth - 1)
     return found
 
 
-def load_paths(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
-    """Stores and reports together: a folder with store runs (or stores just below it) is
-    read as stores, anything else as plain reports."""
-    runs: list[LoadedRun] = []
+def sources(paths: Sequence[Path | str]) -> Sources:
+    """What ``paths`` hold: store runs and plain reports, each once, and notes on what was skipped.
+
+    A run or point folder, a store and the stores just below a folder are read as store
+    runs; anything else as reports (``find_reports``). A path named twice, or inside
+    another named path, is read once.
+    """
+    from ncuflow.read.reportfile import find_reports
+
+    items: list[Source] = []
     notes: list[str] = []
     plain: list[Path] = []
-    sources: set[str] = set()
-    for path in paths:
-        direct = run_folders(path)  # a run or point folder, read (and its damage named) once
-        stores = ([load_records(direct, kernel=kernel, jobs=jobs)] if direct
-                  else [load_store(root, kernel=kernel, jobs=jobs) for root in store_roots(path)])
-        if not stores:
-            plain.append(path)
-        for loaded in stores:
-            sources.add("store")
-            runs += loaded.runs
-            notes += loaded.notes
-    if plain:
-        loaded = load_reports(plain, kernel=kernel, jobs=jobs)
-        sources.add("reports")
-        runs += loaded.runs
-        notes += loaded.notes
-    if not runs:
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            direct, said = _run_folders(path)
+            if direct or said:
+                items += direct
+                notes += said
+                continue
+            roots = store_roots(path)
+            for root in roots:
+                found, said = _store_sources(root)
+                items += found
+                notes += said
+            if roots:
+                continue
+        plain.append(path)
+    for report in find_reports(plain) if plain else []:
+        source, said = _plain_or_run(report)
+        items += [source] if source is not None else []
+        notes += said
+    if not items:
+        named = ", ".join(str(p) for p in paths)
         raise NoReportsFound(
-            f"Nothing readable in {', '.join(str(p) for p in paths)}.",
-            "Every run or report there was skipped: " + ("; ".join(notes) if notes else "none was found") + ".",
+            f"Nothing readable in {named}.",
+            "Every run there is damaged: " + "; ".join(dict.fromkeys(notes)) + "." if notes
+            else "It holds no store run and no report.",
             "Profile a cell first (`ncuflow profile ...`), or point at .ncu-rep files or a profile store.",
         )
-    return Loaded(" + ".join(sorted(sources)), tuple(runs), tuple(notes))
+    return Sources(tuple(_once(items)), damaged=tuple(dict.fromkeys(notes)))
+
+
+def _plain_or_run(report: Path) -> tuple[Source | None, list[str]]:
+    """A report named by itself: the store run it is the report of, where it is one, else plain."""
+    from ncuflow.store import MANIFEST_NAME, REPORT_NAME, inspect_run
+
+    if report.name != REPORT_NAME or not (report.parent / MANIFEST_NAME).exists():
+        return Source(report), []
+    item = inspect_run(report.parent)
+    if isinstance(item, DamagedRun):
+        return None, [item.line()]
+    return (Source(report, item) if item is not None else Source(report)), []
+
+
+def _once(items: Sequence[Source]) -> list[Source]:
+    """Each report once (a store run wins over the same file found as a plain report)."""
+    chosen: dict[Path, Source] = {}
+    for item in items:
+        key = item.report.resolve()
+        if key not in chosen or (chosen[key].record is None and item.record is not None):
+            chosen[key] = item
+    return list(chosen.values())
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def read_source(report: Path, record: RunRecord | None, kernel: str | None = None,
+                strict: bool = False) -> tuple[tuple[Launch, ...] | None, tuple[str, ...]]:
+    """The launches of one source that pass ``--kernel`` and a run's own filter, and notes.
+
+    A store run's launches are merged with its tier-2 escalation and carry its ``RunRef``.
+    None (with a note naming the report) when the report cannot be read, or, ``strict``,
+    its ``ReportError`` raised. Runs in a reading worker (``ncuflow.read.pool``): plain data
+    in, plain data out.
+    """
+    from ncuflow.read.escalation import read_run_launches
+    from ncuflow.read.extract import read_launches
+
+    notes: list[str] = []
+    user_keep = kernel_filter(kernel)
+    run_keep = manifest_kernel_filter(record.manifest) if record is not None else (lambda launch: True)
+    ref = record.ref if record is not None else None
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            found = read_run_launches(record) if record is not None else read_launches(report)
+        notes.extend(f"{report}: {w.message}" for w in caught)
+    except NcuflowError as error:
+        if strict:
+            raise
+        notes.append(f"skipped {report}: {error}")
+        return None, tuple(notes)
+    launches = tuple(replace(launch, run=ref) if ref is not None else launch
+                     for launch in found if user_keep(launch) and run_keep(launch))
+    if not launches:
+        notes.append(f"{report}: no launch" + (f" matches --kernel {kernel!r}" if kernel else ""))
+    return launches, tuple(notes)
+
+
+def read_sources(found: Sources, *, kernel: str | None = None, jobs: int | None = None, strict: bool = False,
+                 progress: Callable[[int, Path], None] | None = None,
+                 ) -> Iterator[tuple[Source, tuple[Launch, ...] | None, tuple[str, ...]]]:
+    """(source, its launches, notes) for every source, in order, read in ``jobs`` workers."""
+    from ncuflow.read.pool import map_reports
+
+    kernel_filter(kernel)  # a bad pattern is a usage error here, not a note per run
+    tasks = [(source.report, source.record, kernel, strict) for source in found.items]
+    for source, (launches, notes) in zip(found.items, map_reports(read_source, tasks, jobs=jobs, progress=progress),
+                                         strict=True):
+        yield source, launches, notes
+
+
+def prestart_reading(found: Sources, *, jobs: int | None) -> None:
+    """Start the reading workers' server now, for a later ``read_sources`` (overlaps the imports)."""
+    from ncuflow.read.pool import prestart
+
+    prestart(read_source, [(source.report,) for source in found.items], jobs=jobs)
+
+
+def load_sources(found: Sources, *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
+    """The sources' launches (unreadable reports named in notes, never counted)."""
+    notes: list[str] = []
+    runs: list[LoadedRun] = []
+    for source, launches, said in read_sources(found, kernel=kernel, jobs=jobs):
+        notes.extend(said)
+        if launches is not None:
+            runs.append(LoadedRun.of(source, launches))
+    kinds = sorted({"store" if source.record is not None else "reports" for source in found.items})
+    return Loaded(" + ".join(kinds) or "store", tuple(runs), tuple(notes), found.damaged)
+
+
+def load_records(records: Iterable[RunRecord], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
+    """Store runs with their launches (e.g. the runs a command has just profiled)."""
+    return load_sources(Sources(tuple(Source(r.report_path, r) for r in records)), kernel=kernel, jobs=jobs)
+
+
+def load_paths(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
+    """Stores and reports together, as ``sources`` finds them; raises ``NoReportsFound``
+    when nothing readable is left."""
+    loaded = load_sources(sources(paths), kernel=kernel, jobs=jobs)
+    if not loaded.runs:
+        raise NoReportsFound(
+            f"Nothing readable in {', '.join(str(p) for p in paths)}.",
+            "Every run or report there was skipped: "
+            + ("; ".join((*loaded.damaged, *loaded.notes)) or "none was found") + ".",
+            "Profile a cell first (`ncuflow profile ...`), or point at .ncu-rep files or a profile store.",
+        )
+    return loaded

@@ -1,6 +1,6 @@
 """The profile store: one folder per complete run, written atomically.
 
-Layout (ARCHITECTURE.md)::
+Layout (docs/ARCHITECTURE.md)::
 
     <root>/<cell>/<param-slug>-<key8>/<run-id>/{report.ncu-rep, manifest.json, ncu.log}
 
@@ -27,31 +27,34 @@ import secrets
 import shutil
 import warnings
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ncuflow import __version__
+from ncuflow.cells.contract import CellSpec
 from ncuflow.errors import NcuflowError
-from ncuflow.files import OutputError, atomic_write_text, fsync_path, os_error, pid_alive
+from ncuflow.files import (
+    OutputError,
+    atomic_write_text,
+    fsync_path,
+    os_error,
+    pid_alive,
+)
 from ncuflow.store.manifest import (
-    MANIFEST_FIELDS,
     MANIFEST_NAME,
     SCHEMA_VERSION,
     Manifest,
     ManifestError,
+    RunIdentity,
     RunRef,
-    field_accepts,
-    new_manifest,
-    params_tuple,
     read_manifest,
 )
 
 __all__ = [
-    "MANIFEST_FIELDS", "MANIFEST_NAME", "SCHEMA_VERSION", "DamagedRun", "DamagedRunWarning", "Manifest",
-    "ManifestError", "RunRecord", "RunRef", "StoreError", "field_accepts", "iter_runs", "new_manifest", "params_tuple",
-    "read_manifest", "read_run", "scan_runs", "write_run",
+    "MANIFEST_NAME", "SCHEMA_VERSION", "DamagedRun", "DamagedRunWarning", "Manifest", "ManifestError", "RunRecord",
+    "RunRef", "StoreError", "iter_runs", "read_manifest", "read_run", "scan_runs", "write_run",
 ]
 
 REPORT_NAME = "report.ncu-rep"
@@ -91,8 +94,17 @@ class RunRecord:
         return self.manifest.run_id
 
     @property
+    def spec(self) -> CellSpec:
+        return self.manifest.spec
+
+    @property
     def ref(self) -> RunRef:
         return self.manifest.ref()
+
+    @property
+    def store_root(self) -> Path:
+        """The store the run lies in: ``<root>/<cell>/<point>/<run-id>``."""
+        return self.path.parent.parent.parent
 
 
 @dataclass(frozen=True)
@@ -129,28 +141,22 @@ def _safe(text: str) -> str:
     return cleaned or "x"
 
 
-def params_slug(params: Mapping[str, Any]) -> str:
-    """A readable, file-system-safe slug of parameters, in the order given.
+POINT_SLUG_CHARS = 120  # a point folder's name stays well below a file system's 255 bytes
 
-    ``{"layout": "scatter", "batch": 32}`` -> ``layout-scatter_batch-32``. Used when
-    the caller has no ``CellSpec.slug()``; the content key, not the slug, identifies
-    the point, so two slugs that collide still land in different folders.
+
+def point_dir(root: Path, spec: CellSpec, content_key: str) -> Path:
+    """The folder holding every run of one point: ``<root>/<cell>/<spec slug>-<key8>``.
+
+    The slug is the spec's own (``CellSpec.slug``), cut to ``POINT_SLUG_CHARS``: the content
+    key, not the slug, identifies the point, so two slugs that collide still land apart.
     """
-    if not params:
-        return "default"
-    slug = "_".join(f"{_safe(str(k))}-{_safe(str(v))}" for k, v in params.items())
-    return slug[:120]
-
-
-def point_dir(root: Path, cell: str, slug: str, content_key: str) -> Path:
-    """The folder holding every run of one (cell, parameters) point."""
     if len(content_key) < 8:
         raise StoreError(
             f"The content key {content_key!r} is too short to name a store folder.",
             "A content key is the sha256 hex digest of the cell spec.",
             "Pass CellSpec.content_key(), not a prefix of it.",
         )
-    return Path(root) / _safe(cell) / f"{_safe(slug)}-{content_key[:8]}"
+    return Path(root) / _safe(spec.cell) / f"{_safe(spec.slug())[:POINT_SLUG_CHARS]}-{content_key[:8]}"
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -161,17 +167,6 @@ def new_run_id(now: datetime | None = None) -> str:
 
 def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
-# ---------------------------------------------------------------------------- manifest
-
-
-def blank_manifest() -> dict[str, Any]:
-    """Every manifest field set to None, except the schema and package version."""
-    manifest: dict[str, Any] = dict.fromkeys(MANIFEST_FIELDS)
-    manifest["schema_version"] = SCHEMA_VERSION
-    manifest["ncuflow_version"] = __version__
-    return manifest
 
 
 def _write_json_durably(path: Path, data: Mapping[str, Any]) -> None:
@@ -202,11 +197,9 @@ class PendingRun:
         return self.tmp_path / MANIFEST_NAME
 
 
-def begin_run(
-    root: Path, cell: str, slug: str, content_key: str, run_id: str | None = None
-) -> PendingRun:
+def begin_run(root: Path, spec: CellSpec, content_key: str, run_id: str | None = None) -> PendingRun:
     """Create the temporary folder of a new run (and clean temporaries of dead processes)."""
-    point = point_dir(root, cell, slug, content_key)
+    point = point_dir(root, spec, content_key)
     try:
         point.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -228,11 +221,12 @@ def begin_run(
     return PendingRun(tmp_path=tmp, final_path=final, run_id=rid)
 
 
-def finish_run(pending: PendingRun, manifest: Mapping[str, Any]) -> RunRecord:
+def finish_run(pending: PendingRun, manifest: Manifest) -> RunRecord:
     """Write the manifest into the temporary folder and rename it into place.
 
     The report must already be in the temporary folder. The log is created empty
-    when absent, so every complete run has all three files.
+    when absent, so every complete run has all three files. The manifest names the
+    pending run's id; its creation time and ncuflow version are filled where unset.
     """
     if not pending.report_path.is_file():
         raise StoreError(
@@ -240,18 +234,7 @@ def finish_run(pending: PendingRun, manifest: Mapping[str, Any]) -> RunRecord:
             "A complete run always holds report.ncu-rep, manifest.json and ncu.log.",
             "This is a bug in the caller: store only runs whose report was written.",
         )
-    fields = dict(manifest)
-    fields["run_id"] = pending.run_id
-    if not fields.get("created_utc"):
-        fields["created_utc"] = utc_now_iso()
-    try:  # the writer is held to the contract the readers check
-        typed = new_manifest(fields, pending.manifest_path)
-    except ManifestError as error:
-        raise StoreError(
-            f"Internal error: the manifest of the run in {pending.tmp_path} does not validate: {error.problem}.",
-            "Every manifest is checked against ncuflow.store.manifest.Manifest before it is written.",
-            "This is a bug in the caller; please report it with the command you ran.",
-        ) from error
+    typed = _as_written(pending, manifest)
     try:
         if not pending.log_path.exists():
             pending.log_path.touch()
@@ -271,6 +254,23 @@ def finish_run(pending: PendingRun, manifest: Mapping[str, Any]) -> RunRecord:
     )
 
 
+def _as_written(pending: PendingRun, manifest: Manifest) -> Manifest:
+    """The manifest with the pending run's id, a creation time and this ncuflow's version;
+    checked as a reader checks it (a writer is held to the readers' contract)."""
+    identity = replace(manifest.identity, run_id=pending.run_id,
+                       created_utc=manifest.identity.created_utc or utc_now_iso())
+    machine = replace(manifest.machine, ncuflow_version=manifest.machine.ncuflow_version or __version__)
+    typed = replace(manifest, identity=identity, machine=machine, schema_version=SCHEMA_VERSION)
+    try:
+        return Manifest.from_json(json.loads(json.dumps(typed.to_json(), default=str)), pending.manifest_path)
+    except ManifestError as error:
+        raise StoreError(
+            f"Internal error: the manifest of the run in {pending.tmp_path} does not validate: {error.problem}.",
+            "Every manifest is checked against ncuflow.store.manifest.Manifest before it is written.",
+            "This is a bug in the caller; please report it with the command you ran.",
+        ) from error
+
+
 def _store_os_error(error: OSError, path: Path, doing: str) -> StoreError:
     """The OS error as a StoreError paragraph naming the path (disk full, read-only, permission)."""
     message = os_error(error, path, doing)
@@ -283,7 +283,7 @@ def abandon_run(pending: PendingRun) -> None:
     shutil.rmtree(pending.tmp_path, ignore_errors=True)
 
 
-def keep_failed_run(pending: PendingRun, manifest: Mapping[str, Any]) -> Path | None:
+def keep_failed_run(pending: PendingRun, manifest: Manifest) -> Path | None:
     """Keep a failed run's log and manifest as ``.failed-<run-id>`` (never read as a run).
 
     The partial report, if any, is deleted. Returns the folder, or None when the
@@ -293,11 +293,10 @@ def keep_failed_run(pending: PendingRun, manifest: Mapping[str, Any]) -> Path | 
         return None
     with contextlib.suppress(OSError):
         pending.report_path.unlink(missing_ok=True)
-    full = blank_manifest()
-    full.update(manifest)
-    full["run_id"] = pending.run_id
+    identity = replace(manifest.identity, run_id=pending.run_id,
+                       created_utc=manifest.identity.created_utc or utc_now_iso())
     try:
-        _write_json_durably(pending.manifest_path, full)
+        _write_json_durably(pending.manifest_path, replace(manifest, identity=identity).to_json())
         target = pending.final_path.parent / f"{FAILED_PREFIX}{pending.run_id}"
         os.rename(pending.tmp_path, target)
     except (OSError, OutputError):
@@ -324,22 +323,12 @@ def remove_stale_temporaries(point: Path) -> list[Path]:
     return removed
 
 
-def write_run(
-    root: Path,
-    *,
-    cell: str,
-    params: Mapping[str, Any],
-    content_key: str,
-    report_src: Path,
-    manifest_extra: Mapping[str, Any] | None = None,
-    run_id: str | None = None,
-    slug: str | None = None,
-    log_text: str = "",
-) -> RunRecord:
+def write_run(root: Path, spec: CellSpec, report_src: Path, *, content_key: str | None = None,
+              run_id: str | None = None, log_text: str = "", **parts: Any) -> RunRecord:
     """Copy an existing report into a complete run (for tests, imports and demos).
 
-    The manifest holds every ``MANIFEST_FIELDS`` key; ``manifest_extra`` overrides
-    or adds to them (e.g. ``gpu_name``, ``replica``, ``command``).
+    ``parts`` are the manifest's other parts by name (``collection=Collection(...)``,
+    ``provenance=Provenance(replica=2)``, ...); the content key defaults to the spec's.
     """
     source = Path(report_src)
     if not source.is_file():
@@ -348,17 +337,15 @@ def write_run(
             "write_run copies an existing .ncu-rep file into the store.",
             "Pass the path of a real report.",
         )
-    pending = begin_run(root, cell, slug or params_slug(params), content_key, run_id)
+    key = content_key or spec.content_key()
+    pending = begin_run(root, spec, key, run_id)
     try:
         shutil.copyfile(source, pending.report_path)
         pending.log_path.write_text(log_text, encoding="utf-8")
-        manifest: dict[str, Any] = {
-            "cell": cell,
-            "params": dict(params),
-            "content_key": content_key,
-            "exit_status": 0,
-        }
-        manifest.update(manifest_extra or {})
+        identity = RunIdentity(cell=spec.cell, params=spec.as_dict(), content_key=key, run_id=pending.run_id)
+        manifest = Manifest(identity=identity, **parts)
+        if manifest.outcome.exit_status is None:
+            manifest = manifest.with_outcome(exit_status=0)
         return finish_run(pending, manifest)
     except BaseException:
         abandon_run(pending)
@@ -368,23 +355,43 @@ def write_run(
 # ---------------------------------------------------------------------------- reading
 
 
-def inspect_run(path: Path) -> RunRecord | DamagedRun | None:
-    """The complete run in ``path``, what is wrong with it, or None for a hidden/non-folder path.
+def inspect_run(path: Path, *, point: Path | None = None) -> RunRecord | DamagedRun | None:
+    """The complete run in ``path``, what is wrong with it, or None where ``path`` is no run.
 
-    A visible folder inside a point folder is, by the store's atomic commit, a complete
-    run; one without its report or with a manifest that does not validate is damaged.
+    A run is a visible folder (never a link) holding ``manifest.json`` or ``report.ncu-rep``:
+    anything else at that depth is not a run, neither complete nor damaged. A run whose
+    manifest does not validate, whose report is gone or is not a regular file, or, when
+    found in a store under ``point``, whose manifest belongs to another cell, point or run
+    folder, is damaged.
     """
     folder = Path(path)
-    if folder.name.startswith(".") or not folder.is_dir():
+    if folder.name.startswith(".") or folder.is_symlink() or not folder.is_dir():
         return None
     report = folder / REPORT_NAME
+    if not (folder / MANIFEST_NAME).exists() and not report.exists():
+        return None
     try:
         manifest = read_manifest(folder / MANIFEST_NAME)
     except ManifestError as error:
         return DamagedRun(folder, f"{MANIFEST_NAME}: {error.problem}", newer=error.newer)
-    if not report.is_file():
-        return DamagedRun(folder, f"{REPORT_NAME} is missing")
+    if not report.is_file() or report.is_symlink():
+        return DamagedRun(folder, f"{REPORT_NAME} is missing" if not report.exists() else
+                          f"{REPORT_NAME} is not a regular file")
+    misplaced = _misplaced(folder, manifest) if point is not None else None
+    if misplaced is not None:
+        return DamagedRun(folder, misplaced)
     return RunRecord(path=folder, manifest=manifest, report_path=report, log_path=folder / LOG_NAME)
+
+
+def _misplaced(folder: Path, manifest: Manifest) -> str | None:
+    """Why a run's manifest does not belong where the run lies (its cell, point and folder)."""
+    if folder.parent.parent.name != _safe(manifest.cell):
+        return f"{MANIFEST_NAME} is of the cell {manifest.cell!r}, not of the cell folder {folder.parent.parent.name}"
+    if not folder.parent.name.endswith(f"-{manifest.content_key[:8]}"):
+        return f"{MANIFEST_NAME} has the content key {manifest.content_key[:8]}…, not its point folder's"
+    if folder.name != manifest.run_id:
+        return f"{MANIFEST_NAME} names the run {manifest.run_id}, not its folder {folder.name}"
+    return None
 
 
 def read_run(path: Path) -> RunRecord | None:
@@ -397,8 +404,9 @@ def read_run(path: Path) -> RunRecord | None:
 
 
 def _visible_dirs(folder: Path) -> list[Path]:
+    """The folders in ``folder`` a store reader visits: visible, and not links (a link may loop)."""
     try:
-        return sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return sorted(p for p in folder.iterdir() if not p.name.startswith(".") and not p.is_symlink() and p.is_dir())
     except OSError:
         return []
 
@@ -407,7 +415,7 @@ def scan_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord | Damag
     """Every run folder under ``root`` (optionally of one cell), sorted by path: complete or damaged.
 
     Temporary (``.tmp-*``), failed (``.failed-*``) and moved-aside (``.damaged-*``) folders
-    are not runs and are not visited.
+    are not runs and are not visited, nor are links and folders that hold no run's files.
     """
     base = Path(root)
     if not base.is_dir():
@@ -416,7 +424,7 @@ def scan_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord | Damag
     for cell_folder in cells:
         for point in _visible_dirs(cell_folder):
             for run_folder in _visible_dirs(point):
-                found = inspect_run(run_folder)
+                found = inspect_run(run_folder, point=point)
                 if found is not None:
                     yield found
 
@@ -442,8 +450,10 @@ def complete_runs_for_key(root: Path, cell: str, content_key: str) -> list[RunRe
         if not point.name.endswith(f"-{content_key[:8]}"):
             continue
         for run_folder in _visible_dirs(point):
-            record = read_run(run_folder)
-            if record is not None and record.content_key == content_key:
-                runs.append(record)
-    runs.sort(key=lambda r: (r.manifest.created_utc or "", r.run_id))
+            found = inspect_run(run_folder, point=point)
+            if isinstance(found, DamagedRun):
+                warnings.warn(DamagedRunWarning(found.line()), stacklevel=2)
+            elif found is not None and found.content_key == content_key:
+                runs.append(found)
+    runs.sort(key=lambda r: (r.manifest.identity.created_utc or "", r.run_id))
     return runs
