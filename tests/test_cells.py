@@ -253,7 +253,7 @@ def test_user_cells_dir_adds_a_cell(user_cells: Path) -> None:
     result = time_cell(spec, repeats=5, warmup=1, cells_dir=user_cells)
     assert result.clock == "host_perf_counter" and len(result.samples_us) == 5
     assert result.representation["index_len"] == 10
-    instance = get_cell("my_sum", user_cells).build(spec.as_dict(), "cpu")
+    instance = get_cell("my_sum", user_cells).instantiate(spec, "cpu")
     instance.run()
     assert instance.output() == instance.reference() == 45
 
@@ -298,7 +298,7 @@ def test_missing_cells_dir_is_a_usage_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("page", [1, 16, 128])
 def test_plan_host_matches_its_reference(index_len: int, page: int) -> None:
     spec = make_spec("plan_host", {"index_len": index_len, "page": page})
-    instance = get_cell("plan_host").build(spec.as_dict(), "cpu")
+    instance = get_cell("plan_host").instantiate(spec, "cpu")
     instance.run()
     plan = instance.output()
     assert plan == instance.reference()
@@ -315,17 +315,19 @@ def test_plan_host_matches_its_reference(index_len: int, page: int) -> None:
 
 def test_plan_host_materialize_writes_the_index_list() -> None:
     spec = make_spec("plan_host", {"index_len": 5000, "materialize_indices": True})
-    instance = get_cell("plan_host").build(spec.as_dict(), "cpu")
+    instance = get_cell("plan_host").instantiate(spec, "cpu")
     instance.run()
     assert instance.output().indices_written == 5000
     assert instance.output() == instance.reference()
     assert instance.expected_bytes >= 4 * 5000
 
 
-def test_plan_host_rejects_more_requests_than_tokens() -> None:
-    spec = make_spec("plan_host", {"index_len": 8, "batch": 32})
+def test_plan_host_rejects_more_requests_than_tokens_where_the_spec_enters() -> None:
+    """The rule between parameters is checked when the spec is parsed, before anything is built."""
     with pytest.raises(UsageError, match="batch <= index_len"):
-        get_cell("plan_host").build(spec.as_dict(), "cpu")
+        make_spec("plan_host", {"index_len": 8, "batch": 32})
+    with pytest.raises(UsageError, match="batch <= index_len"):
+        parse_spec("plan_host:index_len=8,batch=32")
 
 
 # ----------------------------------------------------------------------------- timing helpers
