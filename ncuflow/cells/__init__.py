@@ -21,7 +21,7 @@ in a folder and pass ``--cells-dir DIR``): a module defines ``CELL`` (one
 
     from ncuflow.cells import CellDefinition, ParamSpec
 
-    def build(params, device):          # params: dict name -> typed value; device: "cuda"
+    def build(params, device):          # params: name -> typed value (or a CellParams dataclass); device: "cuda"
         import torch                    # heavy imports inside build, never at module level
         ...
         return MyInstance(...)          # an object following the CellInstance protocol
@@ -48,12 +48,14 @@ from ncuflow.cells.contract import (
     CellDefinition,
     CellInfo,
     CellInstance,
+    CellParams,
     CellSpec,
     ParamSpec,
     coerce_value,
     format_value,
     nvtx_range_name,
     nvtx_range_stack,
+    param,
 )
 from ncuflow.cells.registry import (
     cell_definitions,
@@ -67,4 +69,4 @@ from ncuflow.cells.registry import (
 )
 
 # The API for cell authors (``from ncuflow.cells import CellDefinition, ParamSpec``).
-__all__ = ['CellDefinition', 'CellInfo', 'CellInstance', 'CellSpec', 'ParamSpec', 'cell_definitions', 'coerce_value', 'format_value', 'get_cell', 'gpu_status', 'list_cells', 'make_spec', 'module_version', 'nvtx_range_name', 'nvtx_range_stack', 'parse_spec', 'unavailable_reason']
+__all__ = ['CellDefinition', 'CellInfo', 'CellInstance', 'CellParams', 'CellSpec', 'ParamSpec', 'cell_definitions', 'coerce_value', 'format_value', 'get_cell', 'gpu_status', 'list_cells', 'make_spec', 'module_version', 'nvtx_range_name', 'nvtx_range_stack', 'param', 'parse_spec', 'unavailable_reason']
