@@ -86,11 +86,11 @@ def _pinned_memory_on_the_host() -> Iterator[None]:
             kwargs["pin_memory"] = False
         return original(*args, **kwargs)
 
-    torch.empty = empty  # type: ignore[assignment]
+    torch.empty = empty
     try:
         yield
     finally:
-        torch.empty = original  # type: ignore[assignment]
+        torch.empty = original
 
 
 def _plan_until_the_driver(tensor_cores: bool) -> dict[str, Any]:

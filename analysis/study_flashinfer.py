@@ -200,7 +200,8 @@ def time_plan(store: Path, budget: Budget, *, dry_run: bool) -> None:
         if done.returncode != 0:
             print(f"  failed: {done.stderr.strip()}", flush=True)
             continue
-        record = json.loads(done.stdout)
+        lines = done.stdout.splitlines()  # the JSON object, after anything a library printed first
+        record = json.loads("\n".join(lines[lines.index("{"):]) if "{" in lines else done.stdout)
         atomic_write_text(folder / f"{spec.slug()}.json", json.dumps(record, indent=2) + "\n", make_parents=True)
         stats = record["stats"]
         print(f"  plan(): median {stats['median_us']:.1f} µs (p10 {stats['p10_us']:.1f}, p90 {stats['p90_us']:.1f})", flush=True)
@@ -213,12 +214,16 @@ def profile_cost(budget: Budget, *, dry_run: bool) -> dict[str, Any]:
     if dry_run or not budget.fits("profile vs bare ncu", 4 * SECONDS_PER_PROFILE, f"ncuflow {shlex.join(args)}"):
         print(f"\n$ ncuflow {shlex.join(args)}  (and its ncu command bare)", flush=True)
         return {}
+    shown = subprocess.run([sys.executable, "-m", "ncuflow", *args, "--dry-run"], cwd=REPO, capture_output=True,
+                           text=True, check=False, timeout=120)
+    if shown.returncode != 0 or not shown.stdout.strip():
+        print(f"  cannot get the ncu command: {shown.stderr.strip()}", flush=True)
+        return {}
+    bare = _bare_command(shlex.split(shown.stdout.strip().splitlines()[0]), WORK / "bare")
     walls: dict[str, list[float]] = {"ncuflow profile": [], "bare ncu": []}
     for _ in range(2):
         _, seconds = ncuflow(args, dry_run=False)
         walls["ncuflow profile"].append(seconds)
-        manifest = json.loads(sorted(scratch.rglob("manifest.json"))[-1].read_text())
-        bare = _bare_command(manifest["command"], WORK / "bare")
         print(f"\n$ {shlex.join(bare)}", flush=True)
         started = time.monotonic()
         subprocess.run(bare, cwd=REPO, capture_output=True, check=False, timeout=600)
@@ -232,7 +237,7 @@ def profile_cost(budget: Budget, *, dry_run: bool) -> dict[str, Any]:
 
 
 def _bare_command(command: list[str], folder: Path) -> list[str]:
-    """The stored ncu command with its outputs sent to FOLDER (the run folder is gone)."""
+    """ncuflow's own ncu command (`profile --dry-run`) with its outputs sent to FOLDER."""
     folder.mkdir(parents=True, exist_ok=True)
     out = list(command)
     for flag, name in (("--export", "report.ncu-rep"), ("--representation-out", "representation.json")):

@@ -6,6 +6,8 @@ test_kernels_interpreter.py).
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
@@ -476,3 +478,54 @@ def test_cellrun_host_cell_writes_the_record(tmp_path: Path, user_cells: Path) -
     assert done.returncode == 0, done.stderr
     record = json.loads(user_out.read_text())
     assert record["representation"]["index_len"] == 5 and record["expected_bytes"] == 40
+
+
+# ----------------------------------------------------------------------------- listing without torch
+
+
+def test_listing_cells_imports_neither_torch_nor_flashinfer() -> None:
+    """`ncuflow cells` stays fast: availability is read from the machine, not from importing torch."""
+    code = ("import sys\nfrom ncuflow.cli import main\nmain(['cells', '--json'])\n"
+            "print('IMPORTED', sorted(m for m in ('torch', 'triton', 'flashinfer') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                          env=_env_without_interpreter())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "IMPORTED []"
+
+
+def test_the_light_gpu_probe_agrees_with_torch_here() -> None:
+    from ncuflow.cells.registry import gpu_status_from_torch
+
+    assert gpu_status()[0] == gpu_status_from_torch()[0]
+    if importlib.util.find_spec("torch") is not None and not gpu_status()[0]:
+        assert gpu_status()[1] == gpu_status_from_torch()[1]  # e.g. "torch 2.13.0+cpu is a CPU-only build"
+
+
+@pytest.mark.parametrize(("text", "cuda"), [
+    ("cuda: Optional[str] = '13.0'\n", "13.0"),
+    ("cuda = None\n", None),
+    ("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = \"13.0\"\nhip = None\n", "13.0"),
+    ("cuda: Optional[str] = None\n", None),
+])
+def test_torch_build_cuda_is_read_from_its_version_file(text: str, cuda: str | None) -> None:
+    from ncuflow.cells.registry import _TORCH_CUDA_LINE
+
+    match = _TORCH_CUDA_LINE.search(text)
+    assert match is not None and (match.group(1) or None) == cuda
+
+
+def test_a_rule_between_parameters_stops_a_bad_spec_where_it_enters() -> None:
+    with pytest.raises(UsageError, match="not a multiple of kv_heads"):
+        parse_spec("xqa_decode:heads=6,kv_heads=4")
+    params = get_cell("xqa_decode").make_params(parse_spec("xqa_decode:page=64"))
+    assert (params.page, params.batch, params.group) == (64, 32, 4)  # typed, made once from the spec
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.page = 16  # type: ignore[misc]
+
+
+def test_typed_parameters_keep_the_stored_content_keys() -> None:
+    """The committed H200 store is keyed by the content keys: the typed declarations must not move them."""
+    assert make_spec("paged_decode", {"page": 128, "kv": "distinct"}).content_key().startswith("0b2a468d")
+    for info in list_cells():
+        definition = get_cell(info.name)
+        assert definition.params == (definition.params_type.param_specs() if definition.params_type else definition.params)

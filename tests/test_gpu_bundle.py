@@ -118,3 +118,42 @@ def test_the_bundle_loads_here_up_to_the_driver() -> None:
     assert manifest["bundle_bytes"] <= gpu_bundle.MAX_BUNDLE_BYTES
     assert {m["uri"].split("_")[0] for m in manifest["modules"]} == {"batch", "xqa"}
     assert all("libcuda.so.1" in m["needed"] for m in manifest["modules"])
+
+
+API_CHECK = r'''
+import inspect, json, torch, flashinfer
+from ncuflow.cells.registry import parse_spec, get_cell
+from ncuflow.kernels._flashinfer import PagedKv
+from ncuflow.kernels._xqa import semaphore_count
+
+spec = parse_spec("xqa_decode:batch=3,kv_len=100,page=32,kv=distinct")
+params = get_cell("xqa_decode").make_params(spec)
+cache = PagedKv(params, params.page, "scatter", "cpu")
+ids = cache.page_ids
+q = torch.zeros(3, 1, 32, 128, dtype=torch.float16)
+seq = torch.full((3, 1), 100, dtype=torch.int32).view(torch.uint32)
+sem = torch.zeros(semaphore_count(3, 8), dtype=torch.int32).view(torch.uint32)
+# the call XqaDecode.run makes, bound to the installed flashinfer.xqa's signature
+inspect.signature(flashinfer.xqa).bind(q, cache.k_cache, cache.v_cache, ids, seq, q, torch.zeros(8, dtype=torch.uint8),
+                                        sem, 8, 32, kv_layout="NHD", sm_count=132)
+init = inspect.signature(flashinfer.BatchDecodeWithPagedKVCacheWrapper.__init__)
+init.bind(None, torch.zeros(8, dtype=torch.uint8), "NHD", use_tensor_cores=True, backend="fa2")
+shared = PagedKv(get_cell("xqa_decode").make_params(parse_spec("xqa_decode:batch=4,kv_len=64,page=16")), 16, "scatter", "cpu")
+print(json.dumps({"distinct_ids": sorted(ids.reshape(-1).tolist()), "shape": list(ids.shape),
+                  "k_cache": list(cache.k_cache.shape), "last_page_len": cache.last_page_len(),
+                  "shared_rows_equal": bool((shared.page_ids == shared.page_ids[0]).all()),
+                  "shared_pages": shared.physical_pages, "unique_kv_bytes": shared.unique_kv_bytes}))
+'''
+
+
+@pytest.mark.skipif(not gpu_bundle.venv_python().exists(), reason="no bundle build environment here (make gpu-bundle)")
+def test_the_cells_call_flashinfer_as_its_installed_api_says() -> None:
+    """Against the real flashinfer 0.7.2 (the build env's): the arguments bind, the KV layout is as declared."""
+    done = subprocess.run([str(gpu_bundle.venv_python()), "-c", API_CHECK], capture_output=True, text=True,
+                          timeout=300, check=False, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["shape"] == [3, 4] and result["distinct_ids"] == list(range(12))  # ceil(100/32) pages each, all own
+    assert result["k_cache"] == [12, 32, 8, 128] and result["last_page_len"] == 100 - 3 * 32
+    assert result["shared_rows_equal"] and result["shared_pages"] == 4
+    assert result["unique_kv_bytes"] == 64 * 2 * 8 * 128 * 2  # one prefix of 64 tokens, K and V, fp16

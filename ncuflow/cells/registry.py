@@ -278,6 +278,8 @@ def _module_present(module: str) -> str | None:
     if found is None:
         extra = {"torch": "cells", "triton": "cells", "flashinfer": "flashinfer"}.get(module)
         hint = f" (pip install 'ncuflow[{extra}]')" if extra else ""
+        if module == "flashinfer":
+            hint = " (pip install 'ncuflow[flashinfer]'; on an offline GPU host, the GPU bundle: make gpu-bundle)"
         return f"{module} is not installed{hint}"
     return None
 
