@@ -167,7 +167,14 @@ def print_plan(bundle: Path) -> None:
     print(f"\nheadline re-profiles (the sweeps' corners), tier 1 each: {', '.join(headline_specs())}")
     print(f"cost: ncuflow profile {COST_CELL} twice, and the same ncu command bare twice")
     print(f"pytest -m gpu: {' '.join(GPU_TESTS)}")
-    print(f"\n{len(seen)} profiled points + {len(PLAN_INDEX_LENS)} plan() timings")
+    heads = len(headline_specs())
+    estimate = {"sweeps": len(seen) * SECONDS_PER_PROFILE, "plan()": 6.0 * len(PLAN_INDEX_LENS),
+                "cost": 4 * SECONDS_PER_PROFILE, "pytest -m gpu": PYTEST_SECONDS,
+                f"headline ({heads} x 2 replicas)": 2 * heads * SECONDS_PER_PROFILE}
+    print(f"\n{len(seen)} profiled points + {len(PLAN_INDEX_LENS)} plan() timings; at ~{SECONDS_PER_PROFILE:.0f} s a "
+          "profile: " + ", ".join(f"{k} ~{v:.0f} s" for k, v in estimate.items())
+          + f" (~{sum(estimate.values()):.0f} s). The budget takes the steps in this order; the headline "
+          "replicas shrink (2, 1, none) to what is left, and a skipped step is named with its command.")
 
 
 # ----------------------------------------------------------------------------- the steps
