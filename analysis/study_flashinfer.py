@@ -4,7 +4,9 @@ Run by `python3 analysis/run_study_on_gpu.py --part flashinfer` (see its docstri
 call of at most ~8 minutes, steps in order of what the study needs most:
 
 1. activate the GPU bundle (`make gpu-bundle`, carried as `.gpu-bundle`): FlashInfer's
-   modules for sm_90a, loaded with JIT off; `ncuflow doctor --strict`;
+   modules for sm_90a, loaded with JIT off; `ncuflow doctor --strict`; each FlashInfer path
+   once on a tiny shape outside ncu (when one fails, every FlashInfer step is skipped and
+   its error kept; the GPU tests still run);
 2. `ncuflow sweep` of analysis/sweeps/flashinfer/*.toml under the tier-1 collection, with
    escalation (tier 2 for the runs tier 1 leaves undecided), into the store;
 3. plan(): `ncuflow time flashinfer_plan:index_len=N` (host clock) for each index length,
@@ -282,6 +284,24 @@ def headline(store: Path, markdown: Path, budget: Budget, per_profile: float, *,
     ncuflow(args, dry_run=False, check=False, timeout=max(30.0, budget.left()))
 
 
+SMOKE = ("flashinfer_decode:batch=2,kv_len=256,page=1", "xqa_decode:batch=2,kv_len=256,page=16")
+
+
+def smoke(*, dry_run: bool) -> list[str]:
+    """Each FlashInfer path once on a tiny shape, outside ncu: what fails here fails every point."""
+    failed = []
+    for spec in SMOKE:
+        command = [sys.executable, "-m", "ncuflow.cells.cellrun", spec, "--representation-out", str(WORK / "smoke.json")]
+        print(f"\n$ {shlex.join(command[1:])}", flush=True)
+        if dry_run:
+            continue
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False, timeout=300)
+        if done.returncode != 0:
+            failed.append(f"{spec}: {done.stderr.strip()[-1500:]}")
+            print(f"  failed: {done.stderr.strip()[-1500:]}", flush=True)
+    return failed
+
+
 def run_part(store: Path, bundle: Path, budget_s: float, ncu: list[str], *, dry_run: bool) -> int:
     sys.path.insert(0, str(REPO / "analysis"))
     budget = Budget(budget_s)
@@ -290,8 +310,11 @@ def run_part(store: Path, bundle: Path, budget_s: float, ncu: list[str], *, dry_
     else:
         activate(bundle)
     ncuflow(["doctor", "--strict", *ncu], dry_run=dry_run)
+    broken = smoke(dry_run=dry_run)
+    if broken:  # the Triton cells' GPU tests still run: they tell a broken bundle from a broken host
+        budget.skipped.append("the FlashInfer sweeps, plan() and the cost (a tiny cell failed): " + " | ".join(broken))
     profiles = seconds = 0.0
-    for path in sorted(SWEEPS.glob("*.toml")):
+    for path in sorted(SWEEPS.glob("*.toml")) if not broken else []:
         points = len(sweep_points(path))
         args = ["sweep", str(path.relative_to(REPO)), "--store", str(store), "--keep-going", *ncu]
         if not dry_run and not budget.fits(f"sweep {path.stem}", points * SECONDS_PER_PROFILE * 0.8, f"ncuflow {shlex.join(args)}"):
@@ -299,10 +322,13 @@ def run_part(store: Path, bundle: Path, budget_s: float, ncu: list[str], *, dry_
         _, took = ncuflow(args, dry_run=dry_run, check=False)
         profiles, seconds = profiles + points, seconds + took
     per_profile = seconds / profiles if profiles and seconds else SECONDS_PER_PROFILE
-    time_plan(store, budget, dry_run=dry_run)
-    cost = profile_cost(budget, dry_run=dry_run)
+    cost: dict[str, Any] = {}
+    if not broken:
+        time_plan(store, budget, dry_run=dry_run)
+        cost = profile_cost(budget, dry_run=dry_run)
     tests = run_gpu_tests(budget, dry_run=dry_run)
-    headline(store, store.parent / f"stability-{store.name}-flashinfer.md", budget, per_profile, dry_run=dry_run)
+    if not broken:
+        headline(store, store.parent / f"stability-{store.name}-flashinfer.md", budget, per_profile, dry_run=dry_run)
     summary = {"budget_s": budget_s, "used_s": round(budget_s - budget.left(), 1), "seconds_per_profile": round(per_profile, 1),
                "profile_vs_bare_ncu": cost, "pytest_gpu_exit": tests, "skipped": budget.skipped}
     if not dry_run:
