@@ -292,7 +292,7 @@ def smoke(*, dry_run: bool) -> list[str]:
     failed = []
     for spec in SMOKE:
         command = [sys.executable, "-m", "ncuflow.cells.cellrun", spec, "--representation-out", str(WORK / "smoke.json")]
-        print(f"\n$ {shlex.join(command[1:])}", flush=True)
+        print(f"\n$ {shlex.join(['python3', *command[1:]])}", flush=True)
         if dry_run:
             continue
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False, timeout=300)
