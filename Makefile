@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 CELL_PINS := torch==2.13.0 triton==3.6.0
 CORPUS ?= $(or $(NCUFLOW_CORPUS),../shared/ncu-reports)
 
-.PHONY: setup setup-test demo test lint bench clean
+.PHONY: setup setup-test demo test lint bench clean gpu-bundle
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ bench: setup
 	$(BIN)/python -m pip install -q -e '.[passes]'
 	$(BIN)/python analysis/bench_extraction.py $(CORPUS)
 	$(BIN)/python analysis/bench_passes.py $(CORPUS)
+
+# FlashInfer's modules built ahead of time for the H200 (sm_90a) on this CPU machine, with
+# CUDA 13.0's nvcc (CUDA_HOME): writes .gpu-bundle/ (<= 40 MiB, git-ignored), which the GPU
+# host's one call carries (analysis/run_study_on_gpu.py --part flashinfer). See the README.
+gpu-bundle:
+	$(PYTHON) analysis/gpu_bundle.py build
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

@@ -19,6 +19,13 @@ Steps, each an ordinary `ncuflow` command printed before it runs:
 It imports nothing but the standard library (no polars, no torch): the commands it runs
 need only what `pip install ncuflow[cells]` brings. Afterwards commit STORE and run
 `python analysis/rebuild_study.py` anywhere (no GPU) for the report and plots.
+
+The second part, `--part flashinfer` (analysis/study_flashinfer.py), profiles the seed's
+own kernels (FlashInfer's decode and plan(), XQA) from the GPU bundle that `make gpu-bundle`
+builds on a CPU machine (`--bundle`, default .gpu-bundle), within `--budget-s`:
+
+    python3 analysis/run_study_on_gpu.py --part flashinfer --dry-run   # points, passes, modules
+    python3 analysis/run_study_on_gpu.py --part flashinfer --budget-s 450
 """
 
 from __future__ import annotations
@@ -62,7 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-headline", action="store_true", help="skip the headline re-profiles")
     parser.add_argument("--keep-going", action="store_true", help="continue past a point's own failure")
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    parser.add_argument("--part", choices=("triton", "flashinfer"), default="triton",
+                        help="triton: the stand-in cells (default); flashinfer: FlashInfer and XQA from the GPU bundle")
+    parser.add_argument("--bundle", type=Path, default=REPO / ".gpu-bundle", help="the GPU bundle (--part flashinfer)")
+    parser.add_argument("--budget-s", type=float, default=450.0, help="seconds the flashinfer part may take (default 450)")
     args = parser.parse_args(argv)
+    if args.part == "flashinfer":
+        sys.path.insert(0, str(REPO / "analysis"))
+        from study_flashinfer import run_part
+
+        return run_part(args.store, args.bundle, args.budget_s, ["--ncu", args.ncu] if args.ncu else [],
+                        dry_run=args.dry_run)
 
     ncu = ["--ncu", args.ncu] if args.ncu else []
     sweeps = sorted(SWEEPS.glob("*.toml"))

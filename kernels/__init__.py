@@ -9,4 +9,7 @@ only when a cell is built, so listing the cells never imports torch or triton.
 - ``paged_decode``     page-aware decode attention reading a block table
 - ``plan_host``        host-side decode planning over index lengths (host clock)
 - ``flashinfer_cells`` FlashInfer's decode wrapper and its ``plan()``, when flashinfer imports
+- ``xqa_cells``        FlashInfer's XQA decode (page size compiled in), when flashinfer imports
+
+Each cell's parameters are one frozen dataclass in ``_params`` (``build`` receives it, typed).
 """

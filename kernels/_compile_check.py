@@ -98,7 +98,7 @@ def compile_cell(spec_text: str, arch: int = 90) -> list[CompiledLaunch]:
     import ncuflow.kernels._instances as instances
 
     spec = parse_spec(spec_text)
-    instance = get_cell(spec.cell).build(spec.as_dict(), "cpu")
+    instance = get_cell(spec.cell).instantiate(spec, "cpu")
     with _recording(instances) as launches:
         instance.run()
     target = GPUTarget("cuda", arch, 32)

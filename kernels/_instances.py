@@ -9,7 +9,6 @@ and ``effective_page_size`` (the page size the kernel itself sees).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -22,14 +21,13 @@ from ncuflow.kernels._common import (
     token_layout,
     torch_dtype,
 )
+from ncuflow.kernels._params import CopyParams, FlatDecodeParams, PagedDecodeParams
 from ncuflow.kernels._triton_kernels import (
     copy_kernel,
     flat_decode_split_kernel,
     merge_splits_kernel,
     paged_decode_split_kernel,
 )
-
-from ncuflow.errors import UsageError
 
 COPY_BLOCK = 4096
 FLAT_BLOCK_N = 32
@@ -43,13 +41,10 @@ MIN_TILE = 16  # tl.dot needs every dimension >= 16
 class CopyBandwidth:
     """Device-to-device copy of ``mib`` MiB of float32: reads it once, writes it once."""
 
-    def __init__(self, params: Mapping[str, Any], device: str) -> None:
-        mib = int(params["mib"])
-        if mib <= 0:
-            raise UsageError(f"copy_bandwidth needs mib > 0, got {mib}.", "", "Pass mib=1024, say.")
-        self.impl = str(params["impl"])
-        self.n_elements = mib * (1 << 20) // 4
-        self.src = random_tensor((self.n_elements,), torch.float32, device, int(params["seed"]))
+    def __init__(self, params: CopyParams, device: str) -> None:
+        self.impl = params.impl
+        self.n_elements = params.mib * (1 << 20) // 4
+        self.src = random_tensor((self.n_elements,), torch.float32, device, params.seed)
         self.dst = torch.empty_like(self.src)
         self.expected_bytes = 2 * tensor_bytes(self.src)
 
@@ -96,26 +91,17 @@ class _DecodeBase:
     kernel_launches = 2  # split kernel + merge kernel
     split_kernel_name = ""
 
-    def __init__(self, params: Mapping[str, Any], device: str) -> None:
-        self.batch = int(params["batch"])
-        self.kv_len = int(params["kv_len"])
-        self.heads = int(params["heads"])
-        self.kv_heads = int(params["kv_heads"])
-        self.head_dim = int(params["head_dim"])
-        self.splits = int(params["splits"])
-        self.seed = int(params["seed"])
-        self.dtype_name = str(params["dtype"])
+    def __init__(self, params: FlatDecodeParams | PagedDecodeParams, device: str) -> None:
+        self.batch = params.batch
+        self.kv_len = params.kv_len
+        self.heads = params.heads
+        self.kv_heads = params.kv_heads
+        self.head_dim = params.head_dim
+        self.splits = params.splits
+        self.seed = params.seed
+        self.dtype_name = params.dtype
         self.dtype = torch_dtype(self.dtype_name)
-        for name in ("batch", "kv_len", "heads", "kv_heads", "splits"):
-            if getattr(self, name) <= 0:
-                raise UsageError(f"Decode cells need {name} > 0, got {getattr(self, name)}.")
-        if self.heads % self.kv_heads:
-            raise UsageError(
-                f"heads={self.heads} is not a multiple of kv_heads={self.kv_heads}.",
-                "In grouped-query attention each KV head serves heads / kv_heads query heads.",
-                "Pick heads as a multiple of kv_heads (e.g. heads=32,kv_heads=8).",
-            )
-        self.group = self.heads // self.kv_heads
+        self.group = params.group
         self.group_pad = max(MIN_TILE, next_power_of_two(self.group))
         self.sm_scale = 1.0 / math.sqrt(self.head_dim)
         self.q = random_tensor((self.batch, self.heads, self.head_dim), self.dtype, device, self.seed)
@@ -175,9 +161,9 @@ class FlatDecode(_DecodeBase):
 
     split_kernel_name = "flat_decode_split_kernel"
 
-    def __init__(self, params: Mapping[str, Any], device: str) -> None:
+    def __init__(self, params: FlatDecodeParams, device: str) -> None:
         super().__init__(params, device)
-        self.layout = str(params["layout"])
+        self.layout = params.layout
         total = self.batch * self.kv_len
         shape = (total, self.kv_heads, self.head_dim)
         self.k_pool = random_tensor(shape, self.dtype, device, self.seed + 1)
@@ -249,10 +235,10 @@ class PagedDecode(_DecodeBase):
 
     split_kernel_name = "paged_decode_split_kernel"
 
-    def __init__(self, params: Mapping[str, Any], device: str) -> None:
+    def __init__(self, params: PagedDecodeParams, device: str) -> None:
         super().__init__(params, device)
-        self.page = int(params["page"])
-        self.kv_mode = str(params["kv"])
+        self.page = params.page
+        self.kv_mode = params.kv
         self.pages_per_request = triton_cdiv(self.kv_len, self.page)
         physical_pages = (
             self.pages_per_request if self.kv_mode == "shared" else self.batch * self.pages_per_request

@@ -13,11 +13,10 @@ does grow with the length.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ncuflow.errors import UsageError
+from ncuflow.kernels._params import PlanHostParams
 
 
 @dataclass(frozen=True)
@@ -91,20 +90,13 @@ def plan_decode_reference(
 class PlanHost:
     """``index_len`` token indices spread evenly over ``batch`` requests, in pages of ``page``."""
 
-    def __init__(self, params: Mapping[str, Any], device: str) -> None:
-        self.index_len = int(params["index_len"])
-        self.batch = int(params["batch"])
-        self.page = int(params["page"])
-        self.kv_heads = int(params["kv_heads"])
-        self.max_ctas = int(params["num_sms"]) * int(params["ctas_per_sm"])
-        self.materialize = bool(params["materialize_indices"])
-        if self.batch <= 0 or self.index_len < self.batch:
-            raise UsageError(
-                f"plan_host needs 0 < batch <= index_len, got batch={self.batch}, "
-                f"index_len={self.index_len}.",
-                "Every request holds at least one token.",
-                "Raise index_len or lower batch.",
-            )
+    def __init__(self, params: PlanHostParams, device: str) -> None:
+        self.index_len = params.index_len
+        self.batch = params.batch
+        self.page = params.page
+        self.kv_heads = params.kv_heads
+        self.max_ctas = params.num_sms * params.ctas_per_sm
+        self.materialize = params.materialize_indices
         base, extra = divmod(self.index_len, self.batch)
         self.tokens = [base + (1 if r < extra else 0) for r in range(self.batch)]
         pages = [_ceil_div(t, self.page) for t in self.tokens]

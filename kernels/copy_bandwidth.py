@@ -6,13 +6,12 @@ Reads ``mib`` MiB once and writes them once (expected bytes = 2 x mib MiB); the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from ncuflow.kernels._params import CopyParams
 
-from ncuflow.cells.contract import CellDefinition, CellInstance, ParamSpec
+from ncuflow.cells.contract import CellDefinition, CellInstance
 
 
-def build(params: Mapping[str, Any], device: str) -> CellInstance:
+def build(params: CopyParams, device: str) -> CellInstance:
     from ncuflow.kernels._instances import CopyBandwidth
 
     return CopyBandwidth(params, device)
@@ -20,11 +19,8 @@ def build(params: Mapping[str, Any], device: str) -> CellInstance:
 
 CELL = CellDefinition(
     name="copy_bandwidth",
-    params=(
-        ParamSpec("mib", int, 1024, None, "MiB copied (read once and written once)", 1, 1 << 20),
-        ParamSpec("impl", str, "triton", ("triton", "torch"), "Triton copy kernel or torch's copy_"),
-        ParamSpec("seed", int, 0, None, "seed of the source data", 0),
-    ),
+    params=(),
+    params_type=CopyParams,
     description="Device-to-device copy: the DRAM ceiling (bytes = 2 x mib MiB).",
     build=build,
 )

@@ -12,15 +12,12 @@ Footprint = batch x kv_len x kv_heads x head_dim x 2 (K, V) x 2 bytes: the defau
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from ncuflow.kernels._params import FlatDecodeParams
 
-from ncuflow.kernels._params import decode_shape_params, triton_decode_params
-
-from ncuflow.cells.contract import CellDefinition, CellInstance, ParamSpec
+from ncuflow.cells.contract import CellDefinition, CellInstance
 
 
-def build(params: Mapping[str, Any], device: str) -> CellInstance:
+def build(params: FlatDecodeParams, device: str) -> CellInstance:
     from ncuflow.kernels._instances import FlatDecode
 
     return FlatDecode(params, device)
@@ -28,14 +25,8 @@ def build(params: Mapping[str, Any], device: str) -> CellInstance:
 
 CELL = CellDefinition(
     name="flat_decode",
-    params=(
-        *decode_shape_params(batch=32, kv_len=8192),
-        ParamSpec(
-            "layout", str, "contiguous", ("contiguous", "block128", "scatter"),
-            "physical order of the token slots the indices point at",
-        ),
-        *triton_decode_params(),
-    ),
+    params=(),
+    params_type=FlatDecodeParams,
     description=(
         "Token-flat decode attention (one KV index per token); layouts permute physical "
         "slots at a fixed index length. Default footprint 1 GiB of KV."

@@ -14,15 +14,12 @@ Defaults are the study's shared-prefix cell: page=16, kv=shared, batch=32, kv_le
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from ncuflow.kernels._params import PagedDecodeParams
 
-from ncuflow.kernels._params import decode_shape_params, triton_decode_params
-
-from ncuflow.cells.contract import CellDefinition, CellInstance, ParamSpec
+from ncuflow.cells.contract import CellDefinition, CellInstance
 
 
-def build(params: Mapping[str, Any], device: str) -> CellInstance:
+def build(params: PagedDecodeParams, device: str) -> CellInstance:
     from ncuflow.kernels._instances import PagedDecode
 
     return PagedDecode(params, device)
@@ -30,15 +27,8 @@ def build(params: Mapping[str, Any], device: str) -> CellInstance:
 
 CELL = CellDefinition(
     name="paged_decode",
-    params=(
-        ParamSpec("page", int, 16, (1, 16, 32, 64, 128), "tokens per KV page (the kernel's page size)"),
-        ParamSpec(
-            "kv", str, "shared", ("shared", "distinct"),
-            "shared: all requests read the same prefix pages; distinct: each its own",
-        ),
-        *decode_shape_params(batch=32, kv_len=8192),
-        *triton_decode_params(),
-    ),
+    params=(),
+    params_type=PagedDecodeParams,
     description=(
         "Page-aware decode attention over a block table (one table load per page); "
         "kv=shared reuses one prefix, kv=distinct streams from DRAM."

@@ -7,13 +7,12 @@ per-request indptr (batch + 1 entries) like FlashInfer's decode ``plan()``; see
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from ncuflow.kernels._params import PlanHostParams
 
-from ncuflow.cells.contract import CellDefinition, CellInstance, ParamSpec
+from ncuflow.cells.contract import CellDefinition, CellInstance
 
 
-def build(params: Mapping[str, Any], device: str) -> CellInstance:
+def build(params: PlanHostParams, device: str) -> CellInstance:
     from ncuflow.kernels._planning import PlanHost
 
     return PlanHost(params, device)
@@ -21,18 +20,8 @@ def build(params: Mapping[str, Any], device: str) -> CellInstance:
 
 CELL = CellDefinition(
     name="plan_host",
-    params=(
-        ParamSpec("index_len", int, 262144, None, "token indices in the batch (study: 64 ... 2097152)", 1, 2**31 - 1),
-        ParamSpec("batch", int, 32, None, "requests", 1, 2**31 - 1),
-        ParamSpec("page", int, 1, None, "device page size the planner sees (1 = token-flat)", 1, 2**31 - 1),
-        ParamSpec("kv_heads", int, 8, None, "KV heads (each work item is per KV head)", 1, 4096),
-        ParamSpec("num_sms", int, 132, None, "SMs of the target GPU (H200/H100 SXM: 132)", 1, 65535),
-        ParamSpec("ctas_per_sm", int, 2, None, "CTAs per SM the planner budgets for", 1, 65535),
-        ParamSpec(
-            "materialize_indices", bool, False, None,
-            "also write the index list on the host (the O(index_len) positive control)",
-        ),
-    ),
+    params=(),
+    params_type=PlanHostParams,
     description="Host-side split-KV decode planning versus index length; host clock, no GPU.",
     build=build,
     requires=(),

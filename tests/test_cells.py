@@ -6,6 +6,8 @@ test_kernels_interpreter.py).
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import os
 import subprocess
@@ -253,7 +255,7 @@ def test_user_cells_dir_adds_a_cell(user_cells: Path) -> None:
     result = time_cell(spec, repeats=5, warmup=1, cells_dir=user_cells)
     assert result.clock == "host_perf_counter" and len(result.samples_us) == 5
     assert result.representation["index_len"] == 10
-    instance = get_cell("my_sum", user_cells).build(spec.as_dict(), "cpu")
+    instance = get_cell("my_sum", user_cells).instantiate(spec, "cpu")
     instance.run()
     assert instance.output() == instance.reference() == 45
 
@@ -298,7 +300,7 @@ def test_missing_cells_dir_is_a_usage_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("page", [1, 16, 128])
 def test_plan_host_matches_its_reference(index_len: int, page: int) -> None:
     spec = make_spec("plan_host", {"index_len": index_len, "page": page})
-    instance = get_cell("plan_host").build(spec.as_dict(), "cpu")
+    instance = get_cell("plan_host").instantiate(spec, "cpu")
     instance.run()
     plan = instance.output()
     assert plan == instance.reference()
@@ -315,17 +317,19 @@ def test_plan_host_matches_its_reference(index_len: int, page: int) -> None:
 
 def test_plan_host_materialize_writes_the_index_list() -> None:
     spec = make_spec("plan_host", {"index_len": 5000, "materialize_indices": True})
-    instance = get_cell("plan_host").build(spec.as_dict(), "cpu")
+    instance = get_cell("plan_host").instantiate(spec, "cpu")
     instance.run()
     assert instance.output().indices_written == 5000
     assert instance.output() == instance.reference()
     assert instance.expected_bytes >= 4 * 5000
 
 
-def test_plan_host_rejects_more_requests_than_tokens() -> None:
-    spec = make_spec("plan_host", {"index_len": 8, "batch": 32})
+def test_plan_host_rejects_more_requests_than_tokens_where_the_spec_enters() -> None:
+    """The rule between parameters is checked when the spec is parsed, before anything is built."""
     with pytest.raises(UsageError, match="batch <= index_len"):
-        get_cell("plan_host").build(spec.as_dict(), "cpu")
+        make_spec("plan_host", {"index_len": 8, "batch": 32})
+    with pytest.raises(UsageError, match="batch <= index_len"):
+        parse_spec("plan_host:index_len=8,batch=32")
 
 
 # ----------------------------------------------------------------------------- timing helpers
@@ -474,3 +478,54 @@ def test_cellrun_host_cell_writes_the_record(tmp_path: Path, user_cells: Path) -
     assert done.returncode == 0, done.stderr
     record = json.loads(user_out.read_text())
     assert record["representation"]["index_len"] == 5 and record["expected_bytes"] == 40
+
+
+# ----------------------------------------------------------------------------- listing without torch
+
+
+def test_listing_cells_imports_neither_torch_nor_flashinfer() -> None:
+    """`ncuflow cells` stays fast: availability is read from the machine, not from importing torch."""
+    code = ("import sys\nfrom ncuflow.cli import main\nmain(['cells', '--json'])\n"
+            "print('IMPORTED', sorted(m for m in ('torch', 'triton', 'flashinfer') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
+                          env=_env_without_interpreter())
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "IMPORTED []"
+
+
+def test_the_light_gpu_probe_agrees_with_torch_here() -> None:
+    from ncuflow.cells.registry import gpu_status_from_torch
+
+    assert gpu_status()[0] == gpu_status_from_torch()[0]
+    if importlib.util.find_spec("torch") is not None and not gpu_status()[0]:
+        assert gpu_status()[1] == gpu_status_from_torch()[1]  # e.g. "torch 2.13.0+cpu is a CPU-only build"
+
+
+@pytest.mark.parametrize(("text", "cuda"), [
+    ("cuda: Optional[str] = '13.0'\n", "13.0"),
+    ("cuda = None\n", None),
+    ("__version__ = '2.11.0+cu130'\ncuda: Optional[str] = \"13.0\"\nhip = None\n", "13.0"),
+    ("cuda: Optional[str] = None\n", None),
+])
+def test_torch_build_cuda_is_read_from_its_version_file(text: str, cuda: str | None) -> None:
+    from ncuflow.cells.registry import _TORCH_CUDA_LINE
+
+    match = _TORCH_CUDA_LINE.search(text)
+    assert match is not None and (match.group(1) or None) == cuda
+
+
+def test_a_rule_between_parameters_stops_a_bad_spec_where_it_enters() -> None:
+    with pytest.raises(UsageError, match="not a multiple of kv_heads"):
+        parse_spec("xqa_decode:heads=6,kv_heads=4")
+    params = get_cell("xqa_decode").make_params(parse_spec("xqa_decode:page=64"))
+    assert (params.page, params.batch, params.group) == (64, 32, 4)  # typed, made once from the spec
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.page = 16  # type: ignore[misc]
+
+
+def test_typed_parameters_keep_the_stored_content_keys() -> None:
+    """The committed H200 store is keyed by the content keys: the typed declarations must not move them."""
+    assert make_spec("paged_decode", {"page": 128, "kv": "distinct"}).content_key().startswith("0b2a468d")
+    for info in list_cells():
+        definition = get_cell(info.name)
+        assert definition.params == (definition.params_type.param_specs() if definition.params_type else definition.params)

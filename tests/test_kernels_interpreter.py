@@ -99,7 +99,7 @@ def interpreted_kernels() -> Iterator[None]:
 
 def build(cell: str, **params: Any) -> Any:
     spec = make_spec(cell, params)
-    return get_cell(cell).build(spec.as_dict(), "cpu")
+    return get_cell(cell).instantiate(spec, "cpu")
 
 
 def run_and_compare(instance: Any) -> None:

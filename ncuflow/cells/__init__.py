@@ -21,7 +21,7 @@ in a folder and pass ``--cells-dir DIR``): a module defines ``CELL`` (one
 
     from ncuflow.cells import CellDefinition, ParamSpec
 
-    def build(params, device):          # params: dict name -> typed value; device: "cuda"
+    def build(params, device):          # params: name -> typed value (or a CellParams dataclass); device: "cuda"
         import torch                    # heavy imports inside build, never at module level
         ...
         return MyInstance(...)          # an object following the CellInstance protocol
@@ -48,16 +48,18 @@ from ncuflow.cells.contract import (
     CellDefinition,
     CellInfo,
     CellInstance,
+    CellParams,
     CellSpec,
     ParamSpec,
     coerce_value,
     format_value,
     nvtx_range_name,
     nvtx_range_stack,
+    param,
 )
 
 # The API for cell authors (``from ncuflow.cells import CellDefinition, ParamSpec``): the contract
 # alone, so that the store, which names runs by their CellSpec, and the read side below it import
 # no registry (which asks the machine about its GPU). Finding cells is ``ncuflow.cells.registry``.
-__all__ = ["CellDefinition", "CellInfo", "CellInstance", "CellSpec", "ParamSpec", "coerce_value", "format_value",
-           "nvtx_range_name", "nvtx_range_stack"]
+__all__ = ["CellDefinition", "CellInfo", "CellInstance", "CellParams", "CellSpec", "ParamSpec", "coerce_value",
+           "format_value", "nvtx_range_name", "nvtx_range_stack", "param"]

@@ -1,11 +1,11 @@
 """Run one cell once, the way ncu profiles it: ``python -m ncuflow.cells.cellrun SPEC --representation-out PATH``.
 
 Steps: parse the spec; build the cell (allocate and fill every tensor); warm it up and
-compile its kernels OUTSIDE the NVTX range; push the range ``ncuflow/<cell>`` (as two
-nested push/pop ranges, ``ncuflow`` then ``<cell>``: the form ncu's
-``--nvtx-include ncuflow/<cell>/`` matches), launch the timed operation once,
-synchronize, pop; then (outside the range) check the output
-against the torch reference and write a JSON record to PATH::
+compile its kernels OUTSIDE the NVTX range, and check the warm-up's output against the
+torch reference there (a wrong result stops here, before the profiled launch); push the
+range ``ncuflow/<cell>`` (as two nested push/pop ranges, ``ncuflow`` then ``<cell>``: the
+form ncu's ``--nvtx-include ncuflow/<cell>/`` matches), launch the timed operation once,
+synchronize, pop; write a JSON record to PATH::
 
     {"cell", "spec", "content_key", "params", "nvtx_range", "nvtx_push_pop_stack", "representation",
      "expected_bytes", "check": {"passed", "max_abs_error", "tolerance"} | null,
@@ -31,7 +31,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ncuflow.cells.contract import CellDefinition, CellInstance, nvtx_range_name, nvtx_range_stack
+from ncuflow.cells.contract import (
+    CellDefinition,
+    CellInstance,
+    CellSpec,
+    nvtx_range_name,
+    nvtx_range_stack,
+)
 from ncuflow.cells.registry import get_cell, parse_spec
 from ncuflow.cells.timing import build_device, device_facts, require_runnable
 from ncuflow.errors import NcuflowError
@@ -77,16 +83,25 @@ def check_output(instance: CellInstance) -> dict[str, Any] | None:
 
 
 def run_once(
-    definition: CellDefinition, params: dict[str, Any], warmup: int, check: bool
+    definition: CellDefinition, spec: CellSpec, warmup: int, check: bool
 ) -> tuple[CellInstance, dict[str, Any] | None]:
-    """Build, warm up outside the range, launch once inside ``ncuflow/<cell>``, check."""
+    """Build, warm up and check outside the range, then launch once inside ``ncuflow/<cell>``.
+
+    The output is compared with the torch reference before the profiled launch (after the
+    warm-up launches, at least one when checking), so a cell that computes the wrong result
+    stops before ncu sees its range: a wrong kernel is never stored as a measurement.
+    """
     device = build_device(definition)
-    instance = definition.build(params, device)
+    instance = definition.instantiate(spec, device)
     torch_module = _torch_with_cuda()
-    for _ in range(max(0, warmup)):
+    for _ in range(max(1 if check else 0, warmup)):
         instance.run()
     if torch_module is not None:
         torch_module.cuda.synchronize()
+    checked = check_output(instance) if check else None
+    if checked is not None and not checked["passed"]:
+        return instance, checked
+    if torch_module is not None:
         stack = nvtx_range_stack(definition.name)
         pushed = 0
         try:
@@ -100,7 +115,7 @@ def run_once(
                 torch_module.cuda.nvtx.range_pop()
     else:
         instance.run()
-    return instance, (check_output(instance) if check else None)
+    return instance, checked
 
 
 def _torch_or_none() -> Any:
@@ -135,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         require_runnable(definition, "run")
         params = spec.as_dict()
         try:
-            instance, check = run_once(definition, params, arguments.warmup, not arguments.no_check)
+            instance, check = run_once(definition, spec, arguments.warmup, not arguments.no_check)
         except NcuflowError:
             raise
         except Exception as error:
@@ -167,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
             raise NcuflowError(
                 f"The cell {spec.text()} ran, but its output differs from the torch reference "
                 f"(max abs error {check['max_abs_error']}, {check['tolerance']}).",
-                "A kernel that computes the wrong result is not a measurement of the right work.",
+                "A kernel that computes the wrong result is not a measurement of the right work, "
+                "so the profiled launch was not made.",
                 f"The record is in {arguments.representation_out}; report it as a bug in the cell.",
             )
     except NcuflowError as error:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import re
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
 from ncuflow.errors import UsageError
 
@@ -129,7 +132,63 @@ class CellInstance(Protocol):
         """JSON-able description of what reaches the timed operation."""
 
 
-BuildFunction = Callable[[Mapping[str, Any], str], CellInstance]
+_PARAM_KEY = "ncuflow_param"
+ParamsT = TypeVar("ParamsT", bound="CellParams")
+
+
+@dataclass(frozen=True)
+class _ParamMeta:
+    help: str
+    choices: tuple[Any, ...] | None
+    minimum: int | float | None
+    maximum: int | float | None
+
+
+def param(
+    default: ParamValue,
+    help: str = "",
+    choices: tuple[Any, ...] | None = None,
+    minimum: int | float | None = None,
+    maximum: int | float | None = None,
+) -> Any:
+    """A field of a ``CellParams`` dataclass: its default, help, choices and inclusive range."""
+    return field(default=default, metadata={_PARAM_KEY: _ParamMeta(help, choices, minimum, maximum)})
+
+
+class CellParams:
+    """Base of a cell's typed parameters: a frozen dataclass whose fields are made with ``param()``.
+
+    The fields are the cell's parameters (``param_specs()`` derives the ``ParamSpec`` list
+    from them, so a parameter is declared once); ``from_spec`` builds the object once from a
+    validated ``CellSpec``, and ``check`` holds the rules between parameters (e.g. heads a
+    multiple of kv_heads), run when a spec is parsed, before any GPU is touched.
+    """
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @classmethod
+    def param_specs(cls) -> tuple[ParamSpec, ...]:
+        hints = typing.get_type_hints(cls)
+        specs = []
+        for item in dataclasses.fields(cls):
+            meta = item.metadata.get(_PARAM_KEY)
+            if meta is None:
+                raise TypeError(f"{cls.__name__}.{item.name} is not declared with ncuflow.cells.param()")
+            specs.append(ParamSpec(item.name, hints[item.name], item.default, meta.choices, meta.help,
+                                   meta.minimum, meta.maximum))
+        return tuple(specs)
+
+    @classmethod
+    def from_spec(cls: type[ParamsT], spec: CellSpec) -> ParamsT:
+        params = cls(**spec.as_dict())
+        params.check()
+        return params
+
+    def check(self) -> None:
+        """Raise ``UsageError`` when parameters disagree with each other; the default has no rule."""
+
+
+BuildFunction = Callable[[Any, str], CellInstance]
 
 
 @dataclass(frozen=True)
@@ -140,6 +199,10 @@ class CellDefinition:
     ``"flashinfer"``...) and ``"cuda"`` (a CUDA GPU visible to torch). ``timing`` is
     ``"cuda"`` (CUDA events around a GPU launch) or ``"host"`` (a host clock: the timed
     operation is host work). ``source`` is filled by the registry.
+
+    ``params_type`` (a ``CellParams`` dataclass) makes ``build`` receive that typed object;
+    ``params`` is then derived from its fields when left empty. Without it (cells of older
+    user folders), ``build`` receives a read-only mapping name -> typed value.
     """
 
     name: str
@@ -150,6 +213,21 @@ class CellDefinition:
     needs_ncu: bool = True
     timing: Literal["cuda", "host"] = "cuda"
     source: str = field(default="", compare=False)
+    params_type: type[CellParams] | None = None
+
+    def __post_init__(self) -> None:
+        if self.params_type is not None and not self.params:
+            object.__setattr__(self, "params", self.params_type.param_specs())
+
+    def make_params(self, spec: CellSpec) -> Any:
+        """What ``build`` receives for ``spec``: the typed object, or a read-only mapping."""
+        if self.params_type is not None:
+            return self.params_type.from_spec(spec)
+        return MappingProxyType(spec.as_dict())
+
+    def instantiate(self, spec: CellSpec, device: str) -> CellInstance:
+        """Build the cell for ``spec`` on ``device`` (its parameters made once, then typed)."""
+        return self.build(self.make_params(spec), device)
 
     def param_spec(self, name: str) -> ParamSpec | None:
         for spec in self.params:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import pkgutil
+import re
 import sys
 from collections.abc import Mapping
 from functools import lru_cache
@@ -61,6 +63,16 @@ def _validate_definition(definition: CellDefinition, source: str) -> None:
             "A cell name must be a Python-style identifier (letters, digits, underscores).",
             "Rename the cell.",
         )
+    if definition.params_type is not None:
+        declared = tuple((p.name, p.type) for p in definition.params)
+        typed = tuple((p.name, p.type) for p in definition.params_type.param_specs())
+        if declared != typed:
+            raise NcuflowError(
+                f"{source}: cell {definition.name!r} declares parameters {declared} but its "
+                f"params_type {definition.params_type.__name__} has {typed}.",
+                "build() receives the params_type object, so the two lists must be the same.",
+                "Leave params empty: it is derived from params_type.",
+            )
     seen: set[str] = set()
     for spec in definition.params:
         if not NAME_PATTERN.match(spec.name) or spec.name in seen:
@@ -204,7 +216,9 @@ def _spec_from_definition(definition: CellDefinition, given: Mapping[str, object
     for spec in definition.params:
         if spec.name not in values:
             values[spec.name] = spec.default  # type: ignore[assignment]
-    return CellSpec(cell=definition.name, params=tuple(sorted(values.items())))
+    cell_spec = CellSpec(cell=definition.name, params=tuple(sorted(values.items())))
+    definition.make_params(cell_spec)  # the rules between parameters, checked where the spec enters
+    return cell_spec
 
 
 def make_spec(
@@ -264,23 +278,80 @@ def _module_present(module: str) -> str | None:
     if found is None:
         extra = {"torch": "cells", "triton": "cells", "flashinfer": "flashinfer"}.get(module)
         hint = f" (pip install 'ncuflow[{extra}]')" if extra else ""
+        if module == "flashinfer":
+            hint = " (pip install 'ncuflow[flashinfer]'; on an offline GPU host, the GPU bundle: make gpu-bundle)"
         return f"{module} is not installed{hint}"
     return None
 
 
+_TORCH_CUDA_LINE = re.compile(r"""^cuda\s*(?::[^=]*)?=\s*(?:['"]([^'"]*)['"]|None)""", re.MULTILINE)
+_DRIVER_FILE = Path("/proc/driver/nvidia/version")
+_GPU_INFO_GLOB = "/proc/driver/nvidia/gpus/*/information"
+
+
+def _torch_build_cuda() -> tuple[str | None, str | None]:
+    """(torch's version, the CUDA it was built with) read from its files, without importing it."""
+    version = package_version("torch")
+    found = importlib.util.find_spec("torch")
+    origin = Path(found.origin).parent / "version.py" if found is not None and found.origin else None
+    try:
+        text = origin.read_text(encoding="utf-8", errors="replace")[:20_000] if origin else ""
+    except OSError:
+        text = ""
+    match = _TORCH_CUDA_LINE.search(text)
+    return version, (match.group(1) or None) if match else None
+
+
+def _gpu_names() -> list[str]:
+    """GPU models the NVIDIA driver lists in /proc (no CUDA call, no torch)."""
+    import glob
+
+    names = []
+    for path in sorted(glob.glob(_GPU_INFO_GLOB))[:64]:
+        try:
+            for line in Path(path).read_text(errors="replace")[:4096].splitlines():
+                if line.startswith("Model:"):
+                    names.append(line.partition(":")[2].strip())
+        except OSError:
+            continue
+    return names
+
+
 @lru_cache(maxsize=1)
 def gpu_status() -> tuple[bool, str]:
-    """(a CUDA GPU is usable by torch, one clause saying which or why not).
+    """(a CUDA GPU looks usable by torch, one clause saying which or why not), without importing torch.
 
-    Imports torch when it is installed (that is the only honest test); never raises.
+    Listing cells must stay fast (importing torch takes seconds), so this reads what the
+    machine shows: torch's install and the CUDA it was built for (its version file), an
+    NVIDIA driver (/proc/driver/nvidia, nvidia-smi) and CUDA_VISIBLE_DEVICES. Running a cell
+    asks torch itself (``gpu_status_from_torch``). Never raises.
     """
+    driver = _DRIVER_FILE.exists() or has_nvidia_smi()
     if _module_present("torch") is not None:
-        if not has_nvidia_smi():
+        if not driver:
             return False, "torch is not installed and no NVIDIA driver is present (no nvidia-smi)"
         return False, "torch is not installed (pip install 'ncuflow[cells]')"
+    version, cuda = _torch_build_cuda()
+    if cuda is None:
+        return False, f"torch {version} is a CPU-only build"
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not driver or (visible is not None and visible.strip() in {"", "-1"}):
+        return False, (
+            f"torch {version} (CUDA {cuda}) sees no CUDA device "
+            "(no NVIDIA GPU, no driver, or CUDA_VISIBLE_DEVICES hides it)"
+        )
+    names = _gpu_names()
+    return True, f"{names[0] if names else 'an NVIDIA GPU'} (torch {version}, CUDA {cuda})"
+
+
+@lru_cache(maxsize=1)
+def gpu_status_from_torch() -> tuple[bool, str]:
+    """The honest test, for running a cell: torch itself says whether it sees a CUDA GPU."""
+    if _module_present("torch") is not None:
+        return gpu_status()
     try:
         import torch
-    except Exception as error:  # a broken install says so instead of crashing the listing
+    except Exception as error:  # a broken install says so instead of crashing
         return False, f"torch fails to import ({type(error).__name__}: {error})"
     if torch.cuda.is_available():
         name = torch.cuda.get_device_name(0)
@@ -304,17 +375,21 @@ def _flashinfer_import_error() -> str | None:
     return None
 
 
-def unavailable_reasons(definition: CellDefinition) -> list[str]:
-    """Every reason the cell cannot run on this machine (empty when it can)."""
+def unavailable_reasons(definition: CellDefinition, *, thorough: bool = False) -> list[str]:
+    """Every reason the cell cannot run on this machine (empty when it can).
+
+    By default nothing heavy is imported (``ncuflow cells``); ``thorough`` (before running a
+    cell) imports torch to ask for the GPU and imports flashinfer to see that it loads.
+    """
     reasons: list[str] = []
     for requirement in definition.requires:
         if requirement == "cuda":
-            ok, why = gpu_status()
+            ok, why = gpu_status_from_torch() if thorough else gpu_status()
             if not ok:
                 reasons.append(f"{NO_GPU_PREFIX}: {why}")
             continue
         missing = _module_present(requirement)
-        if missing is None and requirement == "flashinfer":
+        if missing is None and requirement == "flashinfer" and thorough:
             missing = _flashinfer_import_error()
         if missing is not None and missing not in reasons:
             reasons.append(missing)
@@ -323,9 +398,9 @@ def unavailable_reasons(definition: CellDefinition) -> list[str]:
     return reasons
 
 
-def unavailable_reason(definition: CellDefinition) -> str | None:
+def unavailable_reason(definition: CellDefinition, *, thorough: bool = False) -> str | None:
     """None when the cell can run on this machine, else why not (clauses joined by "; ")."""
-    reasons = unavailable_reasons(definition)
+    reasons = unavailable_reasons(definition, thorough=thorough)
     return "; ".join(reasons) if reasons else None
 
 

@@ -108,7 +108,7 @@ def build_device(definition: CellDefinition) -> str:
 
 def require_runnable(definition: CellDefinition, action: str) -> None:
     """Raise a one-paragraph NcuflowError when the cell cannot run on this machine."""
-    reason = unavailable_reason(definition)
+    reason = unavailable_reason(definition, thorough=True)
     if reason is None:
         return
     needs_gpu = "cuda" in definition.requires
@@ -182,16 +182,13 @@ def time_cell(
         )
     definition = get_cell(spec.cell, cells_dir)
     require_runnable(definition, "time")
-    params = spec.as_dict()
     if definition.timing == "host":
-        return _time_host(definition, spec, params, repeats, warmup)
-    return _time_cuda(definition, spec, params, repeats, warmup, rotate)
+        return _time_host(definition, spec, repeats, warmup)
+    return _time_cuda(definition, spec, repeats, warmup, rotate)
 
 
-def _time_host(
-    definition: CellDefinition, spec: CellSpec, params: dict[str, Any], repeats: int, warmup: int
-) -> TimingResult:
-    instance = definition.build(params, build_device(definition))
+def _time_host(definition: CellDefinition, spec: CellSpec, repeats: int, warmup: int) -> TimingResult:
+    instance = definition.instantiate(spec, build_device(definition))
     for _ in range(warmup):
         instance.run()
     samples: list[float] = []
@@ -200,7 +197,7 @@ def _time_host(
         instance.run()
         samples.append((time.perf_counter_ns() - start) / 1000.0)
     return _result(
-        definition, spec, params, "host_perf_counter", HOST_LABEL, repeats, warmup, samples,
+        definition, spec, "host_perf_counter", HOST_LABEL, repeats, warmup, samples,
         1, instance, None, device_facts() if "cuda" in definition.requires else {},
     )
 
@@ -208,21 +205,20 @@ def _time_host(
 def _time_cuda(
     definition: CellDefinition,
     spec: CellSpec,
-    params: dict[str, Any],
     repeats: int,
     warmup: int,
     rotate: bool,
 ) -> TimingResult:
     import torch
 
-    instances: list[CellInstance] = [definition.build(params, "cuda")]
+    instances: list[CellInstance] = [definition.instantiate(spec, "cuda")]
     footprint = instances[0].representation().get("footprint_bytes")
     facts = device_facts()
     l2_bytes = facts.get("l2_bytes")
     free_bytes, _total = torch.cuda.mem_get_info()
     copies = rotating_copy_count(footprint, l2_bytes, free_bytes) if rotate else 1
     while len(instances) < copies:
-        instances.append(definition.build(params, "cuda"))
+        instances.append(definition.instantiate(spec, "cuda"))
     for instance in instances:
         for _ in range(max(1, warmup // len(instances))):
             instance.run()
@@ -246,7 +242,7 @@ def _time_cuda(
         else "not flushed (footprint larger than L2, or rotation off)"
     )
     return _result(
-        definition, spec, params, "cuda_events", CUDA_LABEL.format(cache=cache), repeats, warmup,
+        definition, spec, "cuda_events", CUDA_LABEL.format(cache=cache), repeats, warmup,
         samples, copies, instances[0], l2_bytes, facts,
     )
 
@@ -254,7 +250,6 @@ def _time_cuda(
 def _result(
     definition: CellDefinition,
     spec: CellSpec,
-    params: dict[str, Any],
     clock: str,
     label: str,
     repeats: int,
@@ -273,7 +268,7 @@ def _result(
         cell=definition.name,
         spec=spec.text(),
         content_key=spec.content_key(),
-        params=params,
+        params=spec.as_dict(),
         clock=clock,
         label=label,
         repeats=repeats,

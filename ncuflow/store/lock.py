@@ -10,7 +10,7 @@ The lock is ``flock(2)`` on a file of the point folder: the kernel releases it w
 the holding process dies, however it dies (``kill -9`` included), so a lock of a dead
 process is simply taken by the next writer. Each lock opens its own file description,
 so two threads of one process (a thread pool, a Ray worker) exclude each other too;
-within one thread the lock is re-entrant (``sweep`` holds it while ``profile_cell``
+within one thread the lock is re-entrant (``sweep`` holds it while ``orchestrate.profile``
 takes it again). The file records the holder (pid, host, time) and the process group
 of the ncu it runs, so that the next holder can stop what a dead holder left running
 before it removes that holder's temporary folders.
