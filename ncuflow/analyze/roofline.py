@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, check_threshold, classify
-from ncuflow.analyze.measurement import RunLaunches
+from ncuflow.analyze.measurement import Measurement, RunLaunches
 from ncuflow.read.launch import Launch
 
 LEVELS: tuple[str, ...] = ("dram", "l2", "l1")
@@ -213,12 +213,8 @@ def ridge_intensity(bandwidth: Ceiling, compute: Ceiling) -> float:
     return compute.value / bandwidth.value
 
 
-def describe_point(point: RooflinePoint, line: Roofline) -> str:
-    """One line: FLOP/s, each level's intensity, and the nearest roof above the point."""
-    parts = [f"{point.flop_rate / 1e9:,.3g} GFLOP/s"]
-    for level in LEVELS:
-        intensity = point.intensity(level)
-        parts.append(f"I_{level} {intensity:.3g}" if intensity is not None else f"I_{level} —")
+def attainable(point: RooflinePoint, line: Roofline) -> float | None:
+    """The lowest roof above the point: each level's bandwidth × its intensity, and the peaks it counts."""
     roofs = []
     for level in LEVELS:
         bandwidth = line.ceiling(level)
@@ -226,8 +222,18 @@ def describe_point(point: RooflinePoint, line: Roofline) -> str:
         if bandwidth is not None and intensity is not None:
             roofs.append(intensity * bandwidth.value)
     roofs += [c.value for c in line.compute if c.name in point.counted]
-    if roofs:
-        parts.append(f"{point.flop_rate / min(roofs):.0%} of the lowest roof above it")
+    return min(roofs) if roofs else None
+
+
+def describe_point(point: RooflinePoint, line: Roofline) -> str:
+    """One line: FLOP/s, each level's intensity, and how close the point is to the lowest roof above it."""
+    parts = [f"{point.flop_rate / 1e9:,.3g} GFLOP/s"]
+    for level in LEVELS:
+        intensity = point.intensity(level)
+        parts.append(f"I_{level} {intensity:.3g}" if intensity is not None else f"I_{level} —")
+    roof = attainable(point, line)
+    if roof:
+        parts.append(f"{point.flop_rate / roof:.0%} of the lowest roof above it")
     return ", ".join(parts)
 
 
@@ -235,11 +241,16 @@ def point_groups(runs: Sequence[RunLaunches], per: str = "kernel") -> list[Point
     """The launches of loaded runs as points: one per kernel and setting (replicas and repeats
     pooled, ``measurements``' rule), or one per launch (``per="launch"``)."""
     from ncuflow.analyze.measurement import measurements
+
+    return measurement_groups(measurements(runs), per)
+
+
+def measurement_groups(found: Sequence[Measurement], per: str = "kernel") -> list[PointGroup]:
+    """Measurements as point groups, labelled by short kernel name and the parameters that vary."""
     from ncuflow.analyze.names import distinct_short_names
 
     if per not in ("kernel", "launch"):
         raise ValueError(f"per is 'kernel' or 'launch', not {per!r}")
-    found = measurements(runs)
     shorts = distinct_short_names(m.launches[0].kernel.demangled or m.function for m in found if m.launches)
     varying: dict[str, set[str]] = {}  # per cell, the parameters that take several values
     for m in found:

@@ -201,3 +201,27 @@ STALL_FIELDS: tuple[CanonicalField, ...] = tuple(
 )
 
 DEEP_FIELDS: tuple[CanonicalField, ...] = (*_flop_fields(), *TRAFFIC_FIELDS, *OCCUPANCY_FIELDS, *STALL_FIELDS)
+
+# ---------------------------------------------------------------------------
+# collections: what to ask ncu for (``ncuflow passes --collection roofline|latency`` prices them)
+
+
+def _first_choices(fields: tuple[CanonicalField, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(m for f in fields for m in f.sources[0].metrics))
+
+
+ROOFLINE_FIELD_NAMES: tuple[str, ...] = (
+    *(f"{kind}_{p}" for p in (*FLOP_OPS, "tensor") for kind in ("flops", "peak_flops")),
+    "l1_bytes", "l1_peak_bw", "l2_bytes", "l2_peak_bw",
+)
+# The roofline's counters: each FLOP, traffic and peak field's first choice, with DRAM's.
+ROOFLINE_METRICS: tuple[str, ...] = (
+    *_first_choices(tuple(f for f in DEEP_FIELDS if f.name in ROOFLINE_FIELD_NAMES)),
+    "dram__bytes.sum", "dram__bytes.sum.peak_sustained", "dram__cycles_elapsed.avg.per_second", _DURATION,
+)
+# Why a latency-bound launch waits: occupancy (the limits are free: computed from the launch)
+# and warp-stall reasons.
+OCCUPANCY_METRICS: tuple[str, ...] = _first_choices(OCCUPANCY_FIELDS)
+STALL_METRICS: tuple[str, ...] = _first_choices(STALL_FIELDS)
+
+DEEP_FIELD_NAMES: frozenset[str] = frozenset(f.name for f in DEEP_FIELDS)
