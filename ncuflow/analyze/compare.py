@@ -19,8 +19,8 @@ term of each side. What matches nothing is listed, never dropped.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 

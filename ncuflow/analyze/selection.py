@@ -66,8 +66,11 @@ class Selection:
         nvtx = self.nvtx
         return lambda launch: by_kernel(launch) and (nvtx is None or nvtx_matches(launch.nvtx, nvtx))
 
-    def apply(self, loaded: Loaded) -> Loaded:
-        """The loaded runs with only the selected launches; a run left empty is dropped and noted."""
+    def apply(self, loaded: Loaded, *, strict: bool = True) -> Loaded:
+        """The loaded runs with only the selected launches; a run left empty is dropped and noted.
+
+        ``strict``: nothing left at all is a usage error (one path of several may match nothing).
+        """
         if self.nvtx is None and self.kernel is None:
             return loaded
         keep = self.predicate()
@@ -79,7 +82,7 @@ class Selection:
                 runs.append(replace(run, launches=launches))
             elif run.launches:
                 notes.append(f"{run.report}: no launch matches {self.describe}")
-        if not runs:
+        if not runs and strict:
             raise UsageError(
                 f"No launch matches {self.describe}.",
                 "The paths hold launches, but none of them has that kernel name or ran inside that NVTX range.",

@@ -21,6 +21,7 @@ from ncuflow.cli.options import (
     tolerance_options,
     tolerances_from,
 )
+from ncuflow.cli.selection import nvtx_option, selection_from
 from ncuflow.errors import UsageError
 from ncuflow.profile.ncu import CLOCK_CONTROLS
 from ncuflow.read.pool import resolve_jobs
@@ -153,6 +154,7 @@ def _headline_options(store_root: Path) -> dict[str, Any]:
               help="For cell specs: base locks clocks to base, none leaves them as found. "
                    "--headline cells always reuse the options their stored run was profiled with.")
 @tolerance_options
+@nvtx_option
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the tables as Markdown to this file.")
 @click.option("--parquet", "parquet_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -162,8 +164,8 @@ def _headline_options(store_root: Path) -> dict[str, Any]:
 def stability_command(
     targets: tuple[str, ...], replicas: int, headline: Path | None, store: Path, ncu_path: str | None,
     cells_dir: Path | None, timeout: float, clock_control: str, tol_exact: float, tol_near_exact: float,
-    tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...], kernel: str | None, markdown_path: Path | None,
-    parquet_path: Path | None, strict: bool, jobs: int | None,
+    tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...], kernel: str | None, nvtx: str | None,
+    markdown_path: Path | None, parquet_path: Path | None, strict: bool, jobs: int | None,
 ) -> None:
     """Replay stability: per field median, min, max, spread and verdict against its tolerance.
 
@@ -180,6 +182,7 @@ def stability_command(
     from ncuflow.read.runs import Loaded, load_records, load_reports, load_store
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
+    selection = selection_from(kernel, nvtx)
     if not targets and headline is None:
         raise UsageError(
             "Nothing to check.",
@@ -211,17 +214,17 @@ def stability_command(
         roots = store_roots(path)
         if roots:
             for root in roots:
-                loaded = load_store(root, kernel=kernel, jobs=resolve_jobs(jobs))
+                loaded = selection.apply(load_store(root, kernel=kernel, jobs=resolve_jobs(jobs)), strict=False)
                 groups += point_stability(points_of(loaded, split_content_keys=True), tolerances)
                 notes += loaded.notes
         else:
-            loaded = load_reports([path], kernel=kernel, jobs=resolve_jobs(jobs))
+            loaded = selection.apply(load_reports([path], kernel=kernel, jobs=resolve_jobs(jobs)), strict=False)
             found, once = reports_stability(loaded, tolerances)
             groups += found
             singles += once
             notes += loaded.notes
     if headline is not None:
-        headline_loaded = load_store(headline, kernel=kernel, jobs=resolve_jobs(jobs))
+        headline_loaded = selection.apply(load_store(headline, kernel=kernel, jobs=resolve_jobs(jobs)), strict=False)
         analysis = analyse(headline_loaded, paths=[headline], tolerances=tolerances)
         from ncuflow.analyze.explain import headline_points
 
@@ -242,7 +245,7 @@ def stability_command(
                    "(each re-profiled with the options its stored run was profiled with)", err=True)
     if to_profile:
         records = _reprofile(to_profile, replicas, store, ncu_path, cells_dir, timeout)
-        loaded_new: Loaded = load_records(records, kernel=kernel, jobs=resolve_jobs(jobs))
+        loaded_new: Loaded = selection.apply(load_records(records, kernel=kernel, jobs=resolve_jobs(jobs)), strict=False)
         groups += point_stability(points_of(loaded_new, split_content_keys=True), tolerances)
         notes += loaded_new.notes
     _echo_notes(notes)
@@ -276,6 +279,7 @@ def stability_command(
               help="The value to compare against (default: the smallest, numerically or alphabetically).")
 @threshold_option(help="On-wall threshold of the max model (names the binding term).")
 @tolerance_options
+@nvtx_option
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the tables as Markdown to this file.")
 @click.option("--parquet", "parquet_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -284,7 +288,7 @@ def stability_command(
 def explain_command(
     paths: tuple[Path, ...], param: str, baseline: str | None, threshold: float, tol_exact: float,
     tol_near_exact: float, tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...],
-    kernel: str | None, markdown_path: Path | None, parquet_path: Path | None, jobs: int | None,
+    kernel: str | None, nvtx: str | None, markdown_path: Path | None, parquet_path: Path | None, jobs: int | None,
 ) -> None:
     """Does PARAM change the work that reaches the kernel, and is that work on the critical path?
 
@@ -305,7 +309,7 @@ def explain_command(
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     _guard_outputs(markdown_path, parquet_path, "explain", paths)
-    loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
+    loaded = selection_from(kernel, nvtx).apply(load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs)))
     _echo_notes(loaded.notes)
     points = points_of(loaded)
     groups = vary_groups(points, param)
@@ -396,17 +400,19 @@ def _check_baselines(chosen: dict[str, object], analysis: Any) -> None:
               help="Baseline value of a swept parameter (repeatable; default: the smallest value).")
 @threshold_option(help="On-wall threshold of the max model.")
 @tolerance_options
+@nvtx_option
 @jobs_option
 def report_command(
     paths: tuple[Path, ...], out_dir: Path, baselines: tuple[str, ...], threshold: float, tol_exact: float,
     tol_near_exact: float, tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...],
-    kernel: str | None, jobs: int | None,
+    kernel: str | None, nvtx: str | None, jobs: int | None,
 ) -> None:
     """Markdown report and PNG plots of a profile store (or of plain reports).
 
     Per cell: the verdict table (binding term and every u), stability; per swept
     parameter: the explain table, duration and work counters against the parameter;
-    and the utilization terms as bars per cell. The numbers go to parquet beside it.
+    and the utilization terms as bars per cell; the hierarchical roofline, and why the
+    latency-bound kernels wait (occupancy, stall reasons). The numbers go to parquet beside it.
     """
     from ncuflow.analyze.study import analyse
     from ncuflow.output.report import write_report
@@ -422,7 +428,7 @@ def report_command(
     from ncuflow.output.report import guard_report_folder
 
     guard_report_folder(out_dir, paths)
-    loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
+    loaded = selection_from(kernel, nvtx).apply(load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs)))
     analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen)
     _echo_notes(analysis.notes)
     _check_baselines(chosen, analysis)

@@ -48,7 +48,6 @@ def compare_command(
     from ncuflow.files import make_console
     from ncuflow.output.markdown import compare_markdown
     from ncuflow.read.pool import resolve_jobs
-    from ncuflow.read.runs import load_paths
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     named_pairs = [parse_pair(text) for text in pairs]

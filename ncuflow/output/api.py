@@ -18,7 +18,8 @@ from typing import Any
 
 import polars as pl
 
-from ncuflow.analyze.classify import DEFAULT_THRESHOLD, classify as classify_launch
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD
+from ncuflow.analyze.classify import classify as classify_launch
 from ncuflow.analyze.compare import Comparison, compare_loaded
 from ncuflow.analyze.fields import Tolerances
 from ncuflow.analyze.roofline import Roofline, point_groups, rooflines

@@ -23,6 +23,7 @@ import polars as pl
 
 from ncuflow import __version__
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
+from ncuflow.analyze.selection import Selection
 from ncuflow.errors import NcuflowError
 from ncuflow.files import (
     TMP_MARK,
@@ -211,6 +212,7 @@ def export_reports(
     progress: Any = None,
     chunk_rows: int = 200_000,
     jobs: int | None = None,
+    selection: Selection | None = None,
 ) -> ExportResult:
     """Read every report, each once, then write the tables. Nothing is written if any report fails.
 
@@ -241,7 +243,7 @@ def export_reports(
     remove_temporaries(output.parent)
     with os_errors_as_messages(output.parent), \
             tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
-        tasks = [(report, Path(folder).resolve(), index, metrics_long, threshold, chunk_rows)
+        tasks = [(report, Path(folder).resolve(), index, metrics_long, threshold, chunk_rows, selection)
                  for index, report in enumerate(reports)]
         launches = PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
         metric_rows = 0

@@ -8,12 +8,13 @@ metrics table is asked for: the worker server starts while the driver waits.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ncuflow.analyze.classify import Verdict, classify
+from ncuflow.analyze.selection import Selection
 from ncuflow.read.escalation import read_launches_escalated, with_escalation
 from ncuflow.read.extract import iter_launches_with_metrics
 from ncuflow.read.launch import Launch
@@ -118,7 +119,8 @@ def as_columns(records: list[dict[str, Any]]) -> Columns:
 
 
 def export_one_report(
-    report: Path, folder: Path, index: int, metrics_long: bool, threshold: float, chunk_rows: int
+    report: Path, folder: Path, index: int, metrics_long: bool, threshold: float, chunk_rows: int,
+    selection: Selection | None = None,
 ) -> tuple[Columns, int, str | None]:
     """Read one report (once): its launch rows, and its raw metrics as parquet parts in ``folder``.
 
@@ -133,14 +135,18 @@ def export_one_report(
     except ManifestError as damaged:
         run = DamagedRun(report.parent, f"{MANIFEST_NAME}: {damaged.problem}", newer=damaged.newer)
         return {}, 0, run.line() + "; none of its launches is exported"
+    keep = selection.predicate() if selection is not None else None
     if metrics_long:
-        launches, metric_rows = _launches_writing_metrics(report, folder, index, chunk_rows)
+        launches, metric_rows = _launches_writing_metrics(report, folder, index, chunk_rows, keep)
     else:
         launches, metric_rows = read_launches_escalated(report), 0
+    if keep is not None:
+        launches = tuple(x for x in launches if keep(x))
     return as_columns([launch_record(x, classify(x, threshold), identity) for x in launches]), metric_rows, None
 
 
-def _launches_writing_metrics(report: Path, folder: Path, index: int, chunk_rows: int) -> tuple[tuple[Launch, ...], int]:
+def _launches_writing_metrics(report: Path, folder: Path, index: int, chunk_rows: int,
+                              keep: Callable[[Launch], bool] | None = None) -> tuple[tuple[Launch, ...], int]:
     """The report's launches (with their escalation), its raw metrics streamed to parts as they are read."""
     # polars: only the long table needs it here
     from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
@@ -149,6 +155,8 @@ def _launches_writing_metrics(report: Path, folder: Path, index: int, chunk_rows
     tier1: list[Launch] = []  # a few fields each; the raw metrics stream to parts as they come
     for launch, raw in iter_launches_with_metrics(report):
         tier1.append(launch)
+        if keep is not None and not keep(launch):
+            continue  # not selected: no raw metric rows either
         for metric in raw:
             metrics.add(
                 {
