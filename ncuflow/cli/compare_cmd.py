@@ -119,6 +119,16 @@ def measured_time(m: object) -> str:
     return f"{count} launch{'es' if count != 1 else ''}" + (f", median {duration_text(median)}" if median else "")
 
 
+def bytes_text(value: float | None) -> str:
+    """``538.9 MB``: a byte count in the unit that reads best (decimal, as ncu shows them)."""
+    if value is None:
+        return "—"
+    for scale, unit in ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB")):
+        if abs(value) >= scale:
+            return f"{value / scale:,.1f} {unit}"
+    return f"{value:,.0f} B"
+
+
 def totals_line(k: object) -> str:
     """The work of a reconfigured (or --pair) kernel per run in total: launches, time, instructions, bytes."""
     from ncuflow.analyze.compare import KernelComparison
@@ -132,7 +142,7 @@ def totals_line(k: object) -> str:
             continue
         if total.field != "duration_ns" and total.field not in ("inst_executed", "dram_bytes", "global_ld_inst"):
             continue
-        show = duration_text if total.field == "duration_ns" else format_value
+        show = duration_text if total.field == "duration_ns" else bytes_text if total.field == "dram_bytes" else format_value
         ratio = f" (×{total.ratio:.3g})" if total.ratio is not None else ""
         parts.append(f"{total.field} {show(total.base)} → {show(total.new)}{ratio}")
     return "; ".join(parts)

@@ -126,8 +126,9 @@ def _draw_points(ax: Axes, line: Roofline) -> None:
 
 def _legend(ax: Axes, line: Roofline) -> None:
     handles: list[Line2D] = [
-        Line2D([], [], marker=LEVEL_MARKERS[level], linestyle="", color="white", markeredgecolor="black",
-               markersize=8, label=f"intensity to {LEVEL_TITLES[level]}") for level in LEVELS
+        Line2D([], [], marker=LEVEL_MARKERS[level], linestyle=LEVEL_STYLES[level], color="#333333",
+               markerfacecolor="white", markeredgecolor="black", markersize=8,
+               label=f"{LEVEL_TITLES[level]}: intensity (marker) and its roof (line)") for level in LEVELS
     ]
     for bound in dict.fromkeys(p.bound for p in line.points):
         handles.append(Line2D([], [], marker="o", linestyle="", color=BOUND_COLORS.get(bound, "#7f7f7f"),
