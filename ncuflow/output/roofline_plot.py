@@ -14,6 +14,7 @@ import textwrap
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 import matplotlib
 
@@ -43,7 +44,8 @@ BOUND_LABELS: dict[str, str] = {
     "latency": "latency-bound", "unknown": "unknown",
 }
 LEVEL_MARKERS: dict[str, str] = {"dram": "o", "l2": "s", "l1": "^"}
-LEVEL_STYLES: dict[str, str] = {"dram": "-", "l2": "--", "l1": ":"}
+LineStyle = Literal["-", "--", ":"]
+LEVEL_STYLES: dict[str, LineStyle] = {"dram": "-", "l2": "--", "l1": ":"}
 POINTS_LISTED = 12
 
 
