@@ -11,6 +11,12 @@ The stages, each a subpackage; imports only point down the list:
 - ``cells``     the cell registry and spec grammar, ``cellrun`` (what ncu launches), timing
 - ``phases``    timing phases of serving traces (its own pipeline: parse -> model -> report)
 - ``kernels``   the built-in cells (the top-level ``kernels/`` folder, installed as ``ncuflow.kernels``)
+
+From Python (a notebook), the read side's answers as polars frames or frozen records
+(``docs/api.md``): ``ncuflow.launches(paths)``, ``ncuflow.classify(paths)``,
+``ncuflow.summary(paths)``, ``ncuflow.compare(base, new)``, ``ncuflow.roofline(paths)``.
+They are looked up when first used (``ncuflow.output.api``), so ``import ncuflow`` stays
+cheap and imports no polars: the profiling path on a GPU host has none.
 """
 
 from __future__ import annotations
@@ -56,3 +62,21 @@ def _provide_kernels_from_checkout() -> None:
 
 
 _provide_kernels_from_checkout()
+
+# The public Python API: name -> its function in ncuflow.output.api, imported on first use.
+API: tuple[str, ...] = ("launches", "classify", "summary", "summaries", "compare", "roofline")
+__all__ = ["API", "__version__", *API]
+
+
+def __getattr__(name: str) -> object:
+    if name in API:
+        from ncuflow.output import api
+
+        value = getattr(api, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'ncuflow' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *API})

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from ncuflow.analyze.compare import compare_loaded, match_key
 from ncuflow.cli import cli
+from ncuflow.errors import UsageError
 from ncuflow.read.runs import load_paths
 
 ESMM = "AveryClapp__ESMM-Research__profile.ncu-rep"  # A10G, 12 GEMM kernels, durations only
@@ -29,12 +30,18 @@ def _point(kv: str, page: int) -> Path:
 
 def test_same_kernels_are_matched_by_name_and_launch_configuration(corpus_dir: Path) -> None:
     comparison = compare_loaded(load_paths([corpus_dir / ESMM]), load_paths([corpus_dir / ESMM_OUT]))
-    assert sorted(k.key[0] for k in comparison.matched) == ["one_blocktiling", "two_blocktiling", "vectorized_blocktiling"]
-    # warptiling runs with 128 threads per block in the new report, 256 in the base: not the same launch
-    assert [match_key(m) for m in comparison.only_new] == [("warptiling", 64.0, 128.0)]
-    assert ("warptiling", 64.0, 256.0) in [match_key(m) for m in comparison.only_base]
-    assert len(comparison.only_base) == 8
-    for pair in comparison.matched:
+    exact = [k for k in comparison.matched if k.how == "matched"]
+    assert sorted(k.key[0] for k in exact) == ["one_blocktiling", "two_blocktiling", "vectorized_blocktiling"]
+    # warptiling runs with 128 threads per block in the new report, 256 in the base: not the same
+    # launch, but the one warptiling on each side: paired as reconfigured
+    (reconfigured,) = [k for k in comparison.matched if k.how == "reconfigured"]
+    assert (match_key(reconfigured.base), match_key(reconfigured.new)) == (
+        ("warptiling", 64.0, 256.0), ("warptiling", 64.0, 128.0))
+    assert comparison.only_new == () and len(comparison.only_base) == 7
+    # its time moved by 14 % (195.30 → 222.46 µs): beyond what one launch a side can hide
+    duration = next(f for f in reconfigured.judged.fields if f.field == "duration_ns")
+    assert duration.state == "changed" and duration.delta == pytest.approx(222.46 / 195.30 - 1, abs=0.001)
+    for pair in exact:
         # the base report holds durations only: work is not measured on both sides, and one
         # launch a side cannot decide a 0.3–0.8 % difference in time
         assert pair.judged.verdict == "ambiguous" and pair.judged.work == "unknown"
@@ -98,3 +105,44 @@ def test_a_run_folder_against_a_point_folder_and_a_store_against_itself() -> Non
 def test_compare_refuses_a_bad_threshold(corpus_dir: Path) -> None:
     result = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / NAIVE), "--threshold", "0"])
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_a_reconfigured_h200_copy_is_paired_and_its_work_compared_in_total() -> None:
+    """copy_bandwidth 16 MiB (grid 1,024, 3 replicas) against 256 MiB (grid 16,384): one kernel,
+    another grid: paired as reconfigured, 16× the work per launch and per run."""
+    base, new = [next((H200 / "copy_bandwidth").glob(f"impltriton-mib{mib}-*")) for mib in (16, 256)]
+    result = CliRunner().invoke(cli, ["compare", str(base), str(new), "--json"])
+    assert result.exit_code == 0, result.output
+    (pair,) = json.loads(result.stdout)["matched"]
+    assert pair["how"] == "reconfigured" and (pair["grid"], pair["new_grid"]) == (1024.0, 16384.0)
+    assert pair["verdict"] == "critical_path"
+    totals = pair["totals_per_run"]
+    assert totals["inst_executed"]["ratio"] == pytest.approx(16.0)
+    assert totals["global_ld_inst"]["ratio"] == pytest.approx(16.0)
+    assert pair["launches_per_run"] == {"base": 1.0, "new": 1.0}
+    text = CliRunner().invoke(cli, ["compare", str(base), str(new)]).output
+    assert "reconfigured: copy_kernel [grid=1,024, block=128] → copy_kernel [grid=16,384, block=128]" in text
+    assert "per run in total: 1 → 1 launches; duration_ns 8.91 µs → 131.46 µs (×14.8)" in text
+    assert "1 matched (1 reconfigured), 0 only in base, 0 only in new" in text
+
+
+def test_pair_names_a_renamed_kernel(corpus_dir: Path) -> None:
+    args = ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3)]
+    result = CliRunner().invoke(cli, [*args, "--pair", "kernel_conv2d_baseline=conv2d_variant3", "--json"])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    (pair,) = document["matched"]
+    assert pair["how"] == "paired" and (pair["kernel"], pair["new_kernel"]) == ("kernel_conv2d_baseline", "conv2d_variant3_kernel")
+    assert document["only_base"] == [] and document["only_new"] == []
+    assert pair["fields"]["duration_ns"]["state"] == "changed"
+    text = CliRunner().invoke(cli, [*args, "--pair", "kernel_conv2d_baseline=conv2d_variant3"]).output
+    assert "paired by --pair: kernel_conv2d_baseline" in text and "(1 by --pair)" in text
+    for bad in ("nothing", "x=", "no_such_kernel=conv2d_variant3"):
+        refused = CliRunner().invoke(cli, [*args, "--pair", bad])
+        assert isinstance(refused.exception, UsageError) and "--pair" in str(refused.exception)
+
+
+def test_unmatched_kernels_are_listed_with_readable_durations(corpus_dir: Path) -> None:
+    text = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3)]).output
+    assert "kernel_conv2d_baseline [grid=262,144, block=256]" in text
+    assert "4 launches, median 37.552 ms" in text

@@ -274,3 +274,14 @@ def test_profile_escalates_to_tier_two_only_for_undecided_launches(corpus_dir: P
     assert len(tier2_runs) == 1 and tier2_runs[0].manifest.provenance.escalation is not None
     escalated = next(r for r in runs if tiers.tier2_runs_of(r))
     assert tier2_runs[0].manifest.provenance.escalation.of_run == escalated.run_id
+
+
+def test_the_roofline_and_latency_collections_are_priced(gh100: perfworks.ChipEvaluator) -> None:
+    from ncuflow.profile.passes import get_collection
+
+    roofline = passes.predict(gh100, get_collection("roofline").metrics or ())
+    occupancy = passes.predict(gh100, get_collection("occupancy").metrics or ())
+    stalls = passes.predict(gh100, get_collection("stalls").metrics or ())
+    assert roofline.sass_passes == 1 and roofline.passes <= 3  # the FLOP counters patch SASS once
+    assert occupancy.passes == 1 and len(occupancy.free_metrics) >= 8  # the limits are computed from the launch
+    assert stalls.passes > occupancy.passes and not stalls.unknown_metrics

@@ -42,7 +42,8 @@ def test_report_writes_markdown_plots_and_tables(store: Path, tmp_path: Path) ->
     assert "| fill | work changes off the critical path | yes | no |" in text
     assert "| on | the parameter does not reach the kernel | no | no |" in text
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == ["sweep-flag-0-silu.png", "sweep-impl-0-transpose.png", "sweep-stage-0-scan.png", "terms.png"]
+    assert pngs == ["roofline.png", "sweep-flag-0-silu.png", "sweep-impl-0-transpose.png", "sweep-stage-0-scan.png",
+                    "terms.png"]
     for name in pngs:
         assert f"]({name})" in text
         width, height = _png_size(out / name)

@@ -39,7 +39,7 @@ def test_rebuild_study_corpus_demo_writes_the_report(corpus_dir: Path, tmp_path:
     assert "stage=fill: work changes off the critical path" in text
     assert "flag=on: the parameter does not reach the kernel" in text
     assert "verdicts: no_effect 1, off_critical_path 1, critical_path" in text
-    assert (out / "report.md").is_file() and len(list(out.glob("*.png"))) == 4
+    assert (out / "report.md").is_file() and len(list(out.glob("*.png"))) == 5  # 3 sweeps, terms, roofline
 
 
 def test_rebuild_study_finds_the_store_below_reference(corpus_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

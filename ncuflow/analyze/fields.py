@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from ncuflow.errors import UsageError
+from ncuflow.read.deep_metrics import STALL_REASONS
 from ncuflow.read.metrics import FIELDS, FIELDS_BY_NAME, CanonicalField
 
 ToleranceClass = Literal["exact", "near_exact", "bytes", "rate", "time"]
@@ -192,6 +193,17 @@ _TABLE: tuple[FieldSpec, ...] = (
     FieldSpec("l1_throughput_pct", terms=frozenset({"l1"}), digits=1),
     FieldSpec("tensor_pipe_pct", terms=frozenset({"math"}), digits=1),
     FieldSpec("flops_fp32", terms=frozenset({"math"})),
+    # after the verdict (issue 22): roofline work and traffic, occupancy, warp stalls
+    *(FieldSpec(f"flops_{p}", terms=frozenset({"math"})) for p in ("fp64", "fp16", "tensor")),
+    FieldSpec("l1_bytes", terms=frozenset({"l1"})),
+    FieldSpec("l2_bytes", terms=frozenset({"l2"})),
+    FieldSpec("occupancy_theoretical_pct", label="theor. occ. %", digits=1),
+    FieldSpec("occupancy_achieved_pct", label="achieved occ. %", digits=1),
+    FieldSpec("warps_per_sm_theoretical", digits=1),
+    FieldSpec("eligible_warps_per_cycle", digits=2),
+    FieldSpec("warp_cycles_per_issue", digits=1),
+    FieldSpec("waves_per_sm", digits=2),
+    *(FieldSpec(f"stall_{reason}", digits=2) for reason in STALL_REASONS),
 )
 
 FIELD_TABLE: Mapping[str, FieldSpec] = {

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncuflow.analyze.explain import headline_points
+from ncuflow.analyze.selection import ALL, Selection
 from ncuflow.analyze.stability import DEFAULT_TOLERANCES, GroupStability, Tolerances
 from ncuflow.analyze.study import analyse, point_stability, points_of, reports_stability
 from ncuflow.errors import UsageError
-from ncuflow.read.runs import Loaded, load_records, load_sources, sources, store_roots
+from ncuflow.read.runs import Loaded, Source, Sources, load_sources, sources, store_roots
 from ncuflow.store import RunRecord, iter_runs
 from ncuflow.store.collection import NcuOptions
 
@@ -34,7 +35,11 @@ class StabilityRequest:
     spec_options: NcuOptions = field(default_factory=NcuOptions)  # how named cell specs are collected
     tolerances: Tolerances = DEFAULT_TOLERANCES
     kernel: str | None = None
+    selection: Selection = ALL  # --kernel and --nvtx, applied to every launch read
     jobs: int | None = None
+
+    def load(self, found: Sources) -> Loaded:
+        return self.selection.apply(load_sources(found, kernel=self.kernel, jobs=self.jobs), strict=False)
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,7 @@ def headline_targets(request: StabilityRequest) -> list[tuple[str, NcuOptions]]:
     """The headline cells of ``request.headline``: each swept parameter's baseline and extremes,
     with the options their stored run was profiled with."""
     assert request.headline is not None
-    loaded = load_sources(sources([request.headline]), kernel=request.kernel, jobs=request.jobs)
+    loaded = request.load(sources([request.headline]))
     analysis = analyse(loaded, paths=[request.headline], tolerances=request.tolerances)
     chosen = headline_points([ge for groups in analysis.sweeps.values() for ge in groups])
     if not chosen:
@@ -96,7 +101,7 @@ def check_stability(request: StabilityRequest, reprofile: Reprofile | None = Non
     for path in request.paths:
         roots = store_roots(path)
         for found in ([sources([root]) for root in roots] if roots else [sources([path])]):
-            loaded = load_sources(found, kernel=request.kernel, jobs=request.jobs)
+            loaded = request.load(found)
             more, once = _loaded(loaded, request.tolerances)
             groups, singles, notes = groups + more, singles + once, notes + list(loaded.notes)
             damaged += loaded.damaged
@@ -107,7 +112,7 @@ def check_stability(request: StabilityRequest, reprofile: Reprofile | None = Non
         if reprofile is None:
             raise UsageError("Internal error: cells to profile again, and no way to profile.", "",
                              "Pass a reprofile function.")
-        loaded = load_records(reprofile(targets), kernel=request.kernel, jobs=request.jobs)
+        loaded = request.load(Sources(tuple(Source(r.report_path, r) for r in reprofile(targets))))
         groups += point_stability(points_of(loaded, split_content_keys=True), request.tolerances)
         notes += loaded.notes
     return StabilityFindings(tuple(groups), tuple(singles), tuple(notes),

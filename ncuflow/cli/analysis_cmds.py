@@ -21,6 +21,7 @@ from ncuflow.cli.options import (
     tolerance_options,
     tolerances_from,
 )
+from ncuflow.cli.selection import nvtx_option, selection_from
 from ncuflow.errors import UsageError
 from ncuflow.profile.ncu import CLOCK_CONTROLS
 from ncuflow.read.pool import resolve_jobs
@@ -125,6 +126,7 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
               help="For cell specs: base locks clocks to base, none leaves them as found. "
                    "--headline cells always reuse the options their stored run was profiled with.")
 @tolerance_options
+@nvtx_option
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the tables as Markdown to this file.")
 @click.option("--parquet", "parquet_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -171,6 +173,7 @@ def _stability_request(targets: tuple[str, ...], headline: Path | None, given: d
 
     tolerances = tolerances_from(given["tol_exact"], given["tol_bytes"], given["tol_rate"], given["tol_time"],
                                  given["field_tols"], given["tol_near_exact"])
+    selection = selection_from(given["kernel"], given["nvtx"])
     if not targets and headline is None:
         raise UsageError(
             "Nothing to check.",
@@ -189,7 +192,7 @@ def _stability_request(targets: tuple[str, ...], headline: Path | None, given: d
             )
     return StabilityRequest(paths=paths, specs=specs, headline=headline,
                             spec_options=NcuOptions(clock_control=given["clock_control"]), tolerances=tolerances,
-                            kernel=given["kernel"], jobs=resolve_jobs(given["jobs"]))
+                            kernel=given["kernel"], selection=selection, jobs=resolve_jobs(given["jobs"]))
 
 
 def _reprofiler(given: dict[str, Any], replicas: int) -> Any:
@@ -230,6 +233,7 @@ def _write_stability(findings: Any, request: Any, markdown_path: Path | None, pa
               help="The value to compare against (default: the smallest, numerically or alphabetically).")
 @threshold_option(help="On-wall threshold of the max model (names the binding term).")
 @tolerance_options
+@nvtx_option
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the tables as Markdown to this file.")
 @click.option("--parquet", "parquet_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -238,7 +242,7 @@ def _write_stability(findings: Any, request: Any, markdown_path: Path | None, pa
 def explain_command(
     paths: tuple[Path, ...], param: str, baseline: str | None, threshold: float, tol_exact: float,
     tol_near_exact: float, tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...],
-    kernel: str | None, markdown_path: Path | None, parquet_path: Path | None, jobs: int | None,
+    kernel: str | None, nvtx: str | None, markdown_path: Path | None, parquet_path: Path | None, jobs: int | None,
 ) -> None:
     """Does PARAM change the work that reaches the kernel, and is that work on the critical path?
 
@@ -254,7 +258,7 @@ def explain_command(
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     _guard_outputs(markdown_path, parquet_path, "explain", paths)
-    loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
+    loaded = selection_from(kernel, nvtx).apply(load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs)))
     _echo_notes(loaded.notes, loaded.damaged)
     explained = explain_parameter(loaded, param, baseline=baseline, tolerances=tolerances, threshold=threshold)
     _print_explained(explained, param, tolerances)
@@ -339,17 +343,19 @@ def _check_baselines(chosen: dict[str, object], analysis: Any) -> None:
               help="Baseline value of a swept parameter (repeatable; default: the smallest value).")
 @threshold_option(help="On-wall threshold of the max model.")
 @tolerance_options
+@nvtx_option
 @jobs_option
 def report_command(
     paths: tuple[Path, ...], out_dir: Path, baselines: tuple[str, ...], threshold: float, tol_exact: float,
     tol_near_exact: float, tol_bytes: float, tol_rate: float, tol_time: float, field_tols: tuple[str, ...],
-    kernel: str | None, jobs: int | None,
+    kernel: str | None, nvtx: str | None, jobs: int | None,
 ) -> None:
     """Markdown report and PNG plots of a profile store (or of plain reports).
 
     Per cell: the verdict table (binding term and every u), stability; per swept
     parameter: the explain table, duration and work counters against the parameter;
-    and the utilization terms as bars per cell. The numbers go to parquet beside it.
+    and the utilization terms as bars per cell; the hierarchical roofline, and why the
+    latency-bound kernels wait (occupancy, stall reasons). The numbers go to parquet beside it.
     """
     from ncuflow.analyze.study import analyse
     from ncuflow.output.report import write_report
@@ -365,7 +371,7 @@ def report_command(
     from ncuflow.output.report import guard_report_folder
 
     guard_report_folder(out_dir, paths)
-    loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
+    loaded = selection_from(kernel, nvtx).apply(load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs)))
     analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen)
     _echo_notes(analysis.notes, loaded.damaged)
     _check_baselines(chosen, analysis)

@@ -107,7 +107,8 @@ def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[
 @click.option("--chip", help="Perfworks chip name: gh100 (H100/H200), ga100, ga102, ad102, tu104, gb202... "
               "Default: this machine's GPU.")
 @click.option("--collection", default="decisive", show_default=True,
-              help="decisive (tier 1 + its escalation), tier1, tier2, decisive+tier2, fields.")
+              help="decisive (tier 1 + its escalation), tier1, tier2, decisive+tier2, fields; "
+                   "roofline, occupancy, stalls (what the roofline and classify --evidence read).")
 @click.option("--metrics", "metrics", multiple=True, help="A metric list (comma-separated) instead of a collection.")
 @click.option("--list-chips", is_flag=True, help="List the chips the Perfworks library knows and stop.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (an object for --chip, an array for reports).")

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ncuflow.analyze.classify import classify
 from ncuflow.cli.options import jobs_option, threshold_option
+from ncuflow.cli.selection import selection_from, selection_options
 from ncuflow.read.pool import resolve_jobs
 from ncuflow.read.runs import Sources, prestart_reading, read_sources, sources
 
@@ -40,17 +42,22 @@ def _warnings_to_stderr() -> Iterator[None]:
               help="The verdict each launch would have had if only COLLECTION (decisive, tier1, "
               "decisive+tier2, fields) had been gathered, with its escalation, and its cost in passes "
               "on the launch's chip. The reports must hold the collection's metrics (a full set does).")
+@selection_options
 @jobs_option
 def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, evidence: bool,
-                     as_if: str | None, jobs: int | None) -> None:
+                     as_if: str | None, kernel: str | None, nvtx: str | None, jobs: int | None) -> None:
     """Per-launch counters and the critical-path verdict of Nsight Compute reports.
 
     PATHS are report files (.ncu-rep, .ncu-repz, .nsight-cuprof-report) or folders
     searched recursively. Each launch gets DRAM %, L2 hit rate, sectors per request,
-    global-load instructions, the utilizations u_dram / u_issue / u_math of the max
-    model and the binding wall (dram, l2, l1, issue, math) or `latency` when none is
-    above the threshold; NVIDIA's own SpeedOfLight verdict is shown beside ours.
+    global-load instructions, its grid × block, the binding wall of the max model (dram,
+    l2, l1, issue, math) with its utilization u, or `latency` when no term is above the
+    threshold (with the largest term's u); NVIDIA's own SpeedOfLight verdict beside ours.
+    --evidence adds every term, and for a latency-bound launch its occupancy and top
+    warp-stall reasons where the report holds them.
     """
+    selection = selection_from(kernel, nvtx)
+    keep = selection.predicate()
     found = sources(paths)
     if as_if is None:
         prestart_reading(found, jobs=resolve_jobs(jobs))  # its start-up overlaps the imports below
@@ -58,14 +65,16 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
 
     _echo_damaged(found)
     if as_if is not None:
-        _classify_as_if(found.reports, as_if, threshold, as_json, evidence)
+        _classify_as_if(found.reports, as_if, threshold, as_json, evidence, keep)
         return
     per_report = []
     with _warnings_to_stderr():
-        for source, launches, _ in read_sources(found, jobs=resolve_jobs(jobs), strict=True):
-            assert launches is not None  # strict: an unreadable report raises
+        for source, read, _ in read_sources(found, jobs=resolve_jobs(jobs), strict=True):
+            launches = [x for x in read or () if keep(x)]  # strict: an unreadable report raises
             if launches:
                 per_report.append((source.report, launches, [classify(x, threshold) for x in launches]))
+    if not per_report:
+        _nothing_selected(selection)
     if as_json:
         rows = [launch_row(x, v) for _, launches, verdicts in per_report for x, v in zip(launches, verdicts, strict=True)]
         click.echo(json.dumps(rows, indent=1))
@@ -88,7 +97,16 @@ def _echo_damaged(found: Sources) -> None:
         click.echo(f"ncuflow: warning: {line}", err=True)
 
 
-def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: bool, evidence: bool) -> None:
+def _nothing_selected(selection: object) -> None:
+    from ncuflow.errors import UsageError
+
+    raise UsageError(f"No launch matches {getattr(selection, 'describe', '')}.",
+                     "The reports hold launches, but none has that kernel name or ran inside that NVTX range.",
+                     "Check the names with `ncuflow summary PATH`, or leave the filter out.")
+
+
+def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: bool, evidence: bool,
+                    keep: Callable[[Any], bool]) -> None:
     """classify --as-if: the launches as the collection would have recorded them, and the cost."""
     from ncuflow.files import make_console
     from ncuflow.output.render import launch_row, print_launch_table
@@ -103,7 +121,7 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
     console = None if as_json else make_console()
     with _warnings_to_stderr():
         for report in reports:
-            results = list(as_if(report, collection, threshold, cost))
+            results = [r for r in as_if(report, collection, threshold, cost) if keep(r.launch)]
             info = read_report_collection(report)
             for result in results:
                 row = launch_row(result.launch, result.verdict)
@@ -130,8 +148,10 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The launches parquet file to write.")
 @click.option("--metrics-long", is_flag=True, help="Also write every raw metric (long table) to OUTPUT's stem + .metrics.parquet.")
 @_threshold_option
+@selection_options
 @jobs_option
-def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, threshold: float, jobs: int | None) -> None:
+def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, threshold: float, kernel: str | None,
+                   nvtx: str | None, jobs: int | None) -> None:
     """Write the launches table of reports to parquet (one row per launch).
 
     Columns: identity (report, range, action, kernel names, NVTX ranges, device,
@@ -144,6 +164,7 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
     """
     from ncuflow.output.launch_rows import prestart_export
 
+    selection = selection_from(kernel, nvtx)
     found = sources(paths)
     # The worker server starts while polars and rich are imported (~0.1 s of each command).
     prestart_export(found.reports, jobs=resolve_jobs(jobs), metrics_long=metrics_long)
@@ -159,7 +180,7 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
             progress.update(task, completed=index + 1, description=f"read {report.name}")
 
         result = export_reports(found, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
-                                jobs=resolve_jobs(jobs))
+                                jobs=resolve_jobs(jobs), selection=selection)
     click.echo(f"wrote {result.launch_count} launches from {result.report_count} reports to {result.launches_path}")
     if result.metrics_path is not None:
         click.echo(f"wrote {result.metric_rows} raw metric rows to {result.metrics_path}")

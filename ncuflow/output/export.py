@@ -23,6 +23,7 @@ import polars as pl
 
 from ncuflow import __version__
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
+from ncuflow.analyze.selection import Selection
 from ncuflow.errors import NcuflowError
 from ncuflow.files import (
     TMP_MARK,
@@ -256,6 +257,7 @@ def export_reports(
     progress: Any = None,
     chunk_rows: int = 200_000,
     jobs: int | None = None,
+    selection: Selection | None = None,
 ) -> ExportResult:
     """Read every source (store run or report), each once, then write the tables. Nothing is
     written if any report fails; a damaged run (named in ``found.notes``) has no rows.
@@ -275,8 +277,8 @@ def export_reports(
             tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
         parts = Path(folder)
         launches = PartWriter(parts, "launches", launches_schema(), chunk_rows)
-        tasks = [(source.report, source.record, parts.resolve(), index, metrics_long, threshold, chunk_rows)
-                 for index, source in enumerate(found.items)]
+        tasks = [(source.report, source.record, parts.resolve(), index, metrics_long, threshold, chunk_rows,
+                  selection) for index, source in enumerate(found.items)]
         try:
             exported, metric_rows = _read_all(tasks, launches, metrics_long, jobs, progress)
         except Exception as error:  # a worker's parquet part on a full disk comes back as polars' error

@@ -8,17 +8,19 @@ metrics table is asked for: the worker server starts while the driver waits.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ncuflow.analyze.classify import Verdict, classify
+from ncuflow.analyze.selection import Selection
 from ncuflow.read.escalation import read_run_launches, with_tier2
 from ncuflow.read.extract import iter_launches_with_metrics, read_launches
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
-from ncuflow.store import RunRecord
+from ncuflow.read.runs import manifest_kernel_filter
+from ncuflow.store import RunRecord, RunRef
 
 
 @dataclass(frozen=True)
@@ -32,15 +34,15 @@ class RunIdentity:
 _NO_RUN = RunIdentity(None, None, None, None)
 
 
-def run_identity(record: RunRecord | None) -> RunIdentity:
+def run_identity(ref: RunRef | None) -> RunIdentity:
     """The store run a report's rows belong to (all None for a plain report)."""
-    if record is None:
+    if ref is None:
         return _NO_RUN
     return RunIdentity(
-        cell=record.cell,
-        params_json=json.dumps(dict(record.manifest.params), sort_keys=True),
-        content_key=record.content_key,
-        run_id=record.run_id,
+        cell=ref.cell,
+        params_json=json.dumps(dict(ref.params), sort_keys=True),
+        content_key=ref.content_key,
+        run_id=ref.run_id,
     )
 
 
@@ -111,7 +113,8 @@ def as_columns(records: list[dict[str, Any]]) -> Columns:
 
 
 def export_one_report(report: Path, record: RunRecord | None, folder: Path, index: int, metrics_long: bool,
-                      threshold: float, chunk_rows: int) -> tuple[Columns, int, tuple[str, ...]]:
+                      threshold: float, chunk_rows: int,
+                      selection: Selection | None = None) -> tuple[Columns, int, tuple[str, ...]]:
     """Read one report (once): its launch rows, and its raw metrics as parquet parts in ``folder``.
 
     Runs in a reading worker (``ncuflow.read.pool``). The launch rows (a few per
@@ -122,19 +125,31 @@ def export_one_report(report: Path, record: RunRecord | None, folder: Path, inde
     """
     import warnings
 
+    keep = _keeper(record, selection)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if metrics_long:
-            launches, metric_rows = _launches_writing_metrics(report, record, folder, index, chunk_rows)
+            launches, metric_rows = _launches_writing_metrics(report, record, folder, index, chunk_rows, keep)
         else:
             launches, metric_rows = (read_run_launches(record) if record is not None else read_launches(report)), 0
-    identity = run_identity(record)
+    if keep is not None:
+        launches = tuple(x for x in launches if keep(x))
+    identity = run_identity(record.ref if record is not None else None)
     rows = as_columns([launch_record(x, classify(x, threshold), identity) for x in launches])
     return rows, metric_rows, tuple(f"{report}: {w.message}" for w in caught)
 
 
-def _launches_writing_metrics(report: Path, record: RunRecord | None, folder: Path, index: int,
-                              chunk_rows: int) -> tuple[tuple[Launch, ...], int]:
+def _keeper(record: RunRecord | None, selection: Selection | None) -> Callable[[Launch], bool] | None:
+    """The launches exported: those the run was profiled (or imported) for, and the selection's."""
+    run_keep = manifest_kernel_filter(record.manifest) if record is not None else None
+    chosen = selection.predicate() if selection is not None else None
+    if run_keep is None or chosen is None:
+        return run_keep or chosen
+    return lambda launch: run_keep(launch) and chosen(launch)
+
+
+def _launches_writing_metrics(report: Path, record: RunRecord | None, folder: Path, index: int, chunk_rows: int,
+                              keep: Callable[[Launch], bool] | None = None) -> tuple[tuple[Launch, ...], int]:
     """The report's launches (with their escalation), its raw metrics streamed to parts as they are read."""
     # polars: only the long table needs it here
     from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
@@ -143,6 +158,8 @@ def _launches_writing_metrics(report: Path, record: RunRecord | None, folder: Pa
     tier1: list[Launch] = []  # a few fields each; the raw metrics stream to parts as they come
     for launch, raw in iter_launches_with_metrics(report):
         tier1.append(launch)
+        if keep is not None and not keep(launch):
+            continue  # not selected: no raw metric rows either
         for metric in raw:
             metrics.add(
                 {

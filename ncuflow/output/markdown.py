@@ -78,8 +78,9 @@ def explain_markdown(explained: Sequence[GroupExplanation]) -> list[str]:
     return lines
 
 
-def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None) -> str:
-    """The whole report as Markdown; ``plots`` maps plot keys to file names beside it."""
+def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None, extra: Sequence[str] = ()) -> str:
+    """The whole report as Markdown; ``plots`` maps plot keys to file names beside it; ``extra``
+    lines (the roofline and latency sections) go before the notes."""
     plots = plots or {}
     lines = [
         "# ncuflow report",
@@ -124,6 +125,7 @@ def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None) 
             key = f"sweep:{param}:{index}"
             if key in plots:
                 lines += ["", f"![{ge.group.label()}]({plots[key]})"]
+    lines += list(extra)
     if analysis.notes:
         lines += ["", "## Notes", ""] + [f"- {_md_escape(n)}" for n in analysis.notes]
     return "\n".join(lines) + "\n"

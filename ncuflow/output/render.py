@@ -8,7 +8,10 @@ from typing import Any
 
 from ncuflow.analyze.classify import TERM_NAMES, Verdict
 from ncuflow.analyze.fields import CLASSIFY_FIELDS, FIELD_TABLE, duration_text
+from ncuflow.analyze.summary import config_text
+from ncuflow.analyze.waiting import why_waiting
 from ncuflow.files import make_console
+from ncuflow.read.deep_metrics import DEEP_FIELD_NAMES
 from ncuflow.read.launch import Launch
 
 # The keys of `ncuflow classify --json`, in order (the fields' JSON keys from the field table).
@@ -38,6 +41,17 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
     return row
 
 
+def binding_utilization(verdict: Verdict) -> tuple[str | None, float | None]:
+    """The binding term and its u; for a latency-bound launch, the largest term (what came closest)."""
+    available = [t for t in verdict.terms if t.utilization is not None]
+    if not available:
+        return None, None
+    if verdict.bound in TERM_NAMES:
+        return verdict.bound, verdict.utilization(verdict.bound)
+    top = max(available, key=lambda t: t.utilization or 0.0)
+    return top.name, top.utilization
+
+
 def _u(value: float | None) -> str:
     return "—" if value is None else f"{value:,.2f}"
 
@@ -64,8 +78,8 @@ def print_launch_table(
     table = Table(title=title, show_lines=False, header_style="bold")
     field_columns = [(FIELD_TABLE[name].label or name, "right") for name in CLASSIFY_FIELDS]
     for header, justify in (
-        ("#", "right"), ("kernel", "left"), *field_columns,
-        ("u_dram", "right"), ("u_issue", "right"), ("u_math", "right"), ("bound", "left"), ("NVIDIA", "left"),
+        ("#", "right"), ("kernel", "left"), ("grid × block", "right"), *field_columns,
+        ("bound", "left"), ("u", "right"), ("NVIDIA", "left"),
     ):
         table.add_column(header, justify=justify, no_wrap=True, max_width=44 if header == "kernel" else None)  # type: ignore[arg-type]
     notes: list[str] = []
@@ -77,12 +91,14 @@ def print_launch_table(
             if not verdict.nvidia.agrees:
                 notes.append(f"{Path(launch.report).name} #{launch.action_index}: NVIDIA says {verdict.nvidia.category}, ncuflow {verdict.bound}: {verdict.nvidia.reason}")
         style = _BOUND_STYLE.get(verdict.bound, "")
+        term, u = binding_utilization(verdict)
         table.add_row(
             str(launch.action_index),
             _short(launch.kernel.function, 44),
+            config_text(launch.value("grid_size"), launch.value("block_size")),
             *(FIELD_TABLE[name].format(launch.value(name)) for name in CLASSIFY_FIELDS),
-            *(_u(verdict.utilization(name)) for name in ("dram", "issue", "math")),
             f"[{style}]{verdict.bound}[/{style}]" if style else verdict.bound,
+            "—" if u is None else (f"{_u(u)}" if term == verdict.bound else f"{term} {_u(u)}"),
             nvidia,
         )
     console.print(table)
@@ -91,5 +107,11 @@ def print_launch_table(
     if evidence:
         for launch, verdict in zip(launches, verdicts, strict=True):
             console.print(f"[bold]#{launch.action_index}[/bold] {verdict.bound}: {verdict.evidence()}", highlight=False)
-            if launch.missing:
-                console.print(f"   missing: {', '.join(launch.missing)}", highlight=False)
+            if verdict.bound == "latency":
+                for line in why_waiting(launch).lines():
+                    console.print(f"   why it waits, {line}", highlight=False, markup=False)
+            core = [name for name in launch.missing if name not in DEEP_FIELD_NAMES]
+            deep = len(launch.missing) - len(core)
+            if core or deep:
+                more = f"{' and ' if core else ''}{deep} roofline/occupancy/stall fields" if deep else ""
+                console.print(f"   missing: {', '.join(core)}{more}", highlight=False)

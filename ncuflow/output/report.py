@@ -42,7 +42,16 @@ def _planned_plots(analysis: Analysis) -> list[tuple[str, str, object]]:
     for param, explained in analysis.sweeps.items():
         for index, ge in enumerate(explained):
             planned.append((f"sweep:{param}:{index}", f"sweep-{_slug(param)}-{index}-{_slug(ge.group.cell)}.png", ge))
+    if analysis.points:
+        planned.append(("roofline", "roofline.png", _rooflines(analysis)))
     return planned
+
+
+def _rooflines(analysis: Analysis) -> tuple[Any, ...]:
+    """The roofline of the report's points, one per GPU (``ncuflow.analyze.roofline``)."""
+    from ncuflow.analyze.roofline import measurement_groups, rooflines
+
+    return rooflines(measurement_groups([s.point for s in analysis.points]), analysis.threshold)
 
 
 def guard_report_folder(out_dir: Path, inputs: Sequence[Path] = ()) -> None:
@@ -66,8 +75,10 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
     written to temporary files first and renamed into place together at the end, so a
     failure (a full disk, a plot that cannot be drawn) leaves the previous report whole.
     """
+    from ncuflow.output.deep_markdown import roofline_markdown, waiting_markdown
     from ncuflow.output.export import guard_parquet, write_parquet
     from ncuflow.output.plots import plot_sweep, plot_terms
+    from ncuflow.output.roofline_plot import plot_rooflines
 
     out = Path(out_dir)
     guard_report_folder(out, inputs)
@@ -87,12 +98,16 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
         for (key, name, what), temporary in zip(planned, temporaries, strict=False):
             if key.startswith("terms"):
                 plot_terms(what, temporary, threshold=analysis.threshold)  # type: ignore[arg-type]
+            elif key == "roofline":
+                plot_rooflines(what, temporary)  # type: ignore[arg-type]
             else:
                 plot_sweep(what, temporary)  # type: ignore[arg-type]
             plots[key] = name
         for (table, frame), temporary in zip(tables.items(), temporaries[len(plot_paths):], strict=False):
             write_parquet(frame, temporary, table=table)
-        Path(temporaries[-1]).write_text(report_markdown(analysis, plots), encoding="utf-8")
+        lines = next((what for key, _name, what in planned if key == "roofline"), ())
+        extra = [*roofline_markdown(lines, plots.get("roofline")), *waiting_markdown(analysis)]  # type: ignore[arg-type]
+        Path(temporaries[-1]).write_text(report_markdown(analysis, plots, extra), encoding="utf-8")
     return WrittenReport(markdown, tuple(plot_paths), tuple(table_paths))
 
 

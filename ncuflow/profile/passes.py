@@ -319,6 +319,7 @@ class Collection:
 
 
 def collections() -> dict[str, Collection]:
+    from ncuflow.read.deep_metrics import OCCUPANCY_METRICS, ROOFLINE_METRICS, STALL_METRICS
     from ncuflow.read.metrics import decisive_metric_names, field_metric_names
 
     tier1, tier2 = decisive_metric_names(1), decisive_metric_names(2)
@@ -332,6 +333,12 @@ def collections() -> dict[str, Collection]:
         "fields": Collection("fields", field_metric_names(), (),
                              "the first decisive list (every field's first choice and NVIDIA's SOL top-levels)"),
         "full": Collection("full", None, (), "everything the report holds (ncu's --set full)"),
+        # issue 22: what the roofline and the "why does it wait" evidence read (ncuflow.read.deep_metrics)
+        "roofline": Collection("roofline", ROOFLINE_METRICS, (),
+                               "FLOP counters per precision, L1/L2/DRAM bytes and the chip's peaks"),
+        "occupancy": Collection("occupancy", OCCUPANCY_METRICS, (),
+                                "theoretical and achieved occupancy, its limiters, eligible warps"),
+        "stalls": Collection("stalls", STALL_METRICS, (), "warp-stall reasons per issued instruction"),
     }
 
 

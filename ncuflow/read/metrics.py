@@ -6,76 +6,21 @@ canonical field is resolved through an ordered chain of *sources*. The first sou
 whose raw metrics all hold a value wins, and the record keeps which one it was
 (provenance). A field with no usable source is missing: it is never turned into 0.
 
-This module is pure data plus the arithmetic of combining raw values; it imports
-nothing from ``ncu_report``.
+This module is pure data (the machinery of chains is ``ncuflow.read.chains``, the fields
+read after the verdict are ``ncuflow.read.deep_metrics``); it imports nothing from
+``ncu_report``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from dataclasses import field as dataclass_field
-from typing import Literal
+from collections.abc import Mapping
 
-Combine = Literal["value", "sum", "ratio", "product"]
+from ncuflow.read.chains import CanonicalField, Combine, Source, resolve, single_sources
+from ncuflow.read.deep_metrics import DEEP_FIELDS
 
+__all__ = ["FIELDS", "FIELDS_BY_NAME", "CanonicalField", "Combine", "Source", "first_choice", "resolve"]
 
-@dataclass(frozen=True)
-class Source:
-    """One way to obtain a canonical field from raw metrics.
-
-    ``op`` says how the raw values combine: ``value`` takes the one metric, ``sum``
-    adds them, ``ratio`` divides the first by the second, ``product`` multiplies
-    them; the result is then multiplied by ``scale``.
-    """
-
-    metrics: tuple[str, ...]
-    op: Combine = "value"
-    scale: float = 1.0
-    text: str = dataclass_field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "text", _label(self.metrics, self.op, self.scale))
-
-    def label(self) -> str:
-        """How the value was obtained, for provenance columns and evidence lines."""
-        return self.text
-
-    def combine(self, values: tuple[float, ...]) -> float | None:
-        """Combine raw values; None where the arithmetic is undefined (division by 0)."""
-        if self.op == "value":
-            result = values[0]
-        elif self.op == "sum":
-            result = math.fsum(values)
-        elif self.op == "product":
-            result = math.prod(values)
-        else:
-            if values[1] == 0:
-                return None
-            result = values[0] / values[1]
-        return result * self.scale
-
-
-def _label(metrics: tuple[str, ...], op: Combine, scale: float) -> str:
-    sep = {"value": "", "sum": " + ", "ratio": " / ", "product": " × "}[op]
-    text = sep.join(metrics) if op != "value" else metrics[0]
-    if scale != 1.0:
-        text = f"({text}) × {scale:g}" if op != "value" else f"{text} × {scale:g}"
-    return text
-
-
-@dataclass(frozen=True)
-class CanonicalField:
-    name: str
-    unit: str
-    sources: tuple[Source, ...]
-    description: str
-
-
-def _v(*names: str, scale: float = 1.0) -> tuple[Source, ...]:
-    """Each name as a single-metric source, in order."""
-    return tuple(Source((n,), "value", scale) for n in names)
+_v = single_sources  # each name as a single-metric source, in order
 
 
 FIELDS: tuple[CanonicalField, ...] = (
@@ -251,20 +196,6 @@ FIELDS: tuple[CanonicalField, ...] = (
         "NVIDIA's memory speed-of-light figure, % of peak",
     ),
     CanonicalField(
-        "flops_fp32", "flop",
-        (
-            Source(
-                (
-                    "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
-                    "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
-                    "derived__smsp__sass_thread_inst_executed_op_ffma_pred_on_x2",
-                ),
-                "sum",
-            ),
-        ),
-        "fp32 floating-point operations (FMA counted twice)",
-    ),
-    CanonicalField(
         "tensor_pipe_pct", "%",
         _v(
             "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
@@ -272,6 +203,9 @@ FIELDS: tuple[CanonicalField, ...] = (
         ),
         "tensor pipe active cycles, % of peak",
     ),
+    # What comes after the verdict (issue 22): FLOPs and ceilings for the roofline,
+    # occupancy and warp-stall reasons; their chains are in ncuflow.read.deep_metrics.
+    *DEEP_FIELDS,
 )
 
 FIELDS_BY_NAME: Mapping[str, CanonicalField] = {f.name: f for f in FIELDS}
@@ -421,29 +355,6 @@ def field_metric_names() -> tuple[str, ...]:
                     names.append(metric)
     names.extend(m for m in UNIT_THROUGHPUT_METRICS[:13] if m not in names)
     return tuple(names)
-
-
-def resolve(
-    field: CanonicalField, lookup: Callable[[str], float | None]
-) -> tuple[float | None, str | None]:
-    """Resolve one field through its alias chain.
-
-    ``lookup`` returns a raw metric's value, or None where the report has no value
-    for it. Returns ``(value, provenance)``, or ``(None, None)`` when no source in the
-    chain is complete.
-    """
-    for source in field.sources:
-        raw: list[float] = []
-        for metric in source.metrics:
-            value = lookup(metric)
-            if value is None or not math.isfinite(value):
-                break
-            raw.append(value)
-        else:
-            combined = raw[0] * source.scale if source.op == "value" else source.combine(tuple(raw))
-            if combined is not None:
-                return combined, source.text
-    return None, None
 
 
 def first_choice(field_name: str) -> str:

@@ -1,0 +1,57 @@
+"""`ncuflow roofline PATH... -o F.png`: the hierarchical roofline of reports, one panel per GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ncuflow.cli.options import jobs_option, threshold_option
+from ncuflow.cli.selection import selection_from, selection_options
+
+
+@click.command("roofline")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("-o", "--output", required=True, type=click.Path(path_type=Path, dir_okay=False),
+              help="The PNG file to write.")
+@click.option("--per", type=click.Choice(["kernel", "launch"]), default="kernel", show_default=True,
+              help="One point per kernel and setting (its launches pooled), or one per launch.")
+@click.option("--json", "as_json", is_flag=True, help="Also print the points and ceilings as one JSON object.")
+@threshold_option(help="On-wall threshold of the max model (the verdict that colours each point).")
+@selection_options
+@jobs_option
+def roofline_command(paths: tuple[Path, ...], output: Path, per: str, as_json: bool, threshold: float,
+                     kernel: str | None, nvtx: str | None, jobs: int | None) -> None:
+    """Achieved FLOP/s against arithmetic intensity to DRAM, L2 and L1, with the chip's ceilings.
+
+    FLOPs come from the FP32/FP64/FP16 instruction counters (and tensor-pipe instructions)
+    that full-set and roofline-section reports store; the ceilings from the reports' own
+    peak metrics at the launches' clocks. Each point is coloured by the max model's
+    verdict; kernels without FLOP counts, or with none, are named under the chart.
+    """
+    from ncuflow.analyze.roofline import describe_point, point_groups, rooflines
+    from ncuflow.files import guard_output, png_recogniser
+    from ncuflow.read.pool import resolve_jobs
+
+    guard_output(output, kind="an ncuflow plot", recognise=png_recogniser, inputs=paths, option="-o/--output")
+    loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs))
+    for note in loaded.notes:
+        click.echo(f"ncuflow: note: {note}", err=True)
+    lines = rooflines(point_groups(loaded.runs, per), threshold)
+    from ncuflow.output.roofline_plot import plot_rooflines
+
+    plot_rooflines(lines, output)
+    if len(lines) > 6:
+        click.echo(f"ncuflow: note: {len(lines)} GPUs; the PNG shows the first 6 "
+                   f"({', '.join(r.device for r in lines[6:])} left out): narrow PATHS or --kernel.", err=True)
+    if as_json:
+        from ncuflow.output.roofline_doc import rooflines_document
+
+        click.echo(json.dumps(rooflines_document(lines), indent=1))
+    else:
+        for line in lines:
+            click.echo(f"{line.device}: {len(line.points)} points, {len(line.left_out)} not drawn")
+            for number, point in enumerate(line.points, start=1):
+                click.echo(f"  {number:>2}. {point.label} [{point.group}] {point.bound}: {describe_point(point, line)}")
+    click.echo(f"wrote {output}")

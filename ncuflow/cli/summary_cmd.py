@@ -1,0 +1,50 @@
+"""`ncuflow summary PATH...`: where the GPU time goes, per kernel and launch configuration."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ncuflow.cli.options import jobs_option, threshold_option
+from ncuflow.cli.selection import selection_from, selection_options
+
+
+@click.command("summary")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--top", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Show the N kernels with the most GPU time per report; the rest is one 'other' row.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summaries as one JSON object (full kernel names).")
+@click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per kernel of every report.")
+@threshold_option()
+@selection_options
+@jobs_option
+def summary_command(paths: tuple[Path, ...], top: int | None, as_json: bool, as_csv: bool, threshold: float,
+                    kernel: str | None, nvtx: str | None, jobs: int | None) -> None:
+    """Per report, the kernels that take the GPU time.
+
+    PATHS are reports, folders of reports, run folders or profile stores (a store run is
+    one report). Per kernel (full name and launch configuration, grid × block): launches,
+    total and median duration, share of the report's GPU time (the shares of a report sum
+    to 1), the max model's verdicts with their counts and the binding term's median
+    utilization (the largest term's, for a latency-bound kernel). Sorted by total time.
+    """
+    from ncuflow.analyze.summary import summarize
+    from ncuflow.errors import UsageError
+    from ncuflow.read.pool import resolve_jobs
+
+    if as_json and as_csv:
+        raise UsageError("--json and --csv both ask for the whole output.", "", "Pass one of them.")
+    loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs))
+    for note in loaded.notes:
+        click.echo(f"ncuflow: note: {note}", err=True)
+    summaries = summarize(loaded.runs, threshold=threshold, top=top)
+    from ncuflow.output.summary_table import print_summaries, summaries_csv, summaries_document
+
+    if as_json:
+        click.echo(json.dumps(summaries_document(summaries, threshold), indent=1))
+    elif as_csv:
+        click.echo(summaries_csv(summaries), nl=False)
+    else:
+        print_summaries(summaries)

@@ -1,0 +1,119 @@
+"""ncuflow from Python: launches, verdicts, summaries, comparisons and rooflines for a notebook.
+
+The functions behind ``ncuflow.launches``, ``ncuflow.classify``, ``ncuflow.summary``,
+``ncuflow.compare`` and ``ncuflow.roofline`` (``docs/api.md``). Each takes what the
+commands take — report files, folders of reports, run folders or profile stores — and
+returns a polars frame or frozen records; none imports click or the command line.
+
+Reports are read in this process by default (``jobs=None``): ``ncu_report`` never frees a
+parsed report, so a notebook that reads many large reports grows; ``jobs=N`` reads them
+in N worker processes, as the commands do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD
+from ncuflow.analyze.classify import classify as classify_launch
+from ncuflow.analyze.compare import Comparison, compare_loaded
+from ncuflow.analyze.fields import Tolerances
+from ncuflow.analyze.roofline import Roofline, point_groups, rooflines
+from ncuflow.analyze.selection import Selection
+from ncuflow.analyze.stability import DEFAULT_TOLERANCES
+from ncuflow.analyze.summary import ReportSummary, summarize, summary_rows
+from ncuflow.read.runs import Loaded
+
+__all__ = ["classify", "compare", "launches", "roofline", "summaries", "summary"]
+
+PathsLike = str | Path | Iterable[str | Path]
+
+SUMMARY_SCHEMA: dict[str, Any] = {
+    "report": pl.String, "label": pl.String, "device": pl.String, "rank": pl.Int32, "short_name": pl.String,
+    "kernel": pl.String, "function": pl.String, "grid_size": pl.Float64, "block_size": pl.Float64,
+    "launches": pl.Int64, "total_ns": pl.Float64, "median_ns": pl.Float64, "share": pl.Float64, "bound": pl.String,
+    "verdicts": pl.String, "binding_term": pl.String, "binding_u": pl.Float64,
+}
+
+
+def _paths(paths: PathsLike) -> list[Path]:
+    if isinstance(paths, (str, Path)):
+        return [Path(paths)]
+    return [Path(p) for p in paths]
+
+
+def _load(paths: PathsLike, kernel: str | None, nvtx: str | None, jobs: int | None) -> Loaded:
+    return Selection(kernel=kernel, nvtx=nvtx).load(_paths(paths), jobs=jobs)
+
+
+def launches(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = None,
+             threshold: float = DEFAULT_THRESHOLD, jobs: int | None = None) -> pl.DataFrame:
+    """One row per launch with the columns of ``ncuflow export`` (identity, every field and its
+    source, the model's terms and verdict, NVIDIA's, the missing fields)."""
+    from ncuflow.output.export import launches_schema
+    from ncuflow.output.launch_rows import launch_record, run_identity
+
+    loaded = _load(paths, kernel, nvtx, jobs)
+    records = []
+    for run in loaded.runs:
+        identity = run_identity(run.ref)
+        records += [launch_record(x, classify_launch(x, threshold), identity) for x in run.launches]
+    return pl.DataFrame(records, schema=launches_schema())
+
+
+def classify(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = None,
+             threshold: float = DEFAULT_THRESHOLD, jobs: int | None = None) -> pl.DataFrame:
+    """One row per launch with the keys of ``ncuflow classify --json``, plus the device, the launch
+    configuration and the binding term with its utilization."""
+    from ncuflow.output.render import ROW_KEYS, binding_utilization, launch_row
+
+    loaded = _load(paths, kernel, nvtx, jobs)
+    rows = []
+    for run in loaded.runs:
+        for launch in run.launches:
+            verdict = classify_launch(launch, threshold)
+            term, u = binding_utilization(verdict)
+            rows.append({**launch_row(launch, verdict), "device": launch.device.name,
+                         "grid_size": launch.value("grid_size"), "block_size": launch.value("block_size"),
+                         "binding_term": term, "binding_u": u})
+    schema: dict[str, Any] = {key: pl.Float64 for key in ROW_KEYS}
+    schema.update({"report": pl.String, "range": pl.Int32, "action": pl.Int32, "kernel": pl.String,
+                   "bound": pl.String, "nvidia_sol": pl.String, "missing": pl.List(pl.String),
+                   "device": pl.String, "grid_size": pl.Float64, "block_size": pl.Float64,
+                   "binding_term": pl.String, "binding_u": pl.Float64})
+    return pl.DataFrame(rows, schema=schema)
+
+
+def summaries(paths: PathsLike, *, top: int | None = None, kernel: str | None = None, nvtx: str | None = None,
+              threshold: float = DEFAULT_THRESHOLD, jobs: int | None = None) -> tuple[ReportSummary, ...]:
+    """``ncuflow summary`` as frozen records: one ``ReportSummary`` per report, its kernels by time."""
+    return summarize(_load(paths, kernel, nvtx, jobs).runs, threshold=threshold, top=top)
+
+
+def summary(paths: PathsLike, *, top: int | None = None, kernel: str | None = None, nvtx: str | None = None,
+            threshold: float = DEFAULT_THRESHOLD, jobs: int | None = None) -> pl.DataFrame:
+    """One row per kernel (full name and grid × block) of every report: launches, total and median
+    duration, share of the report's GPU time (summing to 1 per report), verdicts, binding u."""
+    found = summaries(paths, top=top, kernel=kernel, nvtx=nvtx, threshold=threshold, jobs=jobs)
+    return pl.DataFrame(summary_rows(found), schema=SUMMARY_SCHEMA)
+
+
+def compare(base: PathsLike, new: PathsLike, *, pairs: Sequence[tuple[str, str]] = (), kernel: str | None = None,
+            nvtx: str | None = None, threshold: float = DEFAULT_THRESHOLD,
+            tolerances: Tolerances = DEFAULT_TOLERANCES, jobs: int | None = None) -> Comparison:
+    """``ncuflow compare`` as a frozen ``Comparison``: ``matched`` (each with ``how``: matched,
+    reconfigured or paired, the judged fields and per-run totals), ``only_base``, ``only_new``."""
+    base_paths, new_paths = _paths(base), _paths(new)
+    return compare_loaded(_load(base_paths, kernel, nvtx, jobs), _load(new_paths, kernel, nvtx, jobs),
+                          base_label=", ".join(map(str, base_paths)), new_label=", ".join(map(str, new_paths)),
+                          tolerances=tolerances, threshold=threshold, pairs=tuple(pairs))
+
+
+def roofline(paths: PathsLike, *, per: str = "kernel", kernel: str | None = None, nvtx: str | None = None,
+             threshold: float = DEFAULT_THRESHOLD, jobs: int | None = None) -> tuple[Roofline, ...]:
+    """The hierarchical roofline per GPU as frozen records (ceilings, points, what was left out)."""
+    return rooflines(point_groups(_load(paths, kernel, nvtx, jobs).runs, per), threshold)

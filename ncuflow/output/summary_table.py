@@ -1,0 +1,78 @@
+"""``ncuflow summary`` as a console table, CSV text or JSON-ready data (no polars)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Sequence
+from typing import Any
+
+from ncuflow.analyze.fields import duration_text
+from ncuflow.analyze.summary import ReportSummary, summary_rows
+from ncuflow.files import make_console
+
+_BOUND_STYLE = {"dram": "red", "l2": "magenta", "l1": "magenta", "issue": "yellow", "math": "yellow",
+                "latency": "cyan", "unknown": "dim"}
+CSV_COLUMNS: tuple[str, ...] = (
+    "report", "label", "device", "rank", "short_name", "grid_size", "block_size", "launches", "total_ns",
+    "median_ns", "share", "bound", "verdicts", "binding_term", "binding_u", "kernel", "function",
+)
+
+
+def share_text(share: float | None) -> str:
+    return "—" if share is None else f"{share * 100:.1f} %" if share >= 0.001 or share == 0 else f"{share * 100:.2g} %"
+
+
+def _title(summary: ReportSummary) -> str:
+    from rich.markup import escape
+
+    device = summary.device or "unknown GPU"
+    kernels = len(summary.kernels) + (summary.rest.kernels if summary.rest else 0)
+    untimed = f", {summary.untimed} without a duration" if summary.untimed else ""
+    return (f"{escape(summary.label)}\n{escape(device)}: {summary.launches} launch"
+            f"{'es' if summary.launches != 1 else ''} of {kernels} kernel{'s' if kernels != 1 else ''}, "
+            f"GPU time {duration_text(summary.total_ns)}{untimed}")
+
+
+def print_summaries(summaries: Sequence[ReportSummary], console: Any = None) -> None:
+    """One table per report: kernels by total time, their share, verdicts and binding utilization."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = console or make_console()
+    for summary in summaries:
+        table = Table(title=_title(summary), header_style="bold", title_justify="left")
+        for header, justify in (("#", "right"), ("kernel", "left"), ("grid × block", "right"), ("launches", "right"),
+                                ("total", "right"), ("median", "right"), ("share", "right"),
+                                ("verdicts", "left"), ("binding u", "left")):
+            table.add_column(header, justify=justify, no_wrap=header != "kernel",  # type: ignore[arg-type]
+                             max_width=64 if header == "kernel" else None, overflow="fold")
+        for rank, k in enumerate(summary.kernels, start=1):
+            style = _BOUND_STYLE.get(k.bound, "")
+            verdicts = escape(k.verdict_text()) or "—"
+            table.add_row(str(rank), escape(k.short_name), k.config, f"{k.launches:,}", duration_text(k.total_ns),
+                          duration_text(k.median_ns), share_text(k.share),
+                          f"[{style}]{verdicts}[/{style}]" if style else verdicts, k.binding_text())
+        if summary.rest is not None:
+            rest = summary.rest
+            table.add_row("", f"[dim]{rest.kernels} other kernels[/dim]", "", f"{rest.launches:,}",
+                          duration_text(rest.total_ns), "", share_text(rest.share), "", "")
+        console.print(table)
+    if len(summaries) > 1:
+        total = sum(s.total_ns or 0.0 for s in summaries)
+        console.print(f"{len(summaries)} reports, GPU time {duration_text(total)} in all; shares are of each "
+                      "report's own GPU time.", highlight=False)
+
+
+def summaries_csv(summaries: Sequence[ReportSummary]) -> str:
+    """The flat rows as CSV text (one row per kernel of every report, full names included)."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(CSV_COLUMNS), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in summary_rows(summaries):
+        writer.writerow({key: "" if value is None else value for key, value in row.items()})
+    return buffer.getvalue()
+
+
+def summaries_document(summaries: Sequence[ReportSummary], threshold: float) -> dict[str, Any]:
+    return {"threshold": threshold, "reports": [s.to_json() for s in summaries]}

@@ -1,0 +1,80 @@
+"""The hierarchical roofline on real reports: points, ceilings from the reports, PNGs, the report page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from ncuflow.analyze.roofline import NO_FLOPS, attainable, point_groups, rooflines
+from ncuflow.analyze.selection import ALL
+from ncuflow.cli import cli
+from ncuflow.errors import NcuflowError
+
+REFERENCE = Path(__file__).resolve().parent.parent / "profiles" / "reference"
+NAIVE = "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep"  # A100, conv2d × 4, full set
+H100 = "jestes15__EE384_FinalProject__profile_output.ncu-rep"  # H100 PCIe, 18 launches, full set
+
+
+def test_an_a100_conv2d_is_one_point_under_its_chips_roofs(corpus_dir: Path) -> None:
+    (line,) = rooflines(point_groups(ALL.load([corpus_dir / NAIVE]).runs))
+    assert line.device == "NVIDIA A100-SXM4-40GB"
+    (point,) = line.points
+    assert point.launches == 4 and point.bound == "l1" and point.counted == ("fp64", "fp32")
+    launches = ALL.load([corpus_dir / NAIVE]).runs[0].launches
+    flops = sum((x.value("flops_fp32") or 0) + (x.value("flops_fp64") or 0) for x in launches)
+    assert point.flops == pytest.approx(flops)
+    assert point.intensity("dram") == pytest.approx(flops / sum(x.value("dram_bytes") or 0 for x in launches))
+    assert point.flop_rate == pytest.approx(flops / (sum(x.value("duration_ns") or 0 for x in launches) * 1e-9))
+    dram, l2, l1 = (line.ceiling(level) for level in ("dram", "l2", "l1"))
+    assert dram and l2 and l1 and dram.value < l2.value < l1.value
+    assert dram.value == pytest.approx(1.555e12, rel=0.01)  # A100 40 GB HBM2
+    fp32 = line.ceiling("fp32")
+    assert fp32 is not None and fp32.value == pytest.approx(108 * 64 * 2 * (line.sm_clock_hz or 0), rel=0.001)
+    roof = attainable(point, line)
+    assert roof is not None and point.flop_rate < roof  # below every roof
+
+
+def test_kernels_without_floating_point_work_are_named_not_drawn(corpus_dir: Path) -> None:
+    (line,) = rooflines(point_groups(ALL.load([corpus_dir / H100]).runs))
+    assert len(line.points) == 4 and len(line.left_out) == 3
+    assert all("0 FLOP" in why for _, why in line.left_out)
+    assert sum(p.share for p in line.points) == pytest.approx(1.0)
+
+
+def test_the_h200_runs_have_no_flop_counts_and_show_bandwidth_instead() -> None:
+    (line,) = rooflines(point_groups(ALL.load([REFERENCE / "h200"]).runs))
+    assert line.points == () and len(line.left_out) == 31 and all(why == NO_FLOPS for _, why in line.left_out)
+    assert len(line.without_flops) == 31 and [c.name for c in line.bandwidth] == ["dram"]
+    copy = [b for b in line.without_flops if b.group == "copy_bandwidth:mib=4096"]
+    assert copy and (copy[0].rates["dram"] or 0) / line.bandwidth[0].value == pytest.approx(0.85, abs=0.02)
+
+
+@pytest.mark.parametrize("report", [NAIVE, H100])
+def test_the_command_writes_a_png_and_json(corpus_dir: Path, tmp_path: Path, report: str) -> None:
+    out = tmp_path / "roofline.png"
+    result = CliRunner().invoke(cli, ["roofline", str(corpus_dir / report), "-o", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
+    document = json.loads(result.stdout[: result.stdout.rindex("}") + 1])
+    (gpu,) = document["gpus"]
+    assert gpu["points"] and gpu["compute"]["fp32"]["source"].startswith("(sm__sass_thread_inst_executed_op_ffma")
+
+
+def test_the_command_refuses_to_overwrite_what_is_not_a_plot(corpus_dir: Path, tmp_path: Path) -> None:
+    target = tmp_path / "notes.png"
+    target.write_text("my notes")
+    result = CliRunner().invoke(cli, ["roofline", str(corpus_dir / NAIVE), "-o", str(target)])
+    assert isinstance(result.exception, NcuflowError) and target.read_text() == "my notes"
+
+
+def test_the_report_has_a_roofline_page_and_a_latency_section(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["report", str(REFERENCE / "h200" / "copy_bandwidth"), "-o", str(tmp_path / "r")])
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "r" / "report.md").read_text()
+    assert "## Roofline" in text and "![hierarchical roofline](roofline.png)" in text
+    assert "Ceilings at an SM clock of" in text and "DRAM 4.81 TB/s" in text
+    assert "## Why latency-bound kernels wait" in text and "limited by registers" in text
+    assert (tmp_path / "r" / "roofline.png").read_bytes()[:4] == b"\x89PNG"
