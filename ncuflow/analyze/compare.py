@@ -184,8 +184,22 @@ def _named(pool: Sequence[Measurement], name: str, side: str) -> list[Measuremen
     return found
 
 
-def _judged(b: Measurement, n: Measurement, how: How, options: dict[str, Any]) -> KernelComparison:
-    judged = judge(b, n, one_difference=None, **options)
+@dataclass(frozen=True)
+class Judging:
+    """How each pair of kernels is judged: the noise bands, their rules, the on-wall threshold, the fields."""
+
+    tolerances: Tolerances = DEFAULT_TOLERANCES
+    rules: NoiseRules = DEFAULT_RULES
+    threshold: float = DEFAULT_THRESHOLD
+    fields: Sequence[str] = STABILITY_FIELDS
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "threshold", check_threshold(self.threshold))
+
+
+def _judged(b: Measurement, n: Measurement, how: How, judging: Judging) -> KernelComparison:
+    judged = judge(b, n, tolerances=judging.tolerances, rules=judging.rules, threshold=judging.threshold,
+                   fields=judging.fields, one_difference=None)
     totals = tuple(TotalChange(f, run_total(b, f), run_total(n, f)) for f in TOTAL_FIELDS) if how != "matched" else ()
     return KernelComparison(match_key(b), b, n, judged, how, totals)
 
@@ -201,16 +215,13 @@ def compare_measurements(
     base: Sequence[Measurement],
     new: Sequence[Measurement],
     *,
-    base_label: str = "base",
-    new_label: str = "new",
-    tolerances: Tolerances = DEFAULT_TOLERANCES,
-    rules: NoiseRules = DEFAULT_RULES,
-    threshold: float = DEFAULT_THRESHOLD,
-    fields: Sequence[str] = STABILITY_FIELDS,
+    labels: tuple[str, str] = ("base", "new"),
+    judging: Judging | None = None,
     pairs: Sequence[tuple[str, str]] = (),
 ) -> Comparison:
-    threshold = check_threshold(threshold)
-    options: dict[str, Any] = {"tolerances": tolerances, "rules": rules, "threshold": threshold, "fields": fields}
+    """Pair the kernels of two sides (--pair first, then name and configuration, then a unique
+    reconfiguration) and judge each pair; what pairs with nothing is listed."""
+    options = judging or Judging()
     rest_base, rest_new = list(base), list(new)
     matched: list[KernelComparison] = []
 
@@ -239,7 +250,8 @@ def compare_measurements(
         found, left_b, left_n = _pair(members, new_by_name.get(name, []))
         if not left_b and not left_n:  # a unique pairing only
             take(found, "reconfigured")
-    return Comparison(base_label, new_label, tuple(matched), tuple(rest_base), tuple(rest_new), tolerances, threshold)
+    return Comparison(labels[0], labels[1], tuple(matched), tuple(rest_base), tuple(rest_new), options.tolerances,
+                      options.threshold)
 
 
 def compare_loaded(
@@ -255,8 +267,8 @@ def compare_loaded(
 ) -> Comparison:
     """Compare every kernel of two loaded sets of runs (replicas and repeats pooled per kernel)."""
     return compare_measurements(
-        measurements(base.runs), measurements(new.runs), base_label=base_label, new_label=new_label,
-        tolerances=tolerances, rules=rules, threshold=threshold, pairs=pairs,
+        measurements(base.runs), measurements(new.runs), labels=(base_label, new_label),
+        judging=Judging(tolerances, rules, threshold), pairs=pairs,
     )
 
 

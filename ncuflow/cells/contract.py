@@ -260,71 +260,63 @@ def _type_name(kind: type) -> str:
     )
 
 
+def _parsed(cell: str, spec: ParamSpec, raw: object) -> ParamValue:
+    """``raw`` as the parameter's type (raises ValueError for a value that is not of it)."""
+    if spec.type is bool:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in _TRUE or text in _FALSE:
+            return text in _TRUE
+        raise ValueError(text)
+    if spec.type is int:
+        if isinstance(raw, bool):
+            raise ValueError(raw)
+        return raw if isinstance(raw, int) else int(str(raw).strip(), 10)
+    if spec.type is float:
+        if isinstance(raw, bool):
+            raise ValueError(raw)
+        return float(raw) if isinstance(raw, int | float) else float(str(raw).strip())
+    if spec.type is str:
+        value = str(raw).strip()
+        if not value:
+            raise ValueError(raw)
+        return value
+    raise UsageError(
+        f"Parameter {spec.name!r} of cell {cell!r} has an unsupported type {spec.type!r}.",
+        "A cell parameter must be int, float, str or bool.",
+        "Fix the cell's ParamSpec.",
+    )
+
+
+def _refused(cell: str, spec: ParamSpec, raw: object, problem: str, fix: str) -> UsageError:
+    return UsageError(f"Parameter {spec.name!r} of cell {cell!r} got {raw}, which {problem}.",
+                      f"{spec.name}: {spec.help}" if spec.help else "", fix)
+
+
 def coerce_value(cell: str, spec: ParamSpec, raw: object) -> ParamValue:
-    """Turn ``raw`` (spec text or a Python value) into the parameter's type, or raise UsageError."""
-    value: ParamValue
+    """Turn ``raw`` (spec text or a Python value) into the parameter's type, or raise UsageError:
+    of the type, finite, within the declared range and among the choices."""
+    default = format_value(spec.default)
     try:
-        if spec.type is bool:
-            if isinstance(raw, bool):
-                value = raw
-            else:
-                text = str(raw).strip().lower()
-                if text in _TRUE:
-                    value = True
-                elif text in _FALSE:
-                    value = False
-                else:
-                    raise ValueError(text)
-        elif spec.type is int:
-            if isinstance(raw, bool):
-                raise ValueError(raw)
-            value = raw if isinstance(raw, int) else int(str(raw).strip(), 10)
-        elif spec.type is float:
-            if isinstance(raw, bool):
-                raise ValueError(raw)
-            value = float(raw) if isinstance(raw, int | float) else float(str(raw).strip())
-        elif spec.type is str:
-            value = str(raw).strip()
-            if not value:
-                raise ValueError(raw)
-        else:
-            raise UsageError(
-                f"Parameter {spec.name!r} of cell {cell!r} has an unsupported type "
-                f"{spec.type!r}.",
-                "A cell parameter must be int, float, str or bool.",
-                "Fix the cell's ParamSpec.",
-            )
+        value = _parsed(cell, spec, raw)
     except ValueError:
         choices = f" (one of: {', '.join(map(format_value, spec.choices))})" if spec.choices else ""
-        raise UsageError(
-            f"Parameter {spec.name!r} of cell {cell!r} got {raw!r}, which is not "
-            f"{_type_name(spec.type)}{choices}.",
-            f"{spec.name}: {spec.help}" if spec.help else "",
-            f"Write it as {spec.name}={format_value(spec.default)} (the default) or another valid value.",
-        ) from None
+        raise _refused(cell, spec, repr(raw), f"is not {_type_name(spec.type)}{choices}",
+                       f"Write it as {spec.name}={default} (the default) or another valid value.") from None
     if isinstance(value, float) and not math.isfinite(value):
-        raise UsageError(
-            f"Parameter {spec.name!r} of cell {cell!r} got {raw!r}, which is not a finite number.",
-            f"{spec.name}: {spec.help}" if spec.help else "",
-            f"Write it as {spec.name}={format_value(spec.default)} (the default) or another finite number.",
-        )
+        raise _refused(cell, spec, repr(raw), "is not a finite number",
+                       f"Write it as {spec.name}={default} (the default) or another finite number.")
     low, high = spec.bounds()
     if isinstance(value, int | float) and not isinstance(value, bool) and (
         (low is not None and value < low) or (high is not None and value > high)
     ):
         valid = (f"{format_value(low)} ... {format_value(high)}" if low is not None and high is not None
                  else f">= {format_value(low)}" if low is not None else f"<= {format_value(high)}")
-        raise UsageError(
-            f"Parameter {spec.name!r} of cell {cell!r} got {format_value(value)}, which is out of range: "
-            f"the valid range is {valid}.",
-            f"{spec.name}: {spec.help}" if spec.help else "",
-            f"Give a value in that range (the default is {format_value(spec.default)}).",
-        )
+        raise _refused(cell, spec, format_value(value), f"is out of range: the valid range is {valid}",
+                       f"Give a value in that range (the default is {default}).")
     if spec.choices is not None and value not in spec.choices:
-        raise UsageError(
-            f"Parameter {spec.name!r} of cell {cell!r} got {format_value(value)!r}, "
-            f"which is not one of its choices: {', '.join(map(format_value, spec.choices))}.",
-            f"{spec.name}: {spec.help}" if spec.help else "",
-            f"Pick one of the choices (the default is {format_value(spec.default)}).",
-        )
+        raise _refused(cell, spec, repr(format_value(value)),
+                       f"is not one of its choices: {', '.join(map(format_value, spec.choices))}",
+                       f"Pick one of the choices (the default is {default}).")
     return value

@@ -196,10 +196,9 @@ def _time_host(definition: CellDefinition, spec: CellSpec, repeats: int, warmup:
         start = time.perf_counter_ns()
         instance.run()
         samples.append((time.perf_counter_ns() - start) / 1000.0)
-    return _result(
-        definition, spec, "host_perf_counter", HOST_LABEL, repeats, warmup, samples,
-        1, instance, None, device_facts() if "cuda" in definition.requires else {},
-    )
+    timed = _Timed("host_perf_counter", HOST_LABEL, tuple(samples), 1, None,
+                   device_facts() if "cuda" in definition.requires else {})
+    return _result(definition, spec, timed, repeats, warmup, instance)
 
 
 def _time_cuda(
@@ -241,25 +240,25 @@ def _time_cuda(
         if copies > 1
         else "not flushed (footprint larger than L2, or rotation off)"
     )
-    return _result(
-        definition, spec, "cuda_events", CUDA_LABEL.format(cache=cache), repeats, warmup,
-        samples, copies, instances[0], l2_bytes, facts,
-    )
+    timed = _Timed("cuda_events", CUDA_LABEL.format(cache=cache), tuple(samples), copies, l2_bytes, facts)
+    return _result(definition, spec, timed, repeats, warmup, instances[0])
 
 
-def _result(
-    definition: CellDefinition,
-    spec: CellSpec,
-    clock: str,
-    label: str,
-    repeats: int,
-    warmup: int,
-    samples: list[float],
-    copies: int,
-    instance: CellInstance,
-    l2_bytes: int | None,
-    facts: dict[str, Any],
-) -> TimingResult:
+@dataclass(frozen=True)
+class _Timed:
+    """What a timing loop measured, and how: its clock, the samples, the copies rotated."""
+
+    clock: str
+    label: str
+    samples: tuple[float, ...]
+    copies: int
+    l2_bytes: int | None
+    facts: dict[str, Any]
+
+
+def _result(definition: CellDefinition, spec: CellSpec, timed: _Timed, repeats: int, warmup: int,
+            instance: CellInstance) -> TimingResult:
+    samples = list(timed.samples)
     stats = TimingStats.of(samples)
     representation = instance.representation()
     expected = int(instance.expected_bytes)
@@ -269,17 +268,17 @@ def _result(
         spec=spec.text(),
         content_key=spec.content_key(),
         params=spec.as_dict(),
-        clock=clock,
-        label=label,
+        clock=timed.clock,
+        label=timed.label,
         repeats=repeats,
         warmup=warmup,
         stats=stats,
-        samples_us=tuple(samples),
-        rotating_copies=copies,
+        samples_us=timed.samples,
+        rotating_copies=timed.copies,
         footprint_bytes=representation.get("footprint_bytes"),
-        l2_bytes=l2_bytes,
+        l2_bytes=timed.l2_bytes,
         expected_bytes=expected,
         achieved_gbps=achieved,
         representation=representation,
-        device=facts,
+        device=timed.facts,
     )

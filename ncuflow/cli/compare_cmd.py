@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -40,12 +41,7 @@ def compare_command(
     work, or ambiguous) with the binding term on each side. Replicas and repeated launches
     on a side make its noise known; a side measured once can only show large changes.
     """
-    from rich.markup import escape
-    from rich.table import Table
-
     from ncuflow.analyze.compare import compare_loaded, comparison_document, parse_pair
-    from ncuflow.analyze.fields import FIELD_TABLE
-    from ncuflow.files import make_console
     from ncuflow.output.markdown import compare_markdown
     from ncuflow.read.pool import resolve_jobs
 
@@ -68,36 +64,57 @@ def compare_command(
     if as_json:
         click.echo(json.dumps(comparison_document(comparison), indent=1))
         return
+    _print_comparison(comparison, tolerances)
+
+
+def _print_comparison(comparison: Any, tolerances: Any) -> None:
+    """Each matched kernel's table (fields, change, state, why), then what matched nothing."""
+    from rich.markup import escape
+
+    from ncuflow.files import make_console
+
     console = make_console()
     colours = {"no_effect": "blue", "off_critical_path": "green", "critical_path": "red",
                "time_without_work": "yellow", "ambiguous": "bright_black"}
     states = {"changed": "red", "unchanged": "green", "ambiguous": "yellow", "missing": "dim"}
     for k in comparison.matched:
-        colour = colours[k.judged.verdict]
-        how = {"reconfigured": "reconfigured: ", "paired": "paired by --pair: "}.get(k.how, "")
-        table = Table(title=f"{escape(how + k.label)} — [{colour}]{escape(k.verdict_text)}[/{colour}]; bound "
-                            f"{k.judged.baseline_model.bound} → {k.judged.value_model.bound} "
-                            f"({len(k.base.launches)} vs {len(k.new.launches)} launches)", title_justify="left")
-        for column in ("field", "base", "new", "change", "state", "why"):
-            table.add_column(column, overflow="fold")
-        for f in k.judged.fields:
-            if f.state == "missing":
-                continue
-            spec = FIELD_TABLE[f.field]
-            table.add_row(f.field, spec.format(f.baseline), spec.format(f.value),
-                          f.delta_text() if f.state != "missing" else "—",
-                          f"[{states[f.state]}]{f.state}[/{states[f.state]}]", escape(f.reason))
-        console.print(table)
-        missing = [f.field for f in k.judged.fields if f.state == "missing"]
-        if missing:
-            console.print(f"  missing on at least one side: {', '.join(missing)}")
-        if k.judged.reasons:
-            console.print("  why: " + escape("; ".join(k.judged.reasons)))
-        if k.how != "matched":
-            console.print("  " + escape(totals_line(k)), highlight=False)
+        _print_kernel(console, k, colours[k.judged.verdict], states)
     for title, items in (("only in base", comparison.only_base), ("only in new", comparison.only_new)):
         if items:
             console.print(f"{title}: " + escape(", ".join(f"{m.kernel} ({m.spec()}; {measured_time(m)})" for m in items)))
+    _print_counts(console, comparison, tolerances)
+
+
+def _print_kernel(console: Any, k: Any, colour: str, states: dict[str, str]) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from ncuflow.analyze.fields import FIELD_TABLE
+
+    how = {"reconfigured": "reconfigured: ", "paired": "paired by --pair: "}.get(k.how, "")
+    table = Table(title=f"{escape(how + k.label)} — [{colour}]{escape(k.verdict_text)}[/{colour}]; bound "
+                        f"{k.judged.baseline_model.bound} → {k.judged.value_model.bound} "
+                        f"({len(k.base.launches)} vs {len(k.new.launches)} launches)", title_justify="left")
+    for column in ("field", "base", "new", "change", "state", "why"):
+        table.add_column(column, overflow="fold")
+    for f in k.judged.fields:
+        if f.state == "missing":
+            continue
+        spec = FIELD_TABLE[f.field]
+        table.add_row(f.field, spec.format(f.baseline), spec.format(f.value),
+                      f.delta_text() if f.state != "missing" else "—",
+                      f"[{states[f.state]}]{f.state}[/{states[f.state]}]", escape(f.reason))
+    console.print(table)
+    missing = [f.field for f in k.judged.fields if f.state == "missing"]
+    if missing:
+        console.print(f"  missing on at least one side: {', '.join(missing)}")
+    if k.judged.reasons:
+        console.print("  why: " + escape("; ".join(k.judged.reasons)))
+    if k.how != "matched":
+        console.print("  " + escape(totals_line(k)), highlight=False)
+
+
+def _print_counts(console: Any, comparison: Any, tolerances: Any) -> None:
     verdicts = [k.judged.verdict for k in comparison.matched]
     reconfigured = sum(k.how == "reconfigured" for k in comparison.matched)
     paired = sum(k.how == "paired" for k in comparison.matched)
