@@ -363,3 +363,67 @@ def make_console() -> Any:
         return Console(soft_wrap=False)
     columns = os.environ.get("COLUMNS", "")
     return Console(soft_wrap=False, width=max(PIPED_WIDTH, int(columns) if columns.isdigit() else 0))
+
+
+# ---------------------------------------------------------------------------- bounded input
+
+
+class InputFileError(NcuflowError):
+    """A file ncuflow was asked to read is missing, not a regular file, or too large."""
+
+
+def _special_kind(mode: int) -> str:
+    import stat
+
+    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"),
+                       (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISDIR, "folder")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def open_regular_file(path: Path, *, kind: str, max_bytes: int | None = None) -> Any:
+    """Open ``path`` for reading (binary) after checking that it is a regular file (a link is
+    followed) and, with ``max_bytes``, no larger than that; returns the open file.
+
+    The check is made on the opened descriptor, which is opened without blocking, so a FIFO
+    (which would wait for a writer forever), a device such as /dev/zero (which never ends),
+    a socket or a folder is refused with one paragraph before a single byte is read, and a
+    file swapped for one of those between a check and the open cannot slip through.
+    ``kind`` names what the file should be ("a serving log"), for the messages.
+    """
+    import stat
+
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise InputFileError(f"{path}: no such file.", "", "Check the path.") from None
+    except OSError as error:
+        raise InputFileError(
+            f"{path} cannot be opened as {kind}: {error.strerror or error}.", "",
+            "Check the path and its permissions.") from None
+    try:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            what = _special_kind(status.st_mode)
+            raise InputFileError(
+                f"{path} is a {what}, not a regular file, so it is not read as {kind}.",
+                "Reading a FIFO can wait forever for a writer and a device can send bytes without end.",
+                f"Pass {path}/* (the files inside it)." if what == "folder"
+                else "Copy what it holds into a regular file first and pass that file.")
+        if max_bytes is not None and status.st_size > max_bytes:
+            raise InputFileError(
+                f"{path} holds {status.st_size:,} bytes, more than the {max_bytes:,} bytes ncuflow "
+                f"reads as {kind}.",
+                "The whole file would be held in memory.",
+                "Split the file, or pass only the part that is needed.")
+        if hasattr(os, "O_NONBLOCK"):
+            import fcntl
+
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
