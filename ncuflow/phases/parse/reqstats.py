@@ -18,7 +18,6 @@ left out and counted, never taken as data.
 from __future__ import annotations
 
 import math
-from array import array
 from dataclasses import dataclass, field
 
 from ncuflow.phases.model.traces import RequestTimings
@@ -109,9 +108,13 @@ class RequestTimingLog:
         """Keep every other line (and from now on every 2·stride-th): bounded memory."""
         c = self.columns
         self.columns = RequestTimings(
-            *(array(column.typecode, column[::2]) for column in (
-                c.time_s, c.line, c.output_tokens, c.queue_s, c.prefill_s, c.decode_s, c.forward_s
-            ))
+            time_s=c.time_s[::2],
+            line=c.line[::2],
+            output_tokens=c.output_tokens[::2],
+            queue_s=c.queue_s[::2],
+            prefill_s=c.prefill_s[::2],
+            decode_s=c.decode_s[::2],
+            forward_s=c.forward_s[::2],
         )
         self.stride *= 2
 

@@ -15,6 +15,7 @@ an admission.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from array import array
 from collections.abc import Iterable, Sequence
@@ -22,23 +23,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model.traces import (
-    BatchSample,
-    BenchSummary,
-    LogEvent,
-    RequestTimings,
-    ServerTrace,
-)
+from ncuflow.phases.model.traces import BatchSample, LogEvent, RequestTimings, ServerTrace
+from ncuflow.phases.parse.bench_block import bench_summary
 from ncuflow.phases.parse.compact import SampleStore
 from ncuflow.phases.parse.reqstats import RequestTimingLog, find_marker, parse_request_line
 from ncuflow.phases.parse.values import (
-    MAX_COUNT,
     BadValue,
     LogClock,
     count_value,
     optional_count,
     optional_rate,
-    rate_value,
     split_fields,
 )
 
@@ -71,7 +65,7 @@ def claims_sglang(line: str) -> bool:
     if "batch" not in line:
         return False
     stats = STATS_LINE.search(line)
-    return bool(stats) and "#" in stats.group("fields")
+    return stats is not None and "#" in stats.group("fields")
 
 
 def _rank_of(tags: str) -> str:
@@ -153,10 +147,8 @@ class SglangReader:
             return
         self.last_stamped = line
         if self.clock.origin_s is None:
-            try:
+            with contextlib.suppress(BadValue):
                 self._time_of(line)
-            except BadValue:
-                pass
 
     def _time_of(self, line: str) -> tuple[float, str] | None:
         """(seconds since t = 0, rank tags) of a line's timestamp; raises ``BadValue``."""
@@ -348,7 +340,7 @@ class SglangReader:
                 "Without scheduler statistics lines there is nothing to split into phases.",
                 "Pass the SGLang server log (not the client output), with default logging enabled.",
             )
-        bench = _bench_summary(self.command_args, self.command_line, self.result, self.result_line)
+        bench = bench_summary(self.command_args, self.command_line, self.result, self.result_line)
         events = tuple(self.events + self._notes())
         multi = len(self.stores) > 1
         requests = self._requests_by_rank(multi)
@@ -465,53 +457,3 @@ def _incoming(fields: dict[str, str]) -> int | None:
 def _rank_sort_key(rank: str) -> tuple[int, str]:
     digits = re.search(r"\d+", rank)
     return (int(digits.group()) if digits else -1, rank)
-
-
-def _option(args: dict[str, str], key: str, read: type) -> float | None:
-    """A bench_serving option as a number, or None where it is absent or not one."""
-    try:
-        return (count_value if read is int else rate_value)(key, args[key]) if key in args else None
-    except BadValue:
-        return None
-
-
-def _bench_summary(
-    args: dict[str, str], command_line: int, result: dict[str, float], result_line: int
-) -> BenchSummary | None:
-    if not args and not result:
-        return None
-    tokens: int | None = None
-    source = ""
-    dataset = args.get("dataset-name", "")
-    output_len = _option(args, "random-output-len", int)
-    if output_len is not None and dataset in ("random", "random-ids", ""):
-        ratio = _option(args, "random-range-ratio", float)
-        if ratio is not None and ratio >= 1.0:
-            tokens = int(output_len)
-            source = f"bench_serving --random-output-len {tokens} --random-range-ratio 1 (line {command_line})"
-    completed_value = result.get("Successful requests")
-    generated = result.get("Total generated tokens")
-    if tokens is None and completed_value and generated and 0 < generated <= MAX_COUNT * 1000:
-        tokens = round(generated / completed_value)
-        source = f"mean generated tokens per request in the bench result block (line {result_line})"
-    concurrency = result.get("Max request concurrency")
-    if concurrency is None:
-        concurrency = _option(args, "max-concurrency", int)
-    return BenchSummary(
-        line=result_line or command_line,
-        output_tokens=tokens,
-        output_tokens_source=source,
-        mean_tpot_ms=result.get("Mean TPOT (ms)"),
-        median_tpot_ms=result.get("Median TPOT (ms)"),
-        mean_ttft_ms=result.get("Mean TTFT (ms)"),
-        median_ttft_ms=result.get("Median TTFT (ms)"),
-        median_itl_ms=result.get("Median ITL (ms)"),
-        max_concurrency=_bounded_count(concurrency),
-        completed_requests=_bounded_count(completed_value),
-    )
-
-
-def _bounded_count(value: float | None) -> int | None:
-    if value is None or value < 0 or value > MAX_COUNT:
-        return None
-    return int(value)
