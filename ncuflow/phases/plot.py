@@ -79,7 +79,7 @@ def _spans(run: RunAnalysis) -> list[PhaseSpan]:
     spans: list[PhaseSpan] = []
     for segment in run.segments:
         if segment.kind == "burst":
-            start = segment.ramp.start_s if segment.ramp is not None else segment.plateau.start_s
+            start = segment.rise.start_s if segment.rise is not None else segment.plateau.start_s
             spans.append(PhaseSpan("burst", start, segment.plateau.end_s))
             if segment.drain is not None:
                 spans.append(segment.drain)
@@ -296,14 +296,19 @@ def _title(name: str, file: FileReport) -> str:
         first = steady[0]
         assert first.headline_token_s is not None
         tw = " (token-weighted)" if first.headline_method == "token-weighted" else ""
+        where = [first.run_label] if len(steady) > 1 or len(first.segments) > 1 else []
+        if len(first.segments) > 1:
+            where.append(f"segment {first.main_segment} of {len(first.segments)}")
         line += (
-            f"\nsteady decode at batch {first.steady_batch:g}: "
-            f"{first.headline_token_s * 1000:.1f} ms/token{tw}"
+            f"\nsteady decode at batch {first.steady_batch:g}"
+            + (f" ({', '.join(where)})" if where else "")
+            + f": {first.headline_token_s * 1000:.1f} ms/token{tw}"
         )
-        if len(steady) > 1:
-            line += f" ({first.run_label}; {len(steady)} runs have a steady phase)"
         if first.ramp is not None:
-            line += f"; admission ramp {first.ramp.duration_s:.1f} s"
+            ramp = "its ramp" if len(first.segments) > 1 else "admission ramp"
+            line += f"; {ramp} {first.ramp.duration_s:.1f} s"
+        if len(steady) > 1:
+            line += f"; {len(steady)} runs have a steady phase"
         if first.reconciliation is not None:
             rec = first.reconciliation
             line += f"; harness TPOT {rec.reported_tpot_s * 1000:.1f} ms ({rec.ramp_share:.0%} from the ramp)"

@@ -172,6 +172,7 @@ def _plain(value: Any) -> Any:
                 "drain_weighted_s",
                 "accept_len",
                 "kind",
+                "rise",
                 "burst_token_s",
                 "burst_tokens",
                 "burst_weighted_s",

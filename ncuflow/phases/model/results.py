@@ -120,6 +120,7 @@ class Segment:
     ramp_tokens: float | None = None  # tokens decoded during the ramp (counted on PD nodes)
     ramp_weighted_s: float | None = None
     kind: str = "plateau"  # or "burst"
+    rise: PhaseSpan | None = None  # a burst's climb to its peak (a burst has no ramp)
     burst_token_s: Distribution | None = None  # a burst's rise and peak intervals
     burst_tokens: float | None = None
     burst_weighted_s: float | None = None

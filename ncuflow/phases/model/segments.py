@@ -4,9 +4,10 @@ A plateau segment has its ramp (from the valley before it, or the run's first li
 first Decode line), its warm-up (the ramp's last admission → the first Decode line after
 it), its steady and mixed intervals (without and with an admission, Prefill line, vLLM
 prompt throughput or another DP rank's admission) and its drain (its last Decode line → the
-valley after it, or the run's last line; through any tail). A burst segment has the same
-ramp and drain, and its rise and peak intervals in ``burst_*``: it never held its level, so
-nothing in it is steady.
+valley after it, or the run's last line; through any tail). A burst segment has no ramp
+(a burst is never called one): its climb from the valley is its ``rise``, its rise and peak
+intervals are in ``burst_*`` and its fall is its drain; it never held its level, so nothing
+in it is steady.
 
 Every interval is found by index, so building the segments of a run costs time linear in
 its lines, however many segments it has.
@@ -114,10 +115,12 @@ def _segment(inputs: SegmentInputs, index: int, item: Item) -> Segment:
         return replace(
             base,
             kind=BURST,
+            ramp=None,
+            warmup=None,
+            rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
             burst_token_s=distribution([i.per_token_s for i in climb if i.per_token_s is not None]),
             burst_tokens=_tokens(climb),
             burst_weighted_s=_weighted(climb),
-            warmup_excess_s=warmup.duration_s if warmup is not None else None,
         )
     floor = (1 - 2 * inputs.tolerance) * item.level
     steady = [i for i in on if not i.admitting and not i.retracted and i.running >= floor]

@@ -293,7 +293,9 @@ def request_notes(requests: ServerRequests, decode_weighted_s: float | None) -> 
         f"{requests.requests} request(s) finished in this run by the server's per-request timing "
         f"lines (from line {requests.first_line}){sampled}"
     )
-    if lengths is not None:
+    if lengths is not None and lengths.minimum == lengths.maximum:
+        head += f": output {lengths.minimum:.0f} tokens each"
+    elif lengths is not None:
         head += f": output {lengths.minimum:.0f}–{lengths.maximum:.0f} tokens (median {lengths.median:.0f})"
     if requests.mean_tpot_s is None or requests.weighted_tpot_s is None:
         return [
@@ -310,4 +312,6 @@ def request_notes(requests: ServerRequests, decode_weighted_s: float | None) -> 
             f"; the Decode lines' token-weighted per-token time over the whole run is "
             f"{decode_weighted_s * 1000:.2f} ms ({gap:+.1%})"
         )
+    if requests.ttft_s is not None:
+        line += "; the TTFT column is server-side: queue + prefill, from these lines"
     return [line]

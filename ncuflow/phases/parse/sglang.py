@@ -139,7 +139,7 @@ class SglangReader:
             if stats and "#" in stats.group("fields"):  # else prose mentioning a batch
                 self._stats(number, line, stats)
                 return
-        if "Time Stats(" in line:
+        if "TimeStats(" in line or "Time Stats(" in line:
             self._request(number, line)
 
     def _note_stamp(self, line: str) -> None:
