@@ -408,11 +408,13 @@ def open_regular_file(path: Path, *, kind: str, max_bytes: int | None = None) ->
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             what = _special_kind(status.st_mode)
+            if what == "folder":
+                raise InputFileError(f"{path} is a folder, not a regular file, so it is not read as {kind}.",
+                                     "", f"Pass the files inside it ({path}/*).")
             raise InputFileError(
                 f"{path} is a {what}, not a regular file, so it is not read as {kind}.",
                 "Reading a FIFO can wait forever for a writer and a device can send bytes without end.",
-                f"Pass {path}/* (the files inside it)." if what == "folder"
-                else "Copy what it holds into a regular file first and pass that file.")
+                "Copy what it holds into a regular file first and pass that file.")
         if max_bytes is not None and status.st_size > max_bytes:
             raise InputFileError(
                 f"{path} holds {status.st_size:,} bytes, more than the {max_bytes:,} bytes ncuflow "

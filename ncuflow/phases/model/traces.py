@@ -7,15 +7,19 @@ import bisect
 import math
 from array import array
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class BatchSample:
+class BatchSample(NamedTuple):
     """One scheduler statistics line of a server log.
 
     ``kind`` is "prefill" or "decode" (SGLang) or "stats" (vLLM's periodic line).
     ``running`` is the batch size the line reports; for SGLang Prefill lines it is the
     number of requests already running *before* the new ones join.
+
+    A typed, immutable record like the frozen dataclasses elsewhere, but a ``NamedTuple``:
+    a log holds millions of these lines and a tuple is built ten times faster (change one
+    with ``sample._replace(...)``).
     """
 
     time_s: float
@@ -28,9 +32,7 @@ class BatchSample:
     gen_throughput: float | None = None
     prompt_throughput: float | None = None
     accept_len: float | None = None
-    pending_tokens: int | None = (
-        None  # SGLang chunked prefill: tokens of this request still to come
-    )
+    pending_tokens: int | None = None  # SGLang chunked prefill: tokens of this request still to come
     incoming: int | None = None  # PD decode node: requests pre-allocated or in KV transfer
     # SGLang chunked prefill: requests of this Prefill batch whose prompt goes on in the
     # next batch (each is counted in #new-seq again there); see ``admitted_seqs``.

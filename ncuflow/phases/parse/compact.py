@@ -20,7 +20,6 @@ into another line, so runs stay where they were. ``folded`` counts the lines fol
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 
 from ncuflow.phases.model.traces import BatchSample
 
@@ -58,8 +57,7 @@ def fold_decode(before: BatchSample, earlier: BatchSample, later: BatchSample) -
     prompt = None
     if earlier.prompt_throughput is not None and later.prompt_throughput is not None and span > 0:
         prompt = (earlier.prompt_throughput * span_a + later.prompt_throughput * span_b) / span
-    return replace(
-        later,
+    return later._replace(
         gen_throughput=throughput,
         prompt_throughput=prompt,
         accept_len=_weighted(earlier.accept_len, tokens_a, later.accept_len, tokens_b),
@@ -69,8 +67,7 @@ def fold_decode(before: BatchSample, earlier: BatchSample, later: BatchSample) -
 
 def merge_prefills(first: BatchSample, second: BatchSample) -> BatchSample:
     """Two admissions with no Decode line between them, as one at the first one's time."""
-    return replace(
-        first,
+    return first._replace(
         new_seqs=(first.new_seqs or 0) + (second.new_seqs or 0),
         new_tokens=(first.new_tokens or 0) + (second.new_tokens or 0),
         cached_tokens=(first.cached_tokens or 0) + (second.cached_tokens or 0),

@@ -19,7 +19,7 @@ import contextlib
 import re
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncuflow.phases import TraceError
@@ -31,9 +31,7 @@ from ncuflow.phases.parse.values import (
     BadValue,
     LogClock,
     count_value,
-    optional_count,
     optional_rate,
-    split_fields,
 )
 
 TIMESTAMP = re.compile(
@@ -44,6 +42,11 @@ STATS_LINE = re.compile(
     r"\b(?P<kind>Prefill|Decode) batch\b(?:\s*\[[^\]]*\])?[.,:]?\s*(?P<fields>.*)$"
 )
 RETRACTIONS = ("Decode out of memory happened", "Retract requests", "#retracted_reqs")
+# the fields ncuflow reads, each at the start of a comma-separated field: one linear scan
+USED_FIELDS = re.compile(
+    r"(?:^|,)\s*(#running-req|#queue-req|#new-seq|#new-token|#cached-token|#pending-token|"
+    r"#transfer-req|#prealloc-req|gen throughput \(token/s\)|accept len)\s*:\s*([^\s,%]*)"
+)
 BENCH_COMMAND = re.compile(r"(?:^|\s)(?:python3? -m )?sglang\.bench_serving\b")
 RESULT_FIELD = re.compile(
     r"^(?P<key>[A-Za-z][A-Za-z0-9 ()/.\-]*?):\s+(?P<value>-?\d+(?:\.\d+)?)\s*$"
@@ -72,6 +75,12 @@ def _rank_of(tags: str) -> str:
     parts = tags.split()
     dp = [p for p in parts if p.startswith("DP")]
     return dp[0] if dp else " ".join(parts)
+
+
+def scheduler_fields(text: str) -> dict[str, str]:
+    """The fields of a Prefill/Decode line that ncuflow reads, as text (the value up to a
+    space, comma or %; the last of a repeated key, as before)."""
+    return dict(USED_FIELDS.findall(text))
 
 
 def parse_sglang_log(
@@ -113,6 +122,8 @@ class SglangReader:
     bad_request_lines: Tally = field(default_factory=Tally)
     last_time: dict[str, tuple[float, int]] = field(default_factory=dict)
     last_stamped: str = ""
+    seconds_of: dict[str, float] = field(default_factory=dict)  # "date time" → seconds
+    rank_of: dict[str, str] = field(default_factory=dict)  # tags → rank
     command_args: dict[str, str] = field(default_factory=dict)
     command_line: int = 0
     result: dict[str, float] = field(default_factory=dict)
@@ -155,10 +166,17 @@ class SglangReader:
         stamp = TIMESTAMP.match(line)
         if not stamp:
             return None
-        frac = stamp.group("frac")
-        time_s = self.clock.seconds(stamp.group("date"), stamp.group("time"), frac)
-        self.any_fraction = self.any_fraction or bool(frac)
-        return time_s, stamp.group("tags") or ""
+        date, time, frac = stamp.group("date", "time", "frac")
+        key = date + time
+        whole = self.seconds_of.get(key)
+        if whole is None:
+            if len(self.seconds_of) > 4096:
+                self.seconds_of.clear()
+            whole = self.seconds_of[key] = self.clock.seconds(date, time, None)
+        if frac:
+            self.any_fraction = True
+            return whole + float("0." + frac), stamp.group("tags") or ""
+        return whole, stamp.group("tags") or ""
 
     def _time_or_none(self, line: str) -> float | None:
         try:
@@ -198,7 +216,7 @@ class SglangReader:
 
     def _event(self, number: int, line: str) -> bool:
         """Tracebacks (a shutdown's own exception is not an abort), SIGTERM, retractions."""
-        if self.traceback_line is None and "Traceback (most recent call last)" in line:
+        if self.traceback_line is None and "Traceback" in line and "Traceback (most recent call last)" in line:
             self.traceback_line = number
             self.traceback_time = self._time_or_none(line if line.startswith("[") else self.last_stamped)
             return True
@@ -218,12 +236,14 @@ class SglangReader:
             )
             self.traceback_line = -1  # reported once
             return True
-        if "SIGTERM received" in line:
+        if "SIGTERM" in line and "SIGTERM received" in line:
             self.events.append(
                 LogEvent(self._time_or_none(line), number, "shutdown", "the server was shut down (SIGTERM)")
             )
             return True
-        if any(marker in line for marker in RETRACTIONS):
+        if ("Retract" in line or "out of memory" in line or "#retracted" in line) and any(
+            marker in line for marker in RETRACTIONS
+        ):
             time_s = self._time_or_none(line)
             if time_s is not None:
                 self.retractions.append(time_s)
@@ -250,7 +270,7 @@ class SglangReader:
         except BadValue as bad:
             self._malformed(number, line, f"has an impossible timestamp ({bad.text})")
             return
-        fields = split_fields(stats.group("fields"))
+        fields = scheduler_fields(stats.group("fields"))
         if stamp is None:
             self._malformed(number, line, "has no timestamp in square brackets at the start of the line")
             return
@@ -268,7 +288,9 @@ class SglangReader:
         if kind == "prefill" and sample.new_seqs == 1 and sample.new_tokens == 1 and not sample.cached_tokens:
             self.health_checks.add(number)
             return
-        rank = _rank_of(stamp[1])
+        rank = self.rank_of.get(stamp[1])
+        if rank is None:
+            rank = self.rank_of[stamp[1]] = _rank_of(stamp[1])
         self._check_order(number, rank, sample.time_s)
         store = self.stores.get(rank)
         if store is None:
@@ -391,21 +413,35 @@ def folding_note(where: str, store: SampleStore) -> str:
     return note
 
 
+def _count(fields: dict[str, str], key: str) -> int | None:
+    text = fields.get(key)
+    if text is None:
+        return None
+    if len(text) < 10 and text.isascii() and text.isdigit():  # the common case, inline
+        return int(text)
+    return count_value(key, text)
+
+
 def _sample(kind: str, time_s: float, number: int, fields: dict[str, str]) -> BatchSample:
     accept = optional_rate(fields, "accept len")
+    incoming = None
+    if "#prealloc-req" in fields or "#transfer-req" in fields:
+        incoming = (_count(fields, "#prealloc-req") or 0) + (_count(fields, "#transfer-req") or 0)
     return BatchSample(
-        time_s=time_s,
-        kind=kind,
-        running=count_value("#running-req", fields["#running-req"]),
-        line=number,
-        queued=optional_count(fields, "#queue-req"),
-        new_seqs=optional_count(fields, "#new-seq"),
-        new_tokens=optional_count(fields, "#new-token"),
-        gen_throughput=optional_rate(fields, "gen throughput (token/s)"),
-        accept_len=accept if accept else None,
-        pending_tokens=optional_count(fields, "#pending-token"),
-        incoming=_incoming(fields),
-        cached_tokens=optional_count(fields, "#cached-token"),
+        time_s,
+        kind,
+        count_value("#running-req", fields["#running-req"]),
+        number,
+        _count(fields, "#queue-req"),
+        _count(fields, "#new-seq"),
+        _count(fields, "#new-token"),
+        optional_rate(fields, "gen throughput (token/s)"),
+        None,
+        accept if accept else None,
+        _count(fields, "#pending-token"),
+        incoming,
+        0,
+        _count(fields, "#cached-token"),
     )
 
 
@@ -444,14 +480,8 @@ def mark_chunked_prefills(samples: Sequence[BatchSample]) -> list[BatchSample]:
                 and following.running - sample.running == sample.new_seqs - 1
             )
         if cut:
-            marked[index] = replace(sample, unfinished_seqs=1)
+            marked[index] = sample._replace(unfinished_seqs=1)
     return marked
-
-
-def _incoming(fields: dict[str, str]) -> int | None:
-    """Requests a PD decode node has pre-allocated or is receiving KV for (not yet running)."""
-    keys = [k for k in ("#prealloc-req", "#transfer-req") if k in fields]
-    return sum(count_value(k, fields[k]) for k in keys) if keys else None
 
 
 def _rank_sort_key(rank: str) -> tuple[int, str]:

@@ -41,9 +41,11 @@ def split_fields(text: str, separator: str = ":") -> dict[str, str]:
 
 
 def count_value(key: str, text: str) -> int:
-    if not text.isdigit() or not text.isascii() or len(text) > 10 or int(text) > MAX_COUNT:
-        raise BadValue(key, text, f"a count (a whole number from 0 to {MAX_COUNT:,})")
-    return int(text)
+    if len(text) < 10 and text.isascii() and text.isdigit():
+        return int(text)
+    if len(text) == 10 and text.isascii() and text.isdigit() and int(text) <= MAX_COUNT:
+        return int(text)
+    raise BadValue(key, text, f"a count (a whole number from 0 to {MAX_COUNT:,})")
 
 
 def rate_value(key: str, text: str) -> float:

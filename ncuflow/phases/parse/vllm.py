@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncuflow.phases import TraceError
@@ -102,7 +102,10 @@ class VllmReader:
         try:
             sample, engine = self._sample(number, line)
         except BadValue as bad:
-            self._malformed(number, line, f"'{bad.key}: {bad.text[:30]}' is not {bad.expected}")
+            if bad.key == "timestamp":  # the year is ncuflow's stand-in (vLLM prints none)
+                self._malformed(number, line, f"has an impossible timestamp ({bad.text[5:]})")
+            else:
+                self._malformed(number, line, f"has '{bad.key}: {bad.text[:30]}', which is not {bad.expected}")
             return
         if sample is None:
             self._malformed(number, line, "cannot be read")
@@ -143,7 +146,7 @@ class VllmReader:
             accept = rate_value("Mean acceptance length", value.group())
         except BadValue:
             return
-        store.samples[-1] = replace(store.samples[-1], accept_len=accept or None)
+        store.samples[-1] = store.samples[-1]._replace(accept_len=accept or None)
 
     def _sample(self, number: int, line: str) -> tuple[BatchSample | None, str]:
         at = line.find(MARKER)
