@@ -149,6 +149,7 @@ def test_non_matching_lines_end_in_one_paragraph_in_bounded_memory(tmp_path: Pat
         for _ in range(30):
             out.write(line * 20_000)  # 48 MB of lines that are no scheduler statistics
     code, cpu, rss, err = measured(str(path))
+    assert cpu < 30
     assert code == 2 and "not a format ncuflow phases reads" in err and "Traceback" not in err
     assert rss < 200
 
