@@ -126,6 +126,7 @@ def plot_file(file: FileReport) -> plt.Figure:
     used = _shade((top, bottom), with_timeline, len(ranks))
     _draw_ranks(top, bottom, file, with_timeline, ranks)
     _annotate_steady(bottom, shade_runs)
+    _mark_floor(bottom, with_timeline)
     _limit_per_token_axis(bottom, with_timeline)
     _mark_events(top, bottom, with_timeline, shade_runs)
     _finish(figure, top, bottom, file, with_timeline, used, len(ranks))
@@ -202,6 +203,15 @@ def _annotate_steady(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
             )
 
 
+def _mark_floor(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
+    """The lone-request per-token time: no request decodes faster (values below it are
+    flagged in the tables)."""
+    floors = sorted({r.lone_request_token_s for r in runs if r.lone_request_token_s})
+    if floors:
+        bottom.axhline(floors[0] * 1000, color="#7a3b8f", lw=0.9, ls=":",
+                       label=f"lone request {floors[0] * 1000:.1f} ms/token\n(below it: window-end bias)")
+
+
 def _limit_per_token_axis(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
     steady_values = [r.steady_token_s.p90 * 1000 for r in runs if r.steady_token_s]
     all_values = sorted(
@@ -257,6 +267,7 @@ def _finish(
         if k in used
     ]
     line_handles, _ = top.get_legend_handles_labels()
+    line_handles += bottom.get_legend_handles_labels()[0]
     if ranks > 8:
         handles.append(Patch(color="none", label=f"(+{ranks - 8} more ranks, unlabelled)"))
     top.legend(
@@ -293,7 +304,7 @@ def _title(name: str, file: FileReport) -> str:
     steady = [r for r in file.runs if r.headline_token_s is not None and r.steady is not None]
     line = f"{_printable(name)} — {file.source_format}"
     if steady:
-        first = steady[0]
+        first = max(steady, key=lambda r: r.steady_batch or 0)  # the largest steady batch
         assert first.headline_token_s is not None
         tw = " (token-weighted)" if first.headline_method == "token-weighted" else ""
         where = [first.run_label] if len(steady) > 1 or len(first.segments) > 1 else []

@@ -291,7 +291,7 @@ def _reconciliation_lines(file: FileReport) -> list[str]:
     if not recs and file.bench_reconciliation is None:
         return []
     out = [
-        "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, drain)"
+        "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, burst, drain)"
         " + (ramp wait + warm-up)/(N − 1):"
     ]
     for label, rec in recs:
