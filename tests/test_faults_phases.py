@@ -301,3 +301,27 @@ def test_an_undecodable_file_name_with_a_plot(tmp_path: Path) -> None:
     log.write_text("\n".join(good_log()) + "\n")
     done = phases(str(log), "--plot", str(tmp_path / os.fsdecode(b"caf\xe9.png")), env={"PYTHONIOENCODING": "ascii"})
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+
+
+def test_millions_of_short_runs_are_thinned_not_held(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A low-traffic server: one request at a time, idle between. Beyond the run budget
+    every other run is left out (a note says so), so memory does not follow the runs."""
+    import ncuflow.phases.parse.compact as compact
+
+    monkeypatch.setattr(compact, "RUNS", 256)
+    monkeypatch.setattr(compact, "MIN_RUNS", 16)
+    lines = []
+    for k in range(3000):
+        t = k * 10
+        lines.append(f"[2026-01-01 {t // 3600:02d}:{t // 60 % 60:02d}:{t % 60:02d}] Prefill batch, #new-seq: 1, "
+                     "#new-token: 300, #cached-token: 0, #running-req: 0, #queue-req: 0, ")
+        for d in (2, 4):
+            u = t + d
+            lines.append(f"[2026-01-01 {u // 3600:02d}:{u // 60 % 60:02d}:{u % 60:02d}] Decode batch, "
+                         "#running-req: 1, #token: 400, gen throughput (token/s): 48.50, #queue-req: 0, ")
+    path = tmp_path / "lone.log"
+    path.write_text("\n".join(lines) + "\n")
+    (report,) = build_report([path]).files
+    assert 128 <= len(report.runs) <= 256
+    assert any("holds 3,000 runs: only every 16th was analysed" in n for n in report.file_notes)
+    assert all(r.peak_batch == 1 for r in report.runs)

@@ -53,14 +53,6 @@ def is_decode(sample: BatchSample) -> bool:
     return sample.kind in ("decode", "stats")
 
 
-def per_token_from_throughput(sample: BatchSample) -> float | None:
-    """Seconds per output token of one request at the moment of ``sample``: the
-    scheduler's generated-token rate is shared by ``running`` requests."""
-    if sample.gen_throughput is None or sample.gen_throughput <= 0 or sample.running <= 0:
-        return None
-    return sample.running / sample.gen_throughput
-
-
 def _any_between(times: Sequence[float], low: float, high: float, *, inclusive: bool) -> bool:
     """Whether a sorted ``times`` holds a value in (low, high] (or (low, high))."""
     index = bisect.bisect_right(times, low)

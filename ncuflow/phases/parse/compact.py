@@ -15,6 +15,11 @@ bounded memory and in time linear in its length:
 
 A run's start (a Prefill line with ``#running-req: 0``, a vLLM idle line) is never folded
 into another line, so runs stay where they were. ``folded`` counts the lines folded.
+
+A log of millions of short runs (a lone request at a time, idle between) cannot be folded
+that way: beyond ``RUNS`` runs, every other run is left out, and from then on only every
+``run_stride``-th run is kept (runs are numbered as kept; ``runs_seen`` counts them all).
+The schedulers of one log share ``CAP`` and ``RUNS`` (``share_cap``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,18 @@ from collections.abc import Callable
 
 from ncuflow.phases.model.traces import BatchSample
 
-CAP = 1 << 17
+CAP = 1 << 17  # samples kept line for line, over all the schedulers of one log
+MIN_CAP = 1 << 12
+RUNS = 1 << 13  # runs kept, over all the schedulers of one log
+MIN_RUNS = 1 << 8
+
+
+def share_cap(stores: dict[str, SampleStore]) -> None:
+    """Split ``CAP`` and ``RUNS`` between a log's schedulers (a 16-rank log keeps 8,192
+    lines and 512 runs per rank)."""
+    for store in stores.values():
+        store.cap = max(MIN_CAP, CAP // len(stores), store.cap if store.cap > CAP else 0)
+        store.max_runs = max(MIN_RUNS, RUNS // len(stores))
 
 
 def _is_decode(sample: BatchSample) -> bool:
@@ -87,15 +103,58 @@ class SampleStore:
         before_folding: Callable[[list[BatchSample]], list[BatchSample]] | None = None,
     ) -> None:
         self.cap = cap
+        self.max_runs = RUNS
         self.samples: list[BatchSample] = []
         self.folded = 0
         self.dropped_runs = 0
+        self.runs_seen = 0
+        self.runs_kept = 0
+        self.run_stride = 1
+        self._skipping = False
+        self._last: BatchSample | None = None  # the last line seen, kept or not
         self._before_folding = before_folding
 
+    @staticmethod
+    def _starts_run(sample: BatchSample, last: BatchSample | None) -> bool:
+        """Whether ``sample`` starts a run, after ``last`` (as ``runs.split_server_runs``
+        cuts them: SGLang at a Prefill line with no batch, vLLM at a busy line after an idle one)."""
+        if last is None:
+            return True
+        if sample.kind == "prefill":
+            return sample.running == 0 and not (last.kind == "prefill" and (last.pending_tokens or 0) > 0)
+        if sample.kind == "stats":
+            return (sample.running > 0 or bool(sample.queued)) and _boundary(last)
+        return False
+
     def append(self, sample: BatchSample) -> None:
+        if self._starts_run(sample, self._last):
+            self.runs_seen += 1
+            if self.runs_kept >= self.max_runs:
+                self._thin_runs()
+            self._skipping = (self.runs_seen - 1) % self.run_stride != 0
+            if not self._skipping:
+                self.runs_kept += 1
+        self._last = sample
+        if self._skipping:
+            return
         self.samples.append(sample)
         if len(self.samples) > self.cap:
             self._compact()
+
+    def _thin_runs(self) -> None:
+        """Keep every other run held (the first, the third, …); from now on every
+        2·stride-th run of the log."""
+        runs: list[list[BatchSample]] = []
+        last: BatchSample | None = None
+        for sample in self.samples:
+            if not runs or self._starts_run(sample, last):
+                runs.append([])
+            runs[-1].append(sample)
+            last = sample
+        kept = runs[::2]
+        self.samples = [s for run in kept for s in run]
+        self.runs_kept = len(kept)
+        self.run_stride *= 2
 
     def _compact(self) -> None:
         if self._before_folding is not None:

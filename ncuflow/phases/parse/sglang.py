@@ -25,7 +25,7 @@ from pathlib import Path
 from ncuflow.phases import TraceError
 from ncuflow.phases.model.traces import BatchSample, LogEvent, RequestTimings, ServerTrace
 from ncuflow.phases.parse.bench_block import bench_summary
-from ncuflow.phases.parse.compact import SampleStore
+from ncuflow.phases.parse.compact import SampleStore, share_cap
 from ncuflow.phases.parse.reqstats import RequestTimingLog, find_marker, parse_request_line
 from ncuflow.phases.parse.values import (
     BadValue,
@@ -236,7 +236,7 @@ class SglangReader:
             )
             self.traceback_line = -1  # reported once
             return True
-        if "SIGTERM" in line and "SIGTERM received" in line:
+        if "SIGTERM" in line and "SIGTERM received" in line and len(self.events) < MAX_EVENTS:
             self.events.append(
                 LogEvent(self._time_or_none(line), number, "shutdown", "the server was shut down (SIGTERM)")
             )
@@ -295,6 +295,7 @@ class SglangReader:
         store = self.stores.get(rank)
         if store is None:
             store = self.stores[rank] = SampleStore(before_folding=mark_chunked_prefills)
+            share_cap(self.stores)
         store.append(sample)
 
     def _request(self, number: int, line: str) -> None:
@@ -350,7 +351,7 @@ class SglangReader:
                                   f"{other} per-request timing line(s) of PD-disaggregated requests "
                                   "(type prefill/decode) counted but not used"))
         for rank, store in self.stores.items():
-            if store.folded or store.dropped_runs:
+            if store.folded or store.dropped_runs or store.run_stride > 1:
                 where = f" of {rank}" if rank and len(self.stores) > 1 else ""
                 notes.append(LogEvent(None, 0, "note", folding_note(where, store)))
         return notes
@@ -402,15 +403,22 @@ class SglangReader:
 
 
 def folding_note(where: str, store: SampleStore) -> str:
-    note = (
-        f"the log is long: {store.folded:,} statistics line(s){where} were folded into their "
-        "neighbours to keep memory bounded (equal-batch Decode lines into the next one, "
-        "consecutive Prefill lines into one admission); token counts and token-weighted "
-        "per-token times stay exact, p10–p90 are over the longer intervals"
-    )
+    parts = []
+    if store.folded:
+        parts.append(
+            f"{store.folded:,} statistics line(s){where} were folded into their neighbours "
+            "(equal-batch Decode lines into the next one, consecutive Prefill lines into one "
+            "admission); token counts and token-weighted per-token times stay exact, p10–p90 "
+            "are over the longer intervals"
+        )
     if store.dropped_runs:
-        note += f"; {store.dropped_runs:,} run(s) of a single Prefill line and nothing else were left out"
-    return note
+        parts.append(f"{store.dropped_runs:,} run(s) of a single Prefill line and nothing else were left out")
+    if store.run_stride > 1:
+        parts.append(
+            f"the log holds {store.runs_seen:,} runs{where}: only every {store.run_stride}th was "
+            "analysed (runs are numbered as kept)"
+        )
+    return "the log is long, and kept in bounded memory: " + "; ".join(parts)
 
 
 def _count(fields: dict[str, str], key: str) -> int | None:

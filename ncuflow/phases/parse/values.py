@@ -57,10 +57,6 @@ def rate_value(key: str, text: str) -> float:
     return value
 
 
-def optional_count(fields: dict[str, str], key: str) -> int | None:
-    return count_value(key, fields[key]) if key in fields else None
-
-
 def optional_rate(fields: dict[str, str], key: str) -> float | None:
     return rate_value(key, fields[key]) if key in fields else None
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ncuflow.phases import TraceError
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
-from ncuflow.phases.parse.compact import SampleStore
+from ncuflow.phases.parse.compact import SampleStore, share_cap
 from ncuflow.phases.parse.values import DECIMAL, BadValue, LogClock, count_value, rate_value
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -121,6 +121,7 @@ class VllmReader:
         store = self.stores.get(engine)
         if store is None:
             store = self.stores[engine] = SampleStore()
+            share_cap(self.stores)
         store.append(sample)
 
     def _event(self, number: int, line: str) -> bool:
@@ -198,7 +199,7 @@ class VllmReader:
                                    f"{self.skipped} malformed statistics line(s) left out "
                                    f"(first at line {self.first_skipped})"))
         for engine, store in self.stores.items():
-            if store.folded:
+            if store.folded or store.run_stride > 1:
                 from ncuflow.phases.parse.sglang import folding_note
 
                 where = f" of engine {engine}" if len(self.stores) > 1 else ""
