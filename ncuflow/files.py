@@ -411,9 +411,12 @@ def open_regular_file(path: Path, *, kind: str, max_bytes: int | None = None) ->
             if what == "folder":
                 raise InputFileError(f"{path} is a folder, not a regular file, so it is not read as {kind}.",
                                      "", f"Pass the files inside it ({path}/*).")
+            why = {
+                "FIFO": "Reading a FIFO waits for a writer, possibly forever.",
+                "socket": "A socket is a connection, not a file.",
+            }.get(what, "A device can send bytes without end (/dev/zero never ends).")
             raise InputFileError(
-                f"{path} is a {what}, not a regular file, so it is not read as {kind}.",
-                "Reading a FIFO can wait forever for a writer and a device can send bytes without end.",
+                f"{path} is a {what}, not a regular file, so it is not read as {kind}.", why,
                 "Copy what it holds into a regular file first and pass that file.")
         if max_bytes is not None and status.st_size > max_bytes:
             raise InputFileError(

@@ -28,14 +28,18 @@ PREFILL = "[2026-01-04 07:00:00 TP0] Prefill batch, #new-seq: 8, #new-token: 800
 DECODE = "[2026-01-04 07:00:{s:02d} TP0] Decode batch, #running-req: {n}, #token: 100, gen throughput (token/s): {g}, #queue-req: 0, "
 VLLM = ("(APIServer pid=1) INFO {d} [loggers.py:236] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg "
         "generation throughput: {g} tokens/s, Running: {n} reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%")
-# run the CLI in a child and report its peak RSS (KiB) on the last stderr line
+# run the CLI in a child and report its peak RSS (KiB) on the last stderr line: VmHWM of
+# its own memory (ru_maxrss would carry the forking test process's peak across exec)
 MEASURED = (
     "import resource, runpy, sys\n"
     "sys.argv = ['ncuflow', *sys.argv[1:]]\n"
     "code = 0\n"
     "try:\n    runpy.run_module('ncuflow', run_name='__main__')\n"
     "except SystemExit as done:\n    code = done.code if isinstance(done.code, int) else int(done.code is not None)\n"
-    "print('maxrss', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)\n"
+    "try:\n"
+    "    peak = next(int(l.split()[1]) for l in open('/proc/self/status') if l.startswith('VmHWM'))\n"
+    "except OSError:\n    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    "print('maxrss', peak, file=sys.stderr)\n"
     "sys.exit(code)\n"
 )
 
