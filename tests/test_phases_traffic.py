@@ -120,6 +120,7 @@ def test_a_burst_is_its_own_segment_never_a_ramp(tmp_path: Path) -> None:
     check_shape(run)
     spans = {s.name for s in _spans(run)}
     assert "burst" in spans
+    assert any("with its rise and drain" in n for n in run.notes)  # never "its ramp"
     notes_agree(report)
 
 

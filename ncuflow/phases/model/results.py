@@ -91,8 +91,8 @@ class Segment:
 
     A change of plateau starts a new segment: a closed-loop client sweeping c = 1, 2, 4
     without idle gaps gives three segments, each with its own per-token times. A burst
-    (``kind == "burst"``: a peak the batch did not hold) has its ramp and drain, its rise
-    and peak intervals in ``burst_*``, and nothing steady.
+    (``kind == "burst"``: a peak the batch did not hold) has a ``rise`` (no ramp) and a
+    drain, its rise and peak intervals in ``burst_*``, and nothing steady.
     """
 
     index: int

@@ -203,9 +203,13 @@ def run_findings(
         shown = ", ".join(
             f"{s.level}{' (burst)' if s.kind == 'burst' else ''}" for s in segments[:12]
         ) + (", …" if len(segments) > 12 else "")
+        bursts = any(s.kind == "burst" for s in segments)
         notes.append(
-            f"{len(segments)} segments (plateaus of #running-req and bursts: {shown}): each has "
-            "its own ramp, per-token time and drain"
+            f"{len(segments)} segments (plateaus of #running-req"
+            + (" and bursts" if bursts else "")
+            + f": {shown}): each has its own "
+            + ("ramp (a burst: its rise)" if bursts else "ramp")
+            + ", per-token time and drain"
         )
     if trace.engine == "sglang" and prefills:
         cannot.append("TTFT distribution: a server log has no per-request submit times")
@@ -260,7 +264,7 @@ def shape_notes(segments: Sequence[Segment], tails: Sequence[Item], decodes: Seq
     if bursts:
         notes.append(
             f"{len(bursts)} burst(s) (the batch rose to a peak it did not hold for three Decode "
-            "lines, then fell): each is a segment of its own, with its ramp and drain and no "
+            "lines, then fell): each is a segment of its own, with its rise and drain and no "
             "steady phase; never part of another segment's ramp or drain"
         )
     if tails:
