@@ -152,6 +152,25 @@ def test_a_lone_requests_usable_decode_lines_are_kept(tmp_path: Path) -> None:
     assert run.segments[1].ramp is not None and run.segments[1].ramp.duration_s < 1.0
 
 
+def test_a_level_that_rose_into_the_next_has_no_drain_to_miss(tmp_path: Path) -> None:
+    """Steady at 4, then 8 refilled at every line: the run row shows the level-4 segment,
+    which rose into the next one; its drain is not 'not visible' (the last line shows 8)."""
+    lines = [sim.prefill_line(0.0, 4, 0)] + [sim.decode_line(0.9 * k, 4) for k in range(1, 7)]
+    lines.append(sim.prefill_line(5.5, 4, 4))
+    for k in range(1, 10):
+        lines += [sim.decode_line(5.4 + 0.9 * k, 8, 6 if k == 1 else 8), sim.prefill_line(5.7 + 0.9 * k, 1, 7)]
+    lines.append(sim.decode_line(5.4 + 9.0, 8))
+    report = analyse(tmp_path, lines)
+    (run,) = report.runs
+    assert run.main_segment == 1 and run.steady_batch == 4
+    assert not any("drain not visible" in c for c in run.cannot)
+    assert not any(c.startswith("no steady") for c in run.cannot)
+    row = next(line for line in render_text(build_report([tmp_path / "server.log"])).splitlines()
+               if line.strip().startswith("run 1"))
+    assert "not seen" not in row
+    notes_agree(report)
+
+
 def test_agentic_closed_loop(tmp_path: Path) -> None:
     """Six agents thinking between requests of 60–1500 tokens: every segment follows the
     one rule, bursts are segments, the run row says which segment it shows."""

@@ -222,7 +222,7 @@ def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool) -
         _span(run.warmup, resolution_s),
         _span(run.steady, resolution_s),
         _dist_ms(run.steady_token_s, _main_flagged(run), run.headline_token_s, run.headline_method),
-        _span(run.drain, resolution_s) if run.drain is not None or run.steady is None else "not seen",
+        "not seen" if any(c.startswith("drain not visible") for c in run.cannot) else _span(run.drain, resolution_s),
         _ms(run.ttft_s.median, 0) if run.ttft_s else "—",
         _ms(run.harness_tpot_s),
     ]

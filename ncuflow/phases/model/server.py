@@ -365,7 +365,8 @@ def _run_timing(
             "graph capture; counted as its own reconciliation term, less half a decode-log "
             "interval of ordinary steps"
         )
-    if trace.engine == "sglang" and main.drain is None and main.end_s <= main.plateau.end_s:
+    last_decode = max((i.end_s for i in intervals), default=main.plateau.end_s)
+    if trace.engine == "sglang" and main.drain is None and main.plateau.end_s >= last_decode:
         cannot.append(
             f"drain not visible: the run's last Decode line still shows {main.level} "
             f"running requests, so they all finished within one decode-log interval "
