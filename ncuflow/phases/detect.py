@@ -1,19 +1,32 @@
-"""Open an input, detect its format and hand it to the right parser."""
+"""Open an input, detect its format and hand it to the right parser.
+
+Every input is opened by ``ncuflow.files.open_regular_file``: a FIFO, a device such as
+/dev/zero, a socket or a folder is refused before a byte is read. A server log is read as a
+stream, line by line (``parse.lines``): its format is that of its first scheduler statistics
+line (SGLang's ``Prefill/Decode batch`` or vLLM's ``Running: N reqs``), and until that line
+the lines around it (the bench_serving command, events) go to both readers. A file whose
+first non-blank line is JSON is a per-request trace or a bench_serving result, read whole
+(up to ``MAX_JSON_BYTES``).
+"""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from ncuflow.files import InputFileError, open_regular_file
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import RequestTrace, ServerTrace
+from ncuflow.phases.model import LogEvent, RequestTrace, ServerTrace
 from ncuflow.phases.parse.bench import is_bench_object, parse_bench_json
 from ncuflow.phases.parse.jsonl import parse_request_jsonl
-from ncuflow.phases.parse.sglang import looks_like_sglang, parse_sglang_log
-from ncuflow.phases.parse.vllm import looks_like_vllm, parse_vllm_log, strip_ansi
+from ncuflow.phases.parse.lines import LineCounts, numbered_lines
+from ncuflow.phases.parse.sglang import SglangReader, claims_sglang, looks_like_sglang
+from ncuflow.phases.parse.vllm import VllmReader, claims_vllm, looks_like_vllm, strip_ansi
 
 Trace = ServerTrace | RequestTrace
+MAX_JSON_BYTES = 128 << 20
 
 FORMATS = (
     "an SGLang server log ('Prefill batch' / 'Decode batch' lines), a vLLM server log "
@@ -22,45 +35,76 @@ FORMATS = (
 )
 
 
-def read_lines(path: Path) -> list[str]:
-    if not path.exists():
-        raise TraceError(f"{path}: no such file.", "", "Check the path.")
-    if path.is_dir():
-        raise TraceError(
-            f"{path} is a directory.",
-            "ncuflow phases reads trace files.",
-            f"Pass the files inside it, e.g. {path}/*.log.",
-        )
+def open_trace(path: Path) -> BinaryIO:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as error:
-        raise TraceError(
-            f"{path}: cannot be read ({error.strerror}).", "", "Check its permissions."
-        ) from None
-    return text.splitlines()
+        handle: BinaryIO = open_regular_file(path, kind="a serving trace")
+    except InputFileError as error:
+        raise TraceError(error.what, error.why, error.fix) from None
+    return handle
 
 
-def detect_format(path: Path, lines: list[str]) -> str:
-    meaningful = [line for line in lines if line.strip()]
-    if not meaningful:
-        raise TraceError(
-            f"{path} is empty.", "There is no trace to split into phases.", f"Pass {FORMATS}."
-        )
-    if looks_like_sglang(lines):
-        return "sglang"
-    if looks_like_vllm(lines):
-        return "vllm"
-    if meaningful[0].lstrip().startswith(("{", "[")) and not meaningful[0].lstrip().startswith(
-        "[20"
-    ):
-        return "json"
-    first = next(i for i, line in enumerate(lines, start=1) if line.strip())
-    text = strip_ansi(lines[first - 1]).strip()
+def _first_meaningful(handle: BinaryIO) -> tuple[int, str] | None:
+    for number, line in numbered_lines(handle):
+        if line.strip():
+            return number, line
+    return None
+
+
+def _json_like(text: str) -> bool:
+    text = text.lstrip()
+    return text.startswith(("{", "[")) and not text.startswith("[20")
+
+
+def _not_a_format(path: Path, first: tuple[int, str]) -> TraceError:
+    number, line = first
+    text = strip_ansi(line).strip()
     shown = "binary data" if not text.isprintable() else f"first line: {text[:100]!r}"
-    raise TraceError(
-        f"{path}:{first}: not a format ncuflow phases reads ({shown}).",
+    return TraceError(
+        f"{path}:{number}: not a format ncuflow phases reads ({shown}).",
         "No SGLang Prefill/Decode batch lines and no vLLM statistics lines were found, and it is not JSON.",
         f"Pass {FORMATS}. A log with only HTTP access lines has no scheduler statistics.",
+    )
+
+
+def read_server_log(
+    path: Path, handle: BinaryIO, *, skip_malformed: bool = False
+) -> tuple[ServerTrace, ...]:
+    """A server log, streamed: one pass, bounded memory."""
+    sglang, vllm = SglangReader(path, skip_malformed), VllmReader(path, skip_malformed)
+    chosen: SglangReader | VllmReader | None = None
+    first: tuple[int, str] | None = None
+    counts = LineCounts()
+    for number, line in numbered_lines(handle, counts):
+        if chosen is None:
+            if first is None and line.strip():
+                first = (number, line)
+            if claims_sglang(line):
+                chosen = sglang
+            elif claims_vllm(strip_ansi(line)):
+                chosen = vllm
+            else:
+                sglang.context(number, line)
+                vllm.context(number, line)
+                continue
+        chosen.feed(number, line)
+    if chosen is None:
+        if first is None:
+            raise _empty(path)
+        raise _not_a_format(path, first)
+    traces = chosen.traces()
+    if counts.cut:
+        note = LogEvent(
+            None, counts.first_cut, "note",
+            f"{counts.cut} line(s) longer than 64 KiB were read up to 64 KiB (first at line "
+            f"{counts.first_cut}); no scheduler line is that long",
+        )
+        traces = tuple(replace(t, events=(*t.events, note)) for t in traces)
+    return traces
+
+
+def _empty(path: Path) -> TraceError:
+    return TraceError(
+        f"{path} is empty.", "There is no trace to split into phases.", f"Pass {FORMATS}."
     )
 
 
@@ -68,7 +112,7 @@ def _json_objects(path: Path, lines: list[str]) -> list[tuple[int, Any]]:
     whole = "\n".join(lines)
     try:
         obj = json.loads(whole)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         pass
     else:
         if isinstance(obj, list):
@@ -86,16 +130,16 @@ def _json_objects(path: Path, lines: list[str]) -> list[tuple[int, Any]]:
                 "A JSONL trace needs one complete JSON object per line.",
                 "Fix or remove the line (a recorder killed mid-write leaves a truncated last line).",
             ) from None
+        except RecursionError:
+            raise TraceError(
+                f"{path}:{number}: JSON nested too deeply to read.",
+                "A per-request trace holds flat objects with lists of numbers.",
+                "Pass the trace as the recorder or bench_serving wrote it.",
+            ) from None
     return objects
 
 
-def load_traces(path: Path, *, skip_malformed: bool = False) -> tuple[Trace, ...]:
-    lines = read_lines(path)
-    kind = detect_format(path, lines)
-    if kind == "sglang":
-        return parse_sglang_log(path, lines, skip_malformed=skip_malformed)
-    if kind == "vllm":
-        return parse_vllm_log(path, lines, skip_malformed=skip_malformed)
+def _json_traces(path: Path, lines: list[str]) -> tuple[Trace, ...]:
     objects = _json_objects(path, lines)
     if objects and is_bench_object(objects[0][1]):
         bench = [(n, o) for n, o in objects if is_bench_object(o)]
@@ -115,3 +159,34 @@ def load_traces(path: Path, *, skip_malformed: bool = False) -> tuple[Trace, ...
             f"Pass {FORMATS}.",
         )
     return parse_request_jsonl(path, lines)
+
+
+def load_traces(path: Path, *, skip_malformed: bool = False) -> tuple[Trace, ...]:
+    with open_trace(path) as handle:
+        first = _first_meaningful(handle)
+        if first is None:
+            raise _empty(path)
+        handle.seek(0)
+        if _json_like(first[1]):
+            size = handle.seek(0, 2)
+            handle.seek(0)
+            if size <= MAX_JSON_BYTES:
+                text = handle.read().decode("utf-8", "replace")
+                lines = [line.removesuffix("\r") for line in text.split("\n")]
+                if lines and not lines[-1]:
+                    lines.pop()
+                if not looks_like_sglang(lines) and not looks_like_vllm(strip_ansi(x) for x in lines):
+                    return _json_traces(path, lines)
+                handle.seek(0)
+            else:
+                try:
+                    return read_server_log(path, handle, skip_malformed=skip_malformed)
+                except TraceError:
+                    raise TraceError(
+                        f"{path} holds {size:,} bytes and starts like JSON, more than the "
+                        f"{MAX_JSON_BYTES >> 20} MiB ncuflow reads as a per-request trace, and "
+                        "it is no server log.",
+                        "A JSON trace is read whole, into memory.",
+                        "Split it into one file per run (JSONL lines can be split anywhere).",
+                    ) from None
+        return read_server_log(path, handle, skip_malformed=skip_malformed)

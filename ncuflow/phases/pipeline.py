@@ -18,6 +18,7 @@ from ncuflow.phases.model import (
     closed_loop_reconciliation,
     config_gaps,
 )
+from ncuflow.phases.model.floor import flag_below_floor
 from ncuflow.phases.report import FileReport, PhasesReport, amortization_runs, server_rows
 
 
@@ -74,7 +75,7 @@ def analyse_file(
                 )
             )
             for event in trace.events:
-                if event.kind == "malformed" and event.text not in notes:
+                if event.kind in ("malformed", "note") and event.text not in notes:
                     notes.append(event.text)
         else:
             assert isinstance(trace, RequestTrace)
@@ -92,6 +93,7 @@ def analyse_file(
                     run_index=len(runs) + 1,
                 )
             )
+    runs = flag_below_floor(runs)
     bench_rec = closed_loop_reconciliation(runs, bench) if bench is not None else None
     if bench is not None and bench.mean_tpot_ms is not None and bench_rec is None:
         notes.append(
@@ -135,7 +137,10 @@ def _other_ranks(admissions: dict[str, tuple[float, ...]], rank: str | None) -> 
 def dp_concurrency_note(runs: Sequence[RunAnalysis], stated: int) -> str:
     """The stated max concurrency against the DP ranks' peaks (from Decode lines)."""
     ranks = sorted({r.rank for r in runs if r.rank})
-    peaks = {r.rank: r.peak_batch or 0 for r in runs if r.rank and r.steady is not None}
+    peaks: dict[str, int] = {}
+    for r in runs:
+        if r.rank and r.steady is not None:
+            peaks[r.rank] = max(peaks.get(r.rank, 0), r.peak_batch or 0)
     per_rank = sorted(set(peaks.values()))
     if len(per_rank) == 1 and per_rank[0] > 0:
         peak = per_rank[0]

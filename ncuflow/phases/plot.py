@@ -23,6 +23,7 @@ PHASE_COLOURS = {
     "warm-up": "#d1495b",
     "steady": "#5b9e6b",
     "mixed": "#c9d98f",
+    "burst": "#9b7fc8",
     "drain": "#b0b0b0",
 }
 PHASE_NAMES = {
@@ -30,8 +31,17 @@ PHASE_NAMES = {
     "warm-up": "warm-up (last admission → first Decode line)",
     "steady": "steady decode",
     "mixed": "full batch + admissions",
-    "drain": "drain",
+    "burst": "burst (a peak not held: rise and peak)",
+    "drain": "drain (and tails)",
 }
+NO_STEADY = {
+    "retraction": ": the KV cache filled up and retractions saw-tooth the batch",
+    "traceback": ": the run ends in a traceback while still admitting",
+    "vllm-windows": ": every 10-s vLLM window also processed prompts",
+    "bursts": ": the batch rose and fell in bursts, holding no level",
+    "admissions": ": requests were admitted between every two statistics lines",
+}
+MAX_EVENT_LINES = 200
 
 
 def plot_paths(base: Path, report: PhasesReport) -> list[Path]:
@@ -68,6 +78,12 @@ def _spans(run: RunAnalysis) -> list[PhaseSpan]:
         return [s for s in (run.ramp, run.steady, run.mixed, run.drain) if s is not None]
     spans: list[PhaseSpan] = []
     for segment in run.segments:
+        if segment.kind == "burst":
+            start = segment.rise.start_s if segment.rise is not None else segment.plateau.start_s
+            spans.append(PhaseSpan("burst", start, segment.plateau.end_s))
+            if segment.drain is not None:
+                spans.append(segment.drain)
+            continue
         if segment.ramp is not None:
             spans.append(segment.ramp)
         if segment.warmup is not None:
@@ -110,6 +126,7 @@ def plot_file(file: FileReport) -> plt.Figure:
     used = _shade((top, bottom), with_timeline, len(ranks))
     _draw_ranks(top, bottom, file, with_timeline, ranks)
     _annotate_steady(bottom, shade_runs)
+    _mark_floor(bottom, with_timeline)
     _limit_per_token_axis(bottom, with_timeline)
     _mark_events(top, bottom, with_timeline, shade_runs)
     _finish(figure, top, bottom, file, with_timeline, used, len(ranks))
@@ -169,13 +186,14 @@ def _draw_ranks(
 
 
 def _annotate_steady(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
-    annotated = [r for r in runs if r.steady is not None and r.steady_token_s is not None]
+    annotated = [r for r in runs if r.steady is not None and r.headline_token_s is not None]
     for run in annotated if len(annotated) <= 8 else ():
-        if run.steady is not None and run.steady_token_s is not None:
+        if run.steady is not None and run.headline_token_s is not None:
             mid = (run.steady.start_s + run.steady.end_s) / 2
+            tw = " (tw)" if run.headline_method == "token-weighted" else ""
             bottom.annotate(
-                f"{run.steady_token_s.median * 1000:.1f} ms",
-                (mid, run.steady_token_s.median * 1000),
+                f"{run.headline_token_s * 1000:.1f} ms{tw}",
+                (mid, run.headline_token_s * 1000),
                 textcoords="offset points",
                 xytext=(0, 8),
                 ha="center",
@@ -183,6 +201,15 @@ def _annotate_steady(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
                 color="#1d5c2e",
                 fontweight="bold",
             )
+
+
+def _mark_floor(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
+    """The lone-request per-token time: no request decodes faster (values below it are
+    flagged in the tables)."""
+    floors = sorted({r.lone_request_token_s for r in runs if r.lone_request_token_s})
+    if floors:
+        bottom.axhline(floors[0] * 1000, color="#7a3b8f", lw=0.9, ls=":",
+                       label=f"lone request {floors[0] * 1000:.1f} ms/token\n(below it: window-end bias)")
 
 
 def _limit_per_token_axis(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
@@ -209,7 +236,8 @@ def _mark_events(
                 label="traceback (run aborted)" if ax is top else None,
             )
     retractions = sorted({t for r in shade_runs for t in r.retraction_times_s})
-    for number, moment in enumerate(retractions):
+    stride = max(1, len(retractions) // MAX_EVENT_LINES)
+    for number, moment in enumerate(retractions[::stride]):
         for ax in (top, bottom):
             ax.axvline(
                 moment,
@@ -239,6 +267,7 @@ def _finish(
         if k in used
     ]
     line_handles, _ = top.get_legend_handles_labels()
+    line_handles += bottom.get_legend_handles_labels()[0]
     if ranks > 8:
         handles.append(Patch(color="none", label=f"(+{ranks - 8} more ranks, unlabelled)"))
     top.legend(
@@ -272,28 +301,38 @@ def _rank_key(rank: str) -> tuple[int, str]:
 
 
 def _title(name: str, file: FileReport) -> str:
-    steady = [r for r in file.runs if r.steady_token_s is not None and r.steady is not None]
-    line = f"{name} — {file.source_format}"
+    steady = [r for r in file.runs if r.headline_token_s is not None and r.steady is not None]
+    line = f"{_printable(name)} — {file.source_format}"
     if steady:
-        first = steady[0]
-        assert first.steady_token_s is not None
-        line += f"\nsteady decode at batch {first.steady_batch:g}: {first.steady_token_s.median * 1000:.1f} ms/token"
+        first = max(steady, key=lambda r: r.steady_batch or 0)  # the largest steady batch
+        assert first.headline_token_s is not None
+        tw = " (token-weighted)" if first.headline_method == "token-weighted" else ""
+        where = [first.run_label] if len(steady) > 1 or len(first.segments) > 1 else []
+        if len(first.segments) > 1:
+            where.append(f"segment {first.main_segment} of {len(first.segments)}")
+        line += (
+            f"\nsteady decode at batch {first.steady_batch:g}"
+            + (f" ({', '.join(where)})" if where else "")
+            + f": {first.headline_token_s * 1000:.1f} ms/token{tw}"
+        )
         if first.ramp is not None:
-            line += f"; admission ramp {first.ramp.duration_s:.1f} s"
+            ramp = "its ramp" if len(first.segments) > 1 else "admission ramp"
+            line += f"; {ramp} {first.ramp.duration_s:.1f} s"
+        if len(steady) > 1:
+            line += f"; {len(steady)} runs have a steady phase"
         if first.reconciliation is not None:
             rec = first.reconciliation
             line += f"; harness TPOT {rec.reported_tpot_s * 1000:.1f} ms ({rec.ramp_share:.0%} from the ramp)"
     else:
-        reasons = [c for r in file.runs for c in r.cannot if c.startswith("no steady decode phase")]
-        why = ""
-        if reasons and "retraction" in reasons[0]:
-            why = ": the KV cache filled up and retractions saw-tooth the batch"
-        elif reasons and "traceback" in reasons[0]:
-            why = ": the run ends in a traceback while still admitting"
-        elif reasons and "vLLM" in reasons[0]:
-            why = ": every 10-s vLLM window also processed prompts"
+        kinds = [r.no_steady_kind for r in file.runs if r.no_steady_kind]
+        why = NO_STEADY.get(kinds[0], "") if kinds else ""
         line += f"\nno steady decode phase{why} (see the text report)"
     return line
+
+
+def _printable(name: str) -> str:
+    """A file name as text any font can draw: undecodable bytes (surrogates) escaped."""
+    return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _plot_without_timeline(file: FileReport) -> plt.Figure:
@@ -304,7 +343,7 @@ def _plot_without_timeline(file: FileReport) -> plt.Figure:
     for run in file.runs:
         if run.itl_by_position:
             xs = list(range(1, len(run.itl_by_position) + 1))
-            top.plot(xs, [v * 1000 for v in run.itl_by_position], lw=1, label=f"{run.run_label}")
+            top.plot(xs, [v * 1000 for v in run.itl_by_position], lw=1, label=_printable(run.run_label))
     top.set_yscale("log")
     top.set_xlabel("output token position (1 = gap after the first token)")
     top.set_ylabel("median inter-token latency (ms, log)")
@@ -312,7 +351,7 @@ def _plot_without_timeline(file: FileReport) -> plt.Figure:
     if top.get_legend_handles_labels()[0]:
         top.legend(fontsize=8)
     top.set_title(
-        f"{Path(file.path).name} — bench_serving JSON has no start times: no timeline.\n"
+        f"{_printable(Path(file.path).name)} — bench_serving JSON has no start times: no timeline.\n"
         "Median ITL by position; spikes at early positions are waits for other requests' prefill.",
         fontsize=10,
         loc="left",
@@ -320,7 +359,7 @@ def _plot_without_timeline(file: FileReport) -> plt.Figure:
     for run in file.runs:
         if run.ttft_s is not None and run.ttft_values_s:
             bottom.hist(
-                [v * 1000 for v in run.ttft_values_s], bins=30, alpha=0.6, label=run.run_label
+                [v * 1000 for v in run.ttft_values_s], bins=30, alpha=0.6, label=_printable(run.run_label)
             )
     bottom.set_xlabel("TTFT (ms)")
     bottom.set_ylabel("requests")

@@ -21,20 +21,45 @@ from ncuflow.phases.model import (
     Segment,
     Term,
 )
+from ncuflow.phases.model.results import ServerRequests
 
 
 @dataclass(frozen=True)
 class ServerRow:
-    """The whole server across its DP-attention ranks for one run index: batch sizes add
-    up; ranks step in lockstep, so the server's per-token time is the slowest rank's."""
+    """The whole server across its DP-attention ranks over one stretch of time: the runs of
+    different ranks that overlap in time (at most one per rank). Batch sizes add up; ranks
+    step in lockstep, so the server's per-token time is the slowest rank's."""
 
-    run_index: int
-    ranks: int
+    run_index: int  # the row's number, in time order
+    ranks: int  # ranks with a run in this stretch
     start_s: float | None
-    peak_batch: int
+    peak_batch: int  # the sum of those runs' own peaks
     steady_batch: float | None
-    steady_token_s: float | None  # the largest of the ranks' steady medians
-    rank_spread: float | None  # (largest − smallest) / smallest of the ranks' steady medians
+    steady_token_s: float | None  # the largest of the ranks' steady per-token times
+    rank_spread: float | None  # (largest − smallest) / smallest of them
+    rank_names: tuple[str, ...] = ()
+    run_labels: tuple[str, ...] = ()
+    of_ranks: int = 0  # ranks in the log
+
+
+def _overlap_groups(runs: Sequence[RunAnalysis]) -> list[list[RunAnalysis]]:
+    """Runs of different ranks paired by time: a run joins the current group when it
+    starts before the group's last line and its rank has no run in the group yet."""
+    timed = sorted(
+        (r for r in runs if r.rank and r.start_s is not None and r.end_s is not None),
+        key=lambda r: (r.start_s or 0.0, r.rank or ""),
+    )
+    groups: list[list[RunAnalysis]] = []
+    group_end = -float("inf")
+    for run in timed:
+        assert run.start_s is not None and run.end_s is not None
+        if groups and run.start_s <= group_end and all(r.rank != run.rank for r in groups[-1]):
+            groups[-1].append(run)
+            group_end = max(group_end, run.end_s)
+        else:
+            groups.append([run])
+            group_end = run.end_s
+    return groups
 
 
 def server_rows(runs: Sequence[RunAnalysis]) -> tuple[ServerRow, ...]:
@@ -42,23 +67,22 @@ def server_rows(runs: Sequence[RunAnalysis]) -> tuple[ServerRow, ...]:
     if len(ranks) < 2:
         return ()
     rows = []
-    for index in sorted({r.run_index for r in runs}):
-        same = [r for r in runs if r.run_index == index]
-        if len(same) != len(ranks):
-            continue
-        medians = [r.steady_token_s.median for r in same if r.steady_token_s is not None]
+    for index, same in enumerate(_overlap_groups(runs), start=1):
+        medians = [r.headline_token_s for r in same if r.headline_token_s is not None]
         batches = [r.steady_batch for r in same if r.steady_batch is not None]
-        starts = [r.start_s for r in same if r.start_s is not None]
         complete = len(medians) == len(same)
         rows.append(
             ServerRow(
                 run_index=index,
                 ranks=len(same),
-                start_s=min(starts) if starts else None,
+                start_s=min(r.start_s for r in same if r.start_s is not None),
                 peak_batch=sum(r.peak_batch or 0 for r in same),
                 steady_batch=sum(batches) if len(batches) == len(same) else None,
                 steady_token_s=max(medians) if complete else None,
                 rank_spread=(max(medians) - min(medians)) / min(medians) if complete else None,
+                rank_names=tuple(r.rank or "" for r in same),
+                run_labels=tuple(r.run_label for r in same),
+                of_ranks=len(ranks),
             )
         )
     return tuple(rows)
@@ -147,6 +171,14 @@ def _plain(value: Any) -> Any:
                 "mixed_weighted_s",
                 "drain_weighted_s",
                 "accept_len",
+                "kind",
+                "rise",
+                "burst_token_s",
+                "burst_tokens",
+                "burst_weighted_s",
+                "headline_token_s",
+                "headline_method",
+                "below_floor",
             )
         }
     if isinstance(value, Term):
@@ -158,7 +190,13 @@ def _plain(value: Any) -> Any:
             "per_token_s": value.per_token_s,
         }
     if isinstance(value, ServerRow):
-        return dict(value.__dict__)
+        row = dict(value.__dict__)
+        row["rank_names"], row["run_labels"] = list(value.rank_names), list(value.run_labels)
+        return row
+    if isinstance(value, ServerRequests):
+        return {key: _plain(item) for key, item in value.__dict__.items()}
+    if isinstance(value, tuple):
+        return [_plain(item) for item in value]
     if isinstance(value, Reconciliation):
         return {
             "reported": value.reported_label,
@@ -211,6 +249,11 @@ def run_to_dict(run: RunAnalysis) -> dict[str, Any]:
         "requests_total",
         "total_admission_wait_s",
         "stated_concurrency",
+        "main_segment",
+        "headline_token_s",
+        "headline_method",
+        "lone_request_token_s",
+        "server_requests",
     ]
     data = {key: _plain(getattr(run, key)) for key in keys}
     data["segments"] = [_plain(s) for s in run.segments]

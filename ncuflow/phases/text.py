@@ -18,14 +18,24 @@ def _s(seconds: float | None) -> str:
     return f"{seconds:.1f} s" if seconds < 100 else f"{seconds:.0f} s"
 
 
-def _span(span: PhaseSpan | None) -> str:
-    return "—" if span is None else _s(span.duration_s)
+def _span(span: PhaseSpan | None, resolution_s: float | None = None) -> str:
+    """A span's duration; one shorter than coarse timestamps can tell is "<1 s"."""
+    if span is None:
+        return "—"
+    if resolution_s is not None and resolution_s >= 0.5 and span.duration_s < resolution_s:
+        return f"<{resolution_s:g} s"
+    return _s(span.duration_s)
 
 
-def _dist_ms(dist: Distribution | None) -> str:
+def _dist_ms(dist: Distribution | None, flagged: bool = False, headline: float | None = None,
+             method: str = "") -> str:
+    """median (p10–p90); or the headline value when it is token-weighted (``tw``); ``!``
+    where the value is below the lone-request per-token time."""
     if dist is None:
         return "—"
-    return f"{dist.median * 1000:.2f} ms ({dist.p10 * 1000:.1f}–{dist.p90 * 1000:.1f})"
+    value = headline if headline is not None else dist.median
+    mark = (" tw" if method == "token-weighted" else "") + ("!" if flagged else "")
+    return f"{value * 1000:.2f} ms{mark} ({dist.p10 * 1000:.1f}–{dist.p90 * 1000:.1f})"
 
 
 def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
@@ -80,10 +90,9 @@ def reconciliation_line(rec: Reconciliation) -> str:
     )
 
 
-def _segment_rows(runs: Sequence[RunAnalysis]) -> list[list[str]]:
-    header = [
-        "run",
-        "seg",
+def _segment_rows(runs: Sequence[RunAnalysis], resolution_s: float | None) -> list[list[str]]:
+    bursts = any(s.kind == "burst" for run in runs for s in run.segments)
+    header = ["run", "seg"] + (["kind"] if bursts else []) + [
         "level",
         "ramp",
         "warm-up",
@@ -91,45 +100,49 @@ def _segment_rows(runs: Sequence[RunAnalysis]) -> list[list[str]]:
         "steady per-token",
         "mixed",
         "mixed per-token",
-        "drain",
-        "drain per-token",
-        "accept",
-    ]
+    ] + (["burst per-token"] if bursts else []) + ["drain", "drain per-token", "accept"]
     rows = [header]
     for run in runs:
         shown = len(run.segments) > 1 or any(
             s.mixed_s > 0 or s.drain_token_s is not None for s in run.segments
         )
         for segment in run.segments if shown else ():
-            rows.append(_segment_row(run.run_label, segment))
+            rows.append(_segment_row(run.run_label, segment, resolution_s, bursts))
     return rows
 
 
-def _segment_row(label: str, s: Segment) -> list[str]:
-    return [
-        label,
-        str(s.index),
+def _segment_row(label: str, s: Segment, resolution_s: float | None, bursts: bool) -> list[str]:
+    flagged = set(s.below_floor)
+    steady = s.steady_token_s if s.steady is not None else None
+    return [label, str(s.index)] + ([s.kind] if bursts else []) + [
         str(s.level),
-        _span(s.ramp),
-        _span(s.warmup),
-        _s(s.steady_s) if s.steady_s > 0 else "—",
-        _dist_ms(s.steady_token_s),
+        _span(s.ramp, resolution_s),
+        _span(s.warmup, resolution_s),
+        _s(s.steady_s) if s.steady_s > 0 and s.steady is not None else "—",
+        _dist_ms(steady, "steady" in flagged, s.headline_token_s, s.headline_method),
         _s(s.mixed_s) if s.mixed_s > 0 else "—",
-        _dist_ms(s.mixed_token_s),
-        _span(s.drain),
-        _dist_ms(s.drain_token_s),
+        _dist_ms(s.mixed_token_s, "mixed" in flagged),
+    ] + ([_dist_ms(s.burst_token_s, "burst" in flagged)] if bursts else []) + [
+        _span(s.drain, resolution_s),
+        _dist_ms(s.drain_token_s, "drain" in flagged),
         "—" if s.accept_len is None else f"{s.accept_len:.2f}",
     ]
 
 
 def _server_table(rows: Sequence[ServerRow]) -> list[str]:
     table = [
-        ["whole server", "start", "peak", "steady batch", "per-token (slowest rank)", "rank spread"]
+        ["whole server", "start", "peak (Σ ranks)", "steady batch", "per-token (slowest rank)",
+         "rank spread"]
     ]
     for row in rows:
+        which = (
+            f"Σ {row.ranks} ranks"
+            if row.ranks == row.of_ranks
+            else f"{row.ranks} of {row.of_ranks} ranks: {', '.join(row.rank_names[:4])}"
+        )
         table.append(
             [
-                f"run {row.run_index} (Σ {row.ranks} ranks)",
+                f"run {row.run_index} ({which})",
                 "—" if row.start_s is None else f"t+{row.start_s:.0f}s",
                 str(row.peak_batch),
                 "—" if row.steady_batch is None else f"{row.steady_batch:g}",
@@ -142,7 +155,7 @@ def _server_table(rows: Sequence[ServerRow]) -> list[str]:
 
 def _itl_cross_check(file: FileReport) -> str | None:
     bench = file.bench
-    medians = [r.steady_token_s.median for r in file.runs if r.steady_token_s and r.steady]
+    medians = [r.headline_token_s for r in file.runs if r.headline_token_s is not None and r.steady]
     if bench is None or bench.median_itl_ms is None or not medians:
         return None
     steady = sorted(medians)[len(medians) // 2]
@@ -193,33 +206,66 @@ RUN_COLUMNS = [
 ]
 
 
-def _run_row(run: RunAnalysis) -> list[str]:
-    return [
+def _main_flagged(run: RunAnalysis) -> bool:
+    return any(
+        s.index == run.main_segment and "steady" in s.below_floor for s in run.segments
+    )
+
+
+def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool) -> list[str]:
+    row = [
         run.run_label,
         "—" if run.start_s is None else f"t+{run.start_s:.0f}s",
         str(run.peak_batch) if run.peak_batch else "—",
         "—" if run.steady_batch is None else f"{run.steady_batch:g}",
-        _span(run.ramp),
-        _span(run.warmup),
-        _span(run.steady),
-        _dist_ms(run.steady_token_s),
-        _span(run.drain) if run.drain is not None or run.steady is None else "not seen",
+        _span(run.ramp, resolution_s),
+        _span(run.warmup, resolution_s),
+        _span(run.steady, resolution_s),
+        _dist_ms(run.steady_token_s, _main_flagged(run), run.headline_token_s, run.headline_method),
+        "not seen" if any(c.startswith("drain not visible") for c in run.cannot) else _span(run.drain, resolution_s),
         _ms(run.ttft_s.median, 0) if run.ttft_s else "—",
         _ms(run.harness_tpot_s),
     ]
+    if with_segment:
+        main = f"{run.main_segment} of {len(run.segments)}" if run.main_segment and len(run.segments) > 1 else ""
+        row.insert(1, main)
+    return row
+
+
+def _legend(file: FileReport) -> list[str]:
+    lines = []
+    if any(r.headline_method == "token-weighted" for r in file.runs) or any(
+        s.headline_method == "token-weighted" for r in file.runs for s in r.segments
+    ):
+        lines.append(
+            "  tw: token-weighted per-token time (speculative decoding whose acceptance length "
+            "spreads; the median of the lines would weigh a low-acceptance interval like a high one)"
+        )
+    floors = sorted({r.lone_request_token_s for r in file.runs if r.lone_request_token_s})
+    if any(s.below_floor for r in file.runs for s in r.segments) and floors:
+        lines.append(
+            f"  !: below the lone-request per-token time ({floors[0] * 1000:.2f} ms): the batch "
+            "shrank inside those statistics intervals (window-end bias); a lower bound"
+        )
+    return lines
 
 
 def _file_lines(file: FileReport) -> list[str]:
     out = [_header(file)]
-    out.extend(_table([RUN_COLUMNS] + [_run_row(run) for run in file.runs]))
+    resolution = file.time_resolution_s
+    with_segment = any(len(r.segments) > 1 for r in file.runs)
+    columns = [*RUN_COLUMNS[:1], "seg", *RUN_COLUMNS[1:]] if with_segment else RUN_COLUMNS
+    out.extend(_table([columns] + [_run_row(run, resolution, with_segment) for run in file.runs]))
     if file.server_rows:
         out.extend(_server_table(file.server_rows))
-    segment_rows = _segment_rows(file.runs)
+    segment_rows = _segment_rows(file.runs, resolution)
     if len(segment_rows) > 1:
         out.append(
-            "  segments (one per #running-req plateau; steady/mixed = time without/with admissions):"
+            "  segments (one per #running-req plateau or burst; steady/mixed = time without/with "
+            "admissions):"
         )
         out.extend(_table(segment_rows, indent="    "))
+    out.extend(_legend(file))
     out.extend(_reconciliation_lines(file))
     sections = (
         (
@@ -245,7 +291,7 @@ def _reconciliation_lines(file: FileReport) -> list[str]:
     if not recs and file.bench_reconciliation is None:
         return []
     out = [
-        "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, drain)"
+        "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, burst, drain)"
         " + (ramp wait + warm-up)/(N − 1):"
     ]
     for label, rec in recs:

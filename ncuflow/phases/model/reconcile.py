@@ -10,7 +10,8 @@ tokens, so the mean over requests is request-seconds of decoding per output toke
 
     TPOT_mean ≈ Σ_p share_p × t_p  +  Σ wait_i / R / (N − 1)  +  Σ T_warm-up × R_ramp / R / (N − 1)
 
-where p runs over steady, mixed (plateau intervals with admissions) and drain (and, on a
+where p runs over steady, mixed (plateau intervals with admissions), burst (the rise and
+peak of a burst) and drain (and, on a
 PD decode node, whose arrivals were prefilled elsewhere and start decoding at once, the
 ramp's own decode intervals instead of a wait), ``share_p``
 is the share of the output tokens generated in phase p and ``t_p`` its token-weighted
@@ -27,7 +28,7 @@ from collections.abc import Sequence
 from ncuflow.phases.model.results import Reconciliation, RunAnalysis, Term
 from ncuflow.phases.model.traces import BenchSummary
 
-PHASES = ("ramp decode", "steady", "mixed", "drain")
+PHASES = ("ramp decode", "steady", "mixed", "burst", "drain")
 
 
 def harness_reconciliation(
@@ -78,6 +79,7 @@ def _phase_totals(runs: Sequence[RunAnalysis]) -> dict[str, tuple[float, float]]
             for phase, tokens, weighted in (
                 ("steady", segment.steady_tokens, segment.steady_weighted_s),
                 ("mixed", segment.mixed_tokens, segment.mixed_weighted_s),
+                ("burst", segment.burst_tokens, segment.burst_weighted_s),
                 ("drain", segment.drain_tokens, segment.drain_weighted_s),
             ):
                 if tokens and weighted:

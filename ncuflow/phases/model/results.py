@@ -86,10 +86,13 @@ class TimelinePoint:
 
 @dataclass(frozen=True)
 class Segment:
-    """One plateau of ``#running-req`` (one concurrency level) of a run and its phases.
+    """One plateau of ``#running-req`` (one concurrency level) or one burst of a run, and
+    its phases (see ``levels`` for the rule).
 
     A change of plateau starts a new segment: a closed-loop client sweeping c = 1, 2, 4
-    without idle gaps gives three segments, each with its own per-token times.
+    without idle gaps gives three segments, each with its own per-token times. A burst
+    (``kind == "burst"``: a peak the batch did not hold) has a ``rise`` (no ramp) and a
+    drain, its rise and peak intervals in ``burst_*``, and nothing steady.
     """
 
     index: int
@@ -116,6 +119,17 @@ class Segment:
     warmup_excess_s: float | None = None  # warm-up less the ordinary decode steps it holds
     ramp_tokens: float | None = None  # tokens decoded during the ramp (counted on PD nodes)
     ramp_weighted_s: float | None = None
+    kind: str = "plateau"  # or "burst"
+    rise: PhaseSpan | None = None  # a burst's climb to its peak (a burst has no ramp)
+    burst_token_s: Distribution | None = None  # a burst's rise and peak intervals
+    burst_tokens: float | None = None
+    burst_weighted_s: float | None = None
+    # the steady per-token time the segment is summed up by, and how: "median" of the
+    # steady lines, or "token-weighted" where speculative acceptance spreads
+    headline_token_s: float | None = None
+    headline_method: str = ""
+    # phases whose per-token time is below the lone-request time (window-end bias)
+    below_floor: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,6 +155,7 @@ class RunPhases:
     warmup: PhaseSpan | None = None
     warmup_excess_s: float | None = None
     segments: tuple[Segment, ...] = ()
+    main_segment: int | None = None  # index of the segment the run row shows
 
 
 @dataclass(frozen=True)
@@ -153,6 +168,26 @@ class RunAdmission:
 
 
 @dataclass(frozen=True)
+class ServerRequests:
+    """What the server's own per-request timing lines (SGLang ``ReqTimeStats``) say about
+    the requests that finished during one run. ``tpot_s``: each request's
+    ``post_prefill_elapsed / (output_len − 1)`` (None where the lines do not say);
+    ``weighted_tpot_s``: Σ decode time / Σ (output_len − 1), what a token-weighted
+    per-token time of the Decode lines estimates; ``ttft_s``: queue + prefill, server-side."""
+
+    requests: int
+    first_line: int
+    output_tokens: Distribution | None
+    tpot_s: Distribution | None
+    mean_tpot_s: float | None
+    weighted_tpot_s: float | None
+    queue_s: Distribution | None
+    prefill_s: Distribution | None
+    ttft_s: Distribution | None
+    stride: int = 1
+
+
+@dataclass(frozen=True)
 class RunTiming:
     step_method: str = ""
     ttft_s: Distribution | None = None
@@ -162,6 +197,8 @@ class RunTiming:
     drain_token_s: Distribution | None = None
     mean_request_tpot_s: float | None = None
     accept_len: float | None = None
+    headline_token_s: float | None = None
+    headline_method: str = ""
 
 
 @dataclass(frozen=True)
@@ -227,6 +264,12 @@ class RunAnalysis:
     requests_total: int | None = None
     stated_concurrency: int | None = None
     warmup_excess_s: float | None = None
+    main_segment: int | None = None
+    headline_token_s: float | None = None  # the steady per-token time the run is summed up by
+    headline_method: str = ""
+    no_steady_kind: str = ""  # why there is no steady phase, as a word (for titles)
+    server_requests: ServerRequests | None = None
+    lone_request_token_s: float | None = None  # the log's lone-request per-token time
 
 
 def assemble_run(
@@ -240,6 +283,8 @@ def assemble_run(
     notes: tuple[str, ...] | list[str] = (),
     plot: RunPlotData | None = None,
     stated_concurrency: int | None = None,
+    no_steady_kind: str = "",
+    server_requests: ServerRequests | None = None,
 ) -> RunAnalysis:
     """The one constructor of ``RunAnalysis``; parts not given are unknown (None)."""
     admission = admission or RunAdmission()
@@ -290,4 +335,11 @@ def assemble_run(
         requests_total=admission.requests_total,
         stated_concurrency=stated_concurrency,
         warmup_excess_s=phases.warmup_excess_s,
+        main_segment=phases.main_segment,
+        headline_token_s=timing.headline_token_s
+        if timing.headline_token_s is not None
+        else (timing.steady_token_s.median if timing.steady_token_s is not None else None),
+        headline_method=timing.headline_method or ("median" if timing.steady_token_s else ""),
+        no_steady_kind=no_steady_kind,
+        server_requests=server_requests,
     )

@@ -3,11 +3,12 @@ the settings every run is analysed with."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ncuflow.phases.model.segments import is_decode
+from ncuflow.phases.model.intervals import is_decode
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 
 
@@ -16,6 +17,10 @@ class ServerRun:
     index: int
     samples: tuple[BatchSample, ...]
     events: tuple[LogEvent, ...]
+    # the stretch of the log's clock that belongs to the run (from its first line, or the
+    # log's start, to the next run's first line, or the log's end)
+    window: tuple[float, float] = (-math.inf, math.inf)
+    retractions: int = 0  # retraction lines in the window
 
 
 def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
@@ -54,13 +59,24 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
             current.append(sample)
         if current:
             runs.append(current)
+    timed = sorted((e for e in trace.events if e.time_s is not None), key=lambda e: e.time_s or 0.0)
+    times = [e.time_s or 0.0 for e in timed]
+    retractions = trace.retraction_times_s
     result = []
     for index, samples in enumerate(runs, start=1):
         # events before the first run or after the last one belong to those runs
         first = samples[0].time_s if index > 1 else -math.inf
         last = runs[index][0].time_s if index < len(runs) else math.inf
-        events = tuple(e for e in trace.events if e.time_s is not None and first <= e.time_s < last)
-        result.append(ServerRun(index=index, samples=tuple(samples), events=events))
+        events = tuple(timed[bisect.bisect_left(times, first) : bisect.bisect_left(times, last)])
+        result.append(
+            ServerRun(
+                index=index,
+                samples=tuple(samples),
+                events=events,
+                window=(first, last),
+                retractions=bisect.bisect_left(retractions, last) - bisect.bisect_left(retractions, first),
+            )
+        )
     return tuple(result)
 
 
@@ -70,7 +86,7 @@ class RunSettings:
     batch_tolerance: float
     output_tokens: int | None
     output_tokens_source: str
-    retraction_times: tuple[float, ...]
+    retraction_times: Sequence[float]  # sorted
     lockstep_admissions: tuple[float, ...]
     stated_concurrency: int | None
     run_label_prefix: str

@@ -1,17 +1,26 @@
 """Server logs (SGLang, vLLM): split into runs, and each run into segments and phases.
 
-``split_server_runs`` cuts a scheduler's lines at idle points; ``segments`` finds the
-``#running-req`` plateaus of a run (one segment per concurrency level); this module turns
-them into one ``RunAnalysis`` per run, whose run-level phases are those of the run's main
-segment (its highest plateau), and says what the log cannot tell.
+``split_server_runs`` cuts a scheduler's lines at idle points; ``levels`` finds the shape of
+a run (its plateaus, tails and bursts) and ``segments`` builds one segment per plateau or
+burst; this module turns them into one ``RunAnalysis`` per run, whose run-level phases are
+those of the run's *main segment* (the highest plateau with a steady stretch, else the
+highest plateau; never a burst), and says what the log cannot tell.
 """
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from itertools import pairwise
 
+from ncuflow.phases.model.intervals import (
+    DecodeInterval,
+    decode_intervals,
+    is_decode,
+)
+from ncuflow.phases.model.levels import TAIL, Item, run_shape
 from ncuflow.phases.model.reconcile import harness_reconciliation
 from ncuflow.phases.model.results import (
     PhaseSpan,
@@ -24,25 +33,20 @@ from ncuflow.phases.model.results import (
     RunTiming,
     RunTokens,
     Segment,
+    ServerRequests,
     TimelinePoint,
     assemble_run,
 )
 from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch, split_server_runs
-from ncuflow.phases.model.segments import (
-    DecodeInterval,
-    Plateau,
-    SegmentInputs,
-    build_segments,
-    decode_intervals,
-    find_plateaus,
-    is_decode,
-    per_token_from_throughput,
-    refilled_plateaus,
-)
+from ncuflow.phases.model.segments import SegmentInputs, build_segments
+from ncuflow.phases.model.server_requests import single_length, summarise_requests
 from ncuflow.phases.model.server_text import (
     concurrency_note,
+    headline_note,
     no_steady,
+    request_notes,
     run_findings,
+    shape_notes,
     spec_decoding_note,
     step_method,
 )
@@ -70,9 +74,7 @@ def analyse_server_trace(
         batch_tolerance=batch_tolerance,
         output_tokens=tokens,
         output_tokens_source=source,
-        retraction_times=tuple(
-            e.time_s for e in trace.events if e.kind == "retraction" and e.time_s is not None
-        ),
+        retraction_times=trace.retraction_times_s,
         lockstep_admissions=tuple(lockstep_admissions),
         stated_concurrency=bench.max_concurrency
         if bench is not None and trace.rank is None
@@ -83,23 +85,36 @@ def analyse_server_trace(
     return tuple(_analyse_server_run(trace, run, settings) for run in runs)
 
 
-def _timeline(samples: Sequence[BatchSample]) -> tuple[TimelinePoint, ...]:
-    return tuple(
-        TimelinePoint(
-            s.time_s,
-            s.kind,
-            s.running + (s.new_seqs or 0) if s.kind == "prefill" else s.running,
-            s.queued,
-            per_token_from_throughput(s) if s.kind != "prefill" else None,
+def _timeline(
+    samples: Sequence[BatchSample], intervals: Sequence[DecodeInterval]
+) -> tuple[TimelinePoint, ...]:
+    """Every line of the run; a Decode line carries the per-token time of the interval it
+    ends (the value the tables use), the run's first Decode line none."""
+    points = []
+    decoded = 0  # Decode lines so far: the k-th (from 0) ends intervals[k - 1]
+    for s in samples:
+        value = None
+        if s.kind != "prefill":
+            value = intervals[decoded - 1].per_token_s if 0 < decoded <= len(intervals) else None
+            decoded += 1
+        points.append(
+            TimelinePoint(
+                s.time_s,
+                s.kind,
+                s.running + (s.new_seqs or 0) if s.kind == "prefill" else s.running,
+                s.queued,
+                value,
+            )
         )
-        for s in samples
-    )
+    return tuple(points)
 
 
 def _main_segment(segments: Sequence[Segment]) -> Segment | None:
-    if not segments:
-        return None
-    return max(segments, key=lambda s: (s.level, s.plateau.duration_s))
+    """The highest plateau with a steady stretch, else the highest plateau; never a burst."""
+    plateaus = [s for s in segments if s.kind != "burst"]
+    steady = [s for s in plateaus if s.steady is not None and s.steady_token_s is not None]
+    pool = steady or plateaus
+    return max(pool, key=lambda s: (s.level, s.plateau.duration_s)) if pool else None
 
 
 def _ramp_arrivals(
@@ -151,10 +166,9 @@ def _ramp_admissions(samples: Sequence[BatchSample], segment: Segment) -> tuple[
 
 def _run_segments(
     trace: ServerTrace, run: ServerRun, settings: RunSettings
-) -> tuple[tuple[BatchSample, ...], list[DecodeInterval], tuple[Segment, ...]]:
-    """(the run's Decode/stats lines, its decode intervals, its segments)."""
+) -> tuple[tuple[BatchSample, ...], list[DecodeInterval], list[Item], tuple[Segment, ...]]:
+    """(the run's Decode/stats lines, its decode intervals, its shape, its segments)."""
     samples = run.samples
-    decodes = tuple(s for s in samples if is_decode(s))
     intervals = decode_intervals(
         samples,
         engine=trace.engine,
@@ -162,34 +176,38 @@ def _run_segments(
         retraction_times=settings.retraction_times,
         lockstep_admissions=settings.lockstep_admissions,
     )
-    plateaus = find_plateaus(
-        decodes,
+    inputs = SegmentInputs.of(
+        samples,
+        intervals,
+        resolution_s=trace.time_resolution_s,
         tolerance=settings.batch_tolerance,
+        decode_log_interval=settings.decode_log_interval,
+    )
+    items = run_shape(
+        inputs.decodes,
+        intervals,
+        band=2 * settings.batch_tolerance,
         resolution_s=trace.time_resolution_s,
         aborted=aborted(run),
+        retractions=run.retractions > 0,
     )
-    inputs = SegmentInputs(
-        samples,
-        decodes,
-        tuple(intervals),
-        trace.time_resolution_s,
-        settings.batch_tolerance,
-        settings.decode_log_interval,
-    )
-    levels = _concurrency_levels(run, plateaus, decodes, intervals)
-    return decodes, intervals, build_segments(inputs, levels)
+    return inputs.decodes, intervals, items, build_segments(inputs, items)
 
 
 def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSettings) -> RunAnalysis:
     samples = run.samples
     prefills = [s for s in samples if s.kind == "prefill"]
-    decodes, intervals, segments = _run_segments(trace, run, settings)
+    decodes, intervals, items, segments = _run_segments(trace, run, settings)
     main = _main_segment(segments)
     notes, cannot = run_findings(trace, run, settings, decodes, prefills, segments)
+    notes.extend(shape_notes(segments, [i for i in items if i.kind == TAIL], decodes))
     peak = peak_batch(samples)
     admission, readmitted = _ramp_admissions(samples, main) if main else (RunAdmission(), 0)
+    requests = summarise_requests(trace.requests, run.window)
     timing = _run_timing(trace, samples, settings, main, intervals, notes, cannot)
-    cannot.extend(no_steady(trace, run, main, len(decodes)))
+    kind, reasons = no_steady(trace, run, main, segments, len(decodes), settings)
+    cannot.extend(reasons)
+    timing = _with_requests(timing, requests, intervals, notes, cannot)
     if main is not None and settings.stated_concurrency is not None and peak > 1:
         incoming = [s.running + s.incoming for s in decodes if s.incoming is not None]
         in_flight = max(incoming) if incoming else None
@@ -202,7 +220,7 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
         )
     closed_loop = readmitted > 0 or len(segments) > 1
     tokens = _run_tokens(
-        settings, main, admission, timing, decodes, prefills, closed_loop, notes, cannot
+        settings, main, admission, timing, decodes, prefills, closed_loop, notes, cannot, requests
     )
     label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
     return assemble_run(
@@ -220,8 +238,10 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
         tokens=tokens,
         cannot=cannot,
         notes=notes,
-        plot=_plot_data(run),
+        plot=_plot_data(run, intervals, settings.retraction_times),
         stated_concurrency=settings.stated_concurrency,
+        no_steady_kind=kind,
+        server_requests=requests,
     )
 
 
@@ -254,33 +274,23 @@ def _run_phases(
         warmup=main.warmup,
         warmup_excess_s=main.warmup_excess_s,
         segments=segments,
+        main_segment=main.index,
     )
 
 
-def _plot_data(run: ServerRun) -> RunPlotData:
+def _plot_data(
+    run: ServerRun, intervals: Sequence[DecodeInterval], retractions: Sequence[float]
+) -> RunPlotData:
+    low, high = bisect.bisect_left(retractions, run.window[0]), bisect.bisect_left(retractions, run.window[1])
+    stride = max(1, (high - low) // 1000)  # a plot needs no more lines than that
     return RunPlotData(
-        timeline=_timeline(run.samples),
-        retraction_times_s=tuple(
-            e.time_s for e in run.events if e.kind == "retraction" and e.time_s is not None
-        ),
+        timeline=_timeline(run.samples, intervals),
+        retraction_times_s=tuple(retractions[low:high:stride]),
         abort_time_s=next(
             (e.time_s for e in run.events if e.kind == "traceback" and e.time_s is not None),
             None,
         ),
     )
-
-
-def _concurrency_levels(
-    run: ServerRun,
-    plateaus: Sequence[Plateau],
-    decodes: Sequence[BatchSample],
-    intervals: Sequence[DecodeInterval],
-) -> list[Plateau]:
-    """The plateaus that are concurrency levels. Under KV-cache retractions the batch
-    saw-tooths between levels the client never chose: only the highest one counts."""
-    if any(e.kind == "retraction" for e in run.events) and plateaus:
-        return [max(plateaus, key=lambda p: (p.level, p.last - p.first))]
-    return refilled_plateaus(plateaus, decodes, intervals)
 
 
 def _steady_batch(segment: Segment, intervals: Sequence[DecodeInterval]) -> float:
@@ -330,6 +340,7 @@ def _run_timing(
     )
     notes.extend(method_notes)
     notes.extend(spec_decoding_note(on_plateau))
+    notes.extend(headline_note(main))
     if main.steady_token_s.count < 3:
         notes.append(
             f"the steady stretch covers only {main.steady_token_s.count} statistics interval(s): "
@@ -354,7 +365,8 @@ def _run_timing(
             "graph capture; counted as its own reconciliation term, less half a decode-log "
             "interval of ordinary steps"
         )
-    if trace.engine == "sglang" and main.drain is None and main.end_s <= main.plateau.end_s:
+    last_decode = max((i.end_s for i in intervals), default=main.plateau.end_s)
+    if trace.engine == "sglang" and main.drain is None and main.plateau.end_s >= last_decode:
         cannot.append(
             f"drain not visible: the run's last Decode line still shows {main.level} "
             f"running requests, so they all finished within one decode-log interval "
@@ -373,7 +385,33 @@ def _run_timing(
         mixed_token_s=main.mixed_token_s,
         drain_token_s=main.drain_token_s,
         accept_len=main.accept_len,
+        headline_token_s=main.headline_token_s,
+        headline_method=main.headline_method,
     )
+
+
+def _with_requests(
+    timing: RunTiming,
+    requests: ServerRequests | None,
+    intervals: Sequence[DecodeInterval],
+    notes: list[str],
+    cannot: list[str],
+) -> RunTiming:
+    """The server's own per-request timing lines: TTFT (server-side) and a cross-check."""
+    if requests is None:
+        return timing
+    notes.extend(request_notes(requests, _weighted_all(intervals)))
+    if requests.ttft_s is None:
+        return timing
+    cannot[:] = [c for c in cannot if not c.startswith("TTFT distribution")]
+    return replace(timing, ttft_s=requests.ttft_s, mean_request_tpot_s=requests.mean_tpot_s)
+
+
+def _weighted_all(intervals: Sequence[DecodeInterval]) -> float | None:
+    """Request-seconds of decoding per output token over every decode interval of a run."""
+    pairs = [(i.per_token_s, i.tokens) for i in intervals if i.per_token_s and i.tokens]
+    total = sum(t for _, t in pairs)
+    return sum(p * t for p, t in pairs) / total if total > 0 else None
 
 
 def _run_tokens(
@@ -386,8 +424,12 @@ def _run_tokens(
     closed_loop: bool,
     notes: list[str],
     cannot: list[str],
+    requests: ServerRequests | None = None,
 ) -> RunTokens:
     tokens, source = settings.output_tokens, settings.output_tokens_source
+    if tokens is None and single_length(requests) is not None and requests is not None:
+        tokens = single_length(requests)
+        source = f"the server's per-request timing lines (from line {requests.first_line})"
     steady = main.steady if main is not None else None
     if closed_loop and tokens is not None and steady is not None:
         cannot.append(
@@ -396,7 +438,14 @@ def _run_tokens(
         )
         return RunTokens(tokens, source)
     if tokens is None:
-        if steady is not None and prefills:
+        lengths = requests.output_tokens if requests is not None else None
+        if steady is not None and prefills and lengths is not None:
+            cannot.append(
+                f"harness TPOT: the requests differ in output length ({lengths.minimum:.0f}–"
+                f"{lengths.maximum:.0f} tokens, from the server's per-request timing lines), so "
+                "there is no single N for (batch end − first token)/(N − 1)"
+            )
+        elif steady is not None and prefills:
             cannot.append(
                 "harness TPOT and reconciliation: the output length per request is unknown "
                 "(give --output-tokens, or keep the bench_serving command line in the log)"
@@ -415,7 +464,7 @@ def _run_tokens(
         reconciliation = harness_reconciliation(
             label="harness TPOT (from log)",
             reported_tpot_s=harness,
-            steady_token_s=timing.steady_token_s.median,
+            steady_token_s=timing.headline_token_s or timing.steady_token_s.median,
             admission_span_s=admission.admission_span_s,
             warmup_s=main.warmup_excess_s,
             output_tokens=tokens,

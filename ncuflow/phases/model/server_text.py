@@ -1,15 +1,18 @@
 """What a server-log run says about itself in words: how the per-token time was derived,
-why there is no steady phase, what the stated concurrency and speculative decoding show."""
+why there is no steady phase, what the stated concurrency, speculative decoding, bursts,
+tails and the server's own per-request timing lines show. Every sentence is made from the
+same values the tables and the plot show."""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
 
-from ncuflow.phases.model.results import Segment
+from ncuflow.phases.model.intervals import DecodeInterval
+from ncuflow.phases.model.levels import Item
+from ncuflow.phases.model.results import Segment, ServerRequests
 from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch
-from ncuflow.phases.model.segments import DecodeInterval
-from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
+from ncuflow.phases.model.traces import BatchSample, ServerTrace
 
 
 def step_method(
@@ -77,27 +80,36 @@ def step_method(
     return method, step, notes
 
 
-def no_steady_reason(events: Sequence[LogEvent], engine: str, segment: Segment) -> str:
+def no_steady_reason(run: ServerRun, engine: str, segment: Segment, lockstep: bool) -> tuple[str, str]:
+    """(a word for why, the sentence) when a plateau has no steady stretch."""
+    admission = {
+        "sglang": "a Prefill line",
+        "vllm": "prompt throughput above 10 % of the generation throughput",
+    }.get(engine, "an admission")
+    if lockstep:
+        admission += " or an admission on another DP rank"
     reason = (
         "the batch never held its plateau between two consecutive statistics lines with "
-        "no admission in between (Prefill lines, vLLM prompt throughput, or an admission on "
-        "another DP rank)"
+        f"no admission in between ({admission})"
     )
-    retractions = sum(1 for e in events if e.kind == "retraction")
-    if retractions:
+    kind = "admissions"
+    if run.retractions:
+        kind = "retraction"
         reason += (
-            f" (the KV cache filled up: {retractions} retraction(s) make the batch size saw-tooth)"
+            f" (the KV cache filled up: {run.retractions} retraction(s) make the batch size saw-tooth)"
         )
-    elif any(e.kind == "traceback" for e in events):
+    elif aborted(run):
+        kind = "traceback"
         reason += " (the run ends in a traceback while still admitting requests)"
     elif engine == "vllm":
+        kind = "vllm-windows"
         reason += " (vLLM prints one line per 10 s; every busy window here also processed prompts)"
     if segment.mixed_token_s is not None:
         reason += (
             f"; the plateau at {segment.level} with admissions ('mixed', {segment.mixed_s:.1f} s) "
             f"runs at {segment.mixed_token_s.median * 1000:.2f} ms per token"
         )
-    return reason
+    return kind, reason
 
 
 def concurrency_note(peak: int, stated: int, in_flight: int | None = None) -> str:
@@ -181,17 +193,23 @@ def run_findings(
     for event in run.events:
         if event.kind in ("traceback", "shutdown"):
             notes.append(f"line {event.line}: {event.text}")
-    retractions = sum(1 for e in run.events if e.kind == "retraction")
+    retractions = run.retractions
     if retractions:
         notes.append(
             f"{retractions} retraction(s) (KV cache full, requests pushed back to the queue): "
             "the batch size is not stable around them"
         )
     if len(segments) > 1:
+        shown = ", ".join(
+            f"{s.level}{' (burst)' if s.kind == 'burst' else ''}" for s in segments[:12]
+        ) + (", …" if len(segments) > 12 else "")
+        bursts = any(s.kind == "burst" for s in segments)
         notes.append(
-            f"{len(segments)} segments (plateaus of #running-req: "
-            + ", ".join(str(s.level) for s in segments)
-            + "): each concurrency level has its own ramp, per-token time and drain"
+            f"{len(segments)} segments (plateaus of #running-req"
+            + (" and bursts" if bursts else "")
+            + f": {shown}): each has its own "
+            + ("ramp (a burst: its rise)" if bursts else "ramp")
+            + ", per-token time and drain"
         )
     if trace.engine == "sglang" and prefills:
         cannot.append("TTFT distribution: a server log has no per-request submit times")
@@ -210,14 +228,94 @@ def run_findings(
 
 
 def no_steady(
-    trace: ServerTrace, run: ServerRun, main: Segment | None, decode_lines: int
-) -> list[str]:
-    if main is not None and main.steady is None:
-        return ["no steady decode phase: " + no_steady_reason(run.events, trace.engine, main)]
-    if main is None and decode_lines >= 2:
-        ends = " (the run ends in a traceback while still admitting requests)"
-        return [
-            "no steady decode phase: the batch never held a plateau of #running-req"
-            + (ends if aborted(run) else "")
+    trace: ServerTrace,
+    run: ServerRun,
+    main: Segment | None,
+    segments: Sequence[Segment],
+    decode_lines: int,
+    settings: RunSettings,
+) -> tuple[str, list[str]]:
+    """(a word for why, the sentences) when no segment of the run has a steady stretch."""
+    if any(s.steady is not None for s in segments):
+        return "", []
+    if main is not None:
+        kind, reason = no_steady_reason(run, trace.engine, main, bool(settings.lockstep_admissions))
+        return kind, ["no steady decode phase: " + reason]
+    if decode_lines < 2:
+        return "", []
+    bursts = [s for s in segments if s.kind == "burst"]
+    if bursts:
+        peaks = ", ".join(str(s.level) for s in bursts[:8]) + (", …" if len(bursts) > 8 else "")
+        return "bursts", [
+            "no steady decode phase: the batch never held a level; it rose and fell in "
+            f"{len(bursts)} burst(s) (peaks {peaks}), each a segment with no steady stretch"
         ]
-    return []
+    ends = " (the run ends in a traceback while still admitting requests)"
+    return ("traceback" if aborted(run) else "no-plateau"), [
+        "no steady decode phase: the batch never held a plateau of #running-req"
+        + (ends if aborted(run) else "")
+    ]
+
+
+def shape_notes(segments: Sequence[Segment], tails: Sequence[Item], decodes: Sequence[BatchSample]) -> list[str]:
+    """Bursts and tails, said once each run, with the rule that made them."""
+    notes = []
+    bursts = [s for s in segments if s.kind == "burst"]
+    if bursts:
+        notes.append(
+            f"{len(bursts)} burst(s) (the batch rose to a peak it did not hold for three Decode "
+            "lines, then fell): each is a segment of its own, with its rise and drain and no "
+            "steady phase; never part of another segment's ramp or drain"
+        )
+    if tails:
+        held = sum(decodes[t.last].time_s - decodes[t.first].time_s for t in tails)
+        levels = ", ".join(str(t.level) for t in tails[:6]) + (", …" if len(tails) > 6 else "")
+        notes.append(
+            f"{len(tails)} tail(s) (the batch fell to {levels} and held there with no admission "
+            f"for {held:.0f} s in all: the last requests finishing): counted in the drain of the "
+            "segment before each, not as concurrency levels"
+        )
+    return notes
+
+
+def headline_note(segment: Segment) -> list[str]:
+    if segment.headline_method != "token-weighted" or segment.steady_token_s is None:
+        return []
+    return [
+        "speculative decoding: the acceptance length spreads on the steady stretch, so the "
+        f"per-token time shown is token-weighted ({(segment.headline_token_s or 0) * 1000:.2f} ms, "
+        "request-seconds per output token, what a mean TPOT is); the median of the Decode "
+        f"lines would say {segment.steady_token_s.median * 1000:.2f} ms"
+    ]
+
+
+def request_notes(requests: ServerRequests, decode_weighted_s: float | None) -> list[str]:
+    """The server's own per-request timing lines against the Decode lines."""
+    lengths = requests.output_tokens
+    sampled = f" (every {requests.stride}th line kept)" if requests.stride > 1 else ""
+    head = (
+        f"{requests.requests} request(s) finished in this run by the server's per-request timing "
+        f"lines (from line {requests.first_line}){sampled}"
+    )
+    if lengths is not None and lengths.minimum == lengths.maximum:
+        head += f": output {lengths.minimum:.0f} tokens each"
+    elif lengths is not None:
+        head += f": output {lengths.minimum:.0f}–{lengths.maximum:.0f} tokens (median {lengths.median:.0f})"
+    if requests.mean_tpot_s is None or requests.weighted_tpot_s is None:
+        return [
+            head + "; these lines hold prefill and decode together (forward_duration), so they "
+            "give no per-request TPOT"
+        ]
+    line = (
+        f"{head}; their own TPOT: mean {requests.mean_tpot_s * 1000:.2f} ms, token-weighted "
+        f"{requests.weighted_tpot_s * 1000:.2f} ms"
+    )
+    if decode_weighted_s is not None:
+        gap = decode_weighted_s / requests.weighted_tpot_s - 1
+        line += (
+            f"; the Decode lines' token-weighted per-token time over the whole run is "
+            f"{decode_weighted_s * 1000:.2f} ms ({gap:+.1%})"
+        )
+    if requests.ttft_s is not None:
+        line += "; the TTFT column is server-side: queue + prefill, from these lines"
+    return [line]

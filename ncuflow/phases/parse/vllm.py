@@ -3,39 +3,50 @@
 vLLM (V0 and V1 engines) logs one line per ``--log-stats`` window (10 s by default) with the
 average prompt and generation throughput over the window and the running/waiting counts at
 its end, and (with speculative decoding) a ``SpecDecoding metrics`` line whose mean
-acceptance length is attached to that window. ANSI colour codes and ``(APIServer pid=…)`` prefixes are stripped. The log has no
-year, so times wrap at the new year (reported as an error if it happens).
+acceptance length is attached to that window. ANSI colour codes and ``(APIServer pid=…)``
+prefixes are stripped. The log has no year, so times wrap at the new year (reported as an
+error if it happens). Lines are read one at a time (``VllmReader.feed``), each in time linear
+in its length, and the samples are kept in bounded memory (``parse.compact``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import replace
-from datetime import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ncuflow.phases import TraceError
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
+from ncuflow.phases.parse.compact import SampleStore, share_cap
+from ncuflow.phases.parse.values import DECIMAL, BadValue, LogClock, count_value, rate_value
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-STATS = re.compile(
-    r"(?P<month>\d{2})-(?P<day>\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d{1,6}))?.*?"
-    r"(?:Engine (?P<engine>\d+): )?Avg prompt throughput: (?P<prompt>[\d.]+) tokens/s, "
-    r"Avg generation throughput: (?P<gen>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs?"
+STAMP = re.compile(r"(?P<month>\d{2})-(?P<day>\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d{1,6}))?")
+ENGINE = re.compile(r"Engine (?P<engine>\d+):\s*$")
+NUMBER = r"\d+(?:\.\d+)?"
+STATS_TAIL = re.compile(
+    rf"Avg prompt throughput: (?P<prompt>{NUMBER}) tokens/s, "
+    rf"Avg generation throughput: (?P<gen>{NUMBER}) tokens/s, Running: (?P<running>\d+) reqs?"
     r"(?:, Swapped: \d+ reqs?)?, (?:Waiting|Pending): (?P<waiting>\d+) reqs?"
 )
 STATS_HINT = re.compile(r"Running: \d+ reqs?")
-SPEC_DECODING = re.compile(r"SpecDecoding metrics:.*?Mean acceptance length: (?P<accept>[\d.]+)")
-SHUTDOWN = re.compile(r"SIGTERM|Shutting down|Gracefully stopping")
+MARKER = "Avg prompt throughput:"
+SPEC = "SpecDecoding metrics:"
+ACCEPT = "Mean acceptance length: "
+SHUTDOWNS = ("SIGTERM", "Shutting down", "Gracefully stopping")
 
 
 def strip_ansi(text: str) -> str:
-    return ANSI.sub("", text)
+    return ANSI.sub("", text) if "\x1b" in text else text
 
 
-def looks_like_vllm(lines: Sequence[str]) -> bool:
-    return any(STATS_HINT.search(line) and "throughput" in line for line in lines)
+def claims_vllm(line: str) -> bool:
+    return "throughput" in line and "Running:" in line and bool(STATS_HINT.search(line))
+
+
+def looks_like_vllm(lines: Iterable[str]) -> bool:
+    return any(claims_vllm(line) for line in lines)
 
 
 def _traceback_event(time_s: float | None, line: int, *, shutting_down: bool) -> LogEvent:
@@ -51,107 +62,159 @@ def _traceback_event(time_s: float | None, line: int, *, shutting_down: bool) ->
 
 
 def parse_vllm_log(
-    path: Path, lines: Sequence[str], *, skip_malformed: bool = False
+    path: Path, lines: Iterable[str], *, skip_malformed: bool = False
 ) -> tuple[ServerTrace, ...]:
-    origin: datetime | None = None
-    any_fraction = False
-    per_engine: dict[str, list[BatchSample]] = {}
-    events: list[LogEvent] = []
+    reader = VllmReader(path, skip_malformed)
+    for number, line in enumerate(lines, start=1):
+        reader.feed(number, line.rstrip("\n"))
+    return reader.traces()
+
+
+@dataclass
+class VllmReader:
+    """Line-by-line state of one vLLM log."""
+
+    path: Path
+    skip_malformed: bool = False
+    clock: LogClock = field(default_factory=LogClock)
+    any_fraction: bool = False
+    stores: dict[str, SampleStore] = field(default_factory=dict)
+    events: list[LogEvent] = field(default_factory=list)
     last_time: float | None = None
-    last_line = 0
+    last_line: int = 0
     last_engine: str | None = None
-    shutting_down = False
-    for number, raw in enumerate(lines, start=1):
-        line = strip_ansi(raw.rstrip("\n"))
-        if SHUTDOWN.search(line) and not shutting_down:
-            shutting_down = True
-            events.append(LogEvent(last_time, number, "shutdown", "the server was shut down"))
-            continue
-        if "Traceback (most recent call last)" in line or "EngineDeadError" in line:
-            events.append(_traceback_event(last_time, number, shutting_down=shutting_down))
-            continue
-        spec = SPEC_DECODING.search(line)
-        if spec is not None and last_engine is not None and per_engine.get(last_engine):
-            samples = per_engine[last_engine]
-            samples[-1] = replace(samples[-1], accept_len=float(spec.group("accept")))
-            continue
-        if not STATS_HINT.search(line):
-            continue
-        match = STATS.search(line)
-        if match is None:
-            if skip_malformed:
-                events.append(LogEvent(last_time, number, "malformed", line.strip()[:100]))
-                continue
+    shutting_down: bool = False
+    skipped: int = 0
+    first_skipped: int = 0
+
+    def context(self, number: int, line: str) -> None:
+        self._event(number, strip_ansi(line))
+
+    def feed(self, number: int, raw: str) -> None:
+        line = strip_ansi(raw)
+        if self._event(number, line):
+            return
+        if SPEC in line:
+            self._spec(line)
+            return
+        if "Running:" not in line or not STATS_HINT.search(line):
+            return
+        try:
+            sample, engine = self._sample(number, line)
+        except BadValue as bad:
+            if bad.key == "timestamp":  # the year is ncuflow's stand-in (vLLM prints none)
+                self._malformed(number, line, f"has an impossible timestamp ({bad.text[5:]})")
+            else:
+                self._malformed(number, line, f"has '{bad.key}: {bad.text[:30]}', which is not {bad.expected}")
+            return
+        if sample is None:
+            self._malformed(number, line, "cannot be read")
+            return
+        if self.last_time is not None and sample.time_s < self.last_time - 1.0:
             raise TraceError(
-                f"{path}:{number}: this vLLM statistics line cannot be read: {line.strip()[:160]!r}.",
-                "ncuflow phases expects 'MM-DD HH:MM:SS … Avg prompt throughput: X tokens/s, Avg "
-                "generation throughput: Y tokens/s, Running: N reqs, Waiting: M reqs'.",
-                "Pass the vLLM server log as written, or --skip-malformed to leave such lines out.",
-            )
-        if origin is None:
-            origin = _moment(match)
-        any_fraction = any_fraction or bool(match.group("frac"))
-        time_s = _seconds(match, origin)
-        if last_time is not None and time_s < last_time - 1.0:
-            raise TraceError(
-                f"{path}:{number}: time goes back from line {last_line} to this line.",
+                f"{self.path}:{number}: time goes back from line {self.last_line} to this line.",
                 "The file holds interleaved or concatenated runs (or crosses a new year, which vLLM "
                 "timestamps cannot show).",
                 "Split the file into one log per server run and pass each file.",
             )
-        last_time, last_line = time_s, number
-        engine = match.group("engine") or "0"
-        last_engine = engine
-        per_engine.setdefault(engine, []).append(
-            BatchSample(
-                time_s=time_s,
-                kind="stats",
-                running=int(match.group("running")),
-                line=number,
-                queued=int(match.group("waiting")),
-                gen_throughput=float(match.group("gen")),
-                prompt_throughput=float(match.group("prompt")),
-            )
-        )
-    return _traces(path, per_engine, events, origin, any_fraction)
+        self.last_time, self.last_line, self.last_engine = sample.time_s, number, engine
+        store = self.stores.get(engine)
+        if store is None:
+            store = self.stores[engine] = SampleStore()
+            share_cap(self.stores)
+        store.append(sample)
 
+    def _event(self, number: int, line: str) -> bool:
+        if not self.shutting_down and any(marker in line for marker in SHUTDOWNS):
+            self.shutting_down = True
+            self.events.append(LogEvent(self.last_time, number, "shutdown", "the server was shut down"))
+            return True
+        if "Traceback (most recent call last)" in line or "EngineDeadError" in line:
+            if len(self.events) < 1000:
+                self.events.append(_traceback_event(self.last_time, number, shutting_down=self.shutting_down))
+            return True
+        return False
 
-def _moment(match: re.Match[str]) -> datetime:
-    return datetime.strptime(
-        f"2000-{match.group('month')}-{match.group('day')} {match.group('time')}",
-        "%Y-%m-%d %H:%M:%S",
-    )
+    def _spec(self, line: str) -> None:
+        at = line.find(ACCEPT, line.find(SPEC))
+        store = self.stores.get(self.last_engine) if self.last_engine is not None else None
+        if at < 0 or store is None or not store.samples:
+            return
+        value = DECIMAL.match(line, at + len(ACCEPT))
+        if value is None:
+            return
+        try:
+            accept = rate_value("Mean acceptance length", value.group())
+        except BadValue:
+            return
+        store.samples[-1] = store.samples[-1]._replace(accept_len=accept or None)
 
+    def _sample(self, number: int, line: str) -> tuple[BatchSample | None, str]:
+        at = line.find(MARKER)
+        if at < 0:
+            return None, ""
+        prefix = line[:at]
+        stamp = STAMP.search(prefix)
+        tail = STATS_TAIL.match(line, at)
+        if stamp is None or tail is None:
+            return None, ""
+        frac = stamp.group("frac")
+        time_s = self.clock.seconds(f"2000-{stamp.group('month')}-{stamp.group('day')}",
+                                    stamp.group("time"), frac)
+        self.any_fraction = self.any_fraction or bool(frac)
+        engine = ENGINE.search(prefix)
+        return BatchSample(
+            time_s=time_s,
+            kind="stats",
+            running=count_value("Running", tail.group("running")),
+            line=number,
+            queued=count_value("Waiting", tail.group("waiting")),
+            gen_throughput=rate_value("Avg generation throughput", tail.group("gen")),
+            prompt_throughput=rate_value("Avg prompt throughput", tail.group("prompt")),
+        ), (engine.group("engine") if engine else "0")
 
-def _seconds(match: re.Match[str], origin: datetime) -> float:
-    frac = match.group("frac")
-    return (_moment(match) - origin).total_seconds() + (float("0." + frac) if frac else 0.0)
-
-
-def _traces(
-    path: Path,
-    per_engine: dict[str, list[BatchSample]],
-    events: list[LogEvent],
-    origin: datetime | None,
-    any_fraction: bool,
-) -> tuple[ServerTrace, ...]:
-    if not per_engine:
+    def _malformed(self, number: int, line: str, problem: str) -> None:
+        if self.skip_malformed:
+            self.skipped += 1
+            self.first_skipped = self.first_skipped or number
+            return
         raise TraceError(
-            f"{path}: no vLLM 'Running: N reqs, Waiting: M reqs' statistics lines.",
-            "Without them there is nothing to split into phases.",
-            "Run the vLLM server without --disable-log-stats and pass its log.",
+            f"{self.path}:{number}: this vLLM statistics line {problem}: {line.strip()[:160]!r}.",
+            "ncuflow phases expects 'MM-DD HH:MM:SS … Avg prompt throughput: X tokens/s, Avg "
+            "generation throughput: Y tokens/s, Running: N reqs, Waiting: M reqs', with real "
+            "dates and finite numbers.",
+            "Pass the vLLM server log as written, or --skip-malformed to leave such lines out.",
         )
-    clock = origin.strftime("%m-%d %H:%M:%S") if origin else ""
-    multi = len(per_engine) > 1
-    return tuple(
-        ServerTrace(
-            path=str(path),
-            engine="vllm",
-            rank=f"engine {engine}" if multi else None,
-            clock_origin=clock,
-            samples=tuple(samples),
-            events=tuple(events),
-            time_resolution_s=0.001 if any_fraction else 1.0,
+
+    def traces(self) -> tuple[ServerTrace, ...]:
+        if not self.stores:
+            raise TraceError(
+                f"{self.path}: no vLLM 'Running: N reqs, Waiting: M reqs' statistics lines.",
+                "Without them there is nothing to split into phases.",
+                "Run the vLLM server without --disable-log-stats and pass its log.",
+            )
+        events = list(self.events)
+        if self.skipped:
+            events.append(LogEvent(None, self.first_skipped, "malformed",
+                                   f"{self.skipped} malformed statistics line(s) left out "
+                                   f"(first at line {self.first_skipped})"))
+        for engine, store in self.stores.items():
+            if store.folded or store.run_stride > 1:
+                from ncuflow.phases.parse.sglang import folding_note
+
+                where = f" of engine {engine}" if len(self.stores) > 1 else ""
+                events.append(LogEvent(None, 0, "note", folding_note(where, store)))
+        clock = self.clock.origin_text[5:] if self.clock.origin_text else ""
+        multi = len(self.stores) > 1
+        return tuple(
+            ServerTrace(
+                path=str(self.path),
+                engine="vllm",
+                rank=f"engine {engine}" if multi else None,
+                clock_origin=clock,
+                samples=tuple(store.samples),
+                events=tuple(events),
+                time_resolution_s=0.001 if self.any_fraction else 1.0,
+            )
+            for engine, store in sorted(self.stores.items())
         )
-        for engine, samples in sorted(per_engine.items())
-    )

@@ -1,0 +1,284 @@
+"""The shape of a run: the levels its batch held, the bursts it peaked in, and what rises
+into and falls out of each. One rule, the same everywhere in a run:
+
+- a *plateau* is a stretch of Decode lines whose batch stays within ``2 × batch_tolerance``
+  of its level (a one-line dip does not end it) and is *held*: at least three lines (two
+  intervals); the run's top level also counts with two lines a timestamp step apart. A run
+  cut short by a traceback needs four lines for every level;
+- a held plateau that the batch *fell* to from the item before it, without dipping below
+  it on the way and with no admission while on it, is a *tail*: the last requests of what
+  came before finishing. A tail is no segment: the drain of the item before it runs on
+  through it. Every other held plateau is a segment (a concurrency level);
+- between two held plateaus (or the run's start and end, at batch 0), a peak above both
+  that the batch did not hold is a *burst*: a segment of its own, whose level is its peak,
+  with no steady phase. It is never part of a ramp or a drain;
+- between two consecutive items the batch has a lowest point (the *valley*): the item on
+  the left drains down to it (its *drain*), the item on the right rises from it (its
+  *ramp*). A rise straight from one level to a higher one is the higher one's ramp, and the
+  lower one has no drain; a fall is the higher one's drain.
+
+Under KV-cache retractions only the highest plateau is a level (the batch saw-tooths
+between sizes the client never chose), and no bursts are sought in the saw-tooth.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ncuflow.phases.model.intervals import DecodeInterval
+from ncuflow.phases.model.traces import BatchSample
+
+START, PLATEAU, TAIL, BURST = "start", "plateau", "tail", "burst"
+
+
+@dataclass(frozen=True, slots=True)
+class Plateau:
+    first: int  # index into the run's Decode lines
+    last: int
+    level: int
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One plateau, tail or burst of a run, with the valleys before and after it: indices
+    into the run's Decode lines (-1: the run's start; len(lines): the run's end)."""
+
+    kind: str
+    first: int
+    last: int
+    level: int
+    rise_from: int = -1
+    fall_to: int = -1
+
+
+def within(a: int, b: int, band: float) -> bool:
+    return min(a, b) >= (1 - band) * max(a, b)
+
+
+def masked_batch(decodes: Sequence[BatchSample], band: float) -> list[int]:
+    """#running-req of each Decode line; -1 where a PD decode node is still ramping (many
+    requests still arriving by KV transfer)."""
+    return [
+        s.running
+        if s.incoming is None or s.running >= (1 - band) * (s.running + s.incoming)
+        else -1
+        for s in decodes
+    ]
+
+
+def grow_plateau(running: Sequence[int], first: int, band: float) -> Plateau:
+    level = floor = running[first]
+    last = k = first
+    while k + 1 < len(running):
+        value = running[k + 1]
+        if value > level and floor >= (1 - band) * value:
+            level, last, k = value, k + 1, k + 1
+        elif (1 - band) * level <= value <= level:
+            floor, last, k = min(floor, value), k + 1, k + 1
+        elif (
+            0 < value < level
+            and k + 2 < len(running)
+            and (1 - band) * level <= running[k + 2] <= level
+        ):
+            k += 1  # a one-line dip: a request finished, its replacement not yet running
+        else:
+            break
+    return Plateau(first, last, level)
+
+
+def raw_plateaus(running: Sequence[int], band: float) -> list[Plateau]:
+    found: list[Plateau] = []
+    index = 0
+    while index < len(running):
+        if running[index] <= 0:
+            index += 1
+            continue
+        plateau = grow_plateau(running, index, band)
+        found.append(plateau)
+        index = plateau.last + 1
+    return found
+
+
+def held_plateaus(
+    decodes: Sequence[BatchSample], running: Sequence[int], *, band: float, resolution_s: float,
+    aborted: bool,
+) -> list[Plateau]:
+    """The plateaus the batch held (see the module), same-level neighbours with no peak
+    between them merged."""
+    raw = raw_plateaus(running, band)
+    if not raw:
+        return []
+    top = max(p.level for p in raw)
+
+    def held(p: Plateau) -> bool:
+        lines = p.last - p.first + 1
+        if aborted:
+            return lines >= 4
+        if lines >= 3:
+            return True
+        return (
+            lines == 2
+            and p.level >= (1 - band) * top
+            and decodes[p.last].time_s - decodes[p.first].time_s >= resolution_s
+        )
+
+    merged: list[Plateau] = []
+    for plateau in (p for p in raw if held(p)):
+        if merged and within(plateau.level, merged[-1].level, band):
+            between = running[merged[-1].last + 1 : plateau.first]
+            ceiling = max(plateau.level, merged[-1].level)
+            if not any(v > ceiling and not within(v, ceiling, band) for v in between):
+                merged[-1] = Plateau(merged[-1].first, plateau.last, ceiling)
+                continue
+        merged.append(plateau)
+    return merged
+
+
+def _bases(values: Sequence[int], wall: int) -> list[float]:
+    """For each line, the lowest batch between it and the nearest higher line before it
+    (or, if there is none, down to the anchor ``wall``, which counts as ground at its own
+    level): one pass with a stack, linear in the lines."""
+    inf = float("inf")
+    stack: list[list[float]] = []  # [value, lowest value between it and the entry above]
+    bases: list[float] = []
+    for value in values:
+        low = inf
+        while stack:
+            low = min(low, stack[-1][1])
+            if stack[-1][0] > value:
+                break
+            low = min(low, stack.pop()[0])
+        if stack:
+            stack[-1][1] = low
+            bases.append(low)
+        else:
+            bases.append(min(low, wall))
+        stack.append([value, inf])
+    return bases
+
+
+def find_bursts(
+    running: Sequence[int], lo: int, hi: int, left: int, right: int, band: float
+) -> list[Plateau]:
+    """Peaks in running[lo..hi] (the lines between two anchors at batch ``left`` and
+    ``right``) that rise above the lowest point on either side of them (down to the nearest
+    higher line, or the anchor) by more than the band: bursts, in time order. A peak's
+    neighbours within the band of it belong to it."""
+    if lo > hi:
+        return []
+    values = list(running[lo : hi + 1])
+    before = _bases(values, left)
+    after = _bases(values[::-1], right)[::-1]
+    peak = [
+        v > 0 and v > max(a, b) and not within(v, int(max(a, b, 0)), band)
+        for v, a, b in zip(values, before, after, strict=True)
+    ]
+    found: list[Plateau] = []
+    index = 0
+    while index < len(values):
+        if not peak[index]:
+            index += 1
+            continue
+        last = index
+        while last + 1 < len(values) and peak[last + 1]:
+            last += 1
+        level = max(values[index : last + 1])
+        first = index
+        floor = found[-1].last - lo if found else -1
+        while first - 1 > floor and values[first - 1] > 0 and within(values[first - 1], level, band):
+            first -= 1
+        while last + 1 < len(values) and not peak[last + 1] and values[last + 1] > 0 and within(values[last + 1], level, band):
+            last += 1
+        found.append(Plateau(lo + first, lo + last, level))
+        index = last + 1
+    return found
+
+
+def _valley(running: Sequence[int], lo: int, hi: int, *, rising: bool) -> int:
+    """The lowest line of running[lo..hi]: the last of equal lows before a rise, the first
+    before a fall."""
+    low = min(running[lo : hi + 1])
+    indices = [i for i in range(lo, hi + 1) if running[i] == low]
+    return indices[-1] if rising else indices[0]
+
+
+def refilled(plateau: Plateau, decodes: Sequence[BatchSample], intervals: Sequence[DecodeInterval]) -> bool:
+    """Requests were admitted while the batch stayed on the plateau."""
+    on = intervals[plateau.first : plateau.last]
+    return any(i.admitting or i.cached_prompt for i in on) or any(
+        (d.incoming or 0) > 0 for d in decodes[plateau.first : plateau.last + 1]
+    )
+
+
+def run_shape(
+    decodes: Sequence[BatchSample],
+    intervals: Sequence[DecodeInterval],
+    *,
+    band: float,
+    resolution_s: float,
+    aborted: bool,
+    retractions: bool,
+) -> list[Item]:
+    """The plateaus, tails and bursts of one run in time order, with their valleys."""
+    running = masked_batch(decodes, band)
+    held = held_plateaus(decodes, running, band=band, resolution_s=resolution_s, aborted=aborted)
+    if retractions:
+        held = [max(held, key=lambda p: (p.level, p.last - p.first))] if held else []
+    items: list[tuple[str, Plateau]] = []
+    anchors = [Plateau(-1, -1, 0), *held, Plateau(len(running), len(running), 0)]
+    for number, (left, right) in enumerate(itertools.pairwise(anchors)):
+        if not (aborted or retractions) and len(running) >= 2:
+            for burst in find_bursts(running, left.last + 1, right.first - 1, left.level, right.level, band):
+                items.append((BURST, burst))
+        if number < len(held):
+            items.append((PLATEAU, right))
+    kinds = _tails(items, running, decodes, intervals, band)
+    return _with_valleys(kinds, running)
+
+
+def _tails(
+    items: Sequence[tuple[str, Plateau]],
+    running: Sequence[int],
+    decodes: Sequence[BatchSample],
+    intervals: Sequence[DecodeInterval],
+    band: float,
+) -> list[tuple[str, Plateau]]:
+    """A held plateau the batch fell to from the item before it, with no dip below it on the
+    way and no admission on it, is a tail."""
+    out: list[tuple[str, Plateau]] = []
+    for kind, plateau in items:
+        if kind == PLATEAU and out:
+            before = out[-1][1]
+            fell = before.level > plateau.level and not within(before.level, plateau.level, band)
+            between = [v for v in running[before.last + 1 : plateau.first] if v > 0]
+            dipped = bool(between) and min(between) < (1 - band) * plateau.level
+            if fell and not dipped and not refilled(plateau, decodes, intervals):
+                kind = TAIL
+        out.append((kind, plateau))
+    return out
+
+
+def _with_valleys(items: Sequence[tuple[str, Plateau]], running: Sequence[int]) -> list[Item]:
+    """Each item with the valley it rises from and the one it falls to; a tail's fall
+    belongs to the last item before it that is not a tail."""
+    end = len(running)
+    valleys = [-1]
+    for (_, left), (_, right) in itertools.pairwise(items):
+        rising = right.level > left.level
+        valleys.append(_valley(running, left.last, right.first, rising=rising))
+    valleys.append(end)
+    shaped = [
+        Item(kind, p.first, p.last, p.level, valleys[n], valleys[n + 1])
+        for n, (kind, p) in enumerate(items)
+    ]
+    out: list[Item] = []
+    for item in shaped:
+        if item.kind == TAIL:
+            owner = next((k for k in range(len(out) - 1, -1, -1) if out[k].kind != TAIL), None)
+            if owner is not None:
+                o = out[owner]
+                out[owner] = Item(o.kind, o.first, o.last, o.level, o.rise_from, item.fall_to)
+        out.append(item)
+    return out
