@@ -105,7 +105,8 @@ ALLOWED_STAGES: dict[str, set[str]] = {
     "read": {"store"},
     # a stored run's identity is the cell spec it measured: the store names runs by ``CellSpec``
     # (``ncuflow.cells.contract``, plain data; never the registry, which asks the machine about its GPU)
-    "store": {"cells"},
+    # ... and checks that a run's report is whole by its framing (``ncuflow.read.framing``, plain bytes)
+    "store": {"cells", "read"},
     "analyze": {"read", "store"},
     "output": {"analyze", "read", "store"},
     "cells": set(),
@@ -137,6 +138,12 @@ def test_imports_point_down_the_stages(module: str) -> None:
 def test_the_store_knows_cells_only_by_their_contract(module: str) -> None:
     reached = {name for name in GRAPH[module] if name.startswith("ncuflow.cells")}
     assert reached <= {"ncuflow.cells.contract", "ncuflow.cells.contract.CellSpec", "ncuflow.cells.contract.ParamValue"}, reached
+
+
+@pytest.mark.parametrize("module", [m for m in SOURCES if _stage(m) == "store"])
+def test_the_store_reads_only_a_reports_framing(module: str) -> None:
+    reached = {name for name in GRAPH[module] if name.startswith("ncuflow.read")}
+    assert reached <= {"ncuflow.read.framing", "ncuflow.read.framing.framing_problem"}, reached
 
 
 def _project_edges(module: str) -> set[str]:
