@@ -62,8 +62,10 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         return
     per_report = []
     with _warnings_to_stderr():
-        for source, launches, _ in read_sources(found, jobs=resolve_jobs(jobs), strict=True):
+        for source, launches, notes in read_sources(found, jobs=resolve_jobs(jobs), strict=True):
             assert launches is not None  # strict: an unreadable report raises
+            for note in notes:  # what the reader said (an escalation not used, a damaged last action)
+                click.echo(f"ncuflow: warning: {note}", err=True)
             if launches:
                 per_report.append((source.report, launches, [classify(x, threshold) for x in launches]))
     if as_json:
