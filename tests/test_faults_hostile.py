@@ -33,7 +33,7 @@ import pytest
 
 from ncuflow import store
 from ncuflow.profile.sweep import parse_sweep
-from ncuflow.store import MANIFEST_NAME, REPORT_NAME
+from ncuflow.store import MANIFEST_NAME
 from tests.hostile import FIGURES, REPO, fake_ncu_env, figures_line, run_limited
 
 SMALL = "yzwang2000__cudaCode__profile.ncu-rep"
@@ -335,5 +335,6 @@ def test_jobs_far_above_the_cores_are_bounded_where_they_enter(corpus_dir: Path)
     SEEN["jobs_64_peak_processes"] = peak
     assert process.returncode == 0 and "Traceback" not in stderr
     assert f"--jobs 64 lowered to {bound}" in stderr
-    # the workers, the forkserver that starts them, a replacement overlapping a retiring one, the resource tracker
-    assert peak <= bound + 3, peak
+    # the workers and, at worst, a replacement overlapping each retiring one (ncuflow.read.pool), the forkserver
+    # that starts them and the resource tracker; before the bound, 42 processes here
+    assert peak <= 2 * bound + 2, peak

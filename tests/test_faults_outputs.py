@@ -218,7 +218,7 @@ def test_exports_killed_at_random_moments_never_leave_an_accepted_mismatched_pai
     rng = random.Random(int(os.environ.get("NCUFLOW_FAULT_SEED", "9")))
     out = tmp_path / "out.parquet"
     states: Counter[str] = Counter()
-    for trial in range(int(os.environ.get("NCUFLOW_PAIR_KILLS", "8"))):
+    for trial in range(int(os.environ.get("NCUFLOW_PAIR_KILLS", "6"))):
         reports = [SMALL] if trial % 2 else SEVERAL
         process = subprocess.Popen([sys.executable, "-m", "ncuflow", *_export(corpus_dir, out, reports)], cwd=REPO,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -256,10 +256,10 @@ def test_a_report_killed_between_its_renames_keeps_a_whole_report_and_the_next_c
         SEEN["kills"] += 1
         assert _named_plots_exist(out)  # the earlier report.md, with its own plots
     rng = random.Random(5)
-    for _ in range(4):
+    for _ in range(3):
         process = subprocess.Popen([sys.executable, "-m", "ncuflow", "report", str(store), "-o", str(out)], cwd=REPO,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        time.sleep(rng.uniform(1.0, 4.0))
+        time.sleep(rng.uniform(1.0, 3.5))
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             SEEN["kills"] += 1

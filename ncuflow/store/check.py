@@ -20,7 +20,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncuflow.store import DAMAGED_PREFIX, DamagedRun, RunRecord, StoreError, visible_dirs, inspect_run, scan_runs
+from ncuflow.store import (
+    DAMAGED_PREFIX,
+    DamagedRun,
+    RunRecord,
+    StoreError,
+    inspect_run,
+    scan_runs,
+    visible_dirs,
+)
 
 
 @dataclass(frozen=True)
