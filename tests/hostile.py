@@ -5,7 +5,7 @@ an address-space limit (``RLIMIT_AS``, 2 GiB by default: a command that reads
 ``/dev/zero`` into memory stops with a MemoryError instead of taking the machine) and a
 wall-clock limit (60 s: a FIFO read that blocks is a hang, and the whole session is
 killed). It returns the exit status, what the command printed, its time and its peak
-resident memory (``wait4``). ``FIGURES`` counts, over the session, every case tried and
+resident memory (``VmHWM``, sampled every 20 ms). ``FIGURES`` counts, over the session, every case tried and
 what went wrong; the fault suites add their own counts (runs hidden, links replaced,
 mismatched pairs accepted) and ``figures_line`` prints them for the README's reliability
 section (``pytest -s``).
@@ -56,6 +56,18 @@ class Ran:
         return self.code != 0 and not self.traceback and not self.timed_out and "ncuflow: " in self.stderr
 
 
+def _high_water_kib(pid: int) -> int:
+    """The process's peak resident memory so far (``VmHWM``: of its own program, from its exec on;
+    ``wait4``'s ``ru_maxrss`` would count the pytest process it was forked from)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 def _limits(memory: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
 
@@ -71,16 +83,17 @@ def run_limited(args: list[str], *, cwd: Path = REPO, env: dict[str, str] | None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                    start_new_session=True, preexec_fn=lambda: _limits(memory))
-    timed_out, status, usage = False, 0, None
+    timed_out, status, peak_kib = False, 0, 0
     while True:
-        pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+        peak_kib = max(peak_kib, _high_water_kib(process.pid))
+        pid, status, _ = os.wait4(process.pid, os.WNOHANG)
         if pid:
             break
         if time.monotonic() - started > timeout:
             timed_out = True
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-            _, status, usage = os.wait4(process.pid, 0)
+            _, status, _ = os.wait4(process.pid, 0)
             break
         time.sleep(0.02)
     process.returncode = os.waitstatus_to_exitcode(status)  # reaped here: Popen must not wait again
@@ -91,8 +104,7 @@ def run_limited(args: list[str], *, cwd: Path = REPO, env: dict[str, str] | None
     stderr = err_path.read_text(errors="replace")
     for path in ([] if stdout_file else [out_path]) + [err_path]:
         path.unlink(missing_ok=True)
-    ran = Ran(tuple(argv), process.returncode, stdout, stderr, seconds, usage.ru_maxrss / 1024 if usage else 0.0,
-              timed_out)
+    ran = Ran(tuple(argv), process.returncode, stdout, stderr, seconds, peak_kib / 1024, timed_out)
     FIGURES["cases"] += 1
     FIGURES["tracebacks"] += ran.traceback
     FIGURES["hangs"] += timed_out

@@ -174,6 +174,8 @@ def _hostile_manifest(run: Path, kind: str) -> None:
         os.mkfifo(manifest)
     elif kind == "dev_zero":
         manifest.symlink_to("/dev/zero")
+    elif kind == "huge":  # 17 MiB: over the 16 MiB a manifest may hold
+        manifest.write_text('{"pad": "' + "x" * (17 << 20) + '"}')
     else:
         manifest.write_text("[" * 100_000 + "]" * 100_000)
 
@@ -201,6 +203,15 @@ def test_a_hostile_manifest_is_one_damaged_run_for_every_command(corpus_dir: Pat
     _assert_clean(ran, codes=(1,) if command == "store check" else (0,))
     assert "manifest.json" in ran.output and str(records[1].path) in ran.output
     assert ran.peak_mib < 1024
+
+
+def test_a_manifest_larger_than_16_mib_is_not_read(corpus_dir: Path, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    records = _sweep_store(root, corpus_dir, [16, 32])
+    _hostile_manifest(records[1].path, "huge")
+    ran = run_limited(["store", "check", str(root)], case="manifest-huge")
+    _assert_clean(ran, codes=(1,))
+    assert "larger than 16 MiB" in ran.stdout and ran.peak_mib < 1024
 
 
 @pytest.mark.parametrize("content", ["[1]", '"x"', "[" * 100_000, "FIFO"])
