@@ -121,33 +121,3 @@ def driver_version(index: int = 0) -> str | None:
 def has_nvidia_smi() -> bool:
     return shutil.which("nvidia-smi") is not None
 
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity), not the machine's count."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def _first_number(*paths: str) -> int | None:
-    for path in paths:
-        with contextlib.suppress(OSError, ValueError, IndexError), open(path, encoding="ascii") as handle:
-            return int(handle.read().split()[0])
-    return None
-
-
-def available_memory_bytes() -> int | None:
-    """Memory this process can still take: the kernel's MemAvailable, less where its control
-    group (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) leaves less; None when unknown."""
-    available: int | None = None
-    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo", encoding="ascii") as handle:
-        for line in handle:
-            if line.startswith("MemAvailable:"):
-                available = int(line.split()[1]) * 1024
-    limit = _first_number("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
-    used = _first_number("/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes")
-    if limit is not None and used is not None and limit < 1 << 60:
-        room = max(0, limit - used)
-        available = room if available is None else min(available, room)
-    return available

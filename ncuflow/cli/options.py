@@ -3,6 +3,8 @@ the stability tolerances (with the kernel filter that goes with them)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -78,6 +80,37 @@ def tolerances_from(tol_exact: float, tol_bytes: float, tol_rate: float, tol_tim
     return base.with_overrides(overrides) if overrides else base
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), not the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _first_number(*paths: str) -> int | None:
+    for path in paths:
+        with contextlib.suppress(OSError, ValueError, IndexError), open(path, encoding="ascii") as handle:
+            return int(handle.read().split()[0])
+    return None
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process can still take: the kernel's MemAvailable, less where its control
+    group (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) leaves less; None when unknown."""
+    available: int | None = None
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    limit = _first_number("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+    used = _first_number("/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes")
+    if limit is not None and used is not None and limit < 1 << 60:
+        room = max(0, limit - used)
+        available = room if available is None else min(available, room)
+    return available
+
+
 # Memory one reading worker may take at its peak (``ncuflow.read.pool``: a worker is retired near
 # 200 MB above its base, and its replacement overlaps it), so that N workers fit in memory.
 JOB_MEMORY_BYTES = 512 * 2**20
@@ -86,8 +119,6 @@ JOB_MEMORY_BYTES = 512 * 2**20
 def jobs_bound() -> tuple[int, str]:
     """The most reading workers this machine runs at once, and why: its usable cores, and the
     available memory at ``JOB_MEMORY_BYTES`` a worker."""
-    from ncuflow.host import available_memory_bytes, usable_cores
-
     cores = usable_cores()
     memory = available_memory_bytes()
     by_memory = cores if memory is None else max(1, memory // JOB_MEMORY_BYTES)
