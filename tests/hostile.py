@@ -122,9 +122,16 @@ def fake_ncu_env(report: Path, calls: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def figures_line(title: str, figures: Counter[str]) -> str:
-    plain = {k: v for k, v in figures.items() if not k.startswith("case:")}
+def figures_line(title: str, *parts: Counter[str]) -> str:
+    """One line of figures (zeros kept: a Counter's ``+`` would drop them, and 0 is the point)."""
+    plain: dict[str, float] = {}
+    for part in parts:
+        for key, value in part.items():
+            if not key.startswith("case:"):
+                plain[key] = plain.get(key, 0) + value
     if "max_seconds_x100" in plain:
-        plain["max_seconds"] = plain.pop("max_seconds_x100") / 100  # type: ignore[assignment]
-    plain["kinds_of_case"] = sum(1 for k in figures if k.startswith("case:"))
+        plain["max_seconds"] = plain.pop("max_seconds_x100") / 100
+    kinds = sum(1 for part in parts for k in part if k.startswith("case:"))
+    if kinds:
+        plain["kinds_of_case"] = kinds
     return f"\n{title}: {json.dumps(plain, sort_keys=True)}"

@@ -64,7 +64,7 @@ sys.exit(main(sys.argv[1:]))
 @pytest.fixture(scope="module", autouse=True)
 def _print_figures() -> Iterator[None]:
     yield
-    print(figures_line("output and pair figures", FIGURES + SEEN))
+    print(figures_line("output and pair figures", SEEN), figures_line("fault suite so far", FIGURES))
 
 
 def _watched(args: list[str], mode: str, after: int = 1, sleep: float = 0.0) -> tuple[list[str], dict[str, str]]:
@@ -79,6 +79,12 @@ def _export(corpus_dir: Path, out: Path, reports: list[str] = SEVERAL) -> list[s
 def _pair_state(out: Path) -> str:
     """What a reader makes of the pair at ``out``: "matched", "refused" (mismatched, said so) or "absent";
     a mismatched pair the reader accepted is counted (it must never happen)."""
+    state = _read_pair(out)
+    SEEN[f"pairs_read_{state}"] += 1
+    return state
+
+
+def _read_pair(out: Path) -> str:
     if not out.exists():
         return "absent"
     try:
@@ -238,7 +244,10 @@ def _named_plots_exist(folder: Path) -> bool:
     text = (folder / "report.md").read_text()
     report_id = text.rsplit("Report id: `", 1)[1][:8]
     named = re.findall(r"\]\(([^()/]+\.png)\)", text)
-    return bool(named) and all((folder / n).is_file() and n.endswith(f"-{report_id}.png") for n in named)
+    whole = bool(named) and all((folder / n).is_file() and n.endswith(f"-{report_id}.png") for n in named)
+    SEEN["reports_read"] += 1
+    SEEN["mismatched_reports_accepted"] += not whole
+    return whole
 
 
 def test_a_report_killed_between_its_renames_keeps_a_whole_report_and_the_next_cleans_up(
