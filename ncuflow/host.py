@@ -120,3 +120,4 @@ def driver_version(index: int = 0) -> str | None:
 
 def has_nvidia_smi() -> bool:
     return shutil.which("nvidia-smi") is not None
+

@@ -4,7 +4,10 @@ Every trial runs the real command line (``python -m ncuflow sweep``) with the fa
 kills it (the process, or its whole process group) with SIGKILL at a random moment,
 looks for any process left running that belongs to the trial's store, and at the end
 resumes the sweep and counts the runs of every point: none may be lost, none doubled,
-no temporary folder may be left or come back. The figures are printed (run with -s)
+no temporary folder may be left or come back, and ``store check`` finds no damaged run
+(no report cut short). Each trial runs under the fault suite's memory limit
+(``tests.hostile.MEMORY_LIMIT``). Kills of ``export`` and ``report`` between their renames
+are in ``tests/test_faults_outputs.py``. The figures are printed (run with -s)
 and quoted in the README's Reliability section.
 
 NCUFLOW_FAULT_KILLS (default 30) and NCUFLOW_FAULT_SEED (default 9) size and seed it.
@@ -16,6 +19,7 @@ import contextlib
 import json
 import os
 import random
+import resource
 import signal
 import subprocess
 import sys
@@ -29,6 +33,7 @@ import pytest
 from ncuflow import store
 from ncuflow.profile.sweep import load_sweep
 from ncuflow.store import lock as point_lock
+from tests.hostile import MEMORY_LIMIT
 
 FAKE_NCU = Path(__file__).parent / "fake_ncu" / "ncu"
 REPO = Path(__file__).resolve().parent.parent
@@ -131,7 +136,8 @@ def test_random_kill_9_loses_nothing_doubles_nothing_leaves_nothing(corpus_dir: 
         hung = trial % 5 == 0  # every fifth trial: ncu hangs (with a child), then the kill
         env = _env(corpus_dir, calls, FAKE_NCU_SLEEP="0.3", **({"FAKE_NCU_MODE": "hang"} if hung else {}))
         proc = subprocess.Popen(_sweep_command(sweep_file, root), env=env, cwd=REPO, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT)))
         time.sleep(rng.uniform(1.0, 2.2) if hung else rng.uniform(0.3, 1.8))
         if proc.poll() is None:
             whole_group = rng.random() < 0.5
@@ -157,6 +163,10 @@ def test_random_kill_9_loses_nothing_doubles_nothing_leaves_nothing(corpus_dir: 
         assert "Traceback" not in done.stdout + done.stderr
         per_key = _runs_per_key(root)
         assert set(per_key) == keys
+        checked = subprocess.run([sys.executable, "-m", "ncuflow", "store", "check", str(root)], cwd=REPO,
+                                 capture_output=True, text=True, timeout=120)
+        figures["damaged_after_resume"] += checked.returncode != 0  # a report cut short would be named here
+        assert checked.returncode == 0 and "0 damaged" in checked.stderr, checked.stdout + checked.stderr
         figures["runs"] += sum(per_key.values())
         figures["lost"] += sum(max(0, replicas - per_key[k]) for k in keys)
         figures["duplicated"] += sum(max(0, per_key[k] - replicas) for k in keys)
@@ -166,7 +176,8 @@ def test_random_kill_9_loses_nothing_doubles_nothing_leaves_nothing(corpus_dir: 
     print("\nfault figures:", json.dumps(dict(figures), sort_keys=True))
     assert figures["kills"] >= wanted_kills
     assert figures["runs"] == len(stores) * len(keys) * replicas
-    assert (figures["lost"], figures["duplicated"], figures["processes_left"], figures["temporary_folders"]) == (0, 0, 0, 0)
+    assert (figures["lost"], figures["duplicated"], figures["processes_left"], figures["temporary_folders"],
+            figures["damaged_after_resume"]) == (0, 0, 0, 0, 0)
 
 
 @pytest.mark.slow

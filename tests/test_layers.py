@@ -120,8 +120,8 @@ def _stage(module: str) -> str:
     parts = module.split(".")
     if module == "ncuflow.__main__":  # the entry point is part of the command line
         return "cli"
-    if len(parts) == 1 or (len(parts) == 2 and SOURCES[module].name != "__init__.py"):
-        return "core"
+    if len(parts) == 1 or (len(parts) == 2 and SOURCES[module].name != "__init__.py") or parts[1] == "files":
+        return "core"  # top-level modules, and ncuflow.files (atomic outputs, checked inputs)
     return parts[1]
 
 
@@ -131,7 +131,8 @@ ALLOWED_STAGES: dict[str, set[str]] = {
     "read": {"store"},
     # a stored run's identity is the cell spec it measured: the store names runs by ``CellSpec``
     # (``ncuflow.cells.contract``, plain data; never the registry, which asks the machine about its GPU)
-    "store": {"cells"},
+    # ... and checks that a run's report is whole by its framing (``ncuflow.read.framing``, plain bytes)
+    "store": {"cells", "read"},
     "analyze": {"read", "store"},
     "output": {"analyze", "read", "store"},
     "cells": set(),
@@ -172,6 +173,12 @@ def test_the_root_imports_its_api_lazily_only() -> None:
     every = _imports(SOURCES[ROOT_PACKAGE], ROOT_PACKAGE)
     assert {n for n in every if n.startswith("ncuflow.")} <= LAZY_API
     assert not {n for n in GRAPH[ROOT_PACKAGE] if n.startswith("ncuflow.")}
+
+
+@pytest.mark.parametrize("module", [m for m in SOURCES if _stage(m) == "store"])
+def test_the_store_reads_only_a_reports_framing(module: str) -> None:
+    reached = {name for name in GRAPH[module] if name.startswith("ncuflow.read")}
+    assert reached <= {"ncuflow.read.framing", "ncuflow.read.framing.framing_problem"}, reached
 
 
 def _project_edges(module: str) -> set[str]:

@@ -42,12 +42,14 @@ def test_report_writes_markdown_plots_and_tables(store: Path, tmp_path: Path) ->
     assert "| fill | work changes off the critical path | yes | no |" in text
     assert "| on | the parameter does not reach the kernel | no | no |" in text
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert pngs == ["roofline.png", "sweep-flag-0-silu.png", "sweep-impl-0-transpose.png", "sweep-stage-0-scan.png",
-                    "terms.png"]
+    report_id = text.rsplit("Report id: `", 1)[1][:8]  # in each plot's name: report.md and its plots are one unit
+    assert pngs == [f"{stem}-{report_id}.png" for stem in ("roofline", "sweep-flag-0-silu",
+                                                         "sweep-impl-0-transpose", "sweep-stage-0-scan", "terms")]
     for name in pngs:
         assert f"]({name})" in text
         width, height = _png_size(out / name)
         assert width >= 600 and height >= 400
+    assert pl.read_parquet_metadata(out / "stability.parquet")["ncuflow.report_id"] == report_id
     stability = pl.read_parquet(out / "stability.parquet")
     assert stability["group"].n_unique() == 9
     explain = pl.read_parquet(out / "explain.parquet")
@@ -73,4 +75,5 @@ def test_report_names_an_unreadable_run_and_skips_it(store: Path, tmp_path: Path
     victim.write_bytes(b"not a report")
     loaded = load_paths([copy])
     assert len(loaded.runs) == 8
-    assert any("skipped" in note and "not an Nsight Compute report" in note for note in loaded.notes)
+    # the store names it as a damaged run (repairable by `store check --repair`), before any reader opens it
+    assert [line for line in loaded.damaged if str(victim.parent) in line and "report signature" in line]

@@ -8,6 +8,7 @@ never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from typing import Any
@@ -110,7 +111,18 @@ def _store_warnings_as_lines() -> None:
     warnings.simplefilter("always", DamagedRunWarning)
 
 
+def _streams_never_fail() -> None:
+    """A character the terminal's encoding lacks (a path with 'é' under ``PYTHONIOENCODING=ascii``,
+    a name with a byte that is not UTF-8, a '≤' in a table) is written escaped, never a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # a TextIOWrapper's; a test's capture may lack it
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
+
+
 def main(argv: list[str] | None = None) -> Any:
+    _streams_never_fail()
     try:
         return cli.main(args=argv, prog_name="ncuflow", standalone_mode=False)
     except NcuflowError as error:

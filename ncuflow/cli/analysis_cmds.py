@@ -44,7 +44,7 @@ def _guard_outputs(markdown_path: Path | None, parquet_path: Path | None, table:
     if markdown_path is not None:
         from ncuflow.output.markdown import guard_markdown
 
-        guard_markdown(markdown_path, inputs=inputs)
+        guard_markdown(markdown_path, title=table, inputs=inputs)
     if parquet_path is not None:
         from ncuflow.output.export import guard_parquet
 

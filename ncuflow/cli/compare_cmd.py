@@ -42,10 +42,12 @@ def compare_command(
     on a side make its noise known; a side measured once can only show large changes.
     """
     from ncuflow.analyze.compare import compare_loaded, comparison_document, parse_pair
-    from ncuflow.output.markdown import compare_markdown
+    from ncuflow.output.markdown import compare_markdown, guard_markdown, write_markdown
     from ncuflow.read.pool import resolve_jobs
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
+    if markdown_path is not None:  # refused before any work, as every Markdown output (issue 24)
+        guard_markdown(markdown_path, title="compare", inputs=[base, new])
     named_pairs = [parse_pair(text) for text in pairs]
     selection = selection_from(kernel, nvtx)
     loaded_base = selection.load([base], jobs=resolve_jobs(jobs))
@@ -57,9 +59,8 @@ def compare_command(
     comparison = compare_loaded(loaded_base, loaded_new, base_label=str(base), new_label=str(new),
                                 tolerances=tolerances, threshold=threshold, pairs=named_pairs)
     if markdown_path is not None:
-        markdown_path.parent.mkdir(parents=True, exist_ok=True)
-        markdown_path.write_text(f"# ncuflow compare {base} {new}\n\n" + "\n".join(compare_markdown(comparison)) + "\n",
-                                 encoding="utf-8")
+        write_markdown(f"# ncuflow compare {base} {new}\n\n" + "\n".join(compare_markdown(comparison)) + "\n",
+                       markdown_path, title="compare", inputs=[base, new])
         click.echo(f"wrote {markdown_path}", err=True)
     if as_json:
         click.echo(json.dumps(comparison_document(comparison), indent=1))

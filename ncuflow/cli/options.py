@@ -3,6 +3,8 @@ the stability tolerances (with the kernel filter that goes with them)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -78,13 +80,77 @@ def tolerances_from(tol_exact: float, tol_bytes: float, tol_rate: float, tol_tim
     return base.with_overrides(overrides) if overrides else base
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), not the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _first_number(*paths: str) -> int | None:
+    for path in paths:
+        with contextlib.suppress(OSError, ValueError, IndexError), open(path, encoding="ascii") as handle:
+            return int(handle.read().split()[0])
+    return None
+
+
+def available_memory_bytes() -> int | None:
+    """Memory this process can still take: the kernel's MemAvailable, less where its control
+    group (v2 ``memory.max``, v1 ``memory.limit_in_bytes``) leaves less; None when unknown."""
+    available: int | None = None
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024
+    limit = _first_number("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+    used = _first_number("/sys/fs/cgroup/memory.current", "/sys/fs/cgroup/memory/memory.usage_in_bytes")
+    if limit is not None and used is not None and limit < 1 << 60:
+        room = max(0, limit - used)
+        available = room if available is None else min(available, room)
+    return available
+
+
+# Memory one reading worker may take at its peak (``ncuflow.read.pool``: a worker is retired near
+# 200 MB above its base, and its replacement overlaps it), so that N workers fit in memory.
+JOB_MEMORY_BYTES = 512 * 2**20
+
+
+def jobs_bound() -> tuple[int, str]:
+    """The most reading workers this machine runs at once, and why: its usable cores, and the
+    available memory at ``JOB_MEMORY_BYTES`` a worker."""
+    cores = usable_cores()
+    memory = available_memory_bytes()
+    by_memory = cores if memory is None else max(1, memory // JOB_MEMORY_BYTES)
+    why = f"{cores} usable cores" + ("" if memory is None else f", {memory / 2**30:.1f} GiB of memory available")
+    return min(cores, by_memory), why
+
+
+def _bounded_jobs(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """``--jobs`` where it enters: more workers than cores (or than memory holds) only wait for
+    one another and multiply memory, so a larger value is lowered to the bound, with one line."""
+    if value == 0:
+        return value
+    bound, why = jobs_bound()
+    if value is None:
+        return bound
+    if value > bound:
+        click.echo(f"ncuflow: note: --jobs {value} lowered to {bound}: this machine runs {bound} reading "
+                   f"workers at once ({why}).", err=True)
+        return bound
+    return value
+
+
 def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
-    """``--jobs N``: reports are read in N worker processes (see ``ncuflow.read.pool``)."""
+    """``--jobs N``: reports are read in N worker processes (see ``ncuflow.read.pool``),
+    at most as many as the usable cores and the available memory allow (``jobs_bound``)."""
     return click.option(
         "--jobs", "-j",
         type=click.IntRange(min=0),
         default=None,
-        help="Read reports in N worker processes [default: the usable cores]. Each worker is replaced "
+        callback=_bounded_jobs,
+        help="Read reports in N worker processes [default: the usable cores]; at most the usable "
+             "cores, and one per 512 MiB of available memory. Each worker is replaced "
              "after reading 16 MiB of reports (NCUFLOW_WORKER_BYTES), so memory does not grow with "
              "their number; this process reads the first ones while the workers start. "
              "0 reads everything in this process.",

@@ -69,7 +69,9 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         return
     per_report = []
     with _warnings_to_stderr():
-        for source, read, _ in read_sources(found, jobs=resolve_jobs(jobs), strict=True):
+        for source, read, notes in read_sources(found, jobs=resolve_jobs(jobs), strict=True):
+            for note in notes:  # what the reader said (an escalation not used, a damaged last action)
+                click.echo(f"ncuflow: warning: {note}", err=True)
             launches = [x for x in read or () if keep(x)]  # strict: an unreadable report raises
             if launches:
                 per_report.append((source.report, launches, [classify(x, threshold) for x in launches]))

@@ -27,11 +27,13 @@ from ncuflow.analyze.selection import Selection
 from ncuflow.errors import NcuflowError
 from ncuflow.files import (
     TMP_MARK,
+    OutputError,
     as_output_error,
     atomic_path,
     atomic_paths,
     guard_output,
     os_errors_as_messages,
+    output_target,
     parquet_table_recogniser,
     remove_temporaries,
 )
@@ -114,62 +116,94 @@ def _metadata(table: str, export_id: str | None = None) -> dict[str, str]:
     return metadata
 
 
+def refuse_undecodable_folder(target: Path, *, kind: str, option: str) -> None:
+    """polars takes paths as text: a folder whose name holds a byte that is not UTF-8 cannot be
+    written by it (the file's own name can: its temporary's name is plain, ``files.temporary_beside``)."""
+    try:
+        str(output_target(target).parent).encode("utf-8")
+    except UnicodeEncodeError:
+        raise OutputError(
+            f"Refusing to write {kind} to {target}: the name of its folder holds a byte that is not UTF-8 text.",
+            "The parquet writer (polars) takes only paths that are text; the file itself may have any name.",
+            f"Give {option} a folder whose name is UTF-8 text.",
+        ) from None
+
+
 def guard_parquet(target: Path, *, table: str, inputs: Sequence[Path] = (), option: str = "the output") -> None:
     """Refuse ``target`` unless it is new or an earlier ncuflow parquet table of the same kind."""
-    guard_output(target, kind=f"an ncuflow {table} parquet table", recognise=parquet_table_recogniser(table),
-                 inputs=inputs, option=option)
+    kind = f"an ncuflow {table} parquet table"
+    guard_output(target, kind=kind, recognise=parquet_table_recogniser(table), inputs=inputs, option=option)
+    refuse_undecodable_folder(target, kind=kind, option=option)
 
 
 def write_parquet(frame: pl.DataFrame, target: Path, *, table: str, inputs: Sequence[Path] = (),
-                  option: str = "the output") -> None:
-    """Write one frame atomically with the schema version in the file metadata.
+                  option: str = "the output", metadata: dict[str, str] | None = None) -> None:
+    """Write one frame atomically with the schema version (and ``metadata``) in the file metadata.
 
     Refuses a target that is an input or an existing file that is not a parquet table
     of the same kind written by ncuflow (``files.guard_output``).
     """
     guard_parquet(target, table=table, inputs=inputs, option=option)
     with atomic_output(target) as temporary:
-        frame.write_parquet(temporary, metadata=_metadata(table))
+        frame.write_parquet(temporary, metadata={**_metadata(table), **(metadata or {})})
 
 
 def read_schema_version(path: Path) -> str | None:
     return pl.read_parquet_metadata(path).get(METADATA_KEY)
 
 
+class MismatchedPairError(NcuflowError):
+    """The launches and metrics tables beside each other were written by different exports."""
+
+
+def _parquet_metadata(path: Path) -> dict[str, str]:
+    """A parquet file's key-value metadata; one paragraph where the file is missing or no parquet."""
+    try:
+        return dict(pl.read_parquet_metadata(path))
+    except FileNotFoundError:
+        raise NcuflowError(f"{path} does not exist.", "", "Pass the file that `ncuflow export -o` wrote.") from None
+    except Exception as error:  # polars' error for a file that is not parquet, or cut short
+        raise NcuflowError(f"{path} cannot be read as a parquet file: {error}.", "",
+                           "Export again: `ncuflow export` writes the file whole or not at all.") from None
+
+
 def read_export(launches_path: Path) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """An export's launches table and, where it has one, its long metrics table, checked as a pair.
 
-    Both files of one export carry the same ``ncuflow.export_id``; a metrics table from
-    another export (an export without ``--metrics-long`` after one with it, or a crash
-    between the two renames) is refused rather than joined to launches it does not describe.
+    Both files of one export carry the same ``ncuflow.export_id``. A metrics table from
+    another export (an export without ``--metrics-long`` after one with it, an export killed
+    between its two renames, two exports to one output at once) is a mismatched pair:
+    refused with one paragraph, never joined to launches it does not describe.
     """
-    launches_meta = pl.read_parquet_metadata(launches_path)
+    launches_meta = _parquet_metadata(launches_path)
     if launches_meta.get("ncuflow.table") != "launches":
         raise NcuflowError(
             f"{launches_path} is not an ncuflow launches table.",
             "`ncuflow export` writes it with ncuflow.table = launches in the parquet metadata.",
             "Pass the file that `ncuflow export -o` wrote.",
         )
-    launches = pl.read_parquet(launches_path)
     metrics_path = metrics_path_for(launches_path)
+    wanted = launches_meta.get("ncuflow.export_id")
     if not metrics_path.is_file():
-        return launches, None
-    wanted, found = launches_meta.get("ncuflow.export_id"), pl.read_parquet_metadata(metrics_path).get("ncuflow.export_id")
+        return pl.read_parquet(launches_path), None
+    found = _parquet_metadata(metrics_path).get("ncuflow.export_id")
     if wanted is None or found != wanted:
-        raise NcuflowError(
-            f"{metrics_path} does not belong to {launches_path}: its export id is {found}, the launches' {wanted}.",
-            "It was written by another export (an export without --metrics-long after one with it, or one "
-            "stopped between renaming the two files), so its rows describe other launches.",
+        raise MismatchedPairError(
+            f"Mismatched pair: {metrics_path} does not belong to {launches_path}: its export id is {found}, "
+            f"the launches' {wanted}.",
+            "It was written by another export (an export without --metrics-long after one with it, one "
+            "killed between renaming its two files, or two exports to this output at once), so its rows "
+            "describe other launches.",
             f"Export again with --metrics-long to write a matching pair, or delete {metrics_path.name}.",
         )
-    return launches, pl.read_parquet(metrics_path)
+    return pl.read_parquet(launches_path), pl.read_parquet(metrics_path)
 
 
-def _assemble(folder: Path, name: str, schema: dict[str, Any], temporary: Path, *, table: str, export_id: str) -> None:
+def _assemble(folder: Path, name: str, schema: dict[str, Any], temporary: Path, *,
+              metadata: dict[str, str]) -> None:
     """Concatenate the parts named ``name-*`` in name order (= input order) into ``temporary``
     (the caller renames it into place with its pair)."""
     parts = sorted(folder.glob(f"{name}-*.parquet"))
-    metadata = _metadata(table, export_id)
     if parts:
         pl.scan_parquet(parts).sink_parquet(temporary, metadata=metadata)
     else:
@@ -216,6 +250,7 @@ def _prepare_outputs(output: Path, metrics_long: bool, reports: Sequence[Path]) 
     metrics_path = metrics_path_for(output) if metrics_long else None
     guard_output(output, kind="a launches table", recognise=parquet_table_recogniser("launches"),
                  inputs=reports, option="-o/--output")
+    refuse_undecodable_folder(output, kind="a launches table", option="-o/--output")
     if metrics_path is not None:
         guard_output(metrics_path, kind="a metrics table", recognise=parquet_table_recogniser("metrics"),
                      inputs=reports, option="-o/--output (its .metrics.parquet sibling)")
@@ -287,13 +322,13 @@ def export_reports(
         # failure the previous launches/metrics pair is left exactly as it was.
         export_id = uuid.uuid4().hex
         targets = [output] if metrics_path is None else [metrics_path, output]
-        with atomic_paths(targets) as temporaries:
+        launches_metadata = _metadata("launches", export_id)
+        with atomic_paths(targets) as temporaries:  # the metrics table first: launches name their pair
             if metrics_path is not None:
-                _assemble(parts, "metrics", METRICS_SCHEMA, temporaries[0], table="metrics", export_id=export_id)
-            if not launches.write_whole(temporaries[-1], _metadata("launches", export_id)):
+                _assemble(parts, "metrics", METRICS_SCHEMA, temporaries[0], metadata=_metadata("metrics", export_id))
+            if not launches.write_whole(temporaries[-1], launches_metadata):
                 launches.close()
-                _assemble(parts, "launches", launches_schema(), temporaries[-1], table="launches",
-                          export_id=export_id)
+                _assemble(parts, "launches", launches_schema(), temporaries[-1], metadata=launches_metadata)
     if metrics_path is None:
         _warn_if_stale_metrics(output)
     return ExportResult(

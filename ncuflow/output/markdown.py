@@ -166,9 +166,10 @@ def compare_markdown(comparison: Comparison) -> list[str]:
     return lines
 
 
-def guard_markdown(target: Path, *, inputs: Sequence[Path] = (), option: str = "--markdown") -> None:
-    """Refuse ``target`` unless it is new or an earlier ncuflow Markdown output (first line ``# ncuflow``)."""
-    guard_output(target, kind="an ncuflow Markdown file", recognise=text_recogniser("# ncuflow"),
+def guard_markdown(target: Path, *, title: str, inputs: Sequence[Path] = (), option: str = "--markdown") -> None:
+    """Refuse ``target`` unless it is new or an earlier ncuflow Markdown output of the same kind:
+    its first line is ``# ncuflow <title>`` (a stability table is not replaced by a comparison)."""
+    guard_output(target, kind=f"an ncuflow {title} Markdown file", recognise=text_recogniser(f"# ncuflow {title}"),
                  inputs=inputs, option=option)
 
 
@@ -176,10 +177,11 @@ def write_markdown(text: str, target: Path, *, title: str, inputs: Sequence[Path
                    option: str = "--markdown") -> Path:
     """Write a Markdown document atomically; its first line is ``# ncuflow <title>``.
 
-    Refuses a target that is an input or an existing file that is not an earlier
-    ncuflow Markdown output (recognised by that first line).
+    Every Markdown output goes through here (or ``guard_markdown`` first, for a folder of
+    files): refused where the target is an input or an existing file that is not an earlier
+    ncuflow Markdown output of the same title (recognised by that first line).
     """
-    guard_markdown(target, inputs=inputs, option=option)
+    guard_markdown(target, title=title, inputs=inputs, option=option)
     heading = f"# ncuflow {title}"
     body = text if text.startswith(heading) else f"{heading}\n\n{text}"
     atomic_write_text(target, body)

@@ -1,14 +1,27 @@
-"""The study report of a profile store on disk: report.md, PNG plots and parquet tables."""
+"""The study report of a profile store on disk: report.md, PNG plots and parquet tables.
+
+report.md names its plots, and is committed with them as a unit: each plot's name carries
+the report's id (``terms-3fa9c1d2.png``), so writing a report replaces no plot that an
+earlier report.md names. The plots and tables are renamed into place first and report.md
+last, under the folder's lock (``files.atomic_paths``); then the plots that report.md no
+longer names are removed. Killed at any moment, the folder's report.md names plots that
+are there and are its own. The parquet tables carry the same id (``ncuflow.report_id`` in
+their metadata, quoted at the end of report.md), so a reader can tell tables of another
+report.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import re
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ncuflow.analyze.study import Analysis
-from ncuflow.files import OutputError, atomic_paths, guard_output, png_recogniser
+from ncuflow.files import OutputError, atomic_paths, folders_locked, guard_output, png_recogniser
 from ncuflow.output.markdown import guard_markdown, report_markdown
 
 # ---------------------------------------------------------------------------
@@ -31,19 +44,20 @@ def _slug(text: str) -> str:
 TERMS_PER_PLOT = 16  # cells per utilization bar chart (more would not read at a glance)
 
 
-def _planned_plots(analysis: Analysis) -> list[tuple[str, str, object]]:
-    """(plot key, file name, what to plot) for every plot of the report."""
+def _planned_plots(analysis: Analysis, report_id: str) -> list[tuple[str, str, object]]:
+    """(plot key, file name, what to plot) for every plot of the report; each name ends in the report's id."""
     planned: list[tuple[str, str, object]] = []
     points = list(analysis.points)
     for index in range(0, len(points), TERMS_PER_PLOT):
-        name = "terms.png" if index == 0 else f"terms-{index // TERMS_PER_PLOT + 1}.png"
+        name = f"terms-{report_id}.png" if index == 0 else f"terms-{index // TERMS_PER_PLOT + 1}-{report_id}.png"
         key = "terms" if index == 0 else f"terms:{index // TERMS_PER_PLOT + 1}"
         planned.append((key, name, points[index : index + TERMS_PER_PLOT]))
     for param, explained in analysis.sweeps.items():
         for index, ge in enumerate(explained):
-            planned.append((f"sweep:{param}:{index}", f"sweep-{_slug(param)}-{index}-{_slug(ge.group.cell)}.png", ge))
+            planned.append((f"sweep:{param}:{index}",
+                            f"sweep-{_slug(param)}-{index}-{_slug(ge.group.cell)}-{report_id}.png", ge))
     if analysis.points:
-        planned.append(("roofline", "roofline.png", _rooflines(analysis)))
+        planned.append(("roofline", f"roofline-{report_id}.png", _rooflines(analysis)))
     return planned
 
 
@@ -52,6 +66,34 @@ def _rooflines(analysis: Analysis) -> tuple[Any, ...]:
     from ncuflow.analyze.roofline import measurement_groups, rooflines
 
     return rooflines(measurement_groups([s.point for s in analysis.points]), analysis.threshold)
+
+
+# The plots a report writes (with the id of their report; without it, as before issue 24).
+_REPORT_PLOT = re.compile(r"(terms|terms-\d+|roofline|sweep-.+-\d+-.+?)(-[0-9a-f]{8})?\.png")
+
+
+def _named_plots(markdown: Path) -> set[str]:
+    """The plot files a report.md names."""
+    try:
+        return set(re.findall(r"\]\(([^()/]+\.png)\)", markdown.read_text(encoding="utf-8", errors="replace")))
+    except OSError:
+        return set()
+
+
+def remove_unnamed_plots(out: Path) -> list[Path]:
+    """Remove the report plots (ncuflow's, by name and content) that the folder's report.md does
+    not name: those of earlier reports. Under the folder's lock, so a report committing meanwhile
+    keeps its own."""
+    removed: list[Path] = []
+    with folders_locked([out]):
+        named = _named_plots(out / "report.md")
+        for path in sorted(out.glob("*.png")):
+            with contextlib.suppress(OSError):
+                if (path.name not in named and _REPORT_PLOT.fullmatch(path.name) and path.is_file()
+                        and not path.is_symlink() and png_recogniser(path)):
+                    path.unlink()
+                    removed.append(path)
+    return removed
 
 
 def guard_report_folder(out_dir: Path, inputs: Sequence[Path] = ()) -> None:
@@ -68,12 +110,13 @@ def guard_report_folder(out_dir: Path, inputs: Sequence[Path] = ()) -> None:
 
 def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True,
                  inputs: Sequence[Path] = ()) -> WrittenReport:
-    """report.md, PNG plots and the numbers as parquet in ``out_dir``, committed together.
+    """report.md, PNG plots and the numbers as parquet in ``out_dir``, committed as a unit.
 
     Every file is checked before any is written: none may be an input, and an existing
     one must be an earlier output of the same kind (``files.guard_output``). All are
-    written to temporary files first and renamed into place together at the end, so a
-    failure (a full disk, a plot that cannot be drawn) leaves the previous report whole.
+    written to temporary files first and renamed into place together at the end, report.md
+    last, so a failure (a full disk, a plot that cannot be drawn) or a kill leaves the
+    previous report whole; the plots no report.md names are removed after the commit.
     """
     from ncuflow.output.deep_markdown import roofline_markdown, waiting_markdown
     from ncuflow.output.export import guard_parquet, write_parquet
@@ -82,9 +125,10 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
 
     out = Path(out_dir)
     guard_report_folder(out, inputs)
-    planned = _planned_plots(analysis)
+    report_id = uuid.uuid4().hex[:8]
+    planned = _planned_plots(analysis, report_id)
     markdown = out / "report.md"
-    guard_markdown(markdown, inputs=inputs, option="-o/--output")
+    guard_markdown(markdown, title="report", inputs=inputs, option="-o/--output")
     for _key, name, _what in planned:
         guard_output(out / name, kind="an ncuflow plot", recognise=png_recogniser, inputs=inputs,
                      option="-o/--output")
@@ -104,10 +148,14 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
                 plot_sweep(what, temporary)  # type: ignore[arg-type]
             plots[key] = name
         for (table, frame), temporary in zip(tables.items(), temporaries[len(plot_paths):], strict=False):
-            write_parquet(frame, temporary, table=table)
+            write_parquet(frame, temporary, table=table, metadata={"ncuflow.report_id": report_id})
         lines = next((what for key, _name, what in planned if key == "roofline"), ())
         extra = [*roofline_markdown(lines, plots.get("roofline")), *waiting_markdown(analysis)]  # type: ignore[arg-type]
-        Path(temporaries[-1]).write_text(report_markdown(analysis, plots, extra), encoding="utf-8")
+        text = report_markdown(analysis, plots, extra) + (
+            f"\nReport id: `{report_id}` (in the name of each plot, and as `ncuflow.report_id` in the "
+            "metadata of the parquet tables beside this file).\n")
+        Path(temporaries[-1]).write_text(text, encoding="utf-8")
+    remove_unnamed_plots(out)
     return WrittenReport(markdown, tuple(plot_paths), tuple(table_paths))
 
 

@@ -112,10 +112,7 @@ def find_reports(paths: Iterable[Path | str]) -> list[Path]:
                 "Check the path, or point at the folder that holds your reports.",
             )
         if path.is_dir():
-            below = sorted(
-                p for p in path.rglob("*")
-                if p.is_file() and p.name.endswith(REPORT_SUFFIXES) and not _in_hidden_folder(p, path)
-            )
+            below = sorted(p for p in _files_below(path) if p.name.endswith(REPORT_SUFFIXES) and p.is_file())
             if not below:
                 raise NoReportsFound(
                     f"The folder {path} holds no Nsight Compute report.",
@@ -135,10 +132,24 @@ def find_reports(paths: Iterable[Path | str]) -> list[Path]:
     return found
 
 
-def _in_hidden_folder(report: Path, searched: Path) -> bool:
-    """Whether ``report`` lies in a hidden folder below ``searched``: a store's tier-2
-    escalation runs (``.tier2``, read with the run they escalate) and temporary folders."""
-    return any(part.startswith(".") for part in report.relative_to(searched).parts[:-1])
+def _files_below(folder: Path) -> Iterator[Path]:
+    """Every entry below ``folder`` that is not a folder, outside hidden folders, without
+    following links to folders (a link may loop). Walked with a stack, not by recursion
+    (``Path.rglob`` and Python 3.11's ``os.walk`` recurse: a folder 1500 levels deep raised
+    RecursionError, issue 24); a folder that cannot be listed is passed over, as rglob did."""
+    stack = [folder]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        if not entry.name.startswith("."):
+                            stack.append(Path(entry.path))
+                    else:
+                        yield Path(entry.path)
+        except OSError:
+            continue
 
 
 def _file_type(mode: int) -> str:

@@ -262,7 +262,8 @@ def read_source(report: Path, record: RunRecord | None, kernel: str | None = Non
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             found = read_run_launches(record) if record is not None else read_launches(report)
-        notes.extend(f"{report}: {w.message}" for w in caught)
+        notes.extend(str(w.message) if str(w.message).startswith(f"{report}:") else f"{report}: {w.message}"
+                     for w in caught)
     except NcuflowError as error:
         if strict:
             raise

@@ -11,7 +11,7 @@ a complete run: an interrupted profile or sweep never leaves a half run that loo
 whole, and ``iter_runs`` never reads a temporary folder. Runs that failed are kept,
 for their log, as ``.failed-<run-id>`` (also ignored by ``iter_runs``). A visible run
 folder whose manifest does not validate (``ncuflow.store.manifest``) or whose report is
-gone is damaged: ``iter_runs`` skips it with one ``DamagedRunWarning`` and
+gone or cut short (``ncuflow.read.framing``) is damaged: ``iter_runs`` skips it with one ``DamagedRunWarning`` and
 ``ncuflow.store.check`` moves it aside as ``.damaged-<run-id>``.
 
 This module is plain file I/O: it imports neither ``ncu_report`` nor polars.
@@ -42,6 +42,7 @@ from ncuflow.files import (
     os_error,
     pid_alive,
 )
+from ncuflow.read.framing import framing_problem  # plain bytes: the store's only look into read
 from ncuflow.store.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
@@ -360,9 +361,9 @@ def inspect_run(path: Path, *, point: Path | None = None) -> RunRecord | Damaged
 
     A run is a visible folder (never a link) holding ``manifest.json`` or ``report.ncu-rep``:
     anything else at that depth is not a run, neither complete nor damaged. A run whose
-    manifest does not validate, whose report is gone or is not a regular file, or, when
-    found in a store under ``point``, whose manifest belongs to another cell, point or run
-    folder, is damaged.
+    manifest does not validate, whose report is gone, is not a regular file or is cut short
+    (its framing, ``ncuflow.read.framing``), or, when found in a store under ``point``, whose
+    manifest belongs to another cell, point or run folder, is damaged.
     """
     folder = Path(path)
     if folder.name.startswith(".") or folder.is_symlink() or not folder.is_dir():
@@ -380,6 +381,9 @@ def inspect_run(path: Path, *, point: Path | None = None) -> RunRecord | Damaged
     misplaced = _misplaced(folder, manifest) if point is not None else None
     if misplaced is not None:
         return DamagedRun(folder, misplaced)
+    cut = framing_problem(report)
+    if cut is not None:
+        return DamagedRun(folder, f"{REPORT_NAME}: {cut}")
     return RunRecord(path=folder, manifest=manifest, report_path=report, log_path=folder / LOG_NAME)
 
 
@@ -403,7 +407,7 @@ def read_run(path: Path) -> RunRecord | None:
     return found
 
 
-def _visible_dirs(folder: Path) -> list[Path]:
+def visible_dirs(folder: Path) -> list[Path]:
     """The folders in ``folder`` a store reader visits: visible, and not links (a link may loop)."""
     try:
         return sorted(p for p in folder.iterdir() if not p.name.startswith(".") and not p.is_symlink() and p.is_dir())
@@ -420,10 +424,10 @@ def scan_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord | Damag
     base = Path(root)
     if not base.is_dir():
         return
-    cells = [base / _safe(cell)] if cell is not None else _visible_dirs(base)
+    cells = [base / _safe(cell)] if cell is not None else visible_dirs(base)
     for cell_folder in cells:
-        for point in _visible_dirs(cell_folder):
-            for run_folder in _visible_dirs(point):
+        for point in visible_dirs(cell_folder):
+            for run_folder in visible_dirs(point):
                 found = inspect_run(run_folder, point=point)
                 if found is not None:
                     yield found
@@ -446,10 +450,10 @@ def complete_runs_for_key(root: Path, cell: str, content_key: str) -> list[RunRe
     """Complete runs of one point (same cell and full content key), oldest first."""
     cell_folder = Path(root) / _safe(cell)
     runs: list[RunRecord] = []
-    for point in _visible_dirs(cell_folder):
+    for point in visible_dirs(cell_folder):
         if not point.name.endswith(f"-{content_key[:8]}"):
             continue
-        for run_folder in _visible_dirs(point):
+        for run_folder in visible_dirs(point):
             found = inspect_run(run_folder, point=point)
             if isinstance(found, DamagedRun):
                 warnings.warn(DamagedRunWarning(found.line()), stacklevel=2)

@@ -1,11 +1,17 @@
 """``ncuflow store check``: list the damaged runs of a store and, on request, move them aside.
 
 A damaged run is a visible run folder whose manifest does not validate (truncated
-JSON, a required field missing, a field of the wrong type) or whose report is gone.
+JSON, a required field missing, a field of the wrong type), belongs to another cell,
+point or folder, or whose report is gone or cut short (``store.inspect_run``).
 Repairing renames it, within its point folder, to ``.damaged-<run-id>``: no reader
 visits dot-folders, a sweep then profiles the point again, and nothing is deleted (the
 report and the log stay there for a look). Runs written by a newer ncuflow (an unknown
 schema version) are named but never moved.
+
+A folder that holds no run at a store's depth (``<cell>/<point>/<run>``) but complete runs
+at another (``profiles/``, whose stores lie below it; a cell or point folder of a store) is
+refused with one paragraph naming the store to check instead: checking or sweeping it would
+read, repair or grow the wrong folder.
 """
 
 from __future__ import annotations
@@ -14,7 +20,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncuflow.store import DAMAGED_PREFIX, DamagedRun, RunRecord, StoreError, scan_runs
+from ncuflow.store import (
+    DAMAGED_PREFIX,
+    DamagedRun,
+    RunRecord,
+    StoreError,
+    inspect_run,
+    scan_runs,
+    visible_dirs,
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +51,7 @@ def check_store(root: Path) -> StoreCheck:
             "store check reads a profile store (the --store folder of profile and sweep).",
             "Give the path of the store, e.g. profiles/.",
         )
+    refuse_misrooted(base, "store check", "ncuflow store check {store}")
     complete = 0
     damaged: list[DamagedRun] = []
     for found in scan_runs(base):
@@ -45,6 +60,52 @@ def check_store(root: Path) -> StoreCheck:
         else:
             damaged.append(found)
     return StoreCheck(base, complete, tuple(damaged))
+
+
+def _store_above(base: Path) -> Path | None:
+    """The store ``base`` lies in, where it is a run, point or cell folder of one."""
+    if isinstance(inspect_run(base), RunRecord):
+        return base.parent.parent.parent
+    for child in visible_dirs(base):
+        if isinstance(inspect_run(child, point=base), RunRecord):
+            return base.parent.parent
+        if any(isinstance(inspect_run(run, point=child), RunRecord) for run in visible_dirs(child)):
+            return base.parent
+    return None
+
+
+def stores_below(base: Path, depth: int = 2) -> list[Path]:
+    """The folders up to ``depth`` levels below ``base`` that hold complete runs at a store's depth."""
+    found: list[Path] = []
+    for child in visible_dirs(base):
+        if any(isinstance(item, RunRecord) for item in scan_runs(child)):
+            found.append(child)
+        elif depth > 1:
+            found += stores_below(child, depth - 1)
+    return found
+
+
+def refuse_misrooted(base: Path, command: str, usage: str) -> None:
+    """Refuse a "store" that holds no run at a store's depth while complete runs lie at another:
+    the stores below it (``profiles/``), or the store it is a cell, point or run folder of."""
+    if not base.is_dir() or any(True for _ in scan_runs(base)):
+        return
+    above = _store_above(base)
+    below = [] if above is not None else stores_below(base)
+    if above is None and not below:
+        return
+    stores = [above] if above is not None else below
+    where = (f"it is a folder inside the store {above}" if above is not None else
+             f"its complete runs lie one or two levels further down, in the store{'s' * (len(below) > 1)} "
+             f"{', '.join(map(str, below[:5]))}"
+             + (f" and {len(below) - 5} more" if len(below) > 5 else ""))
+    raise StoreError(
+        f"{base} is not a profile store: it holds no run at a store's depth (<cell>/<point>/<run>), and {where}.",
+        f"{command} reads one store; run on this folder it would look at the wrong depth "
+        "(nothing here is moved or written).",
+        f"Give {command} the store itself: `{usage.format(store=stores[0])}`"
+        + (f" (and likewise for the other {len(stores) - 1})" if len(stores) > 1 else "") + ".",
+    )
 
 
 def move_aside(run: DamagedRun) -> Path:
@@ -77,6 +138,7 @@ def move_aside_damaged(root: Path, cell: str) -> list[tuple[DamagedRun, Path]]:
     Runs written by a newer ncuflow are left where they are. Returns each moved run and
     where it went, so the caller can name them.
     """
+    refuse_misrooted(Path(root), "sweep", "ncuflow sweep SWEEP_FILE --store {store}")
     moved: list[tuple[DamagedRun, Path]] = []
     for found in scan_runs(Path(root), cell):
         if isinstance(found, DamagedRun) and not found.newer:

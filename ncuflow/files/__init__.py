@@ -7,6 +7,14 @@ content is written to a hidden temporary file beside the target, flushed to disk
 renamed onto the target only when the whole write succeeded. A failed or interrupted
 write leaves the previous file as it was and no partial file behind.
 
+A target that is a link is written where the link leads (``output_target``): the link
+stays. A target that leads into ``/proc`` (``/dev/stdout`` is a link to
+``/proc/self/fd/1``) or to a FIFO, device, socket or folder is refused. Files that belong
+together are renamed under an exclusive lock of their folder, so two commands writing one
+pair commit one after the other. Every write first removes the temporary files that dead
+processes left in the target's folder. Temporary names are plain text whatever the
+target's name (a name with a byte that is not UTF-8 reaches no library as text).
+
 ``guard_output`` refuses a target that is one of the command's inputs, is not a
 regular file, or already holds something that is not a previous output of the same
 kind; the kind is recognised by the file's content (a report by its signature), never
@@ -20,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import os
 import shutil
 import stat
@@ -29,6 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.errors import NcuflowError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: pairs are committed without the folder lock
+    fcntl = None  # type: ignore[assignment]
 
 TMP_MARK = ".ncuflow-tmp-"
 REPORT_SIGNATURE = b"NVR\x00"  # how every report ncu writes begins (read.reportfile.REPORT_MAGIC)
@@ -102,8 +116,78 @@ def os_errors_as_messages(path: Path | str | None = None, doing: str = "write") 
 # ---------------------------------------------------------------------------- atomic writes
 
 
-def temporary_beside(target: Path) -> Path:
-    return target.with_name(f"{TMP_MARK}{os.getpid()}-{target.name}")
+def _plain_name(name: str) -> str:
+    """``name`` where it is UTF-8 text of a usable length, else a digest of its bytes."""
+    try:
+        if len(name.encode("utf-8")) <= 160:
+            return name
+    except UnicodeEncodeError:  # a byte that is not UTF-8 (kept as a surrogate by the OS layer)
+        pass
+    return hashlib.sha256(os.fsencode(name)).hexdigest()[:24]
+
+
+def temporary_beside(target: Path, role: str = "") -> Path:
+    return target.with_name(f"{TMP_MARK}{os.getpid()}-{role}{_plain_name(target.name)}")
+
+
+MAX_LINK_HOPS = 40
+
+
+def _in_proc(folder: Path) -> bool:
+    """Whether ``folder`` (a real path) lies in /proc, where a name is a process's file descriptor."""
+    if folder == Path("/proc") or Path("/proc") in folder.parents:
+        return True
+    try:
+        return os.stat(folder).st_dev == os.stat("/proc").st_dev
+    except OSError:
+        return False
+
+
+def output_target(target: Path, *, kind: str = "the output", option: str = "the output") -> Path:
+    """The file writing ``target`` replaces: where its links lead, in its real folder.
+
+    A link is followed (and kept); a target that leads into /proc (``/dev/stdout`` leads to
+    ``/proc/self/fd/1``), or to a FIFO, device, socket or folder, is refused with one paragraph.
+    """
+    given = Path(target)
+    current = given if given.is_absolute() else Path(os.getcwd()) / given
+    for _ in range(MAX_LINK_HOPS):
+        folder = Path(os.path.realpath(current.parent))
+        here = folder / current.name
+        if _in_proc(folder):
+            raise OutputError(
+                f"Refusing to write {kind} to {given}: it is a special file (it leads to {here}, a file "
+                "descriptor of a process, such as standard output), not a regular file.",
+                "Replacing it would replace a link of the system, and a pipe or terminal cannot take "
+                "a file written whole and renamed into place.",
+                f"Give {option} the path of a regular file (then `cat` it where you wanted it).")
+        try:
+            mode = os.lstat(here).st_mode
+        except FileNotFoundError:
+            return here
+        except OSError as error:
+            raise os_error(error, given, "write") from None
+        if not stat.S_ISLNK(mode):
+            if not stat.S_ISREG(mode):
+                raise OutputError(f"Refusing to write {kind} to {given}: it is {file_kind(mode)}, "
+                                  "not a regular file.", "", f"Give {option} the path of a regular file.")
+            return here
+        current = folder / os.readlink(here)
+    raise OutputError(f"Refusing to write {kind} to {given}: its links lead more than {MAX_LINK_HOPS} "
+                      "links deep (a loop).", "", f"Give {option} the path of a regular file.")
+
+
+@contextlib.contextmanager
+def folders_locked(folders: Iterable[Path]) -> Iterator[None]:
+    """An exclusive ``flock`` of each folder (in name order) while the block runs: the commits of
+    two pairs into one folder take turns. Best effort: a folder that cannot be locked is not."""
+    with contextlib.ExitStack() as held:
+        for folder in sorted(set(folders)) if fcntl is not None else ():
+            with contextlib.suppress(OSError):
+                descriptor = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+                held.callback(os.close, descriptor)
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
 
 
 def fsync_path(path: Path) -> None:
@@ -140,33 +224,42 @@ def atomic_paths(targets: Sequence[Path], *, make_parents: bool = True) -> Itera
     ``make_parents=False`` never creates a folder: a file for a run folder that was
     removed meanwhile (an interrupted run) fails instead of re-creating the folder.
     """
-    finals = [Path(t) for t in targets]
-    temporaries = [temporary_beside(t) for t in finals]
+    given = [Path(t) for t in targets]
+    finals = list(given)
+    temporaries: list[Path] = []
     backups: list[tuple[Path, Path]] = []
     replaced: list[Path] = []
     current = finals[0] if finals else Path(".")
     try:
-        for final in finals:
-            current = final
+        for index, target in enumerate(given):
+            current = target
             if make_parents:
-                final.parent.mkdir(parents=True, exist_ok=True)
+                target.parent.mkdir(parents=True, exist_ok=True)
+            finals[index] = output_target(target)
+        if len(set(finals)) < len(finals):
+            raise OutputError(f"Refusing to write {', '.join(map(str, given))}: two of them are one file (a link).",
+                              "Files that belong together must be separate files.", "Give them separate paths.")
+        for folder in dict.fromkeys(f.parent for f in finals):
+            remove_temporaries(folder)
+        temporaries = [temporary_beside(final) for final in finals]
         yield temporaries
         for temporary in temporaries:
             fsync_path(temporary)
-        if len(finals) > 1:
-            for final in finals:
-                if final.is_file():
-                    backup = final.with_name(f"{TMP_MARK}{os.getpid()}-previous-{final.name}")
-                    backup.unlink(missing_ok=True)
-                    try:  # best effort: a file system without hard links gets no rollback
-                        os.link(final, backup)
-                    except OSError:
-                        continue
-                    backups.append((final, backup))
-        for temporary, final in zip(temporaries, finals, strict=True):
-            current = final
-            os.replace(temporary, final)
-            replaced.append(final)
+        with folders_locked(f.parent for f in finals) if len(finals) > 1 else contextlib.nullcontext():
+            if len(finals) > 1:
+                for final in finals:
+                    if final.is_file():
+                        backup = temporary_beside(final, "previous-")
+                        backup.unlink(missing_ok=True)
+                        try:  # best effort: a file system without hard links gets no rollback
+                            os.link(final, backup)
+                        except OSError:
+                            continue
+                        backups.append((final, backup))
+            for temporary, final in zip(temporaries, finals, strict=True):
+                current = final
+                os.replace(temporary, final)
+                replaced.append(final)
         for folder in dict.fromkeys(f.parent for f in finals):
             fsync_path(folder)
     except BaseException as error:
@@ -179,7 +272,7 @@ def atomic_paths(targets: Sequence[Path], *, make_parents: bool = True) -> Itera
                 with contextlib.suppress(OSError):
                     final.unlink()
         if isinstance(error, OSError) and error.filename is not None:  # name the output, not its temporary
-            named = {str(t): f for t, f in zip(temporaries, finals, strict=True)}
+            named = {str(t): f for t, f in zip(temporaries, finals, strict=False)}
             current = named.get(str(error.filename), current)
         converted = as_output_error(error, current)
         if converted is error:
@@ -292,9 +385,12 @@ def png_recogniser(path: Path) -> bool:
 
 def _describe(path: Path) -> str:
     try:
-        head = _head(path, 8)
+        head = _head(path, 80)
     except OSError:
         return "a file ncuflow cannot read"
+    if head.startswith(b"# ncuflow "):
+        first_line = head.splitlines()[0][:40].decode(errors="replace")
+        return f"ncuflow Markdown of another kind ({first_line!r})"
     if head.startswith(REPORT_SIGNATURE):
         return "an Nsight Compute report"
     if head.startswith(PARQUET_MAGIC):
@@ -319,24 +415,19 @@ def guard_output(target: Path, *, kind: str, recognise: Callable[[Path], bool],
     ``recognise`` says is a previous ncuflow output of the same ``kind``. Refused, with
     one paragraph: an input of this command, a folder, a FIFO or device, anything else.
     """
-    path = Path(target)
+    given = Path(target)
+    path = output_target(given, kind=kind, option=option)
+    shown = f"{given} (a link to {path})" if os.path.islink(given) else str(given)
     for source in inputs:
         source_path = Path(source)
-        if _same_file(path, source_path) or (source_path.is_dir() and path.absolute() == source_path.absolute()):
+        if _same_file(path, source_path) or (source_path.is_dir() and path == Path(os.path.realpath(source_path))):
             raise OutputError(
-                f"Refusing to write {kind} to {path}: it is also an input of this command.",
+                f"Refusing to write {kind} to {shown}: it is also an input of this command.",
                 "Writing there would replace the data being read.",
                 f"Give {option} another path.",
             )
     if not os.path.lexists(path):
         return
-    if path.is_dir():
-        raise OutputError(f"Refusing to write {kind} to {path}: it is a folder.", "",
-                          f"Give {option} a file name.")
-    if not path.is_file():
-        raise OutputError(
-            f"Refusing to write {kind} to {path}: it is not a regular file (a FIFO, device or socket).",
-            "", f"Give {option} the path of a regular file.")
     try:
         empty = path.stat().st_size == 0
         ours = empty or recognise(path)
@@ -344,7 +435,7 @@ def guard_output(target: Path, *, kind: str, recognise: Callable[[Path], bool],
         raise os_error(error, path, "read") from None
     if not ours:
         raise OutputError(
-            f"Refusing to overwrite {path}: it is {_describe(path)}, not {kind} from an earlier run.",
+            f"Refusing to overwrite {shown}: it is {_describe(path)}, not {kind} from an earlier run.",
             "ncuflow replaces only its own earlier outputs of the same kind (recognised by content).",
             f"Give {option} a new path, or remove that file yourself if you no longer need it.",
         )
@@ -366,117 +457,10 @@ def make_console() -> Any:
     return Console(soft_wrap=False, width=max(PIPED_WIDTH, int(columns) if columns.isdigit() else 0))
 
 
-# ---------------------------------------------------------------------------- bounded input
+# Reading files checked before a byte is read (ncuflow.files.inputs): re-exported, one import for callers.
+from ncuflow.files.inputs import InputFileError, file_kind, open_regular_file, read_small_file  # noqa: E402
 
-
-class InputFileError(NcuflowError):
-    """A file ncuflow was asked to read is missing, not a regular file, or too large."""
-
-
-def file_kind(mode: int) -> str:
-    """What a file of this ``st_mode`` is, for messages: "a FIFO", "a character device", ..."""
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder")):
-        if test(mode):
-            return name
-    return "a special file"
-
-
-class _NotRegular(Exception):
-    """Raised by ``_open_regular``: the opened path is no regular file (its ``st_mode``)."""
-
-    def __init__(self, mode: int) -> None:
-        super().__init__(file_kind(mode))
-        self.mode = mode
-
-
-def _open_regular(path: Path) -> tuple[int, os.stat_result]:
-    """A read-only descriptor of ``path`` and its status, checked to be a regular file.
-
-    Opened without blocking and checked on the descriptor, so a FIFO (which would wait for a
-    writer forever), a device such as /dev/zero (which never ends), a socket or a folder is
-    refused (``_NotRegular``) before a byte is read, and a file swapped for one of those
-    between a check and the open cannot slip through. OSError as ``os.open`` raises it.
-    """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    try:
-        status = os.fstat(fd)
-        if not stat.S_ISREG(status.st_mode):
-            raise _NotRegular(status.st_mode)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, status
-
-
-def read_small_file(path: Path, limit: int, *, what: str, error: Callable[[str], NcuflowError]) -> str:
-    """The UTF-8 text of a small regular file, checked before it is read.
-
-    A FIFO, a device (a link to ``/dev/zero``), a socket or a folder is refused without
-    blocking or reading; so is a file over ``limit`` bytes, and one that grows past it while
-    read. ``error(problem)`` makes the exception raised, e.g. a ``ManifestError``.
-    """
-    try:
-        descriptor, _ = _open_regular(path)
-    except FileNotFoundError:
-        raise error("the file is missing") from None
-    except _NotRegular as special:
-        raise error(f"it is {special}, not a regular {what} file") from None
-    except OSError as failure:
-        raise error(f"it cannot be read ({failure.strerror or failure})") from None
-    try:
-        with os.fdopen(descriptor, "rb", closefd=False) as handle:
-            data = handle.read(limit + 1)
-    except OSError as failure:
-        raise error(f"it cannot be read ({failure.strerror or failure})") from None
-    finally:
-        os.close(descriptor)
-    if len(data) > limit:
-        raise error(f"it is larger than {limit >> 20} MiB, far more than a {what} holds")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as failure:
-        line = data[: failure.start].count(b"\n") + 1
-        raise error(f"it is not UTF-8 text (byte {data[failure.start]:#04x} on line {line})") from None
-
-
-def open_regular_file(path: Path, *, kind: str, max_bytes: int | None = None) -> Any:
-    """Open ``path`` for reading (binary) after checking that it is a regular file (a link is
-    followed) and, with ``max_bytes``, no larger than that; returns the open file.
-
-    Checked as ``read_small_file`` checks (on the descriptor, before a byte is read); for a
-    file that is streamed rather than read whole. ``kind`` names what the file should be
-    ("a serving log"), for the messages.
-    """
-    try:
-        fd, status = _open_regular(path)
-    except FileNotFoundError:
-        raise InputFileError(f"{path}: no such file.", "", "Check the path.") from None
-    except _NotRegular as special:
-        if stat.S_ISDIR(special.mode):
-            raise InputFileError(f"{path} is a folder, not a regular file, so it is not read as {kind}.",
-                                 "", f"Pass the files inside it ({path}/*).") from None
-        why = {
-            "a FIFO": "Reading a FIFO waits for a writer, possibly forever.",
-            "a socket": "A socket is a connection, not a file.",
-        }.get(str(special), "A device can send bytes without end (/dev/zero never ends).")
-        raise InputFileError(f"{path} is {special}, not a regular file, so it is not read as {kind}.", why,
-                             "Copy what it holds into a regular file first and pass that file.") from None
-    except OSError as error:
-        raise InputFileError(f"{path} cannot be opened as {kind}: {error.strerror or error}.", "",
-                             "Check the path and its permissions.") from None
-    try:
-        if max_bytes is not None and status.st_size > max_bytes:
-            raise InputFileError(
-                f"{path} holds {status.st_size:,} bytes, more than the {max_bytes:,} bytes ncuflow "
-                f"reads as {kind}.",
-                "The whole file would be held in memory.",
-                "Split the file, or pass only the part that is needed.")
-        if hasattr(os, "O_NONBLOCK"):
-            import fcntl
-
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
+__all__ = [
+    "InputFileError", "OutputError", "atomic_path", "atomic_paths", "atomic_write_text", "file_kind", "guard_output",
+    "make_console", "open_regular_file", "os_error", "read_small_file",
+]
