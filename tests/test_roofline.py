@@ -74,7 +74,8 @@ def test_the_report_has_a_roofline_page_and_a_latency_section(tmp_path: Path) ->
     result = CliRunner().invoke(cli, ["report", str(REFERENCE / "h200" / "copy_bandwidth"), "-o", str(tmp_path / "r")])
     assert result.exit_code == 0, result.output
     text = (tmp_path / "r" / "report.md").read_text()
-    assert "## Roofline" in text and "![hierarchical roofline](roofline.png)" in text
+    plot = f"roofline-{text.rsplit('Report id: `', 1)[1][:8]}.png"  # named by the report's id
+    assert "## Roofline" in text and f"![hierarchical roofline]({plot})" in text
     assert "Ceilings at an SM clock of" in text and "DRAM 4.81 TB/s" in text
     assert "## Why latency-bound kernels wait" in text and "limited by registers" in text
-    assert (tmp_path / "r" / "roofline.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "r" / plot).read_bytes()[:4] == b"\x89PNG"
