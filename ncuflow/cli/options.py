@@ -13,6 +13,7 @@ from ncuflow.analyze.fields import CLASS_TOLERANCES, STABILITY_FIELDS, Tolerance
 from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.errors import UsageError
 from ncuflow.profile import DEFAULT_TIMEOUT_S
+from ncuflow.read.readers import DEFAULT_READER, READERS, use_reader
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -78,14 +79,30 @@ def tolerances_from(tol_exact: float, tol_bytes: float, tol_rate: float, tol_tim
     return base.with_overrides(overrides) if overrides else base
 
 
-def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
-    """``--jobs N``: reports are read in N worker processes (see ``ncuflow.read.pool``)."""
+def _use_reader(context: click.Context, parameter: click.Parameter, value: str) -> str:
+    use_reader(value)
+    return value
+
+
+def reader_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--reader NAME``: which reader turns report files into launches (``ncuflow.read.readers``)."""
     return click.option(
+        "--reader", type=click.Choice(READERS), default=DEFAULT_READER, show_default=True, expose_value=False,
+        envvar="NCUFLOW_READER", callback=_use_reader, is_eager=True,
+        help="How reports are read: ncuflow's own reader of NVIDIA's documented file format, or NVIDIA's "
+             "ncu_report module (the reference, several times slower; also used by the default for a "
+             "file version it does not know, and for the units of --metrics-long).",
+    )(function)
+
+
+def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
+    """The options of every command that reads reports: ``--jobs N`` (worker processes, see
+    ``ncuflow.read.pool``) and ``--reader`` (``reader_option``)."""
+    return reader_option(click.option(
         "--jobs", "-j",
         type=click.IntRange(min=0),
         default=None,
-        help="Read reports in N worker processes [default: the usable cores]. Each worker is replaced "
-             "after reading 16 MiB of reports (NCUFLOW_WORKER_BYTES), so memory does not grow with "
-             "their number; this process reads the first ones while the workers start. "
+        help="Read reports in N worker processes [default: this process, or the usable cores for many "
+             "reports (64 MiB or more) and for reading through ncu_report, one report per worker]. "
              "0 reads everything in this process.",
-    )(function)
+    )(function))

@@ -53,7 +53,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     """
     reports = find_reports(paths)
     if as_if is None:
-        prestart_launches_of(reports, jobs=resolve_jobs(jobs))  # its start-up overlaps the imports below
+        prestart_launches_of(reports, jobs=resolve_jobs(jobs, reports))  # its start-up overlaps the imports below
     from ncuflow.output.render import launch_row, print_launch_table
 
     if as_if is not None:
@@ -61,7 +61,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         return
     per_report = []
     with _warnings_to_stderr():
-        for report, launches in read_launches_of(reports, jobs=resolve_jobs(jobs)):
+        for report, launches in read_launches_of(reports, jobs=resolve_jobs(jobs, reports)):
             per_report.append((report, launches, [classify(x, threshold) for x in launches]))
     if as_json:
         rows = [launch_row(x, v) for _, launches, verdicts in per_report for x, v in zip(launches, verdicts, strict=True)]
@@ -148,7 +148,8 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
 
     reports = find_reports(paths)
     # The worker server starts while polars and rich are imported (~0.1 s of each command).
-    prestart_export(reports, jobs=resolve_jobs(jobs), metrics_long=metrics_long)
+    jobs = resolve_jobs(jobs, reports, through_ncu_report=metrics_long)  # the long table's units: ncu_report
+    prestart_export(reports, jobs=jobs, metrics_long=metrics_long)
     from rich.progress import Progress
 
     from ncuflow.output.export import export_reports
@@ -161,7 +162,7 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
             progress.update(task, completed=index + 1, description=f"read {report.name}")
 
         result = export_reports(reports, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
-                                jobs=resolve_jobs(jobs))
+                                jobs=jobs)
     click.echo(f"wrote {result.launch_count} launches from {result.report_count} reports to {result.launches_path}")
     if result.metrics_path is not None:
         click.echo(f"wrote {result.metric_rows} raw metric rows to {result.metrics_path}")

@@ -246,15 +246,14 @@ def export_reports(
         launches = PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
         metric_rows = 0
         exported = 0
-        # ncu_report keeps, per process, the unit it first returned for a metric name: a
-        # derived metric read after another report's can carry that report's unit (seen on
-        # the corpus: "byte" for a "%" breakdown). The long table is therefore read with
-        # a fresh worker per report, so that every unit is the report's own.
-        retire = 1 if metrics_long else None
+        # The long table's units come from ncu_report (ncuflow.read.units), which keeps, per
+        # process, the unit it first returned for a metric name: a derived metric read after
+        # another report's can carry that report's unit (seen on the corpus: "byte" for a "%"
+        # breakdown). It is therefore read with a fresh worker per report.
         preload = worker_modules(metrics_long)
         try:
             for rows, metric_count, damage in map_reports(export_one_report, tasks, jobs=jobs, progress=progress,
-                                                          retire_bytes=retire, preload=preload):
+                                                          fresh_workers=metrics_long, preload=preload):
                 if damage is not None:
                     warnings.warn(DamagedRunWarning(damage), stacklevel=2)
                     continue

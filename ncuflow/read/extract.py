@@ -33,7 +33,7 @@ from ncuflow.read.reportfile import read_ncu_version
 from ncuflow.read.units import ReportUnits
 
 __all__ = ["Action", "RawMetric", "count_actions", "iter_launches", "iter_launches_with_metrics",
-           "iter_raw_metrics", "launch_from_action", "metric_calls", "metric_number", "metric_text",
+           "iter_raw_metrics", "iter_report", "launch_from_action", "metric_calls", "metric_number", "metric_text",
            "read_launches", "read_ncu_version"]
 
 
@@ -45,6 +45,7 @@ class Action(Protocol):
     def kernel(self) -> KernelName: ...
     def nvtx(self) -> tuple[str, ...]: ...
     def nvidia_sol(self) -> str | None: ...
+    def metric_names(self) -> list[str]: ...
     def metric_values(self) -> Iterator[tuple[str, float | int | str | None]]: ...
 
 

@@ -28,17 +28,20 @@ _DEFAULT_DOMAIN_NAMES = ("", "<default domain>")
 
 @dataclass(frozen=True)
 class NameIndex:
-    """A report's string table, and each name's ids in it (a name can appear twice)."""
+    """A report's string table: each name's id, and (where a name appears twice in the
+    table) the id every id of that name stands for, its first."""
 
     strings: list[str]
-    ids: dict[str, tuple[int, ...]]
+    ids: dict[str, int]
+    canonical: list[int] | None  # None: every name appears once
 
     @classmethod
     def of(cls, strings: list[str]) -> NameIndex:
-        ids: dict[str, tuple[int, ...]] = {}
+        ids: dict[str, int] = {}
         for index, name in enumerate(strings):
-            ids[name] = (*ids[name], index) if name in ids else (index,)
-        return cls(strings, ids)
+            ids.setdefault(name, index)
+        canonical = None if len(ids) == len(strings) else [ids[name] for name in strings]
+        return cls(strings, ids, canonical)
 
 
 def metric_value(value: Any) -> float | int | str | None:
@@ -53,7 +56,12 @@ class FileAction:
     def __init__(self, result: Any, names: NameIndex) -> None:
         self._result = result
         # name id -> its MetricResult (a name written twice keeps its last, equal, value)
-        self._metrics: dict[int, Any] = {metric.name_id: metric for metric in result.metrics}
+        canonical = names.canonical
+        self._metrics: dict[int, Any] = (
+            {metric.name_id: metric for metric in result.metrics} if canonical is None
+            else {canonical[metric.name_id] if metric.name_id < len(canonical) else metric.name_id: metric
+                  for metric in result.metrics})
+        self._ids = names.ids
         self._names = names
 
     def is_damaged(self) -> bool:
@@ -67,11 +75,12 @@ class FileAction:
 
     def value(self, name: str) -> float | int | str | None:
         """The metric's value (``IMetric.value()``); None where it is absent or has none."""
-        for name_id in self._names.ids.get(name, ()):
-            metric = self._metrics.get(name_id)
-            if metric is not None:
-                return metric_value(metric.value)
-        return None
+        metric = self._metrics.get(self._ids.get(name, -1))
+        if metric is None:
+            return None
+        value = metric.value
+        which = value.WhichOneof("value")
+        return None if which is None else getattr(value, which)
 
     def number(self, name: str) -> float | None:
         """A numeric metric's finite value; None where it is absent, valueless, a string or not finite."""

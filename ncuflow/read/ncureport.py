@@ -165,6 +165,9 @@ class NcuReportAction:
                 return str(title) if title else None
         return None
 
+    def metric_names(self) -> list[str]:
+        return list(self.action.metric_names())
+
     def metric_values(self) -> Iterator[tuple[str, float | int | str | None]]:
         """(name, ``IMetric.value()``) of every metric, in ``metric_names()`` order."""
         for name, metric in self._metrics():
