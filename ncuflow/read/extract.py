@@ -102,7 +102,7 @@ def _read_with_ncu_report(path: Path, unknown: str) -> Iterator[tuple[int, int, 
         ) from None
     warnings.warn(UnknownLayoutWarning(
         f"{path} is a report ncuflow's reader does not know ({unknown}); it was read with NVIDIA's ncu_report "
-        "module instead (slower; the same launches). Please report the ncu version that wrote it."), stacklevel=3)
+        "module instead (slower; the same launches)."), stacklevel=3)
     yield from iter_report_actions(path)
 
 

@@ -37,6 +37,7 @@ class NameIndex:
 
     @classmethod
     def of(cls, strings: list[str]) -> NameIndex:
+        strings = [text_of(name) for name in strings] if not all(isinstance(n, str) for n in strings) else strings
         ids: dict[str, int] = {}
         for index, name in enumerate(strings):
             ids.setdefault(name, index)
@@ -44,10 +45,19 @@ class NameIndex:
         return cls(strings, ids, canonical)
 
 
+def text_of(value: str | bytes) -> str:
+    """A string field's text: the protobuf library gives a proto2 string that is not valid
+    UTF-8 (a corrupted file) as bytes; it is decoded with replacement characters."""
+    return value if isinstance(value, str) else value.decode("utf-8", errors="replace")
+
+
 def metric_value(value: Any) -> float | int | str | None:
     """A ``MetricValue`` message as ``IMetric.value()`` returns it; None where no field is set."""
     which = value.WhichOneof("value")
-    return None if which is None else getattr(value, which)
+    if which is None:
+        return None
+    found = getattr(value, which)
+    return text_of(found) if isinstance(found, bytes) else found
 
 
 class FileAction:
@@ -78,9 +88,7 @@ class FileAction:
         metric = self._metrics.get(self._ids.get(name, -1))
         if metric is None:
             return None
-        value = metric.value
-        which = value.WhichOneof("value")
-        return None if which is None else getattr(value, which)
+        return metric_value(metric.value)
 
     def number(self, name: str) -> float | None:
         """A numeric metric's finite value; None where it is absent, valueless, a string or not finite."""
@@ -110,9 +118,9 @@ class FileAction:
 
     def kernel(self) -> KernelName:
         result = self._result
-        function = result.function_name
-        return KernelName(function=function, demangled=result.demangled_name or function,
-                          mangled=result.mangled_name or function)
+        function = text_of(result.function_name)
+        return KernelName(function=function, demangled=text_of(result.demangled_name) or function,
+                          mangled=text_of(result.mangled_name) or function)
 
     def nvtx(self) -> tuple[str, ...]:
         """The NVTX ranges enclosing the launch, as ``extract`` names them from ``ncu_report``:
@@ -126,18 +134,19 @@ class FileAction:
         started = {domain.id: domain.ranges for domain in state.start_end_domains}
         ranges: list[str] = []
         for domain in state.domains:
-            prefix = "" if domain.name in _DEFAULT_DOMAIN_NAMES else f"{domain.name}@"
-            ranges.extend(f"{prefix}{pushed.name}" for pushed in stacks.get(domain.id, ()))
-            ranges.extend(f"{prefix}{begun.name}" for begun in started.get(domain.id, ()))
+            name = text_of(domain.name)
+            prefix = "" if name in _DEFAULT_DOMAIN_NAMES else f"{name}@"
+            ranges.extend(f"{prefix}{text_of(pushed.name)}" for pushed in stacks.get(domain.id, ()))
+            ranges.extend(f"{prefix}{text_of(begun.name)}" for begun in started.get(domain.id, ()))
         return tuple(ranges)
 
     def nvidia_sol(self) -> str | None:
         """The title of NVIDIA's speed-of-light rule result (its first message), where there is one."""
         for rule in self._result.rule_results:
-            if rule.identifier == _SOL_RULE:
+            if text_of(rule.identifier) == _SOL_RULE:
                 for item in rule.body.items:
                     if item.HasField("message"):
-                        return item.message.title or None
+                        return text_of(item.message.title) or None
                 return None
         return None
 

@@ -20,15 +20,14 @@ A worker that dies (killed, out of memory, a crash in native code) is a ``Report
 naming the report it was reading. Ctrl-C stops every worker (they ignore SIGINT; this
 process terminates them) and propagates. Workers come from the ``forkserver`` start
 method where the platform has it (each a fork of a small server that has imported the
-reading modules once), else ``spawn``; never a plain ``fork`` of a process that may hold
-threads. The reader setting (``ncuflow.read.readers``) and the current folder travel with
+reading modules once, ``ncuflow.read.server``), else ``spawn``; never a plain ``fork`` of
+a process that may hold threads. The reader setting (``ncuflow.read.readers``) and the current folder travel with
 each task.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import multiprocessing.connection
 import os
 import warnings
@@ -38,6 +37,7 @@ from typing import Any, TypeVar
 
 from ncuflow.errors import ReportError
 from ncuflow.read.readers import current_reader
+from ncuflow.read.server import worker_context
 from ncuflow.read.worker import Outcome, worker_main
 
 R = TypeVar("R")
@@ -94,24 +94,23 @@ def resolve_jobs(jobs: int | None, tasks: Sequence[Task] = (), *, through_ncu_re
     return jobs or None
 
 
-def _context(preload: Sequence[str]) -> Any:
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        # Takes effect when the server starts (the first pool of this process).
-        context.set_forkserver_preload(list(dict.fromkeys([*_PRELOAD, *preload])))
-        return context
-    return multiprocessing.get_context("spawn")
+def _smallest(tasks: Sequence[Task]) -> Path | None:
+    """The smallest readable report: what the server of an ``ncu_report`` pool reads to warm up."""
+    sized = [(size, index) for index, size in enumerate(map(_size, tasks)) if size > 0]
+    return _report_of(tasks[min(sized)[1]]) if sized else None
+
+
+def _context(function: Callable[..., Any], tasks: Sequence[Task], fresh: bool, preload: Sequence[str]) -> Any:
+    return worker_context([*_PRELOAD, function.__module__, *preload], _smallest(tasks) if fresh else None)
 
 
 def prestart(function: Callable[..., Any], reports: Sequence[Task], *, jobs: int | None,
-             preload: Sequence[str] = ()) -> None:
+             preload: Sequence[str] = (), fresh_workers: bool = False) -> None:
     """Start the worker server now, if ``map_reports`` will need it: it takes a Python start
     and the reading modules' imports, which then overlap the command's own. Once per process."""
-    if jobs and len(reports) > 1 and "forkserver" in multiprocessing.get_all_start_methods():
-        from multiprocessing import forkserver
-
-        _context((function.__module__, *preload))
-        forkserver.ensure_running()
+    fresh = fresh_workers or reads_with_ncu_report()
+    if jobs and (len(reports) > 1 or fresh):
+        _context(function, reports, fresh, preload)
 
 
 class _Worker:
@@ -187,7 +186,7 @@ def map_reports(
 
 def _pool_map(function: Callable[..., R], tasks: list[Task], jobs: int, fresh: bool,
               progress: Callable[[int, Path], None] | None, preload: tuple[str, ...]) -> Iterator[R]:
-    context = _context((function.__module__, *preload))
+    context = _context(function, tasks, fresh, preload)
     workers: list[_Worker] = []
     window = jobs * WINDOW_PER_JOB
     done: dict[int, Outcome] = {}
