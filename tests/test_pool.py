@@ -89,12 +89,21 @@ def test_a_store_loads_the_same_in_workers() -> None:
 
 
 def test_workers_read_report_after_report_and_results_keep_input_order(corpus_dir: Path) -> None:
-    """ncuflow's reader frees what it parses: a pool's workers each read many reports."""
-    reports = find_reports([corpus_dir])
-    results = list(map_reports(pid_and_size, reports, jobs=2))
-    assert [size for _, size in results] == [r.stat().st_size for r in reports]
-    pids = {pid for pid, _ in results}
-    assert len(pids) == 2 and os.getpid() not in pids
+    """ncuflow's reader frees what it parses: a pool's workers each read many reports, and
+    this process reads too (from the start: the workers take a while to start)."""
+    reports = find_reports([corpus_dir]) * 3
+    results = list(map_reports(timed_pid, reports, jobs=2))
+    assert [size for _, size, _ in results] == [r.stat().st_size for r in reports]
+    by_pid: dict[int, int] = {}
+    for pid, _, _ in results:
+        by_pid[pid] = by_pid.get(pid, 0) + 1
+    assert results[0][0] == os.getpid()  # the first report: before any worker is up
+    assert len(by_pid) == 3 and all(count > 1 for count in by_pid.values()), by_pid
+
+
+def timed_pid(report: Path) -> tuple[int, int, float]:
+    time.sleep(0.01)  # every reader gets its share, even on a busy machine
+    return os.getpid(), report.stat().st_size, time.monotonic()
 
 
 def test_fresh_workers_read_one_report_each(corpus_dir: Path) -> None:
@@ -138,8 +147,8 @@ def test_an_unreadable_report_is_named_as_in_one_process(corpus_dir: Path, tmp_p
 
 def test_a_worker_that_dies_is_an_error_naming_its_report(corpus_dir: Path) -> None:
     reports = find_reports([corpus_dir])[:2]
-    with pytest.raises(ReportError, match="killed by signal 9") as caught:
-        list(map_reports(die, reports, jobs=1))
+    with pytest.raises(ReportError, match="killed by signal 9") as caught:  # fresh: this process reads none
+        list(map_reports(die, reports, jobs=1, fresh_workers=True))
     assert str(reports[0]) in str(caught.value)
 
 
@@ -184,16 +193,18 @@ def test_ctrl_c_stops_the_pool_and_its_workers(corpus_dir: Path, tmp_path: Path)
 MAIN_SCRIPT = '''
 import os
 import sys
+import time
 
 
 def pid(report):
+    time.sleep(0.02)  # slow enough that the workers start before this process has read everything
     return os.getpid()
 
 
 if __name__ == "__main__":
     from ncuflow.read.pool import map_reports
 
-    print(" ".join(str(p) for p in map_reports(pid, sys.argv[1:], jobs=2)))
+    print(os.getpid(), " ".join(str(p) for p in map_reports(pid, sys.argv[1:] * 20, jobs=2)))
 '''
 
 
@@ -204,12 +215,13 @@ def test_a_function_defined_in_the_main_script_reaches_the_workers(corpus_dir: P
     done = subprocess.run([sys.executable, str(script), *reports], capture_output=True, text=True, timeout=120,
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert len(done.stdout.split()) == len(reports) and len(set(done.stdout.split())) == 2
+    script_pid, *pids = done.stdout.split()
+    assert len(pids) == 20 * len(reports) and set(pids) - {script_pid}  # workers ran the script's function
 
 
 def test_workers_are_gone_after_the_last_result(corpus_dir: Path) -> None:
-    reports = find_reports([corpus_dir])
-    pids = {pid for pid, _ in map_reports(pid_and_size, reports, jobs=2)}
-    assert pids and os.getpid() not in pids
+    reports = find_reports([corpus_dir]) * 3
+    pids = {pid for pid, _, _ in map_reports(timed_pid, reports, jobs=2)} - {os.getpid()}
+    assert pids
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()
                 and "Z" not in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]]

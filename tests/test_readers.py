@@ -17,7 +17,13 @@ from click.testing import CliRunner
 from ncuflow.cli import cli
 from ncuflow.output.export import export_reports
 from ncuflow.read.extract import count_actions, read_launches
-from ncuflow.read.readers import NCU_REPORT_READER, NCUFLOW_READER, current_reader, reading_with, use_reader
+from ncuflow.read.readers import (
+    NCU_REPORT_READER,
+    NCUFLOW_READER,
+    current_reader,
+    reading_with,
+    use_reader,
+)
 
 from .conftest import corpus_reports
 

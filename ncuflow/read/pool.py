@@ -9,10 +9,12 @@ in input order, so the output is the same for every ``jobs``. ``jobs=None`` (or 
 ncuflow's own reader frees what it parses, so a process reads any number of reports in
 bounded memory, and reading in this process costs no start-up: that is what a command
 does unless its reports are many (``default_jobs``: measured on two cores, workers pay
-from about ``PARALLEL_FROM_BYTES`` of reports on). Workers are started once per pool and
-each reads reports until none is left. ``fresh_workers=True`` gives every task a process of
-its own instead: what reading through ``ncu_report`` needs (it never frees a parsed report,
-and keeps a metric's unit per process, see ``ncuflow.read.units``).
+from about ``PARALLEL_FROM_BYTES`` of reports on). A pool's workers are started once, on a
+thread, and each reads report after report (two sent ahead, so that it never waits for
+this process); this process reads too, from the first report on, while they start and
+between their results. ``fresh_workers=True`` gives every task a process of its own
+instead, and this process reads none: what reading through ``ncu_report`` needs (it never
+frees a parsed report, and keeps a metric's unit per process, see ``ncuflow.read.units``).
 
 An error raised by ``function`` is raised here, when its task is reached in input order,
 with its own message (which names the report); warnings it raises are raised again here.
@@ -27,6 +29,7 @@ each task.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import multiprocessing.connection
 import os
@@ -38,7 +41,7 @@ from typing import Any, TypeVar
 from ncuflow.errors import ReportError
 from ncuflow.read.readers import current_reader
 from ncuflow.read.server import worker_context
-from ncuflow.read.worker import Outcome, worker_main
+from ncuflow.read.worker import Outcome, run_task, worker_main
 
 R = TypeVar("R")
 Task = Path | str | tuple[Any, ...]
@@ -46,8 +49,12 @@ Task = Path | str | tuple[Any, ...]
 # Below this many bytes of reports, reading in this process is faster on two cores than
 # starting workers (measured with analysis/bench_extraction.py: see docs/scaling.md).
 PARALLEL_FROM_BYTES = 64 * 2**20
-# How many results may wait for an earlier, slower report (per worker).
+# How many results may wait for an earlier, slower report (per reading process).
 WINDOW_PER_JOB = 4
+# Tasks sent ahead to a lasting worker, so that it has the next while this process reads.
+TASKS_IN_FLIGHT = 2
+# While a worker is starting, how often this process looks whether it has started.
+_START_POLL_S = 0.005
 _PRELOAD = ["ncuflow.read.extract", "ncuflow.read.fileaction", "ncuflow.read.schema", "ncuflow.read.pool"]
 
 
@@ -114,21 +121,23 @@ def prestart(function: Callable[..., Any], reports: Sequence[Task], *, jobs: int
 
 
 class _Worker:
+    """One worker process and the tasks sent to it that it has not answered yet, oldest first."""
+
     def __init__(self, context: Any, fresh: bool) -> None:
         self.connection, child = context.Pipe()
         self.process = context.Process(target=worker_main, args=(child, fresh), daemon=True)
         self.process.start()
         child.close()
-        self.task: int | None = None
+        self.tasks: list[int] = []
         self.fresh = fresh
 
     def send(self, index: int, function: Callable[..., Any], task: Task) -> None:
         self.connection.send((index, os.getcwd(), current_reader(), function, _as_tuple(task)))
-        self.task = index
+        self.tasks.append(index)
 
     def stop(self, grace: float = 1.0) -> None:
         """Ask an idle worker to exit (a busy one is terminated), wait, and kill it if it hangs."""
-        if self.task is None:
+        if not self.tasks:
             with contextlib.suppress(OSError, ValueError):
                 self.connection.send(None)
         else:
@@ -138,6 +147,43 @@ class _Worker:
             self.process.kill()
             self.process.join()
         self.connection.close()
+
+
+class _Starter:
+    """Starts workers on a background thread: the first start waits for the worker server,
+    which is still importing the reading modules, and this process reads meanwhile."""
+
+    def __init__(self, context: Any, fresh: bool) -> None:
+        self._context, self._fresh = context, fresh
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ncuflow-pool-start")
+        self._pending: list[concurrent.futures.Future[_Worker]] = []
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def request(self) -> None:
+        self._pending.append(self._executor.submit(_Worker, self._context, self._fresh))
+
+    def started(self, wait: bool = False) -> list[_Worker]:
+        """The workers started since the last call (``wait``: at least one, if any is pending)."""
+        if wait and self._pending:
+            concurrent.futures.wait(self._pending, return_when=concurrent.futures.FIRST_COMPLETED)
+        done = [future for future in self._pending if future.done()]
+        self._pending = [future for future in self._pending if not future.done()]
+        return [future.result() for future in done]  # a failed start raises here
+
+    def close(self) -> None:
+        """Have the workers still starting stopped as soon as they are up; do not wait for them."""
+        for future in self._pending:
+            future.add_done_callback(_stop_started)
+        self._pending = []
+        self._executor.shutdown(wait=False)
+
+
+def _stop_started(future: concurrent.futures.Future[_Worker]) -> None:
+    if future.exception() is None:
+        future.result().stop()
 
 
 def _died(report: Path, exitcode: int | None) -> ReportError:
@@ -167,7 +213,7 @@ def map_reports(
     progress: Callable[[int, Path], None] | None = None,
     preload: Sequence[str] = (),
 ) -> Iterator[R]:
-    """``function(*task)`` for every task, in input order; in ``jobs`` worker processes.
+    """``function(*task)`` for every task, in input order; in ``jobs`` worker processes (and this one).
 
     ``fresh_workers``: a new process for every task (``ncu_report``'s per-process state), even
     for a single task; always so where this process reads through ``ncu_report``. ``progress(index, report)`` is called as each result is handed over.
@@ -187,8 +233,12 @@ def map_reports(
 def _pool_map(function: Callable[..., R], tasks: list[Task], jobs: int, fresh: bool,
               progress: Callable[[int, Path], None] | None, preload: tuple[str, ...]) -> Iterator[R]:
     context = _context(function, tasks, fresh, preload)
+    # This process reads too, unless each task needs a process of its own (fresh workers).
+    driver_reads = not fresh
+    starter = _Starter(context, fresh)
     workers: list[_Worker] = []
-    window = jobs * WINDOW_PER_JOB
+    window = (jobs + 1) * WINDOW_PER_JOB
+    depth = 1 if fresh else TASKS_IN_FLIGHT
     done: dict[int, Outcome] = {}
     next_task = next_yield = 0
     finished = False
@@ -202,37 +252,58 @@ def _pool_map(function: Callable[..., R], tasks: list[Task], jobs: int, fresh: b
                 yield _deliver(outcome)
             if next_yield >= len(tasks):
                 break
-            # Start workers as they are needed (a fresh one replaces each that has read its task).
-            wanted = min(jobs, len(tasks) - next_task + sum(w.task is not None for w in workers))
-            while len(workers) < wanted:
-                workers.append(_Worker(context, fresh))
+            workers.extend(starter.started())
+            _start_as_needed(starter, workers, jobs, len(tasks) - next_task, fresh)
             for worker in workers:
-                if worker.task is None and next_task < len(tasks) and next_task < next_yield + window:
+                while len(worker.tasks) < depth and next_task < min(len(tasks), next_yield + window):
                     worker.send(next_task, function, tasks[next_task])
                     next_task += 1
-            busy = [w for w in workers if w.task is not None]
-            ready = multiprocessing.connection.wait([w.connection for w in busy] + [w.process.sentinel for w in busy])
-            for worker in busy:
-                if worker.connection not in ready and worker.process.sentinel not in ready:
-                    continue
-                assert worker.task is not None
-                try:
-                    if worker.connection not in ready and not worker.connection.poll(0):
-                        raise EOFError  # the process ended and sent nothing
-                    outcome = worker.connection.recv()
-                except (EOFError, OSError):
-                    worker.process.join()
-                    raise _died(_report_of(tasks[worker.task]), worker.process.exitcode) from None
-                done[outcome.index] = outcome
-                worker.task = None
-                if worker.fresh:  # it exits by itself after its task
-                    worker.process.join()
-                    worker.connection.close()
-                    workers.remove(worker)
+            if driver_reads and next_task < min(len(tasks), next_yield + window):
+                ok, value, warned = run_task(function, _as_tuple(tasks[next_task]))
+                done[next_task] = Outcome(next_task, ok, value, warned)
+                next_task += 1
+                _collect(workers, tasks, done, timeout=0)
+            elif any(worker.tasks for worker in workers):
+                _collect(workers, tasks, done, timeout=_START_POLL_S if starter.pending else None)
+            else:
+                workers.extend(starter.started(wait=True))  # nothing to collect: wait for a start
         finished = True
     finally:
+        starter.close()
         for worker in workers:
             worker.stop(grace=1.0 if finished else 0.5)
+
+
+def _start_as_needed(starter: _Starter, workers: list[_Worker], jobs: int, unassigned: int, fresh: bool) -> None:
+    """Keep ``jobs`` workers for the tasks not yet sent (a fresh worker leaves after its one task)."""
+    busy = sum(bool(worker.tasks) for worker in workers) if fresh else 0
+    free = len(workers) - busy
+    while free + starter.pending < min(jobs - busy, unassigned):
+        starter.request()
+
+
+def _collect(workers: list[_Worker], tasks: list[Task], done: dict[int, Outcome], timeout: float | None) -> None:
+    """Receive the results that are ready (waiting up to ``timeout``; None: until one is)."""
+    busy = [w for w in workers if w.tasks]
+    ready = multiprocessing.connection.wait([w.connection for w in busy] + [w.process.sentinel for w in busy],
+                                            timeout=timeout)
+    for worker in busy:
+        if worker.connection not in ready and worker.process.sentinel not in ready:
+            continue
+        # A pipe whose worker has ended reads as ready, and its recv() as EOFError: the worker died.
+        while worker.tasks and (worker.connection in ready or worker.connection.poll(0)):
+            try:
+                outcome = worker.connection.recv()
+            except (EOFError, OSError):
+                worker.process.join()
+                raise _died(_report_of(tasks[worker.tasks[0]]), worker.process.exitcode) from None
+            done[outcome.index] = outcome
+            worker.tasks.remove(outcome.index)
+            ready = [c for c in ready if c is not worker.connection]
+        if worker.fresh and not worker.tasks:  # it exits by itself after its task
+            worker.process.join()
+            worker.connection.close()
+            workers.remove(worker)
 
 
 def read_launches_of(
