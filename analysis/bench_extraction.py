@@ -5,9 +5,11 @@
   built on ncu_report does;
 - ncuflow `export` to parquet (alias chains, breakdown, NVIDIA's rule result, model,
   parquet), with ncuflow's own reader (``--reader ncuflow``, the default) and with
-  ``--reader ncu_report``, each in one process (``--jobs 0``) and in two worker processes
-  (``--jobs 2``), and with the default options (what ``ncuflow export`` does when not told:
-  this process below 64 MiB of reports, the usable cores above; ncu_report: a worker per report).
+  ``--reader ncu_report``, each in one process (``--jobs 0``) and in two (ncuflow:
+  ``--jobs 1``, the command's process and one worker, both reading; ncu_report: its default
+  on two cores, two workers each reading one report at a time), and ncuflow with the default
+  options (what ``ncuflow export`` does when not told: this process alone below 64 MiB of
+  reports, one worker beside it above, on two cores).
 
 Every sample runs in a fresh process whose modules are imported before the clock starts;
 its whole process tree (workers and the forkserver included) is sampled from /proc every
@@ -36,12 +38,11 @@ PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MIB = 2**20
 # (label, reader, jobs): jobs "default" is what the command does when not told
 EXPORTS = (
-    ("ncuflow default", "ncuflow", "default"),
-    ("ncuflow --jobs 0", "ncuflow", "0"),
-    ("ncuflow --jobs 2", "ncuflow", "2"),
-    ("ncu_report default", "ncu_report", "default"),
-    ("ncu_report --jobs 0", "ncu_report", "0"),
-    ("ncu_report --jobs 2", "ncu_report", "2"),
+    ("ncuflow, default", "ncuflow", "default"),
+    ("ncuflow, 1 process", "ncuflow", "0"),  # --jobs 0
+    ("ncuflow, 2 processes", "ncuflow", "1"),  # --jobs 1: this process and one worker
+    ("ncu_report, 1 process", "ncu_report", "0"),
+    ("ncu_report, 2 processes", "ncu_report", "default"),  # the default: 2 workers, one report each
 )
 
 
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(reports)} reports ({corpus_mib:.0f} MiB), {usable_cores()} usable cores, default options read in "
           f"this process below {PARALLEL_FROM_BYTES / MIB:.0f} MiB of reports; best of {args.repeats}, each sample "
           f"a fresh process, peak = whole process tree RSS; {_load()} at the start")
-    header = f"  {'':22s}" + "".join(f" | {f'{scale}x':>21s}" for scale in scales)
+    header = f"  {'':24s}" + "".join(f" | {f'{scale}x':>21s}" for scale in scales)
     print(f"\nseconds, ratio to the floor at the same scale, peak MiB\n{header}")
     rows: dict[str, dict[int, tuple[float, int, int]]] = {"floor": {}}
     for scale in scales:
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
             seconds, _, peak = by_scale[scale]
             ratio = seconds / rows["floor"][scale][0]
             cells.append(f"{seconds:6.2f} s {ratio:4.2f}x {peak / MIB:5.0f}")
-        print(f"  {label:22s}" + "".join(f" | {cell:>21s}" for cell in cells))
+        print(f"  {label:24s}" + "".join(f" | {cell:>21s}" for cell in cells))
     _goals(rows, scales)
     print(f"\n{_load()} at the end")
 
@@ -205,9 +206,9 @@ def _goals(rows: dict[str, dict[int, tuple[float, int, int]]], scales: list[int]
     print("\ngoals (issue 19):")
     if 4 in scales:
         floor = rows["floor"][4][0]
-        print(f"  export x4, default options: {rows['ncuflow default'][4][0] / floor:.2f}x the floor (goal <= 0.3x); "
-              f"one process (--jobs 0): {rows['ncuflow --jobs 0'][4][0] / floor:.2f}x (goal <= 0.45x)")
-    for label in ("ncuflow default", "ncuflow --jobs 0", "ncuflow --jobs 2"):
+        print(f"  export x4, default options: {rows['ncuflow, default'][4][0] / floor:.2f}x the floor (goal <= 0.3x); "
+              f"one process (--jobs 0): {rows['ncuflow, 1 process'][4][0] / floor:.2f}x (goal <= 0.45x)")
+    for label in ("ncuflow, default", "ncuflow, 1 process", "ncuflow, 2 processes"):
         peaks = rows[label]
         print(f"  {label}: peak memory {high}x / {low}x {peaks[high][2] / peaks[low][2]:.2f}x (goal <= 1.2x), "
               f"{peaks[high][2] / MIB:.0f} MiB at {high}x (goal <= 400 MiB)")

@@ -82,16 +82,17 @@ def _size(task: Task) -> int:
 
 
 def default_jobs(tasks: Sequence[Task] = (), *, through_ncu_report: bool = False) -> int | None:
-    """Worker processes when the command is not told: for reading through ``ncu_report``
-    (``through_ncu_report``, or ``--reader ncu_report``), the usable cores, each report in a
-    process of its own; otherwise the usable cores where ``tasks`` are enough bytes of
-    reports to pay for the workers' start, else none (this process)."""
+    """Worker processes when the command is not told. Reading through ``ncu_report``
+    (``through_ncu_report``, or ``--reader ncu_report``): the usable cores, each report in a
+    worker of its own. Otherwise none (this process reads), unless ``tasks`` are enough
+    bytes of reports to pay for the workers' start: then one fewer than the usable cores,
+    this process being the last reader."""
     cores = usable_cores()
     if through_ncu_report or reads_with_ncu_report():
         return cores
     if cores < 2 or len(tasks) < 2 or sum(_size(task) for task in tasks) < PARALLEL_FROM_BYTES:
         return None
-    return cores
+    return cores - 1
 
 
 def resolve_jobs(jobs: int | None, tasks: Sequence[Task] = (), *, through_ncu_report: bool = False) -> int | None:
