@@ -8,6 +8,7 @@ unit, row by row in the same order).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -31,7 +32,7 @@ REPORTS = corpus_reports()
 
 
 @pytest.fixture(autouse=True)
-def _default_reader_after() -> None:
+def _default_reader_after() -> Iterator[None]:
     yield
     use_reader(NCUFLOW_READER)
 

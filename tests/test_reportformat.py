@@ -143,6 +143,26 @@ def test_an_unknown_version_is_named_and_read_with_ncu_report(corpus_dir: Path, 
         assert launches == read_launches(newer)
 
 
+def test_an_unknown_version_without_ncu_report_is_one_paragraph_naming_it(
+    corpus_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ncuflow.read import reportfile
+
+    def missing() -> None:
+        raise ReportError("Cannot read Nsight Compute reports: the Python module ncu_report is not importable.")
+
+    monkeypatch.setattr(reportfile, "import_ncu_report", missing)
+    data = bytearray((corpus_dir / SMALL).read_bytes())
+    data[9] = 9
+    newer = tmp_path / "newer.ncu-rep"
+    newer.write_bytes(bytes(data))
+    with pytest.raises(ReportError) as caught:
+        read_launches(newer)
+    text = str(caught.value)
+    assert str(newer) in text and "format version 9" in text and "pip install ncu-report" in text
+    assert len(text.splitlines()) == 1
+
+
 def test_range_results_are_a_layout_read_with_ncu_report(corpus_dir: Path, tmp_path: Path) -> None:
     original = (corpus_dir / SMALL).read_bytes()
     entry = b"\x08\x01"  # a RangeResult { ThreadID: 1 }

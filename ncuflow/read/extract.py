@@ -95,14 +95,14 @@ def _read_with_ncu_report(path: Path, unknown: str) -> Iterator[tuple[int, int, 
     except ReportError as missing:
         raise ReportError(
             f"{path} is a report ncuflow's reader does not know: {unknown}.",
-            f"ncuflow reads such a report with NVIDIA's ncu_report module instead, and {missing.what[0].lower()}"
-            f"{missing.what[1:]}",
+            "ncuflow reads such a report with NVIDIA's ncu_report module instead, which cannot be imported "
+            f"here ({missing.what.rstrip('.')}).",
             "Install it with `pip install ncu-report`, or add the extras/python folder of an Nsight Compute "
             "install to PYTHONPATH.",
         ) from None
     warnings.warn(UnknownLayoutWarning(
         f"{path} is a report ncuflow's reader does not know ({unknown}); it was read with NVIDIA's ncu_report "
-        "module instead (slower; the same launches)."), stacklevel=3)
+        "module instead, as --reader ncu_report reads every report (slower)."), stacklevel=3)
     yield from iter_report_actions(path)
 
 

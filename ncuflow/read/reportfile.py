@@ -1,9 +1,11 @@
-"""Report files: finding them, checking their bytes, importing ``ncu_report`` and opening a report.
+"""Report files: finding them, checking their bytes, importing ``ncu_report`` and opening a report with it.
 
-The only module that imports ``ncu_report``: the installed wheel, else the copy that
-an Nsight Compute install ships in its ``extras/python`` folder. Bad input never
-yields a silent empty result: ``ncu_report`` opens garbage, empty and most truncated
-files as a context with zero ranges; each of these becomes a ``ReportError``.
+``check_bytes`` is what both readers check first (a regular file, not empty, not a Git LFS
+pointer, the report signature or a zstd frame). The only module that imports
+``ncu_report``: the installed wheel, else the copy that an Nsight Compute install ships in
+its ``extras/python`` folder. Bad input never yields a silent empty result: ``ncu_report``
+opens garbage, empty and most truncated files as a context with zero ranges; each of these
+becomes a ``ReportError``.
 """
 
 from __future__ import annotations
