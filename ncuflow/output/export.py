@@ -40,6 +40,7 @@ from ncuflow.read.metrics import FIELDS
 from ncuflow.store import DamagedRunWarning
 
 SCHEMA_VERSION = "1"
+LAUNCH_BATCH_ROWS = 500
 METADATA_KEY = "ncuflow.schema_version"
 
 _IDENTITY_SCHEMA: dict[str, Any] = {
@@ -243,7 +244,8 @@ def export_reports(
             tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
         tasks = [(report, Path(folder).resolve(), index, metrics_long, threshold, chunk_rows)
                  for index, report in enumerate(reports)]
-        launches = PartWriter(Path(folder), "launches", launches_schema(), chunk_rows)
+        # a launch's row: ~10 KiB as Python objects, ~1 KiB in a frame (what bounds memory as the store grows)
+        launches = PartWriter(Path(folder), "launches", launches_schema(), chunk_rows, batch=LAUNCH_BATCH_ROWS)
         metric_rows = 0
         exported = 0
         # The long table's units come from ncu_report (ncuflow.read.units), which keeps, per
