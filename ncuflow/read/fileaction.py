@@ -39,7 +39,7 @@ class NameIndex:
     def of(cls, strings: list[str]) -> NameIndex:
         if any(map(bytes.__instancecheck__, strings)):
             strings = [text_of(name) for name in strings]
-        ids = dict(zip(strings, range(len(strings))))  # a name that appears twice: its last id
+        ids = dict(zip(strings, range(len(strings)), strict=True))  # a name that appears twice: its last id
         canonical = None if len(ids) == len(strings) else [ids[name] for name in strings]
         return cls(strings, ids, canonical)
 
