@@ -8,8 +8,7 @@
   ``--reader ncu_report``, each in one process (``--jobs 0``) and in two (ncuflow:
   ``--jobs 1``, the command's process and one worker, both reading; ncu_report: its default
   on two cores, two workers each reading one report at a time), and ncuflow with the default
-  options (what ``ncuflow export`` does when not told: this process alone below 64 MiB of
-  reports, one worker beside it above, on two cores).
+  options (what ``ncuflow export`` does when not told: this process alone).
 
 Every sample runs in a fresh process whose modules are imported before the clock starts;
 its whole process tree (workers and the forkserver included) is sampled from /proc every
@@ -165,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     if args_in[:1] == ["--child"]:
         child(*args_in[1:5])
         return
-    from ncuflow.read.pool import PARALLEL_FROM_BYTES, usable_cores
+    from ncuflow.read.pool import usable_cores
     from ncuflow.read.reportfile import find_reports
 
     default_corpus = os.environ.get("NCUFLOW_CORPUS", str(Path(__file__).resolve().parents[2] / "shared" / "ncu-reports"))
@@ -177,9 +176,8 @@ def main(argv: list[str] | None = None) -> None:
     reports = find_reports([Path(args.report_dir)])
     scales = [int(s) for s in args.scales.split(",")]
     corpus_mib = sum(r.stat().st_size for r in reports) / MIB
-    print(f"{len(reports)} reports ({corpus_mib:.0f} MiB), {usable_cores()} usable cores, default options read in "
-          f"this process below {PARALLEL_FROM_BYTES / MIB:.0f} MiB of reports; best of {args.repeats}, each sample "
-          f"a fresh process, peak = whole process tree RSS; {_load()} at the start")
+    print(f"{len(reports)} reports ({corpus_mib:.0f} MiB), {usable_cores()} usable cores; best of {args.repeats}, "
+          f"each sample a fresh process, peak = whole process tree RSS; {_load()} at the start")
     header = f"  {'':24s}" + "".join(f" | {f'{scale}x':>21s}" for scale in scales)
     print(f"\nseconds, ratio to the floor at the same scale, peak MiB\n{header}")
     rows: dict[str, dict[int, tuple[float, int, int]]] = {"floor": {}}

@@ -18,7 +18,6 @@ from ncuflow.cli import cli
 from ncuflow.errors import ReportError
 from ncuflow.output.export import export_reports
 from ncuflow.read.pool import (
-    PARALLEL_FROM_BYTES,
     default_jobs,
     map_reports,
     read_launches_of,
@@ -125,13 +124,10 @@ def test_reading_through_ncu_report_gives_each_report_a_worker_of_its_own(corpus
     assert launches == [x for _, batch in read_launches_of(reports, jobs=None) for x in batch]
 
 
-def test_the_default_reads_in_this_process_unless_the_reports_are_many(corpus_dir: Path) -> None:
+def test_the_default_reads_in_this_process_whatever_the_number_of_reports(corpus_dir: Path) -> None:
     reports = find_reports([corpus_dir])
-    corpus_bytes = sum(r.stat().st_size for r in reports)
-    assert corpus_bytes < PARALLEL_FROM_BYTES  # the shared corpus is read in this process
-    assert default_jobs(reports) is None
-    many = reports * (PARALLEL_FROM_BYTES // corpus_bytes + 1)
-    assert default_jobs(many) == (usable_cores() - 1 if usable_cores() > 1 else None)  # and this process
+    assert default_jobs(reports) is None and default_jobs(reports * 10) is None
+    assert default_jobs(reports, through_ncu_report=True) == usable_cores()  # the long table's units
 
 
 def test_an_unreadable_report_is_named_as_in_one_process(corpus_dir: Path, tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ in input order, so the output is the same for every ``jobs``. ``jobs=None`` (or 
 
 ncuflow's own reader frees what it parses, so a process reads any number of reports in
 bounded memory, and reading in this process costs no start-up: that is what a command
-does unless its reports are many (``default_jobs``: measured on two cores, workers pay
-from about ``PARALLEL_FROM_BYTES`` of reports on). A pool's workers are started once, on a
+does unless told otherwise (``default_jobs``; on this project's two shared cores workers did
+not measurably pay, see docs/scaling.md). A pool's workers are started once, on a
 thread, and each reads report after report (two sent ahead, so that it never waits for
 this process); this process reads too, from the first report on, while they start and
 between their results. ``fresh_workers=True`` gives every task a process of its own
@@ -46,9 +46,6 @@ from ncuflow.read.worker import Outcome, run_task, worker_main
 R = TypeVar("R")
 Task = Path | str | tuple[Any, ...]
 
-# Below this many bytes of reports, reading in this process is faster on two cores than
-# starting workers (measured with analysis/bench_extraction.py: see docs/scaling.md).
-PARALLEL_FROM_BYTES = 64 * 2**20
 # How many results may wait for an earlier, slower report (per reading process).
 WINDOW_PER_JOB = 4
 # Tasks sent ahead to a lasting worker, so that it has the next while this process reads.
@@ -82,17 +79,10 @@ def _size(task: Task) -> int:
 
 
 def default_jobs(tasks: Sequence[Task] = (), *, through_ncu_report: bool = False) -> int | None:
-    """Worker processes when the command is not told. Reading through ``ncu_report``
-    (``through_ncu_report``, or ``--reader ncu_report``): the usable cores, each report in a
-    worker of its own. Otherwise none (this process reads), unless ``tasks`` are enough
-    bytes of reports to pay for the workers' start: then one fewer than the usable cores,
-    this process being the last reader."""
-    cores = usable_cores()
-    if through_ncu_report or reads_with_ncu_report():
-        return cores
-    if cores < 2 or len(tasks) < 2 or sum(_size(task) for task in tasks) < PARALLEL_FROM_BYTES:
-        return None
-    return cores - 1
+    """Worker processes when the command is not told: none (this process reads), except for
+    reading through ``ncu_report`` (``through_ncu_report``, or ``--reader ncu_report``): the
+    usable cores, each report in a worker of its own. ``tasks`` is unused (kept for callers)."""
+    return usable_cores() if through_ncu_report or reads_with_ncu_report() else None
 
 
 def resolve_jobs(jobs: int | None, tasks: Sequence[Task] = (), *, through_ncu_report: bool = False) -> int | None:
