@@ -13,7 +13,9 @@
 Every sample runs in a fresh process whose modules are imported before the clock starts;
 its whole process tree (workers and the forkserver included) is sampled from /proc every
 20 ms for the peak resident memory. The corpus is read as is (1x) and with its file list
-repeated (default 1x, 4x, 5x, 10x). Times are the best of ``--repeats`` samples.
+repeated (default 1x, 4x, 5x, 10x). Times are the best of ``--repeats`` samples, taken in
+turn (every pass once, then again), so that a load that comes and goes on a shared machine
+falls on every pass alike; the peak memory is the largest seen.
 
 Goals (issue 19), on two cores: export of the corpus x4 <= 0.3x the floor with the default
 options, <= 0.45x in one process; the peak memory at 10x <= 1.2x that at 1x and <= 400 MiB.
@@ -146,12 +148,6 @@ def sample(name: str, reports: Sequence[Path], reader: str = "", jobs: str = "")
         os.unlink(handle.name)
 
 
-def best(name: str, reports: Sequence[Path], repeats: int, reader: str = "", jobs: str = "") -> tuple[float, int, int]:
-    """Best time of ``repeats`` fresh-process samples; the peak memory is the largest seen."""
-    runs = [sample(name, reports, reader, jobs) for _ in range(repeats)]
-    return min(r[0] for r in runs), runs[0][1], max(r[2] for r in runs)
-
-
 def _load() -> str:
     try:
         return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -180,13 +176,17 @@ def main(argv: list[str] | None = None) -> None:
           f"each sample a fresh process, peak = whole process tree RSS; {_load()} at the start")
     header = f"  {'':24s}" + "".join(f" | {f'{scale}x':>21s}" for scale in scales)
     print(f"\nseconds, ratio to the floor at the same scale, peak MiB\n{header}")
-    rows: dict[str, dict[int, tuple[float, int, int]]] = {"floor": {}}
+    # Taken in turn (every pass once, then again): a load that comes and goes on a shared
+    # machine then falls on every pass alike; each pass's best sample is kept.
+    passes = [("floor", "floor", "", ""), *(("export", label, reader, jobs) for label, reader, jobs in EXPORTS)]
+    rows: dict[str, dict[int, tuple[float, int, int]]] = {label: {} for _, label, _, _ in passes}
     for scale in scales:
-        rows["floor"][scale] = best("floor", list(reports) * scale, args.repeats)
-    for label, reader, jobs in EXPORTS:
-        rows[label] = {}
-        for scale in scales:
-            rows[label][scale] = best("export", list(reports) * scale, args.repeats, reader, jobs)
+        samples: dict[str, list[tuple[float, int, int]]] = {label: [] for _, label, _, _ in passes}
+        for _ in range(args.repeats):
+            for name, label, reader, jobs in passes:
+                samples[label].append(sample(name, list(reports) * scale, reader, jobs))
+        for label, taken in samples.items():
+            rows[label][scale] = (min(t[0] for t in taken), taken[0][1], max(t[2] for t in taken))
             assert rows[label][scale][1] == rows["floor"][scale][1], (label, scale)
     for label, by_scale in rows.items():
         cells = []
