@@ -8,7 +8,8 @@
   ``--reader ncu_report``, each in one process (``--jobs 0``) and in two (ncuflow:
   ``--jobs 1``, the command's process and one worker, both reading; ncu_report: its default
   on two cores, two workers each reading one report at a time), and ncuflow with the default
-  options (what ``ncuflow export`` does when not told: this process alone).
+  options (what ``ncuflow export`` does when not told: this process and one worker per
+  other usable core, here the same as ``--jobs 1``).
 
 Every sample runs in a fresh process whose modules are imported before the clock starts;
 its whole process tree (workers and the forkserver included) is sampled from /proc every

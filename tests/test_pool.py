@@ -124,9 +124,9 @@ def test_reading_through_ncu_report_gives_each_report_a_worker_of_its_own(corpus
     assert launches == [x for _, batch in read_launches_of(reports, jobs=None) for x in batch]
 
 
-def test_the_default_reads_in_this_process_whatever_the_number_of_reports(corpus_dir: Path) -> None:
+def test_the_default_is_this_process_and_a_worker_per_other_core(corpus_dir: Path) -> None:
     reports = find_reports([corpus_dir])
-    assert default_jobs(reports) is None and default_jobs(reports * 10) is None
+    assert default_jobs(reports) == (usable_cores() - 1 or None)
     assert default_jobs(reports, through_ncu_report=True) == usable_cores()  # the long table's units
 
 

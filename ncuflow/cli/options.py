@@ -102,7 +102,7 @@ def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
         "--jobs", "-j",
         type=click.IntRange(min=0),
         default=None,
-        help="Read reports in N worker processes besides this one [default: none; through ncu_report "
-             "(--reader ncu_report, the units of --metrics-long): the usable cores, a worker per report, "
-             "this process reading none]. 0 reads everything in this process.",
+        help="Read reports in N worker processes besides this one [default: one fewer than the usable "
+             "cores; through ncu_report (--reader ncu_report, the units of --metrics-long): the usable "
+             "cores, a worker per report, this process reading none]. 0 reads everything in this process.",
     )(function))

@@ -7,9 +7,9 @@ in input order, so the output is the same for every ``jobs``. ``jobs=None`` (or 
 ``function`` in this process, the reference the tests compare against.
 
 ncuflow's own reader frees what it parses, so a process reads any number of reports in
-bounded memory, and reading in this process costs no start-up: that is what a command
-does unless told otherwise (``default_jobs``; on this project's two shared cores workers did
-not measurably pay, see docs/scaling.md). A pool's workers are started once, on a
+bounded memory, and reading in this process costs no start-up. By default (``default_jobs``) one worker per
+usable core but one reads beside it: measured on this project's two cores, that pays from
+about 4x the shared corpus on and costs nothing at 1x (docs/scaling.md). A pool's workers are started once, on a
 thread, and each reads report after report (two sent ahead, so that it never waits for
 this process); this process reads too, from the first report on, while they start and
 between their results. ``fresh_workers=True`` gives every task a process of its own
@@ -79,10 +79,15 @@ def _size(task: Task) -> int:
 
 
 def default_jobs(tasks: Sequence[Task] = (), *, through_ncu_report: bool = False) -> int | None:
-    """Worker processes when the command is not told: none (this process reads), except for
-    reading through ``ncu_report`` (``through_ncu_report``, or ``--reader ncu_report``): the
-    usable cores, each report in a worker of its own. ``tasks`` is unused (kept for callers)."""
-    return usable_cores() if through_ncu_report or reads_with_ncu_report() else None
+    """Worker processes when the command is not told: one fewer than the usable cores (this
+    process reads too), none on one core; for reading through ``ncu_report``
+    (``through_ncu_report``, or ``--reader ncu_report``) the usable cores, each report in a
+    worker of its own. ``tasks`` is unused (kept for callers): one task is read in this
+    process whatever ``jobs`` says (``map_reports``)."""
+    cores = usable_cores()
+    if through_ncu_report or reads_with_ncu_report():
+        return cores
+    return cores - 1 or None
 
 
 def resolve_jobs(jobs: int | None, tasks: Sequence[Task] = (), *, through_ncu_report: bool = False) -> int | None:
