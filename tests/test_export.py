@@ -170,3 +170,28 @@ def test_read_export_gives_the_pair_and_refuses_a_metrics_table_of_another_expor
     assert read_export(first)[1] is None
     with pytest.raises(NcuflowError, match="not an ncuflow launches table"):
         read_export(second.with_name("launches.metrics.parquet"))
+
+
+def test_part_writer_gives_the_same_rows_for_every_batch_and_chunk(tmp_path: Path) -> None:
+    """Rows become frames every ``batch`` rows and parts every ``chunk``: the table is the same."""
+    import polars as pl
+
+    from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
+
+    rows = [{"report": f"r{i % 7}", "range": 0, "action": i, "name": f"m{i}", "value": float(i),
+             "string_value": None, "unit": "byte"} for i in range(1234)]
+    tables = []
+    for chunk, batch in ((10_000, None), (10_000, 100), (300, 64), (37, 500)):
+        folder = tmp_path / f"{chunk}-{batch}"
+        folder.mkdir()
+        writer = PartWriter(folder, "metrics", METRICS_SCHEMA, chunk, batch=batch)
+        for row in rows[:600]:
+            writer.add(row)
+        writer.extend({column: [row[column] for row in rows[600:]] for column in METRICS_SCHEMA})
+        whole = folder / "whole.parquet"
+        if not writer.write_whole(whole, {}):
+            writer.close()
+            pl.concat([pl.read_parquet(part) for part in writer.parts]).write_parquet(whole)
+        assert writer.rows == len(rows)
+        tables.append(pl.read_parquet(whole))
+    assert all(table.equals(tables[0]) for table in tables) and tables[0].height == len(rows)

@@ -4,7 +4,6 @@ the stability tolerances (with the kernel filter that goes with them)."""
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -15,6 +14,8 @@ from ncuflow.analyze.fields import CLASS_TOLERANCES, STABILITY_FIELDS, Tolerance
 from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.errors import UsageError
 from ncuflow.profile import DEFAULT_TIMEOUT_S
+from ncuflow.read.pool import usable_cores
+from ncuflow.read.readers import DEFAULT_READER, READERS, use_reader
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -80,14 +81,6 @@ def tolerances_from(tol_exact: float, tol_bytes: float, tol_rate: float, tol_tim
     return base.with_overrides(overrides) if overrides else base
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity), not the machine's count."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def _first_number(*paths: str) -> int | None:
     for path in paths:
         with contextlib.suppress(OSError, ValueError, IndexError), open(path, encoding="ascii") as handle:
@@ -111,8 +104,8 @@ def available_memory_bytes() -> int | None:
     return available
 
 
-# Memory one reading worker may take at its peak (``ncuflow.read.pool``: a worker is retired near
-# 200 MB above its base, and its replacement overlaps it), so that N workers fit in memory.
+# Memory one reading worker may take at its peak (``ncuflow.read.pool``), with room to spare, so that
+# N workers fit in memory.
 JOB_MEMORY_BYTES = 512 * 2**20
 
 
@@ -131,9 +124,9 @@ def _bounded_jobs(ctx: click.Context, param: click.Parameter, value: int | None)
     one another and multiply memory, so a larger value is lowered to the bound, with one line."""
     if value == 0:
         return value
+    if value is None:  # the pool's own default, which the bound never exceeds
+        return None
     bound, why = jobs_bound()
-    if value is None:
-        return bound
     if value > bound:
         click.echo(f"ncuflow: note: --jobs {value} lowered to {bound}: this machine runs {bound} reading "
                    f"workers at once ({why}).", err=True)
@@ -141,17 +134,32 @@ def _bounded_jobs(ctx: click.Context, param: click.Parameter, value: int | None)
     return value
 
 
-def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
-    """``--jobs N``: reports are read in N worker processes (see ``ncuflow.read.pool``),
-    at most as many as the usable cores and the available memory allow (``jobs_bound``)."""
+def _use_reader(context: click.Context, parameter: click.Parameter, value: str) -> str:
+    use_reader(value)
+    return value
+
+
+def reader_option(function: click.decorators.FC) -> click.decorators.FC:
+    """``--reader NAME``: which reader turns report files into launches (``ncuflow.read.readers``)."""
     return click.option(
+        "--reader", type=click.Choice(READERS), default=DEFAULT_READER, show_default=True, expose_value=False,
+        envvar="NCUFLOW_READER", callback=_use_reader, is_eager=True,
+        help="How reports are read: ncuflow's own reader of NVIDIA's documented file format, or NVIDIA's "
+             "ncu_report module (the reference, several times slower; also used by the default for a "
+             "file version it does not know, and for the units of --metrics-long).",
+    )(function)
+
+
+def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
+    """The options of every command that reads reports: ``--jobs N`` (worker processes, see
+    ``ncuflow.read.pool``) and ``--reader`` (``reader_option``)."""
+    return reader_option(click.option(
         "--jobs", "-j",
         type=click.IntRange(min=0),
         default=None,
         callback=_bounded_jobs,
-        help="Read reports in N worker processes [default: the usable cores]; at most the usable "
-             "cores, and one per 512 MiB of available memory. Each worker is replaced "
-             "after reading 16 MiB of reports (NCUFLOW_WORKER_BYTES), so memory does not grow with "
-             "their number; this process reads the first ones while the workers start. "
-             "0 reads everything in this process.",
-    )(function)
+        help="Read reports in N worker processes besides this one [default: one fewer than the usable "
+             "cores; through ncu_report (--reader ncu_report, the units of --metrics-long): the usable "
+             "cores, a worker per report, this process reading none]; at most the usable cores, and one "
+             "per 512 MiB of available memory. 0 reads everything in this process.",
+    )(function))

@@ -60,7 +60,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     keep = selection.predicate()
     found = sources(paths)
     if as_if is None:
-        prestart_reading(found, jobs=resolve_jobs(jobs))  # its start-up overlaps the imports below
+        prestart_reading(found, jobs=resolve_jobs(jobs, found.reports))  # its start-up overlaps the imports below
     from ncuflow.output.render import launch_row, print_launch_table
 
     _echo_damaged(found)
@@ -69,7 +69,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         return
     per_report = []
     with _warnings_to_stderr():
-        for source, read, notes in read_sources(found, jobs=resolve_jobs(jobs), strict=True):
+        for source, read, notes in read_sources(found, jobs=resolve_jobs(jobs, found.reports), strict=True):
             for note in notes:  # what the reader said (an escalation not used, a damaged last action)
                 click.echo(f"ncuflow: warning: {note}", err=True)
             launches = [x for x in read or () if keep(x)]  # strict: an unreadable report raises
@@ -169,7 +169,8 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
     selection = selection_from(kernel, nvtx)
     found = sources(paths)
     # The worker server starts while polars and rich are imported (~0.1 s of each command).
-    prestart_export(found.reports, jobs=resolve_jobs(jobs), metrics_long=metrics_long)
+    jobs = resolve_jobs(jobs, found.reports, through_ncu_report=metrics_long)  # the long table's units: ncu_report
+    prestart_export(found.reports, jobs=jobs, metrics_long=metrics_long)
     from rich.progress import Progress
 
     from ncuflow.output.export import export_reports
@@ -182,7 +183,7 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
             progress.update(task, completed=index + 1, description=f"read {report.name}")
 
         result = export_reports(found, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
-                                jobs=resolve_jobs(jobs), selection=selection)
+                                jobs=jobs, selection=selection)
     click.echo(f"wrote {result.launch_count} launches from {result.report_count} reports to {result.launches_path}")
     if result.metrics_path is not None:
         click.echo(f"wrote {result.metric_rows} raw metric rows to {result.metrics_path}")

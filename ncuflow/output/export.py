@@ -44,6 +44,7 @@ from ncuflow.read.metrics import FIELDS
 from ncuflow.read.runs import Sources, sources
 
 SCHEMA_VERSION = "1"
+LAUNCH_BATCH_ROWS = 500
 METADATA_KEY = "ncuflow.schema_version"
 
 _IDENTITY_SCHEMA: dict[str, Any] = {
@@ -264,16 +265,16 @@ def _read_all(tasks: list[tuple[Any, ...]], launches: PartWriter, metrics_long: 
               progress: Any) -> tuple[int, int]:
     """Every report read (in ``jobs`` workers), its rows added to ``launches``: (reports, metric rows).
 
-    ncu_report keeps, per process, the unit it first returned for a metric name: a derived
-    metric read after another report's can carry that report's unit (seen on the corpus:
-    "byte" for a "%" breakdown). The long table is therefore read with a fresh worker per
-    report, so that every unit is the report's own.
+    The long table's units come from ncu_report (``ncuflow.read.units``), which keeps, per
+    process, the unit it first returned for a metric name: a derived metric read after
+    another report's can carry that report's unit (seen on the corpus: "byte" for a "%"
+    breakdown). It is therefore read with a fresh worker per report.
     """
     from ncuflow.read.pool import map_reports
 
     exported = metric_rows = 0
     for rows, metric_count, said in map_reports(export_one_report, tasks, jobs=jobs, progress=progress,
-                                                retire_bytes=1 if metrics_long else None,
+                                                fresh_workers=metrics_long,
                                                 preload=worker_modules(metrics_long)):
         for line in said:
             warnings.warn(EscalationWarning(line), stacklevel=3)
@@ -311,7 +312,8 @@ def export_reports(
     with os_errors_as_messages(output.parent), \
             tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
         parts = Path(folder)
-        launches = PartWriter(parts, "launches", launches_schema(), chunk_rows)
+        # a launch's row: ~10 KiB as Python objects, ~1 KiB in a frame (what bounds memory as the store grows)
+        launches = PartWriter(parts, "launches", launches_schema(), chunk_rows, batch=LAUNCH_BATCH_ROWS)
         tasks = [(source.report, source.record, parts.resolve(), index, metrics_long, threshold, chunk_rows,
                   selection) for index, source in enumerate(found.items)]
         try:

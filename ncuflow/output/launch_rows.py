@@ -101,7 +101,8 @@ def prestart_export(reports: Sequence[Path], *, jobs: int | None, metrics_long: 
     worker function and modules, started before the command imports polars."""
     from ncuflow.read.pool import prestart
 
-    prestart(export_one_report, [(report,) for report in reports], jobs=jobs, preload=worker_modules(metrics_long))
+    prestart(export_one_report, [(report,) for report in reports], jobs=jobs, preload=worker_modules(metrics_long),
+             fresh_workers=metrics_long)
 
 
 def as_columns(records: list[dict[str, Any]]) -> Columns:

@@ -273,23 +273,22 @@ class ReportCollection:
 
 def read_report_collection(path: Path | str) -> ReportCollection:
     """The collection of a report's first launch (every launch of a report shares it)."""
-    from ncuflow.read import extract, reportfile
+    from ncuflow.read import extract
 
     report_path = Path(path)
-    context = reportfile.load_context(report_path)
     first = None
     launches = 0
-    for _range_index, _action_index, action in reportfile.iter_actions(report_path, context):
+    for _range_index, _action_index, action in extract.iter_report(report_path):  # with this process's reader
         launches += 1
         if first is None:
             first = action
-    assert first is not None  # _iter_actions raises on a report with no intact action
+    assert first is not None  # iter_report raises on a report with no intact action
     names = tuple(str(n) for n in first.metric_names())
-    chip_value = extract.metric_number(first, "device__attribute_chip")
-    passes = extract.metric_number(first, "profiler__replayer_passes")
-    warmup = extract.metric_number(first, "profiler__replayer_passes_type_warmup")
+    chip_value = first.number("device__attribute_chip")
+    passes = first.number("profiler__replayer_passes")
+    warmup = first.number("profiler__replayer_passes_type_warmup")
     chip_id = int(chip_value) if chip_value is not None else None
-    device = extract.metric_text(first, "device__attribute_display_name")
+    device = first.text("device__attribute_display_name")
     chip = chip_from_id(chip_id) or (chip_from_gpu_name(device) if device else None)
     counter_only = not any(name_class(n) == "unmodelled" for n in names)
     return ReportCollection(

@@ -1,76 +1,52 @@
 """Nsight Compute reports -> ``Launch`` records, one per action of every range.
 
-The only module that touches ``ncu_report``. It streams: one action is read at a
-time, only the raw metrics the canonical fields name are looked up (through the
+Whichever reader reads the file (``ncuflow.read.readers``: ncuflow's own reader of the
+documented format by default, ``ncu_report`` as the reference), an action is read the
+same way here: only the raw metrics the canonical fields name are looked up (through the
 alias chains of ``ncuflow.read.metrics``), and nothing of the report is kept once its
-``Launch`` has been built. Bad input never yields a silent empty result:
-``ncu_report`` opens garbage, empty and most truncated files as a context with zero
-ranges, and a report cut mid-way as its complete actions plus one last action with
-no name and no metrics; each of these becomes a ``ReportError`` (or, for a cut
-report whose complete actions are intact, a ``DamagedAction`` warning).
+``Launch`` has been built. Bad input never yields a silent empty result: a file that is
+no report, empty, or cut before its first result is a ``ReportError``; a report cut
+mid-way gives its complete actions and a ``DamagedActionWarning``.
 """
 
 from __future__ import annotations
 
 import functools
-import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+from ncuflow.errors import ReportError
 from ncuflow.read.launch import DeviceInfo, KernelName, Launch
 from ncuflow.read.metrics import BREAKDOWN_METRICS, FIELDS, UNIT_THROUGHPUT_METRICS, resolve
-from ncuflow.read.reportfile import import_ncu_report, iter_actions, load_context, read_ncu_version
+from ncuflow.read.ncureport import (  # re-exported: the ncu_report side's calls
+    NcuReportAction,
+    iter_report_actions,
+    metric_calls,
+    metric_number,
+    metric_text,
+)
+from ncuflow.read.readers import UnknownLayoutWarning, reads_the_file
+from ncuflow.read.reportfile import read_ncu_version
+from ncuflow.read.units import ReportUnits
 
-_SOL_RULE = "SOLBottleneck"
-
-
-@dataclass(frozen=True)
-class _MetricCalls:
-    """ncu_report's metric calls, bound once per process.
-
-    Where the module exposes its SWIG functions (every version seen), they are called
-    directly: the Python method wrappers around them cost as much as the calls, and
-    extraction makes ~100 lookups per launch. Otherwise the methods are used unbound.
-    """
-
-    metric_by_name: Callable[[Any, str], Any]
-    has_value: Callable[[Any], bool]
-    kind: Callable[[Any], int]
-    as_double: Callable[[Any], float]
-    as_uint64: Callable[[Any], int]
-    as_string: Callable[[Any], str | None]
-    double_kinds: frozenset[int]
-    integer_kinds: frozenset[int]
-    string_kind: int
+__all__ = ["Action", "RawMetric", "count_actions", "iter_launches", "iter_launches_with_metrics",
+           "iter_report", "launch_from_action", "metric_calls", "metric_number", "metric_text",
+           "read_launches", "read_ncu_version"]
 
 
-_SWIG_NAMES = ("IAction_metric_by_name", "IMetric_has_value", "IMetric_kind", "IMetric_as_double",
-               "IMetric_as_uint64", "IMetric_as_string")
+class Action(Protocol):
+    """One action as a reader gives it (``FileAction``, ``NcuReportAction``)."""
 
-
-def metric_calls(ncu_report: Any, *, use_swig: bool = True) -> _MetricCalls:
-    """The metric calls of an ``ncu_report`` module (``use_swig=False``: its public methods only)."""
-    metric = ncu_report.IMetric
-    swig = getattr(ncu_report, "_ncu_report", None)
-    if use_swig and swig is not None and all(hasattr(swig, name) for name in _SWIG_NAMES):
-        by_name, has_value, kind, as_double, as_uint64, as_string = (getattr(swig, name) for name in _SWIG_NAMES)
-    else:
-        by_name, has_value, kind = ncu_report.IAction.metric_by_name, metric.has_value, metric.kind
-        as_double, as_uint64, as_string = metric.as_double, metric.as_uint64, metric.as_string
-    return _MetricCalls(
-        metric_by_name=by_name, has_value=has_value, kind=kind,
-        as_double=as_double, as_uint64=as_uint64, as_string=as_string,
-        double_kinds=frozenset({metric.ValueKind_DOUBLE, metric.ValueKind_FLOAT}),
-        integer_kinds=frozenset({metric.ValueKind_UINT32, metric.ValueKind_UINT64}),
-        string_kind=metric.ValueKind_STRING,
-    )
-
-
-@functools.cache
-def _default_calls() -> _MetricCalls:
-    return metric_calls(import_ncu_report())
+    def number(self, name: str) -> float | None: ...
+    def text(self, name: str) -> str | None: ...
+    def kernel(self) -> KernelName: ...
+    def nvtx(self) -> tuple[str, ...]: ...
+    def nvidia_sol(self) -> str | None: ...
+    def metric_names(self) -> list[str]: ...
+    def metric_values(self) -> Iterator[tuple[str, float | int | str | None]]: ...
 
 
 @dataclass(frozen=True)
@@ -80,107 +56,58 @@ class RawMetric:
     name: str
     value: float | None
     string_value: str | None
-    unit: str
+    unit: str | None
 
 
 # ---------------------------------------------------------------------------
-# finding reports
+# one report -> its actions, with the reader of this process
 
 
-# ---------------------------------------------------------------------------
-# opening one report
+def iter_report(path: Path) -> Iterator[tuple[int, int, Action]]:
+    """(range index, action index, action) for every intact action of the report.
+
+    Read from the file by ncuflow's reader, unless ``--reader ncu_report`` is set, or the
+    file's version or layout is one it does not know (then ``ncu_report`` reads it, with an
+    ``UnknownLayoutWarning``; without ``ncu_report`` it is a ``ReportError``).
+    """
+    if not reads_the_file():
+        yield from iter_report_actions(path)
+        return
+    from ncuflow.read.fileaction import iter_file_actions
+    from ncuflow.read.reportformat import UnknownLayout
+
+    actions = iter_file_actions(path)
+    try:
+        first = next(actions, None)  # the whole file is walked before the first action
+    except UnknownLayout as unknown:
+        yield from _read_with_ncu_report(path, str(unknown))
+        return
+    if first is not None:
+        yield first
+        yield from actions
+
+
+def _read_with_ncu_report(path: Path, unknown: str) -> Iterator[tuple[int, int, Action]]:
+    from ncuflow.read.reportfile import import_ncu_report
+
+    try:
+        import_ncu_report()
+    except ReportError as missing:
+        raise ReportError(
+            f"{path} is a report ncuflow's reader does not know: {unknown}.",
+            "ncuflow reads such a report with NVIDIA's ncu_report module instead, which cannot be imported "
+            f"here ({missing.what.rstrip('.')}).",
+            "Install it with `pip install ncu-report`, or add the extras/python folder of an Nsight Compute "
+            "install to PYTHONPATH.",
+        ) from None
+    warnings.warn(UnknownLayoutWarning(
+        f"{path} is a report ncuflow's reader does not know ({unknown}); it was read with NVIDIA's ncu_report "
+        "module instead, as --reader ncu_report reads every report (slower)."), stacklevel=3)
+    yield from iter_report_actions(path)
 
 
 # ---------------------------------------------------------------------------
 # one action -> one Launch
-
-
-def number_lookup(
-    action: Any, calls: _MetricCalls | None = None, allow: Callable[[str], bool] | None = None
-) -> Callable[[str], float | None]:
-    """A function from a metric name to its number on this action, each looked up once.
-
-    The number is None where the metric is absent, valueless, a string, not finite, or
-    refused by ``allow``. Dispatches on the value kind itself: ``IMetric.value()``
-    rebuilds a table of lambdas on every call, which dominated extraction time.
-    """
-    calls = calls or _default_calls()
-    cache: dict[str, float | None] = {}
-    by_name, has_value, kind_of = calls.metric_by_name, calls.has_value, calls.kind
-    double_kinds, integer_kinds = calls.double_kinds, calls.integer_kinds
-
-    def lookup(name: str) -> float | None:
-        if name in cache:
-            return cache[name]
-        number: float | None = None
-        metric = by_name(action, name) if allow is None or allow(name) else None
-        if metric is not None and has_value(metric):
-            kind = kind_of(metric)
-            if kind in double_kinds:
-                number = calls.as_double(metric)
-            elif kind in integer_kinds:
-                number = float(calls.as_uint64(metric))
-            if number is not None and not math.isfinite(number):
-                number = None
-        cache[name] = number
-        return number
-
-    return lookup
-
-
-def metric_number(action: Any, name: str, calls: _MetricCalls | None = None) -> float | None:
-    """A numeric metric's value; None where it is absent, valueless, a string, or not finite."""
-    return number_lookup(action, calls)(name)
-
-
-def metric_text(action: Any, name: str, calls: _MetricCalls | None = None) -> str | None:
-    """A metric's value as text (a number is formatted); None where it is absent or valueless."""
-    calls = calls or _default_calls()
-    metric = calls.metric_by_name(action, name)
-    if metric is None or not calls.has_value(metric):
-        return None
-    kind = calls.kind(metric)
-    if kind == calls.string_kind:
-        return calls.as_string(metric)
-    if kind in calls.double_kinds:
-        return str(calls.as_double(metric))
-    if kind in calls.integer_kinds:
-        return str(calls.as_uint64(metric))
-    return None
-
-
-def _kernel_name(action: Any, ncu_report: Any) -> KernelName:
-    action_type = ncu_report.IAction
-
-    def name(base: Any) -> str:
-        try:
-            text = action.name(base)
-        except Exception:  # older reports may not hold every form
-            text = None
-        return text or ""
-
-    function = name(action_type.NameBase_FUNCTION) or (action.name() or "")
-    return KernelName(
-        function=function,
-        demangled=name(action_type.NameBase_DEMANGLED) or function,
-        mangled=name(action_type.NameBase_MANGLED) or function,
-    )
-
-
-def _nvtx_ranges(action: Any) -> tuple[str, ...]:
-    state = action.nvtx_state()
-    if state is None:
-        return ()
-    ranges: list[str] = []
-    for domain_id in state.domains():
-        domain = state.domain_by_id(domain_id)
-        domain_name = domain.name() or ""
-        prefix = "" if domain_name in ("", "<default domain>") else f"{domain_name}@"
-        for range_name in domain.push_pop_ranges():
-            ranges.append(f"{prefix}{range_name}")
-        for range_name in domain.start_end_ranges():
-            ranges.append(f"{prefix}{range_name}")
-    return tuple(ranges)
 
 
 @functools.lru_cache(maxsize=256)
@@ -189,10 +116,8 @@ def _listed_names(listing: str) -> tuple[str, ...]:
     return tuple(name.strip() for name in listing.split(","))
 
 
-def _breakdown(
-    action: Any, lookup: Callable[[str], float | None], calls: _MetricCalls,
-    allow: Callable[[str], bool] | None = None,
-) -> dict[str, float]:
+def _breakdown(action: Action, lookup: Callable[[str], float | None],
+               allow: Callable[[str], bool] | None = None) -> dict[str, float]:
     """NVIDIA's per-unit throughput metrics (% of peak) that the model groups into terms.
 
     The SpeedOfLight section's breakdown lists name them; a report without those lists
@@ -202,7 +127,7 @@ def _breakdown(
     """
     names: list[str] = []
     for list_metric in BREAKDOWN_METRICS:
-        listing = metric_text(action, list_metric, calls) if allow is None or allow(list_metric) else None
+        listing = action.text(list_metric) if allow is None or allow(list_metric) else None
         if listing:
             names.extend(_listed_names(listing))
     candidates: list[str] | tuple[str, ...] = names or UNIT_THROUGHPUT_METRICS
@@ -219,45 +144,23 @@ def _breakdown(
     return values
 
 
-def _nvidia_sol(action: Any) -> str | None:
-    """The title of NVIDIA's speed-of-light rule result, where the report has one."""
-    try:
-        results = action.rule_results()
-    except Exception:
-        return None
-    for result in results:
-        if result.rule_identifier() == _SOL_RULE:
-            message = result.rule_message() or {}
-            title = message.get("title") if isinstance(message, dict) else None
-            return str(title) if title else None
-    return None
-
-
-def _device(action: Any, lookup: Callable[[str], float | None], calls: _MetricCalls) -> DeviceInfo:
+def _device(action: Action, lookup: Callable[[str], float | None]) -> DeviceInfo:
     major = lookup("device__attribute_compute_capability_major")
     minor = lookup("device__attribute_compute_capability_minor")
     sm_count = lookup("device__attribute_multiprocessor_count")
     return DeviceInfo(
-        name=metric_text(action, "device__attribute_display_name", calls),
+        name=action.text("device__attribute_display_name"),
         compute_capability=f"{int(major)}.{int(minor)}" if major is not None and minor is not None else None,
         sm_count=int(sm_count) if sm_count is not None else None,
     )
 
 
-def launch_from_action(
-    action: Any,
-    *,
-    report: str,
-    range_index: int,
-    action_index: int,
-    ncu_version: str | None,
-    ncu_report: Any,
-    with_rules: bool = True,
-    allow: Callable[[str], bool] | None = None,
-    calls: _MetricCalls | None = None,
+def build_launch(
+    action: Action, *, report: str, range_index: int, action_index: int, ncu_version: str | None,
+    with_rules: bool = True, allow: Callable[[str], bool] | None = None,
 ) -> Launch:
-    calls = calls or _default_calls()
-    lookup = number_lookup(action, calls, allow)
+    number = action.number
+    lookup = number if allow is None else (lambda name: number(name) if allow(name) else None)
     values: dict[str, float | None] = {}
     provenance: dict[str, str] = {}
     missing: list[str] = []
@@ -272,16 +175,29 @@ def launch_from_action(
         report=report,
         range_index=range_index,
         action_index=action_index,
-        kernel=_kernel_name(action, ncu_report),
-        nvtx=_nvtx_ranges(action),
-        device=_device(action, lookup, calls),
+        kernel=action.kernel(),
+        nvtx=action.nvtx(),
+        device=_device(action, lookup),
         ncu_version=ncu_version,
         values=values,
         provenance=provenance,
         missing=tuple(missing),
-        breakdown=_breakdown(action, lookup, calls, allow),
-        nvidia_sol=_nvidia_sol(action) if with_rules else None,
+        breakdown=_breakdown(action, lookup, allow),
+        nvidia_sol=action.nvidia_sol() if with_rules else None,
     )
+
+
+def launch_from_action(
+    action: Any, *, report: str, range_index: int, action_index: int, ncu_version: str | None, ncu_report: Any,
+    with_rules: bool = True, allow: Callable[[str], bool] | None = None, calls: Any = None,
+) -> Launch:
+    """``build_launch`` of an ``ncu_report`` ``IAction`` (``calls``: ``metric_calls(...)``)."""
+    return build_launch(NcuReportAction(action, ncu_report, calls), report=report, range_index=range_index,
+                        action_index=action_index, ncu_version=ncu_version, with_rules=with_rules, allow=allow)
+
+
+# ---------------------------------------------------------------------------
+# the entry points
 
 
 def iter_launches(
@@ -296,57 +212,46 @@ def iter_launches(
     ``DamagedActionWarning`` for a cut-off last action when the ones before it are whole.
     """
     report_path = Path(path)
-    context = load_context(report_path)
-    ncu_report = import_ncu_report()
-    version = read_ncu_version(report_path)
-    for range_index, action_index, action in iter_actions(report_path, context):
-        yield launch_from_action(
-            action,
-            report=str(report_path),
-            range_index=range_index,
-            action_index=action_index,
-            ncu_version=version,
-            ncu_report=ncu_report,
-            with_rules=with_rules,
-            allow=allow,
-        )
+    version: str | None = None
+    for index, (range_index, action_index, action) in enumerate(iter_report(report_path)):
+        if index == 0:
+            version = read_ncu_version(report_path)
+        yield build_launch(action, report=str(report_path), range_index=range_index, action_index=action_index,
+                           ncu_version=version, with_rules=with_rules, allow=allow)
 
 
-def _raw_metrics(action: Any) -> Iterator[RawMetric]:
-    for name in action.metric_names():
-        metric = action.metric_by_name(name)
-        if metric is None:
-            continue
-        has_value = metric.has_value()
-        value = metric.value() if has_value else None
-        numeric = (
-            float(value)
-            if isinstance(value, (int, float)) and not isinstance(value, bool)
-            else None
-        )
+def _raw_metrics(action: Action, units: dict[str, str] | None) -> Iterator[RawMetric]:
+    for name, value in action.metric_values():
+        numeric = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
         text = value if isinstance(value, str) else None
-        yield RawMetric(name, numeric, text, metric.unit() or "")
+        yield RawMetric(name, numeric, text, None if units is None else units.get(name, ""))
+
+
+def _units_of(action: Action, units: ReportUnits, range_index: int, action_index: int) -> dict[str, str] | None:
+    """ncu_report's action gives its units; for a file-read action they come from ncu_report."""
+    if isinstance(action, NcuReportAction):
+        return action.units()
+    return units.of(range_index, action_index)
 
 
 def iter_launches_with_metrics(path: Path | str) -> Iterator[tuple[Launch, tuple[RawMetric, ...]]]:
-    """Every intact launch with all its raw metrics, the report opened and walked once."""
+    """Every intact launch with all its raw metrics (units from ``ncu_report``, see
+    ``ncuflow.read.units``), the report read once."""
     report_path = Path(path)
-    context = load_context(report_path)
-    ncu_report = import_ncu_report()
-    version = read_ncu_version(report_path)
-    for range_index, action_index, action in iter_actions(report_path, context):
-        launch = launch_from_action(
-            action, report=str(report_path), range_index=range_index, action_index=action_index,
-            ncu_version=version, ncu_report=ncu_report,
-        )
-        yield launch, tuple(_raw_metrics(action))
+    units = ReportUnits(report_path)
+    version: str | None = None
+    for index, (range_index, action_index, action) in enumerate(iter_report(report_path)):
+        if index == 0:
+            version = read_ncu_version(report_path)
+        launch = build_launch(action, report=str(report_path), range_index=range_index,
+                              action_index=action_index, ncu_version=version)
+        action_units = _units_of(action, units, range_index, action_index)
+        yield launch, tuple(_raw_metrics(action, action_units))
 
 
 def count_actions(path: Path | str) -> int:
     """Intact actions of a report (what export writes as rows)."""
-    report_path = Path(path)
-    context = load_context(report_path)
-    return sum(1 for _ in iter_actions(report_path, context))
+    return sum(1 for _ in iter_report(Path(path)))
 
 
 def read_launches(path: Path | str) -> tuple[Launch, ...]:

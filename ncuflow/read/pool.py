@@ -1,83 +1,58 @@
-"""Reading reports in worker processes, with memory bounded by what each worker reads.
-
-``ncu_report`` never frees a parsed report: a process that reads N reports grows by
-several times their bytes, without bound. Here each report is read in a worker
-process, and a worker exits once it has read ``retire_bytes`` of report files (the
-report that crosses the line is finished first); a fresh worker takes its place. The
-replacement is started as soon as the retiring worker has been sent its last report,
-so no reading slot waits for a start (the two overlap for that one report), and a
-retired worker is reaped at the end rather than waited for; at the end, the idle workers
-are told to stop and waited for on a thread, while the command goes on. Where a core is left over
-(fewer jobs than usable cores), the replacement starts when the worker it replaces is
-halfway through its budget, and first makes the heap it will grow to resident in bulk,
-on that core (``ncuflow.read.heap``); it takes no report before that worker's last. Peak
-memory is about ``2 × jobs × (base + k × (retire_bytes + the largest report))`` at worst,
-whatever the number of reports, and N workers read N reports at once.
-
-Starting the worker server takes a few hundred milliseconds (a Python start, the
-reading modules, one warm-up read). Meanwhile the driver reads the first reports
-itself, at most ``retire_bytes`` in the whole life of the process (its memory is never
-given back), and only until the first worker is up; ``prestart`` lets a command start
-the server before its own imports. A caller that passes ``retire_bytes`` (a fresh
-process per bounded input, see ``export --metrics-long``) gets no reading in the driver.
+"""Reading reports in worker processes, where that pays: many reports on several cores.
 
 ``map_reports(function, tasks, jobs=N)`` is the one entry point: ``function`` (a
-module-level function, so that it pickles by name) is called as ``function(*task)``
-in a worker, where a task is a report path or a tuple whose first item is the report
-path; results come back in input order, so the output is the same for every ``jobs``.
-``jobs=None`` (or 0) calls ``function`` in this process, which is the reference the
-tests compare against. An error raised by ``function`` is raised here, when its task
-is reached in input order, with its own message (which names the report); warnings it
-raises are raised again here. A worker that dies (killed, out of memory, a crash in
-native code) is a ``ReportError`` naming the report it was reading; a crash in native
-code while the driver itself reads (the first reports, during the start-up) takes the
-command down, as ``--jobs 0`` would. Ctrl-C stops every worker (they ignore SIGINT;
-the driver terminates them) and propagates.
+module-level function, so that it pickles by name) is called as ``function(*task)``, where
+a task is a report path or a tuple whose first item is the report path; results come back
+in input order, so the output is the same for every ``jobs``. ``jobs=None`` (or 0) calls
+``function`` in this process, the reference the tests compare against.
 
-Workers come from the ``forkserver`` start method where the platform has it (a fresh
-worker is a fork of a small server that has already imported the reading modules, so
-retiring a worker costs milliseconds), else ``spawn``; never a plain ``fork`` of a
-process that may hold threads or a grown ``ncu_report`` heap.
+ncuflow's own reader frees what it parses, so a process reads any number of reports in
+bounded memory, and reading in this process costs no start-up. By default (``default_jobs``) one worker per
+usable core but one reads beside it: measured on this project's two cores, that pays from
+about 4x the shared corpus on and costs nothing at 1x (docs/scaling.md). A pool's workers are started once, on a
+thread, and each reads report after report (two sent ahead, so that it never waits for
+this process); this process reads too, from the first report on, while they start and
+between their results. ``fresh_workers=True`` gives every task a process of its own
+instead, and this process reads none: what reading through ``ncu_report`` needs (it never
+frees a parsed report, and keeps a metric's unit per process, see ``ncuflow.read.units``).
+
+An error raised by ``function`` is raised here, when its task is reached in input order,
+with its own message (which names the report); warnings it raises are raised again here.
+A worker that dies (killed, out of memory, a crash in native code) is a ``ReportError``
+naming the report it was reading. Ctrl-C stops every worker (they ignore SIGINT; this
+process terminates them) and propagates. Workers come from the ``forkserver`` start
+method where the platform has it (each a fork of a small server that has imported the
+reading modules once, ``ncuflow.read.server``), else ``spawn``; never a plain ``fork`` of
+a process that may hold threads. The reader setting (``ncuflow.read.readers``) and the current folder travel with
+each task.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import itertools
-import json
-import multiprocessing
+import contextlib
 import multiprocessing.connection
-import multiprocessing.spawn
 import os
-import sys
-import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ncuflow.errors import ReportError
-from ncuflow.read.worker import (
-    MAIN_ARGV_ENV,
-    MAIN_PATH_ENV,
-    WARM_REPORT_ENV,
-    Outcome,
-    run_task,
-    worker_main,
-)
+from ncuflow.read.readers import current_reader
+from ncuflow.read.server import worker_context
+from ncuflow.read.worker import Outcome, run_task, worker_main
 
 R = TypeVar("R")
 Task = Path | str | tuple[Any, ...]
 
-# Report bytes a worker reads before it is retired. The memory ncu_report keeps is
-# ~9x the bytes of the reports read; 16 MiB keeps a worker near 200 MB above its base.
-DEFAULT_RETIRE_BYTES = 16 * 2**20
-RETIRE_BYTES_ENV = "NCUFLOW_WORKER_BYTES"
-# How many results may wait for an earlier, slower report (per worker).
+# How many results may wait for an earlier, slower report (per reading process).
 WINDOW_PER_JOB = 4
-_PRELOAD = ["__main__", "ncuflow.read.extract", "ncuflow.read.pool"]
-# While a worker is starting, how often the driver looks whether it has started.
+# Tasks sent ahead to a lasting worker, so that it has the next while this process reads.
+TASKS_IN_FLIGHT = 2
+# While a worker is starting, how often this process looks whether it has started.
 _START_POLL_S = 0.005
+_PRELOAD = ["ncuflow.read.extract", "ncuflow.read.fileaction", "ncuflow.read.schema", "ncuflow.read.pool"]
 
 
 def usable_cores() -> int:
@@ -86,18 +61,6 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
-
-
-def default_jobs() -> int:
-    return usable_cores()
-
-
-def retire_bytes_default() -> int:
-    text = os.environ.get(RETIRE_BYTES_ENV, "")
-    try:
-        return max(1, int(text)) if text else DEFAULT_RETIRE_BYTES
-    except ValueError:
-        return DEFAULT_RETIRE_BYTES
 
 
 def _as_tuple(task: Task) -> tuple[Any, ...]:
@@ -115,178 +78,79 @@ def _size(task: Task) -> int:
         return 0
 
 
-def _context(preload: tuple[str, ...], warm_report: Path | None) -> Any:
-    methods = multiprocessing.get_all_start_methods()
-    if "forkserver" in methods:
-        from multiprocessing import forkserver
+def default_jobs(tasks: Sequence[Task] = (), *, through_ncu_report: bool = False) -> int | None:
+    """Worker processes when the command is not told: one fewer than the usable cores (this
+    process reads too), none on one core; for reading through ``ncu_report``
+    (``through_ncu_report``, or ``--reader ncu_report``) the usable cores, each report in a
+    worker of its own. ``tasks`` is unused (kept for callers): one task is read in this
+    process whatever ``jobs`` says (``map_reports``)."""
+    cores = usable_cores()
+    if through_ncu_report or reads_with_ncu_report():
+        return cores
+    return cores - 1 or None
 
-        context = multiprocessing.get_context("forkserver")
-        # Takes effect when the server starts (the first pool of this process).
-        context.set_forkserver_preload(list(dict.fromkeys([*_PRELOAD, *preload])))
-        # the main script's path: the server imports it once (see ncuflow.read.worker)
-        main_path = multiprocessing.spawn.get_preparation_data("ncuflow").get("init_main_from_path")
-        server_environment = {MAIN_PATH_ENV: main_path, MAIN_ARGV_ENV: json.dumps(sys.argv) if main_path else None}
-        if warm_report is not None:
-            server_environment[WARM_REPORT_ENV] = str(Path(warm_report).resolve())
-        for name, value in server_environment.items():
-            if value:
-                os.environ[name] = value
-        try:
-            forkserver.ensure_running()
-        finally:
-            for name in server_environment:
-                os.environ.pop(name, None)
-        return context
-    return multiprocessing.get_context("spawn")
+
+def resolve_jobs(jobs: int | None, tasks: Sequence[Task] = (), *, through_ncu_report: bool = False) -> int | None:
+    """A ``--jobs`` value as ``map_reports`` takes it: None -> ``default_jobs``, 0 -> this process."""
+    if jobs is None:
+        return default_jobs(tasks, through_ncu_report=through_ncu_report)
+    return jobs or None
+
+
+def _smallest(tasks: Sequence[Task]) -> Path | None:
+    """The smallest readable report: what the server of an ``ncu_report`` pool reads to warm up."""
+    sized = [(size, index) for index, size in enumerate(map(_size, tasks)) if size > 0]
+    return _report_of(tasks[min(sized)[1]]) if sized else None
+
+
+def _context(function: Callable[..., Any], tasks: Sequence[Task], fresh: bool, preload: Sequence[str]) -> Any:
+    return worker_context([*_PRELOAD, function.__module__, *preload], _smallest(tasks) if fresh else None)
+
+
+def prestart(function: Callable[..., Any], reports: Sequence[Task], *, jobs: int | None,
+             preload: Sequence[str] = (), fresh_workers: bool = False) -> None:
+    """Start the worker server now, if ``map_reports`` will need it: it takes a Python start
+    and the reading modules' imports, which then overlap the command's own. Once per process."""
+    fresh = fresh_workers or reads_with_ncu_report()
+    if jobs and (len(reports) > 1 or fresh):
+        _context(function, reports, fresh, preload)
 
 
 class _Worker:
-    def __init__(self, context: Any, retire_bytes: int, expected_bytes: int) -> None:
+    """One worker process and the tasks sent to it that it has not answered yet, oldest first."""
+
+    def __init__(self, context: Any, fresh: bool) -> None:
         self.connection, child = context.Pipe()
-        self.process = context.Process(target=worker_main, args=(child, retire_bytes, expected_bytes), daemon=True)
+        self.process = context.Process(target=worker_main, args=(child, fresh), daemon=True)
         self.process.start()
         child.close()
-        self.task: int | None = None
-        self.retire_bytes = retire_bytes
-        self.sent_bytes = 0  # counted as the worker counts them: it retires at the same report
-        self.asked = False  # told to stop
+        self.tasks: list[int] = []
+        self.fresh = fresh
 
-    @property
-    def leaving(self) -> bool:
-        """Its last task has been sent: it retires when that one is done."""
-        return self.sent_bytes >= self.retire_bytes
-
-    def leaving_soon(self, early: bool) -> bool:
-        """``leaving``, or (``early``) halfway through its budget."""
-        return self.sent_bytes * (2 if early else 1) >= self.retire_bytes
-
-    def send(self, index: int, function: Callable[..., Any], task: Task, size: int) -> None:
-        self.connection.send((index, os.getcwd(), function, _as_tuple(task), size))
-        self.task = index
-        self.sent_bytes += size
-
-    def ask_to_stop(self) -> None:
-        """Tell an idle worker to exit (it does once it reads this); a busy one is left be."""
-        if self.asked or self.task is not None:
-            return
-        self.asked = True
-        try:
-            if self.process.is_alive():
-                self.connection.send(None)
-        except (OSError, ValueError):
-            pass
+    def send(self, index: int, function: Callable[..., Any], task: Task) -> None:
+        self.connection.send((index, os.getcwd(), current_reader(), function, _as_tuple(task)))
+        self.tasks.append(index)
 
     def stop(self, grace: float = 1.0) -> None:
-        self.ask_to_stop()
-        self.process.join(grace if self.task is None else 0)
-        if self.process.is_alive():
+        """Ask an idle worker to exit (a busy one is terminated), wait, and kill it if it hangs."""
+        if not self.tasks:
+            with contextlib.suppress(OSError, ValueError):
+                self.connection.send(None)
+        else:
             self.process.terminate()
-            self.process.join(grace)
+        self.process.join(grace)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
         self.connection.close()
 
-    def reap(self, grace: float = 1.0) -> None:
-        """Wait for a retired worker (it exits by itself after its last result), killing it if it hangs."""
-        self.process.join(grace)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join()
-
-
-def _died(report: Path, exitcode: int | None) -> ReportError:
-    how = f"was killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exited with status {exitcode}"
-    return ReportError(
-        f"The worker process reading {report} {how} before it finished.",
-        "Reports are read in worker processes; one died while reading this report: it ran out of "
-        "memory (the kernel's OOM killer sends signal 9) or ncu_report crashed on the file.",
-        "Read it alone (`ncuflow classify REPORT --jobs 1`) to see which; with less memory, "
-        f"use fewer --jobs or a smaller {RETIRE_BYTES_ENV} (bytes of reports a worker reads before it is replaced).",
-    )
-
-
-def _deliver(outcome: Outcome) -> Any:
-    for message, category in outcome.warned:
-        warnings.warn(message, category, stacklevel=3)
-    if not outcome.ok:
-        raise outcome.value
-    return outcome.value
-
-
-def _smallest(reports: Sequence[Task], sizes: Sequence[int]) -> Path | None:
-    """The smallest readable report: what the worker server reads once to warm up."""
-    sized = [(size, index) for index, size in enumerate(sizes) if size > 0]
-    return _report_of(reports[min(sized)[1]]) if sized else None
-
-
-def prestart(function: Callable[..., Any], reports: Sequence[Task], *, jobs: int | None,
-             preload: Sequence[str] = ()) -> None:
-    """Start the worker server now, without waiting for it, if ``map_reports`` will need it.
-
-    The server takes a few hundred milliseconds to import and warm up; a command that
-    calls this before its own imports and planning overlaps the two. Takes effect once
-    per process (the first server is the one every later pool uses).
-    """
-    if jobs and len(reports) > 1:
-        _context((function.__module__, *preload), _smallest(reports, [_size(task) for task in reports]))
-
-
-def map_reports(
-    function: Callable[..., R],
-    tasks: Sequence[Task],
-    *,
-    jobs: int | None = None,
-    retire_bytes: int | None = None,
-    progress: Callable[[int, Path], None] | None = None,
-    preload: Sequence[str] = (),
-) -> Iterator[R]:
-    """``function(*task)`` for every task, in input order; in ``jobs`` worker processes.
-
-    A single task is run in this process (one report read once needs no bound), unless
-    ``retire_bytes`` is given (a caller that needs a fresh process per report).
-    ``progress(index, report)`` is called as each result is handed over. ``preload``
-    names modules the workers will need besides ``function``'s own (imported once, in
-    the server the workers are forked from, when this process starts its first pool).
-    """
-    if not jobs or (len(tasks) == 1 and retire_bytes is None):  # a worker would only add its start-up
-        for index, task in enumerate(tasks):
-            if progress is not None:
-                progress(index, _report_of(task))
-            yield function(*_as_tuple(task))
-        return
-    yield from _pool_map(function, list(tasks), jobs, retire_bytes, progress, tuple(preload))
-
-
-class _DriverBudget:
-    """Report bytes this process may still read itself while its workers start.
-
-    Starting the worker server costs a few hundred milliseconds (a Python start, the
-    reading modules, one warm-up read); the driver reads the next reports in the
-    meantime instead of waiting. Its memory grows with what it reads and is never given
-    back, so it reads at most one worker's budget in the whole life of the process.
-    """
-
-    left: int | None = None
-
-    @classmethod
-    def take(cls, size: int) -> bool:
-        """Whether the driver may read a report of ``size`` bytes (and count it if so)."""
-        if cls.left is None:
-            cls.left = retire_bytes_default()
-        if cls.left <= 0:
-            return False
-        cls.left -= max(size, 1)  # the report that crosses the line is read whole, like a worker's
-        return True
-
 
 class _Starter:
-    """Starts workers on a background thread: a start waits for the worker server, which
-    is still importing and warming up at the first start, and the driver reads meanwhile."""
+    """Starts workers on a background thread: the first start waits for the worker server,
+    which is still importing the reading modules, and this process reads meanwhile."""
 
-    def __init__(self, context: Any, retire_bytes: int) -> None:
-        self._context = context
-        self._retire_bytes = retire_bytes
+    def __init__(self, context: Any, fresh: bool) -> None:
+        self._context, self._fresh = context, fresh
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ncuflow-pool-start")
         self._pending: list[concurrent.futures.Future[_Worker]] = []
 
@@ -294,9 +158,8 @@ class _Starter:
     def pending(self) -> int:
         return len(self._pending)
 
-    def request(self, expected_bytes: int) -> None:
-        """Start a worker that will likely read ``expected_bytes`` of reports."""
-        self._pending.append(self._executor.submit(_Worker, self._context, self._retire_bytes, expected_bytes))
+    def request(self) -> None:
+        self._pending.append(self._executor.submit(_Worker, self._context, self._fresh))
 
     def started(self, wait: bool = False) -> list[_Worker]:
         """The workers started since the last call (``wait``: at least one, if any is pending)."""
@@ -307,10 +170,7 @@ class _Starter:
         return [future.result() for future in done]  # a failed start raises here
 
     def close(self) -> None:
-        """Have the workers still starting stopped as soon as they start; do not wait for them.
-
-        (A start still pending at the end means the driver read the last reports itself.)
-        """
+        """Have the workers still starting stopped as soon as they are up; do not wait for them."""
         for future in self._pending:
             future.add_done_callback(_stop_started)
         self._pending = []
@@ -322,27 +182,62 @@ def _stop_started(future: concurrent.futures.Future[_Worker]) -> None:
         future.result().stop()
 
 
-def _pool_map(
-    function: Callable[..., R], tasks: list[Task], jobs: int, retire_bytes: int | None,
-    progress: Callable[[int, Path], None] | None, preload: tuple[str, ...],
+def _died(report: Path, exitcode: int | None) -> ReportError:
+    how = f"was killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exited with status {exitcode}"
+    return ReportError(
+        f"The worker process reading {report} {how} before it finished.",
+        "Reports are read in worker processes; one died while reading this report: it ran out of "
+        "memory (the kernel's OOM killer sends signal 9) or native code crashed on the file.",
+        "Read it alone (`ncuflow classify REPORT --jobs 0`) to see which; with less memory, use fewer --jobs.",
+    )
+
+
+def _deliver(outcome: Outcome) -> Any:
+    for message, category in outcome.warned:
+        warnings.warn(message, category, stacklevel=3)
+    if not outcome.ok:
+        raise outcome.value
+    return outcome.value
+
+
+def map_reports(
+    function: Callable[..., R],
+    tasks: Sequence[Task],
+    *,
+    jobs: int | None = None,
+    fresh_workers: bool = False,
+    progress: Callable[[int, Path], None] | None = None,
+    preload: Sequence[str] = (),
 ) -> Iterator[R]:
-    sizes = [_size(task) for task in tasks]
-    bytes_from = list(itertools.accumulate(reversed(sizes), initial=0))[::-1]  # bytes of tasks[i:]
-    context = _context((function.__module__, *preload), _smallest(tasks, sizes))
-    # The driver reads too while workers start, unless the caller asked for a fresh
-    # process per bounded amount of input (ncu_report's per-process state, see export).
-    driver_may_read = retire_bytes is None
-    # Making a heap resident costs ~3/4 of the page faults it saves: a gain only on a spare core.
-    spare_core = jobs < usable_cores()
-    budget = retire_bytes or retire_bytes_default()
-    starter = _Starter(context, budget)
+    """``function(*task)`` for every task, in input order; in ``jobs`` worker processes (and this one).
+
+    ``fresh_workers``: a new process for every task (``ncu_report``'s per-process state), even
+    for a single task; always so where this process reads through ``ncu_report``. ``progress(index, report)`` is called as each result is handed over.
+    ``preload`` names modules the workers will need besides ``function``'s own (imported once,
+    in the server the workers are forked from, when this process starts its first pool).
+    """
+    fresh_workers = fresh_workers or reads_with_ncu_report()
+    if not jobs or (len(tasks) == 1 and not fresh_workers):  # a worker would only add its start-up
+        for index, task in enumerate(tasks):
+            if progress is not None:
+                progress(index, _report_of(task))
+            yield function(*_as_tuple(task))
+        return
+    yield from _pool_map(function, list(tasks), jobs, fresh_workers, progress, tuple(preload))
+
+
+def _pool_map(function: Callable[..., R], tasks: list[Task], jobs: int, fresh: bool,
+              progress: Callable[[int, Path], None] | None, preload: tuple[str, ...]) -> Iterator[R]:
+    context = _context(function, tasks, fresh, preload)
+    # This process reads too, unless each task needs a process of its own (fresh workers).
+    driver_reads = not fresh
+    starter = _Starter(context, fresh)
     workers: list[_Worker] = []
-    retired: list[_Worker] = []
-    ever_started = False  # the driver reads only until the first worker is up
-    window = max(1, jobs) * WINDOW_PER_JOB
+    window = (jobs + 1) * WINDOW_PER_JOB
+    depth = 1 if fresh else TASKS_IN_FLIGHT
     done: dict[int, Outcome] = {}
-    next_task = 0
-    next_yield = 0
+    next_task = next_yield = 0
+    finished = False
     try:
         while next_yield < len(tasks):
             while next_yield in done:
@@ -353,93 +248,62 @@ def _pool_map(
                 yield _deliver(outcome)
             if next_yield >= len(tasks):
                 break
-            started = starter.started()
-            workers.extend(started)
-            ever_started = ever_started or bool(started)
-            # At most ``jobs`` workers read that have not been sent their last task (the
-            # oldest first): a replacement takes over as its predecessor reads its last.
-            reading = sum(w.task is not None and not w.leaving for w in workers)
+            workers.extend(starter.started())
+            _start_as_needed(starter, workers, jobs, len(tasks) - next_task, fresh)
             for worker in workers:
-                if next_task >= len(tasks) or next_task >= next_yield + window or reading >= jobs:
-                    break
-                if worker.task is None and not worker.leaving:
-                    worker.send(next_task, function, tasks[next_task], sizes[next_task])
+                while len(worker.tasks) < depth and next_task < min(len(tasks), next_yield + window):
+                    worker.send(next_task, function, tasks[next_task])
                     next_task += 1
-                    reading += not worker.leaving
-            # A worker that has been sent its last task (on a spare core: half its budget)
-            # no longer counts, so that its replacement is ready when it leaves.
-            staying = sum(not w.leaving_soon(spare_core) for w in workers)
-            while staying + starter.pending < min(jobs, len(tasks) - next_task):
-                # what it will likely read: its budget, or its share of what is left
-                starter.request(min(budget, bytes_from[next_task] // jobs) if spare_core else 0)
-            busy = [w for w in workers if w.task is not None]
-            may_take = next_task < len(tasks) and next_task < next_yield + window
-            if may_take and driver_may_read and not ever_started and _DriverBudget.take(sizes[next_task]):
+            if driver_reads and next_task < min(len(tasks), next_yield + window):
                 ok, value, warned = run_task(function, _as_tuple(tasks[next_task]))
-                done[next_task] = Outcome(next_task, ok, value, warned, retired=False)
+                done[next_task] = Outcome(next_task, ok, value, warned)
                 next_task += 1
-                continue
-            if not busy:
-                started = starter.started(wait=True)  # nothing to collect: wait for a start
-                workers.extend(started)
-                ever_started = ever_started or bool(started)
-                continue
-            ready = multiprocessing.connection.wait(
-                [w.connection for w in busy] + [w.process.sentinel for w in busy],
-                timeout=_START_POLL_S if starter.pending else None,
-            )
-            for worker in busy:
-                if worker.connection not in ready and worker.process.sentinel not in ready:
-                    continue
-                assert worker.task is not None
-                try:
-                    if worker.connection not in ready and not worker.connection.poll(0):
-                        raise EOFError  # the process ended and sent nothing
-                    outcome = worker.connection.recv()
-                except (EOFError, OSError):
-                    worker.process.join()
-                    raise _died(_report_of(tasks[worker.task]), worker.process.exitcode) from None
-                done[outcome.index] = outcome
-                worker.task = None
-                if outcome.retired:  # it is exiting by itself: reaped at the end, not waited for now
-                    worker.connection.close()
-                    workers.remove(worker)
-                    retired = [w for w in retired if w.process.exitcode is None]  # forget those gone
-                    retired.append(worker)
+                _collect(workers, tasks, done, timeout=0)
+            elif any(worker.tasks for worker in workers):
+                _collect(workers, tasks, done, timeout=_START_POLL_S if starter.pending else None)
+            else:
+                workers.extend(starter.started(wait=True))  # nothing to collect: wait for a start
+        finished = True
     finally:
         starter.close()
-        if next_yield >= len(tasks):  # all done: every worker is idle
-            _stop_meanwhile(workers, retired)
-        else:  # an error or Ctrl-C: stopped before the error goes on
-            for worker in workers:
-                worker.stop()
-            for worker in retired:
-                worker.reap()
-
-
-def _stop_meanwhile(workers: list[_Worker], retired: list[_Worker]) -> None:
-    """Tell the idle workers to stop, and wait for them on a thread while the command goes on.
-
-    A worker that has read its budget takes ~12 ms to give back its memory as it exits;
-    waited for in turn, the workers of a 2-job pool held a command up by ~30 ms (5 % of
-    exporting the corpus) at its end. The thread waits for each, killing one that hangs,
-    as ``stop`` and ``reap`` do; at exit, multiprocessing joins whatever it has not.
-    """
-    for worker in workers:
-        worker.ask_to_stop()
-
-    def wait() -> None:
         for worker in workers:
-            worker.stop()
-        for worker in retired:
-            worker.reap()
-
-    threading.Thread(target=wait, name="ncuflow-pool-stop", daemon=True).start()
+            worker.stop(grace=1.0 if finished else 0.5)
 
 
-def resolve_jobs(jobs: int | None) -> int | None:
-    """A ``--jobs`` value as ``map_reports`` takes it: None -> the usable cores, 0 -> this process."""
-    if jobs is None:
-        return default_jobs()
-    return jobs or None
+def _start_as_needed(starter: _Starter, workers: list[_Worker], jobs: int, unassigned: int, fresh: bool) -> None:
+    """Keep ``jobs`` workers for the tasks not yet sent (a fresh worker leaves after its one task)."""
+    busy = sum(bool(worker.tasks) for worker in workers) if fresh else 0
+    free = len(workers) - busy
+    while free + starter.pending < min(jobs - busy, unassigned):
+        starter.request()
 
+
+def _collect(workers: list[_Worker], tasks: list[Task], done: dict[int, Outcome], timeout: float | None) -> None:
+    """Receive the results that are ready (waiting up to ``timeout``; None: until one is)."""
+    busy = [w for w in workers if w.tasks]
+    ready = multiprocessing.connection.wait([w.connection for w in busy] + [w.process.sentinel for w in busy],
+                                            timeout=timeout)
+    for worker in busy:
+        if worker.connection not in ready and worker.process.sentinel not in ready:
+            continue
+        # A pipe whose worker has ended reads as ready, and its recv() as EOFError: the worker died.
+        while worker.tasks and (worker.connection in ready or worker.connection.poll(0)):
+            try:
+                outcome = worker.connection.recv()
+            except (EOFError, OSError):
+                worker.process.join()
+                raise _died(_report_of(tasks[worker.tasks[0]]), worker.process.exitcode) from None
+            done[outcome.index] = outcome
+            worker.tasks.remove(outcome.index)
+            ready = [c for c in ready if c is not worker.connection]
+        if worker.fresh and not worker.tasks:  # it exits by itself after its task
+            worker.process.join()
+            worker.connection.close()
+            workers.remove(worker)
+
+
+def reads_with_ncu_report() -> bool:
+    """Whether this process reads reports through ``ncu_report`` (then each worker reads one report)."""
+    from ncuflow.read.readers import reads_the_file
+
+    return not reads_the_file()

@@ -1,9 +1,11 @@
-"""Report files: finding them, checking their bytes, importing ``ncu_report`` and opening a report.
+"""Report files: finding them, checking their bytes, importing ``ncu_report`` and opening a report with it.
 
-The only module that imports ``ncu_report``: the installed wheel, else the copy that
-an Nsight Compute install ships in its ``extras/python`` folder. Bad input never
-yields a silent empty result: ``ncu_report`` opens garbage, empty and most truncated
-files as a context with zero ranges; each of these becomes a ``ReportError``.
+``check_bytes`` is what both readers check first (a regular file, not empty, not a Git LFS
+pointer, the report signature or a zstd frame). The only module that imports
+``ncu_report``: the installed wheel, else the copy that an Nsight Compute install ships in
+its ``extras/python`` folder. Bad input never yields a silent empty result: ``ncu_report``
+opens garbage, empty and most truncated files as a context with zero ranges; each of these
+becomes a ``ReportError``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ REPORT_SUFFIXES: tuple[str, ...] = (".ncu-rep", ".ncu-repz", ".nsight-cuprof-rep
 
 
 REPORT_MAGIC = REPORT_SIGNATURE
+# A .ncu-repz: the report inside a zstd container (a zstd frame's magic number).
+COMPRESSED_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 _LFS_POINTER = b"version https://git-lfs"
@@ -160,8 +164,8 @@ def _file_type(mode: int) -> str:
     return "special file"
 
 
-def _check_bytes(path: Path) -> None:
-    """Reject what is plainly not a report before ncu_report silently opens it empty."""
+def check_bytes(path: Path) -> None:
+    """Reject what is plainly not a report (before ncu_report silently opens it empty)."""
     try:
         status = path.stat()
         if not stat.S_ISREG(status.st_mode):
@@ -195,12 +199,12 @@ def _check_bytes(path: Path) -> None:
             "downloaded.",
             "Run `git lfs pull` in that repository (or download the file itself) and try again.",
         )
-    if not head.startswith(REPORT_MAGIC):
+    if not head.startswith((REPORT_MAGIC, COMPRESSED_MAGIC)):
         raise ReportError(
             f"{path} is not an Nsight Compute report: it does not start with the report "
             f"signature (it starts with {head[:8]!r}).",
-            "Reports written by ncu (.ncu-rep, .nsight-cuprof-report) begin with the bytes 'NVR\\0'; "
-            "this may be a CSV export, another tool's file, or random bytes.",
+            "Reports written by ncu (.ncu-rep, .nsight-cuprof-report) begin with the bytes 'NVR\\0' "
+            "(a .ncu-repz with a zstd frame); this may be a CSV export, another tool's file, or random bytes.",
             "Pass the .ncu-rep file that `ncu -o` wrote.",
         )
 
@@ -268,7 +272,7 @@ def _native_note(captured: list[str]) -> str:
 
 
 def load_context(path: Path) -> Any:
-    _check_bytes(path)
+    check_bytes(path)
     ncu_report = import_ncu_report()
     try:
         with _native_stderr_captured() as native_log:
