@@ -53,7 +53,9 @@ def point_stability(points: Iterable[Point], tolerances: Tolerances = DEFAULT_TO
         label = f"{p.spec()} [{p.kernel}]"
         if specs_seen[(p.spec(), p.kernel)] > 1 and len(p.content_keys) == 1:
             label += f" key {p.content_keys[0][:8]}"
-        results.append(measurement_stability(p, label=label, source=source, tolerances=tolerances, notes=notes))
+        stored = any(launch.run is not None for launch in p.launches)  # runs of a cell setting: replicas
+        results.append(measurement_stability(p, label=label, source=source, tolerances=tolerances, notes=notes,
+                                             replicas_by_construction=stored))
     return results
 
 

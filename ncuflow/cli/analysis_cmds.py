@@ -69,16 +69,21 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
     from rich.table import Table
 
     from ncuflow.analyze.fields import FIELD_UNITS, format_value
+    from ncuflow.analyze.stability import flat
 
     console = _console()
     shown_notes: set[str] = set()
-    for group in groups:
-        style = {"stable": "green", "unstable": "red", "insufficient": "yellow"}[group.verdict]
+    styles = {"stable": "green", "unstable": "red", "insufficient": "yellow", "different_work": "cyan"}
+    for group in flat(groups):
+        style = styles[group.verdict]
         console.print(
-            f"[bold]{escape(group.label)}[/bold] — [{style}]{group.verdict}[/{style}] "
+            f"[bold]{escape(group.label)}[/bold] — [{style}]{group.verdict_text}[/{style}] "
             f"({group.source}: {_plural(group.launches, 'launch', 'launches')}, {_plural(group.runs, 'run', 'runs')}"
             + (f", {escape(group.device)}" if group.device else "") + ")"
         )
+        if group.verdict == "different_work":  # its parts follow, each judged on its own
+            console.print(f"  → {escape(group.summary())}\n")
+            continue
         table = Table()
         for column, justify in (("field", "left"), ("class", "left"), ("tolerance", "left"), ("n", "right"),
                                 ("median", "right"), ("min", "right"), ("max", "right"), ("spread", "right"),
@@ -104,8 +109,21 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
     if singles:
         console.print(escape(f"Launched once, no spread: {', '.join(singles)}"))
     console.print(f"Tolerances used: {tolerances.describe()}.")
-    counts = {v: sum(1 for g in groups if g.verdict == v) for v in ("stable", "unstable", "insufficient")}
-    console.print(f"{len(groups)} groups: {counts['stable']} stable, {counts['unstable']} unstable, {counts['insufficient']} insufficient.")
+    console.print(stability_count_line(groups))
+
+
+def stability_count_line(groups: Sequence[GroupStability]) -> str:
+    """e.g. '52 groups: 4 stable, 9 unstable, 35 insufficient, 4 different work (judged apart in 3
+    same-work groups).' (the same-work groups are among the groups counted)."""
+    from ncuflow.analyze.stability import flat, verdict_counts
+
+    counts = verdict_counts(groups)
+    parts = len(flat(groups)) - len(groups)
+    different = counts["different_work"]
+    return (f"{_plural(len(groups) + parts, 'group', 'groups')}: {counts['stable']} stable, {counts['unstable']} unstable, "
+            f"{counts['insufficient']} insufficient"
+            + (f", {different} different work (judged apart in {_plural(parts, 'same-work group', 'same-work groups')})"
+               if different else "") + ".")
 
 
 @click.command("stability")
@@ -143,6 +161,7 @@ def stability_command(targets: tuple[str, ...], replicas: int, headline: Path | 
     (needs a GPU and ncu). Verdict per group: stable, unstable (naming the fields and
     by how much) or insufficient (fewer than 2 launches).
     """
+    from ncuflow.analyze.stability import flat
     from ncuflow.analyze.stability_run import check_stability
 
     request = _stability_request(targets, headline, given)
@@ -160,7 +179,7 @@ def stability_command(targets: tuple[str, ...], replicas: int, headline: Path | 
                          "Check the paths and the --kernel filter.")
     print_stability(findings.groups, findings.singles, request.tolerances)
     _write_stability(findings, request, markdown_path, parquet_path, inputs)
-    if strict and any(g.verdict == "unstable" for g in findings.groups):
+    if strict and any(g.verdict == "unstable" for g in flat(findings.groups)):
         raise click.exceptions.Exit(1)
 
 
