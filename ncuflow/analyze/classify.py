@@ -149,7 +149,7 @@ def group_maxima(breakdown: Mapping[str, float]) -> dict[str, tuple[float, str]]
 
 def _missing_text(launch: Launch, *fields: str) -> str:
     absent = [f for f in fields if launch.value(f) is None]
-    return ", ".join(f"{f} (first choice {first_choice(f)})" for f in absent) or "no source"
+    return ", ".join(f"{f} ({launch.notes.get(f) or 'first choice ' + first_choice(f)})" for f in absent) or "no source"
 
 
 def _dram_term(launch: Launch, maxima: Mapping[str, tuple[float, str]]) -> Term:

@@ -37,7 +37,7 @@ from ncuflow.files import (
 from ncuflow.output.launch_rows import export_one_report, worker_modules
 from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
 from ncuflow.read.escalation import EscalationWarning
-from ncuflow.read.metrics import FIELDS
+from ncuflow.read.metrics import FIELDS, is_count
 from ncuflow.read.runs import Sources, sources
 
 SCHEMA_VERSION = "1"
@@ -66,7 +66,7 @@ _IDENTITY_SCHEMA: dict[str, Any] = {
 def launches_schema() -> dict[str, Any]:
     schema = dict(_IDENTITY_SCHEMA)
     for field in FIELDS:
-        schema[field.name] = pl.Float64
+        schema[field.name] = pl.Int64 if is_count(field) else pl.Float64  # counts are whole numbers
     for field in FIELDS:
         schema[f"src_{field.name}"] = pl.String
     for name in TERM_NAMES:
@@ -82,6 +82,7 @@ def launches_schema() -> dict[str, Any]:
             "nvidia_agrees": pl.Boolean,
             "nvidia_reason": pl.String,
             "missing": pl.List(pl.String),
+            "notes": pl.List(pl.String),  # "field: why it holds what it holds" (read.sanity)
         }
     )
     return schema

@@ -96,13 +96,15 @@ class RawMetric:
 
 
 def number_lookup(
-    action: Any, calls: _MetricCalls | None = None, allow: Callable[[str], bool] | None = None
+    action: Any, calls: _MetricCalls | None = None, allow: Callable[[str], bool] | None = None,
+    not_numbers: set[str] | None = None,
 ) -> Callable[[str], float | None]:
     """A function from a metric name to its number on this action, each looked up once.
 
     The number is None where the metric is absent, valueless, a string, not finite, or
-    refused by ``allow``. Dispatches on the value kind itself: ``IMetric.value()``
-    rebuilds a table of lambdas on every call, which dominated extraction time.
+    refused by ``allow``; a metric stored as NaN or infinite is also added to ``not_numbers``.
+    Dispatches on the value kind itself: ``IMetric.value()`` rebuilds a table of lambdas on
+    every call, which dominated extraction time.
     """
     calls = calls or _default_calls()
     cache: dict[str, float | None] = {}
@@ -122,6 +124,8 @@ def number_lookup(
                 number = float(calls.as_uint64(metric))
             if number is not None and not math.isfinite(number):
                 number = None
+                if not_numbers is not None:
+                    not_numbers.add(name)
         cache[name] = number
         return number
 
@@ -257,7 +261,8 @@ def launch_from_action(
     calls: _MetricCalls | None = None,
 ) -> Launch:
     calls = calls or _default_calls()
-    lookup = number_lookup(action, calls, allow)
+    not_numbers: set[str] = set()
+    lookup = number_lookup(action, calls, allow, not_numbers)
     values: dict[str, float | None] = {}
     provenance: dict[str, str] = {}
     missing: list[str] = []
@@ -281,6 +286,7 @@ def launch_from_action(
         missing=tuple(missing),
         breakdown=_breakdown(action, lookup, calls, allow),
         nvidia_sol=_nvidia_sol(action) if with_rules else None,
+        not_numbers=tuple(sorted(not_numbers)),
     )
 
 
