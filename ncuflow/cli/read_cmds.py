@@ -160,6 +160,7 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
 
         result = export_reports(found, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
                                 jobs=resolve_jobs(jobs))
-    click.echo(f"wrote {result.launch_count} launches from {result.report_count} reports to {result.launches_path}")
+    click.echo(f"wrote {result.launch_count} launch{'' if result.launch_count == 1 else 'es'} from "
+               f"{result.report_count} report{'' if result.report_count == 1 else 's'} to {result.launches_path}")
     if result.metrics_path is not None:
         click.echo(f"wrote {result.metric_rows} raw metric rows to {result.metrics_path}")
