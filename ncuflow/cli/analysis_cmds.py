@@ -45,8 +45,9 @@ def _guard_outputs(markdown_path: Path | None, parquet_path: Path | None, table:
 
         guard_markdown(markdown_path, inputs=inputs)
     if parquet_path is not None:
-        from ncuflow.output.export import guard_parquet
+        from ncuflow.output.export import guard_parquet, refuse_other_format
 
+        refuse_other_format(parquet_path, "--parquet")
         guard_parquet(parquet_path, table=table, inputs=inputs, option="--parquet")
     if markdown_path is not None and parquet_path is not None and markdown_path.absolute() == parquet_path.absolute():
         raise UsageError(f"--markdown and --parquet both name {markdown_path}.", "", "Give them different paths.")

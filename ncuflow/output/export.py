@@ -115,15 +115,18 @@ def _metadata(table: str, export_id: str | None = None) -> dict[str, str]:
     return metadata
 
 
-def guard_parquet(target: Path, *, table: str, inputs: Sequence[Path] = (), option: str = "the output") -> None:
-    """Refuse ``target`` unless it is new or an earlier ncuflow parquet table of the same kind,
-    and a name whose extension says another format (``--parquet x.csv``)."""
+def refuse_other_format(target: Path, option: str) -> None:
+    """Refuse a parquet output whose name says another format (``--parquet x.csv``)."""
     if target.suffix and target.suffix.lower() not in PARQUET_SUFFIXES:
         raise UsageError(
             f"{option} {target.name} names a {target.suffix} file, and this table is written as parquet.",
             "ncuflow writes a file in the format its extension names, or refuses it.",
             f"Name it {target.stem}.parquet.",
         )
+
+
+def guard_parquet(target: Path, *, table: str, inputs: Sequence[Path] = (), option: str = "the output") -> None:
+    """Refuse ``target`` unless it is new or an earlier ncuflow parquet table of the same kind."""
     guard_output(target, kind=f"an ncuflow {table} parquet table", recognise=parquet_table_recogniser(table),
                  inputs=inputs, option=option)
 
