@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncuflow.analyze.explain import headline_points
+from ncuflow.analyze.explain import CellDefaults, headline_points
 from ncuflow.analyze.stability import DEFAULT_TOLERANCES, GroupStability, Tolerances
 from ncuflow.analyze.study import analyse, point_stability, points_of, reports_stability
 from ncuflow.errors import UsageError
@@ -35,6 +35,7 @@ class StabilityRequest:
     tolerances: Tolerances = DEFAULT_TOLERANCES
     kernel: str | None = None
     jobs: int | None = None
+    defaults: CellDefaults | None = None  # cells' default values: the headline baselines
 
 
 @dataclass(frozen=True)
@@ -68,7 +69,7 @@ def headline_targets(request: StabilityRequest) -> list[tuple[str, NcuOptions]]:
     with the options their stored run was profiled with."""
     assert request.headline is not None
     loaded = load_sources(sources([request.headline]), kernel=request.kernel, jobs=request.jobs)
-    analysis = analyse(loaded, paths=[request.headline], tolerances=request.tolerances)
+    analysis = analyse(loaded, paths=[request.headline], tolerances=request.tolerances, defaults=request.defaults)
     chosen = headline_points([ge for groups in analysis.sweeps.values() for ge in groups])
     if not chosen:
         raise UsageError(

@@ -53,6 +53,13 @@ def _guard_outputs(markdown_path: Path | None, parquet_path: Path | None, table:
         raise UsageError(f"--markdown and --parquet both name {markdown_path}.", "", "Give them different paths.")
 
 
+def cell_defaults() -> dict[str, dict[str, object]]:
+    """Each built-in cell's parameter defaults: a swept parameter's baseline where measured."""
+    from ncuflow.cells.registry import parameter_defaults
+
+    return parameter_defaults()
+
+
 def _echo_notes(notes: Sequence[str], damaged: Sequence[str] = ()) -> None:
     """Notes, and each damaged run skipped as a warning line."""
     for line in damaged:
@@ -209,7 +216,8 @@ def _stability_request(targets: tuple[str, ...], headline: Path | None, given: d
             )
     return StabilityRequest(paths=paths, specs=specs, headline=headline,
                             spec_options=NcuOptions(clock_control=given["clock_control"]), tolerances=tolerances,
-                            kernel=given["kernel"], jobs=resolve_jobs(given["jobs"]))
+                            kernel=given["kernel"], jobs=resolve_jobs(given["jobs"]),
+                            defaults=cell_defaults() if headline is not None else None)
 
 
 def _reprofiler(given: dict[str, Any], replicas: int) -> Any:
@@ -247,7 +255,8 @@ def _write_stability(findings: Any, request: Any, markdown_path: Path | None, pa
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("--vary", "param", required=True, metavar="PARAM", help="The parameter whose effect to explain.")
 @click.option("--baseline", default=None, metavar="VALUE",
-              help="The value to compare against (default: the smallest, numerically or alphabetically).")
+              help="The value to compare against (default: the cell's default value where it was measured, "
+                   "else the smallest, numerically or alphabetically).")
 @threshold_option(help="On-wall threshold of the max model (names the binding term).")
 @tolerance_options
 @click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -276,7 +285,8 @@ def explain_command(
     _guard_outputs(markdown_path, parquet_path, "explain", paths)
     loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
     _echo_notes(loaded.notes, loaded.damaged)
-    explained = explain_parameter(loaded, param, baseline=baseline, tolerances=tolerances, threshold=threshold)
+    explained = explain_parameter(loaded, param, baseline=baseline, tolerances=tolerances, threshold=threshold,
+                                  defaults=cell_defaults())
     _print_explained(explained, param, tolerances)
     _write_explained(explained, param, paths, markdown_path, parquet_path)
 
@@ -347,7 +357,7 @@ def _check_baselines(chosen: dict[str, object], analysis: Any) -> None:
             raise UsageError(
                 f"--baseline {param}={value}: no run has {param}={value}.",
                 f"The values of {param} measured are: {', '.join(values)}.",
-                "Pick one of them, or leave --baseline out to use the smallest.",
+                "Pick one of them, or leave --baseline out to use the cell's default (else the smallest).",
             )
 
 
@@ -356,7 +366,8 @@ def _check_baselines(chosen: dict[str, object], analysis: Any) -> None:
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
               help="Folder to write report.md, the PNG plots and the parquet tables into.")
 @click.option("--baseline", "baselines", multiple=True, metavar="PARAM=VALUE",
-              help="Baseline value of a swept parameter (repeatable; default: the smallest value).")
+              help="Baseline value of a swept parameter (repeatable; default: the cell's default value "
+                   "where it was measured, else the smallest).")
 @threshold_option(help="On-wall threshold of the max model.")
 @tolerance_options
 @jobs_option
@@ -386,7 +397,8 @@ def report_command(
 
     guard_report_folder(out_dir, paths)
     loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
-    analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen)
+    analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen,
+                       defaults=cell_defaults())
     _echo_notes(analysis.notes, loaded.damaged)
     _check_baselines(chosen, analysis)
     written = write_report(analysis, out_dir, inputs=paths)
