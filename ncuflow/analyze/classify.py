@@ -27,6 +27,7 @@ from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import first_choice
 
 DEFAULT_THRESHOLD = 0.6
+
 TERM_NAMES: tuple[str, ...] = ("dram", "l2", "l1", "issue", "math")
 BOUNDS: tuple[str, ...] = (*TERM_NAMES, "latency", "unknown")
 MEMORY_TERMS = frozenset({"dram", "l2", "l1"})

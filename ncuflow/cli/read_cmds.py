@@ -89,7 +89,10 @@ def _echo_damaged(found: Sources) -> None:
 
 
 def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: bool, evidence: bool) -> None:
-    """classify --as-if: the launches as the collection would have recorded them, and the cost."""
+    """classify --as-if: the launches as the collection would have recorded them, and the cost.
+
+    Launches whose report lacks what the collection collects are not judged or priced: one
+    line per report says which terms it cannot give."""
     from ncuflow.files import make_console
     from ncuflow.output.render import launch_row, print_launch_table
     from ncuflow.profile.asif import as_if, perfworks_cost
@@ -109,18 +112,31 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
                 row = launch_row(result.launch, result.verdict)
                 row.update(as_if=collection.name, escalated=result.escalated, chip=result.chip,
                            passes=result.passes if collection.metrics is not None else info.recorded_passes,
-                           recorded_passes=info.recorded_passes)
+                           recorded_passes=info.recorded_passes, holds_collection=result.holds,
+                           lacking=list(result.lacking))
                 rows.append(row)
-            if console is not None and results:
-                escalated = sum(r.escalated for r in results)
-                spent = [r.passes for r in results if r.passes is not None]
-                cost_text = (f"{sum(spent) / len(spent):.1f} passes per launch on {results[0].chip}"
-                             if spent else "passes not priced")
-                title = (f"{report}\nas if only `{collection.name}` had been collected: {cost_text}"
-                         f" (this report recorded {info.recorded_passes or '?'} per launch); "
-                         f"{escalated} launch{'es' if escalated != 1 else ''} escalated to tier 2")
-                print_launch_table([r.launch for r in results], [r.verdict for r in results], console,
-                                   title=title, evidence=evidence)
+            if console is None or not results:
+                continue
+            held = [r for r in results if r.holds]
+            lacking = ", ".join(dict.fromkeys(t for r in results for t in r.lacking))
+            if not held:
+                console.print(f"{report}: does not hold what `{collection.name}` collects ({lacking} cannot be "
+                              f"computed from it; it recorded {info.recorded_passes or '?'} passes per launch): "
+                              "no verdict or cost as if", highlight=False)
+                continue
+            escalated = sum(r.escalated for r in held)
+            spent = [r.passes for r in held if r.passes is not None]
+            cost_text = (f"{sum(spent) / len(spent):.1f} passes per launch on {held[0].chip}"
+                         if spent else "passes not priced")
+            title = (f"{report}\nas if only `{collection.name}` had been collected: {cost_text}"
+                     f" (this report recorded {info.recorded_passes or '?'} per launch); "
+                     f"{escalated} launch{'es' if escalated != 1 else ''} escalated to tier 2")
+            print_launch_table([r.launch for r in held], [r.verdict for r in held], console,
+                               title=title, evidence=evidence)
+            if len(held) < len(results):
+                missing = len(results) - len(held)
+                console.print(f"  {missing} launch{'' if missing == 1 else 'es'} not shown: {lacking} cannot be "
+                              f"computed for {'it' if missing == 1 else 'them'} from the report", highlight=False)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
 
