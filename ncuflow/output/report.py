@@ -86,9 +86,9 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
         plots: dict[str, str] = {}
         for (key, name, what), temporary in zip(planned, temporaries, strict=False):
             if key.startswith("terms"):
-                plot_terms(what, temporary, threshold=analysis.threshold)  # type: ignore[arg-type]
+                plot_terms(what, temporary, threshold=analysis.threshold, every=analysis.points)  # type: ignore[arg-type]
             else:
-                plot_sweep(what, temporary)  # type: ignore[arg-type]
+                plot_sweep(what, temporary, threshold=analysis.threshold)  # type: ignore[arg-type]
             plots[key] = name
         for (table, frame), temporary in zip(tables.items(), temporaries[len(plot_paths):], strict=False):
             write_parquet(frame, temporary, table=table)
