@@ -17,7 +17,7 @@ from ncuflow.analyze.explain import CellDefaults, headline_points
 from ncuflow.analyze.stability import DEFAULT_TOLERANCES, GroupStability, Tolerances
 from ncuflow.analyze.study import analyse, point_stability, points_of, reports_stability
 from ncuflow.errors import UsageError
-from ncuflow.read.runs import Loaded, load_records, load_sources, sources, store_roots
+from ncuflow.read.runs import Loaded, Sources, load_records, load_sources, sources, store_roots
 from ncuflow.store import RunRecord, iter_runs
 from ncuflow.store.collection import NcuOptions
 
@@ -87,9 +87,11 @@ def headline_targets(request: StabilityRequest) -> list[tuple[str, NcuOptions]]:
     return targets
 
 
-def check_stability(request: StabilityRequest, reprofile: Reprofile | None = None) -> StabilityFindings:
+def check_stability(request: StabilityRequest, reprofile: Reprofile | None = None,
+                    progress: Callable[[Sources], Callable[[int, Path], None]] | None = None) -> StabilityFindings:
     """Every group's stability: of the paths (each store and each folder of reports as it is),
-    and of the cells profiled again (``reprofile``, needed only when there are any)."""
+    and of the cells profiled again (``reprofile``, needed only when there are any).
+    ``progress(sources)`` gives the per-report step of each set of sources read."""
     groups: list[GroupStability] = []
     singles: list[str] = []
     notes: list[str] = []
@@ -97,7 +99,8 @@ def check_stability(request: StabilityRequest, reprofile: Reprofile | None = Non
     for path in request.paths:
         roots = store_roots(path)
         for found in ([sources([root]) for root in roots] if roots else [sources([path])]):
-            loaded = load_sources(found, kernel=request.kernel, jobs=request.jobs)
+            loaded = load_sources(found, kernel=request.kernel, jobs=request.jobs,
+                                  progress=progress(found) if progress else None)
             more, once = _loaded(loaded, request.tolerances)
             groups, singles, notes = groups + more, singles + once, notes + list(loaded.notes)
             damaged += loaded.damaged

@@ -175,7 +175,11 @@ def stability_command(targets: tuple[str, ...], replicas: int, headline: Path | 
     request = _stability_request(targets, headline, given)
     inputs = [*request.paths, *([headline] if headline is not None else [])]
     _guard_outputs(markdown_path, parquet_path, "stability", inputs)
-    findings = check_stability(request, _reprofiler(given, replicas) if request.specs or headline else None)
+    from ncuflow.cli.progress import progress_bar
+
+    with progress_bar() as bar:
+        findings = check_stability(request, _reprofiler(given, replicas) if request.specs or headline else None,
+                                   progress=lambda found: bar.stage("reading", len(found.items)))
     if findings.headline:
         click.echo(f"ncuflow: headline cells: {', '.join(findings.headline)} "
                    "(each re-profiled with the options its stored run was profiled with)", err=True)
@@ -283,7 +287,11 @@ def explain_command(
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     _guard_outputs(markdown_path, parquet_path, "explain", paths)
-    loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
+    from ncuflow.cli.progress import progress_bar
+
+    with progress_bar() as bar:
+        loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs),
+                            progress=lambda found: bar.stage("reading", len(found.items)))
     _echo_notes(loaded.notes, loaded.damaged)
     explained = explain_parameter(loaded, param, baseline=baseline, tolerances=tolerances, threshold=threshold,
                                   defaults=cell_defaults())
@@ -393,18 +401,21 @@ def report_command(
         if not equals or not name:
             raise UsageError(f"--baseline {item!r} is not PARAM=VALUE.", "", "Write it like --baseline page=64.")
         chosen[name.strip()] = value.strip()
-    from ncuflow.output.report import guard_report_folder
+    from ncuflow.cli.progress import progress_bar
+    from ncuflow.output.report import guard_report_folder, plot_count
 
     guard_report_folder(out_dir, paths)
-    loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs))
-    analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen,
-                       defaults=cell_defaults())
-    _echo_notes(analysis.notes, loaded.damaged)
-    _check_baselines(chosen, analysis)
-    written = write_report(analysis, out_dir, inputs=paths)
-    click.echo(f"wrote {written.markdown}")
-    for path in (*written.plots, *written.parquet):
-        click.echo(f"wrote {path}")
+    with progress_bar() as bar:
+        loaded = load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs),
+                            progress=lambda found: bar.stage("reading", len(found.items)))
+        analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen,
+                           defaults=cell_defaults())
+        _echo_notes(analysis.notes, loaded.damaged)
+        _check_baselines(chosen, analysis)
+        written = write_report(analysis, out_dir, inputs=paths, progress=bar.stage("drawing plots", plot_count(analysis)))
+    click.echo(f"wrote {written.markdown}, {_plural(len(written.plots), 'plot', 'plots')} and "
+               f"{_plural(len(written.parquet), 'parquet table', 'parquet tables')} "
+               f"({', '.join(p.name for p in written.parquet)}) beside it")
     verdicts = [row.verdict for groups in analysis.sweeps.values() for ge in groups for row in ge.rows]
     click.echo(
         f"{len(analysis.points)} points, {sum(1 for s in analysis.points if s.stability.verdict == 'stable')} stable; "

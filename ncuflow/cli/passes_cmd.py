@@ -76,6 +76,7 @@ def _print_collection(result: dict[str, Any]) -> None:
 
 
 def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[str, Any]]:
+    from ncuflow.cli.progress import progress_bar
     from ncuflow.profile import passes, perfworks
     from ncuflow.read.pool import map_reports, resolve_jobs
     from ncuflow.read.reportfile import find_reports
@@ -83,7 +84,9 @@ def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[
     library = perfworks.load()
     rows: list[dict[str, Any]] = []
     reports = find_reports(paths)
-    collected = map_reports(passes.read_report_collection, [(report,) for report in reports], jobs=resolve_jobs(jobs))
+    with progress_bar() as bar:
+        collected = list(map_reports(passes.read_report_collection, [(report,) for report in reports],
+                                     jobs=resolve_jobs(jobs), progress=bar.stage("reading", len(reports))))
     for report, info in zip(reports, collected, strict=True):
         row: dict[str, Any] = {
             "report": str(report), "device": info.device, "chip": info.chip,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -60,9 +59,12 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     if as_if is not None:
         _classify_as_if(found.reports, as_if, threshold, as_json, evidence)
         return
+    from ncuflow.cli.progress import progress_bar
+
     per_report = []
-    with _warnings_to_stderr():
-        for source, launches, _ in read_sources(found, jobs=resolve_jobs(jobs), strict=True):
+    with _warnings_to_stderr(), progress_bar() as bar:
+        step = bar.stage("reading", len(found.items))
+        for source, launches, _ in read_sources(found, jobs=resolve_jobs(jobs), strict=True, progress=step):
             assert launches is not None  # strict: an unreadable report raises
             if launches:
                 per_report.append((source.report, launches, [classify(x, threshold) for x in launches]))
@@ -163,16 +165,18 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
     found = sources(paths)
     # The worker server starts while polars and rich are imported (~0.1 s of each command).
     prestart_export(found.reports, jobs=resolve_jobs(jobs), metrics_long=metrics_long)
-    from rich.progress import Progress
-
+    from ncuflow.cli.progress import progress_bar
     from ncuflow.output.export import export_reports
 
     _echo_damaged(found)
-    with _warnings_to_stderr(), Progress(transient=True, disable=not sys.stderr.isatty(), console=None) as progress:
-        task = progress.add_task("reading reports", total=len(found.items))
+    with _warnings_to_stderr(), progress_bar() as bar:
+        reading = bar.stage("reading", len(found.items))
 
         def advance(index: int, report: Path) -> None:
-            progress.update(task, completed=index + 1, description=f"read {report.name}")
+            reading(index, report)
+            if index + 1 == len(found.items):  # what is left is writing the tables
+                bar.stage("writing " + ("the launches and metrics tables" if metrics_long else "the launches table"),
+                          None)
 
         result = export_reports(found, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
                                 jobs=resolve_jobs(jobs))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,11 @@ def _planned_plots(analysis: Analysis) -> list[tuple[str, str, object]]:
     return planned
 
 
+def plot_count(analysis: Analysis) -> int:
+    """How many plots ``write_report`` draws (for a progress bar)."""
+    return len(_planned_plots(analysis))
+
+
 def guard_report_folder(out_dir: Path, inputs: Sequence[Path] = ()) -> None:
     """Refuse a report folder that is one of the inputs (a store or a folder of reports)."""
     out = Path(out_dir).absolute()
@@ -58,13 +63,14 @@ def guard_report_folder(out_dir: Path, inputs: Sequence[Path] = ()) -> None:
 
 
 def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True,
-                 inputs: Sequence[Path] = ()) -> WrittenReport:
+                 inputs: Sequence[Path] = (), progress: Callable[[int, Path], None] | None = None) -> WrittenReport:
     """report.md, PNG plots and the numbers as parquet in ``out_dir``, committed together.
 
     Every file is checked before any is written: none may be an input, and an existing
     one must be an earlier output of the same kind (``files.guard_output``). All are
     written to temporary files first and renamed into place together at the end, so a
     failure (a full disk, a plot that cannot be drawn) leaves the previous report whole.
+    ``progress`` is called with (index, plot path) as each plot is drawn.
     """
     from ncuflow.output.export import guard_parquet, write_parquet
     from ncuflow.output.plots import plot_sweep, plot_terms
@@ -90,6 +96,8 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
             else:
                 plot_sweep(what, temporary, threshold=analysis.threshold)  # type: ignore[arg-type]
             plots[key] = name
+            if progress is not None:
+                progress(len(plots) - 1, out / name)
         for (table, frame), temporary in zip(tables.items(), temporaries[len(plot_paths):], strict=False):
             write_parquet(frame, temporary, table=table)
         Path(temporaries[-1]).write_text(report_markdown(analysis, plots), encoding="utf-8")
