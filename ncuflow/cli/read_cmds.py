@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -67,7 +68,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         for source, launches, _ in read_sources(found, jobs=resolve_jobs(jobs), strict=True, progress=step):
             assert launches is not None  # strict: an unreadable report raises
             if launches:
-                per_report.append((source.report, launches, [classify(x, threshold) for x in launches]))
+                per_report.append((_title_of(source), launches, [classify(x, threshold) for x in launches]))
     if as_json:
         rows = [launch_row(x, v) for _, launches, verdicts in per_report for x, v in zip(launches, verdicts, strict=True)]
         click.echo(json.dumps(rows, indent=1))
@@ -75,13 +76,21 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     from ncuflow.files import make_console
 
     console = make_console()
-    for report, launches, verdicts in per_report:
+    for heading, launches, verdicts in per_report:
         first = launches[0]
         device = first.device.name or "unknown GPU"
         cc = f" (sm_{first.device.compute_capability.replace('.', '')})" if first.device.compute_capability else ""
         version = f", ncu {first.ncu_version}" if first.ncu_version else ""
-        title = f"{report}\n{device}{cc}{version}, {len(launches)} launch{'es' if len(launches) != 1 else ''}"
+        title = f"{heading}\n{device}{cc}{version}, {len(launches)} launch{'es' if len(launches) != 1 else ''}"
         print_launch_table(launches, verdicts, console, title=title, evidence=evidence)
+
+
+def _title_of(source: Any) -> str:
+    """What a table is about: a store run by its cell spec and run id (its folder path runs to
+    150 characters and was wrapped mid-word), a plain report by its path as given."""
+    if source.record is None:
+        return str(source.report)
+    return f"{source.record.ref.spec.text()}\nrun {source.record.run_id}"
 
 
 def _echo_damaged(found: Sources) -> None:
