@@ -181,9 +181,9 @@ def test_the_report_draws_the_threshold_it_was_given(h200, tmp_path: Path, monke
     drawn: list[float] = []
     original = plots.plot_terms
 
-    def spy(summaries, path, threshold=0.6):  # type: ignore[no-untyped-def]
+    def spy(summaries, path, threshold=0.6, **rest):  # type: ignore[no-untyped-def]
         drawn.append(threshold)
-        return original(summaries, path, threshold)
+        return original(summaries, path, threshold, **rest)
 
     monkeypatch.setattr(plots, "plot_terms", spy)
     analysis = analyse(h200, threshold=0.8)

@@ -47,8 +47,8 @@ def _guard_outputs(markdown_path: Path | None, parquet_path: Path | None, table:
     if parquet_path is not None:
         from ncuflow.output.export import guard_parquet, refuse_other_format
 
-        refuse_other_format(parquet_path, "--parquet")
         guard_parquet(parquet_path, table=table, inputs=inputs, option="--parquet")
+        refuse_other_format(parquet_path, "--parquet")
     if markdown_path is not None and parquet_path is not None and markdown_path.absolute() == parquet_path.absolute():
         raise UsageError(f"--markdown and --parquet both name {markdown_path}.", "", "Give them different paths.")
 

@@ -266,7 +266,12 @@ def _prepare_outputs(output: Path, metrics_long: bool, reports: Sequence[Path]) 
             "export writes one parquet or CSV file.",
             "Give a file name such as launches.parquet.",
         )
-    csv = output_format(output, metrics_long) == "csv"
+    try:
+        csv = output_format(output, metrics_long) == "csv"
+    except UsageError:  # an input or someone's file under that name is said first, as such
+        guard_output(output, kind="a launches table", recognise=parquet_table_recogniser("launches"),
+                     inputs=reports, option="-o/--output")
+        raise
     metrics_path = metrics_path_for(output) if metrics_long else None
     guard_output(output, kind="a launches CSV" if csv else "a launches table",
                  recognise=text_recogniser(csv_header()) if csv else parquet_table_recogniser("launches"),
