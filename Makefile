@@ -12,16 +12,33 @@ CORPUS ?= $(or $(NCUFLOW_CORPUS),../shared/ncu-reports)
 
 .PHONY: setup setup-test demo test lint bench clean gpu-bundle
 
+# A set-up is done once: each install leaves a stamp in the venv, remade only when
+# pyproject.toml (or this Makefile's pins) is newer, so a second `make demo` / `make test`
+# goes straight to its job. `make clean` (or deleting .venv) starts over.
+SETUP_STAMP := $(VENV)/.ncuflow-setup
+TEST_STAMP  := $(VENV)/.ncuflow-setup-test
+PASSES_STAMP := $(VENV)/.ncuflow-setup-passes
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-setup: $(BIN)/python
+$(SETUP_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e .
+	@touch $@
 
-setup-test: $(BIN)/python
+$(TEST_STAMP): pyproject.toml Makefile tests/install_real_ncu.sh | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev,cells,passes,ray]' $(CELL_PINS)
 	-@sh tests/install_real_ncu.sh
+	@touch $@ $(SETUP_STAMP) $(PASSES_STAMP)
+
+$(PASSES_STAMP): pyproject.toml | $(SETUP_STAMP)
+	$(BIN)/python -m pip install -q -e '.[passes]'
+	@touch $@
+
+setup: $(SETUP_STAMP)
+
+setup-test: $(TEST_STAMP)
 
 demo: setup
 	$(BIN)/python analysis/demo.py --corpus $(CORPUS) --out out/demo
@@ -33,8 +50,7 @@ lint: setup-test
 	$(BIN)/ruff check ncuflow kernels tests analysis
 	$(BIN)/mypy
 
-bench: setup
-	$(BIN)/python -m pip install -q -e '.[passes]'
+bench: $(PASSES_STAMP)
 	$(BIN)/python analysis/bench_extraction.py $(CORPUS)
 	$(BIN)/python analysis/bench_passes.py $(CORPUS)
 

@@ -10,7 +10,9 @@ serving logs:
     stability repeated launches of one kernel inside one report
     phases    the timing boundary of a real SGLang serving log, with its timeline plot
 
-Every step is the same `ncuflow` command a user would type; each is printed first.
+Every step is the same `ncuflow` command a user would type; each is printed first, with
+paths relative to where the demo runs, and kept short: the study report is written to
+files (report.md and its plots), one stored run is classified as an example of its tables.
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "profiles" / "reference"
+
+
+def _shown(path: Path) -> str:
+    """A path as a user would type it here: relative to the working folder where it lies below it."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
 
 
 def _run(args: list[str]) -> None:
@@ -47,10 +57,13 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
 
     runs = _reference_runs()
+    out = Path(_shown(args.out))
     if runs:
-        print(f"{len(runs)} reference runs under {REFERENCE}: building the study report from them.")
-        _run(["report", str(REFERENCE), "-o", str(args.out / "report")])
-        _run(["classify", str(REFERENCE)])
+        print(f"{len(runs)} reference runs under {_shown(REFERENCE)}: the study report is built from them "
+              f"({out / 'report' / 'report.md'} and its plots); one run of paged decode is classified.")
+        _run(["report", _shown(REFERENCE), "-o", str(out / "report")])
+        example = [run.parent for run in runs if "paged_decode" in str(run) and "page16" in str(run)] or [runs[0].parent]
+        _run(["classify", _shown(example[0])])
     else:
         print(
             f"No H200 reference profiles are committed yet ({REFERENCE} holds no run): they need a "
@@ -65,13 +78,13 @@ def main(argv: list[str] | None = None) -> None:
         "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep",
         "flyinglandlord__sglang__profile.ncu-rep",
     ):
-        _run(["classify", str(args.corpus / name)])
-    _run(["export", str(args.corpus), "-o", str(args.out / "launches.parquet"), "--metrics-long"])
-    _run(["stability", str(args.corpus / "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep")])
+        _run(["classify", _shown(args.corpus / name)])
+    _run(["export", _shown(args.corpus), "-o", str(out / "launches.parquet"), "--metrics-long"])
+    _run(["stability", _shown(args.corpus / "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep")])
     log = args.logs / "shun8686_qwen3-next-80b_mamba_c80.log"
     if log.is_file():
-        _run(["phases", str(log), "--plot", str(args.out / "phases.png")])
-    print(f"\nOutputs are in {args.out}.")
+        _run(["phases", _shown(log), "--plot", str(out / "phases.png")])
+    print(f"\nOutputs are in {out}.")
 
 
 if __name__ == "__main__":

@@ -214,8 +214,8 @@ def test_time_and_work_moved_but_not_in_the_binding_term_is_ambiguous(corpus_dir
     and the duration moved."""
     launches = list(iter_launches(corpus_dir / SILU))
     moved = [
-        dataclasses.replace(x, values={**x.values, "inst_executed": (x.values["inst_executed"] or 0) * 1.3,
-                                       "inst_issued": (x.values["inst_issued"] or 0) * 1.3,
+        dataclasses.replace(x, values={**x.values, "inst_executed": round((x.values["inst_executed"] or 0) * 1.3),
+                                       "inst_issued": round((x.values["inst_issued"] or 0) * 1.3),
                                        "duration_ns": (x.values["duration_ns"] or 0) * 1.1})
         for x in launches
     ]

@@ -195,3 +195,51 @@ def test_part_writer_gives_the_same_rows_for_every_batch_and_chunk(tmp_path: Pat
         assert writer.rows == len(rows)
         tables.append(pl.read_parquet(whole))
     assert all(table.equals(tables[0]) for table in tables) and tables[0].height == len(rows)
+
+
+JESTES = "jestes15__EE384_FinalProject__profile_output.ncu-rep"
+
+
+def test_export_to_a_csv_name_writes_csv(corpus_dir: Path, tmp_path: Path) -> None:
+    """`-o x.csv` wrote parquet under a .csv name; now the extension names the format."""
+    runner = CliRunner()
+    csv, parquet = tmp_path / "x.csv", tmp_path / "x.parquet"
+    for target in (csv, csv, parquet):  # the second CSV replaces the first: ncuflow wrote it
+        result = runner.invoke(cli, ["export", str(corpus_dir / JESTES), "-o", str(target)])
+        assert result.exit_code == 0, result.output
+    assert "wrote 18 launches from 1 report to" in result.output
+    assert not csv.read_bytes().startswith(b"PAR1")
+    table, reference = pl.read_csv(csv, infer_schema_length=None), pl.read_parquet(parquet)
+    assert table.height == reference.height == 18 and table.columns == reference.columns
+    assert table["inst_executed"].to_list() == reference["inst_executed"].to_list()
+    assert table["missing"][0] == "; ".join(reference["missing"][0])  # lists joined
+
+
+def test_export_refuses_an_extension_it_does_not_write(corpus_dir: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    for name, args in (("x.json", []), ("x", []), ("x.csv", ["--metrics-long"])):
+        result = runner.invoke(cli, ["export", str(corpus_dir / JESTES), "-o", str(tmp_path / name), *args])
+        assert result.exit_code != 0
+        message = str(result.exception) + result.output
+        assert ".parquet" in message and "csv" in message.lower(), message
+        assert not (tmp_path / name).exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_same_report_named_twice_and_in_its_folder_is_exported_once(corpus_dir: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    report = folder / JESTES
+    shutil.copy(corpus_dir / JESTES, report)
+    output = tmp_path / "dup.parquet"
+    result = CliRunner().invoke(cli, ["export", str(report), str(report), str(folder), "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    assert "wrote 18 launches from 1 report to" in result.output
+    assert pl.read_parquet(output).height == 18
+
+
+def test_a_parquet_option_refuses_a_name_of_another_format(corpus_dir: Path, tmp_path: Path) -> None:
+    for command in (["stability"], ["explain", "--vary", "x"]):
+        result = CliRunner().invoke(cli, [*command, str(corpus_dir / JESTES), "--parquet", str(tmp_path / "s.csv")])
+        assert result.exit_code != 0 and "s.parquet" in str(result.exception) + result.output
+        assert not (tmp_path / "s.csv").exists()

@@ -137,6 +137,28 @@ def test_h200_layout_does_not_reach_the_flat_decode_kernel(h200) -> None:  # typ
     assert {v for k, v in pages if k.startswith("paged_decode_split_kernel")} == {"critical_path"}
 
 
+def test_the_baseline_is_the_cells_default_value_where_it_was_measured(h200) -> None:  # type: ignore[no-untyped-def]
+    """`explain --vary layout` compared against block128, the alphabetically first value; the
+    flat_decode cell runs contiguous when layout is not given, and that is the baseline now."""
+    from ncuflow.analyze.study import explain_parameter
+    from ncuflow.cells.registry import parameter_defaults
+
+    defaults = parameter_defaults()
+    assert defaults["flat_decode"]["layout"] == "contiguous"
+    assert {ge.baseline.param("layout") for ge in explain_parameter(h200, "layout")} == {"block128"}
+    with_defaults = explain_parameter(h200, "layout", defaults=defaults)
+    assert {ge.baseline.param("layout") for ge in with_defaults} == {"contiguous"}
+    assert {row.value for ge in with_defaults for row in ge.rows} == {"block128", "scatter"}
+    chosen = explain_parameter(h200, "layout", baseline="scatter", defaults=defaults)  # --baseline wins
+    assert {ge.baseline.param("layout") for ge in chosen} == {"scatter"}
+    # a default that was not measured: the smallest value
+    assert {ge.baseline.param("layout") for ge in explain_parameter(
+        h200, "layout", defaults={"flat_decode": {"layout": "nowhere"}})} == {"block128"}
+    result = CliRunner().invoke(cli, ["explain", str(H200), "--vary", "layout"])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("baseline layout=contiguous") == 4 and "baseline layout=block128" not in result.output
+
+
 def test_measurements_group_replicas_and_carry_their_statistics(h200) -> None:  # type: ignore[no-untyped-def]
     found = measurements(h200.runs, split_content_keys=True)
     assert found == points_of(h200, split_content_keys=True)
@@ -159,9 +181,9 @@ def test_the_report_draws_the_threshold_it_was_given(h200, tmp_path: Path, monke
     drawn: list[float] = []
     original = plots.plot_terms
 
-    def spy(summaries, path, threshold=0.6):  # type: ignore[no-untyped-def]
+    def spy(summaries, path, threshold=0.6, **rest):  # type: ignore[no-untyped-def]
         drawn.append(threshold)
-        return original(summaries, path, threshold)
+        return original(summaries, path, threshold, **rest)
 
     monkeypatch.setattr(plots, "plot_terms", spy)
     analysis = analyse(h200, threshold=0.8)

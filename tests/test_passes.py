@@ -285,3 +285,59 @@ def test_the_roofline_and_latency_collections_are_priced(gh100: perfworks.ChipEv
     assert roofline.sass_passes == 1 and roofline.passes <= 3  # the FLOP counters patch SASS once
     assert occupancy.passes == 1 and len(occupancy.free_metrics) >= 8  # the limits are computed from the launch
     assert stalls.passes > occupancy.passes and not stalls.unknown_metrics
+
+
+# ----------------------------------------------------------------------------- per chip
+
+
+@pytest.mark.parametrize("name", ["decisive", "tier1", "tier2", "decisive+tier2", "fields"])
+def test_every_offered_name_is_known_on_every_claimed_chip_or_dropped_with_a_note(name: str) -> None:
+    """`passes --chip gh100` offered 29 names, one of which (the fp16 pipe) GH100 refuses; a
+    collection is now offered per chip, the names the chip lacks dropped and named."""
+    library = perfworks_or_skip()
+    collection = passes.get_collection(name)
+    checked = 0
+    for chip in passes.claimed_chips():
+        offered = passes.collection_on_chip(collection, chip)
+        try:
+            with library.evaluator(chip):
+                pass
+        except perfworks.UnsupportedChip:  # Pascal: no Perfworks model, said so
+            assert not offered.checked and "not checked" in (offered.note() or ""), chip
+            continue
+        checked += 1
+        with library.evaluator(chip) as evaluator:
+            kept = (*(offered.collection.metrics or ()), *offered.collection.escalation)
+            assert [n for n in kept if passes.name_class(n, evaluator) == "unknown"] == [], chip
+            refused = {n for n in (*(collection.metrics or ()), *collection.escalation)
+                       if passes.name_class(n, evaluator) == "unknown"}
+        assert set(offered.dropped) == refused, chip
+        note = offered.note()
+        assert (note is None) == (not refused) and all(n in (note or "") for n in refused), chip
+    assert checked >= 20
+
+
+def test_passes_on_gh100_offers_no_name_gh100_refuses() -> None:
+    perfworks_or_skip()
+    data = json.loads(CliRunner().invoke(cli, ["passes", "--chip", "gh100", "--json"]).output)
+    assert data["unknown_metrics"] == [] and data["metrics"] == len(decisive_metric_names(1)) - 1
+    assert data["dropped_metrics"] == ["sm__inst_executed_pipe_fp16.avg.pct_of_peak_sustained_elapsed"]
+    text = CliRunner().invoke(cli, ["passes", "--chip", "gh100"]).output
+    assert "unknown on gh100" not in text and "dropped: not metrics on gh100" in text
+
+
+def test_as_if_on_a_report_that_lacks_the_collection_claims_no_cost(corpus_dir: Path) -> None:
+    """Two GB206 reports that recorded 3 and 4 passes (duration and occupancy only) were 'as if
+    decisive: 8.0 passes per launch', every launch escalated for the counters they lack."""
+    perfworks_or_skip()
+    for name, recorded in (("2388612861__GPU-DEMO__ncu_report.ncu-rep", 3),
+                           ("2388612861__GPU-DEMO__ncu_detailed_occupancy_report.ncu-rep", 4)):
+        result = CliRunner().invoke(cli, ["classify", "--as-if", "decisive", str(corpus_dir / name)])
+        assert result.exit_code == 0, result.output
+        text = " ".join(result.output.split())
+        assert "does not hold what `decisive` collects" in text and f"it recorded {recorded} passes" in text
+        assert "8.0 passes" not in text and "escalated" not in text
+        rows = json.loads(CliRunner().invoke(cli, ["classify", "--as-if", "decisive", "--json",
+                                                   str(corpus_dir / name)]).output)
+        assert rows and all(not r["holds_collection"] and r["passes"] is None and not r["escalated"] for r in rows)
+        assert all("u_dram" in r["lacking"] for r in rows)

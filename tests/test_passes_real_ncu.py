@@ -123,15 +123,28 @@ def test_profile_with_the_real_ncu_is_one_paragraph_about_the_driver(real_ncu: s
     assert list(store.iter_runs(tmp_path / "p")) == []  # nothing stored as complete
 
 
-@pytest.mark.parametrize("chip", ["gh100", "ga100"])
-def test_the_tier_one_names_are_known_to_ncu_for_the_chip(real_ncu: str, chip: str) -> None:
-    names = decisive_metric_names(1)
-    bases = sorted({name.split(".")[0] for name in names})
-    done = _run([real_ncu, "--query-metrics", "--chips", chip, "--query-metrics-mode", "suffix",
-                 "--metrics", ",".join(bases)])
-    assert done.returncode == 0, done.stdout + done.stderr
-    listed = {line.split()[0] for line in done.stdout.splitlines() if line and not line.startswith((" ", "-"))}
-    missing = [n for n in names if n not in listed]
-    # ncu 2022.3 predates a few names; each must then be one the chip's Perfworks drops too.
-    allowed = {"sm__inst_executed_pipe_fp16.avg.pct_of_peak_sustained_elapsed"} if chip == "gh100" else set()
-    assert set(missing) <= allowed, missing
+def _ncu_chips(real_ncu: str) -> list[str]:
+    done = _run([real_ncu, "--list-chips"])
+    return [c.strip() for c in done.stdout.replace("\n", ",").split(",") if c.strip()]
+
+
+def test_the_names_offered_on_each_chip_are_known_to_ncu_for_it(real_ncu: str) -> None:
+    """Every decisive name ncuflow offers on a chip it claims (Perfworks' drop per chip) is one
+    the real ncu lists for that chip: Perfworks and ncu agree on what a chip refuses."""
+    from ncuflow.profile import passes, perfworks
+
+    try:
+        modelled = {chip.lower() for chip in perfworks.load().chips()}
+    except perfworks.PerfworksUnavailable as error:
+        pytest.skip(error.what)
+    chips = [c for c in passes.claimed_chips() if c in modelled and c in _ncu_chips(real_ncu)]
+    assert len(chips) >= 10, chips
+    for chip in chips:
+        offered = passes.collection_on_chip(passes.get_collection("decisive"), chip).collection
+        names = (*(offered.metrics or ()), *offered.escalation)
+        bases = sorted({name.split(".")[0] for name in names})
+        done = _run([real_ncu, "--query-metrics", "--chips", chip, "--query-metrics-mode", "suffix",
+                     "--metrics", ",".join(bases)])
+        assert done.returncode == 0, done.stdout + done.stderr
+        listed = {line.split()[0] for line in done.stdout.splitlines() if line and not line.startswith((" ", "-"))}
+        assert [n for n in names if n not in listed] == [], chip

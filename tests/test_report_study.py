@@ -73,3 +73,22 @@ def test_gpu_side_commands_do_not_need_polars(corpus_dir: Path, tmp_path: Path, 
     result = runner.invoke(cli, ["explain", str(store), "--vary", "stage"])
     assert result.exit_code == 0, repr(result.exception)
     assert "work reaches the critical path" in result.output
+
+
+def test_the_demo_is_short_and_never_cuts_a_path(corpus_dir: Path, tmp_path: Path) -> None:
+    """`make demo` printed ~560 lines (a table per stored run) and wrapped run paths mid-word."""
+    import subprocess
+
+    repo = ANALYSIS.parent
+    out = tmp_path / "demo"
+    done = subprocess.run([sys.executable, str(ANALYSIS / "demo.py"), "--corpus", str(corpus_dir), "--out", str(out)],
+                          capture_output=True, text=True, cwd=repo, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) <= 150, len(lines)
+    assert sum(line.startswith("$ ncuflow ") for line in lines) >= 7
+    for token in done.stdout.split():
+        if "ncu-reports/" in token or "profiles/reference/" in token:
+            path = token.lstrip("│([").rstrip("│)],.:")
+            assert (repo / path).exists() or Path(path).exists(), f"cut path: {token}"
+    assert (out / "report" / "report.md").is_file() and (out / "launches.parquet").is_file()

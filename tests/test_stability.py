@@ -27,6 +27,7 @@ SKEL = "SkeletonSkelettron__Yanni__prof.ncu-rep"  # 31 launches, 3 kernels, inst
 SILU = "AlpriElse__cs599k__silu_CUDA_ncu-reports_2025-04-21-77_06-MT.ncu-rep"  # 3 launches, full set
 JESTES = "jestes15__EE384_FinalProject__profile_output.ncu-rep"  # 18 launches, 6 kernels, full set
 BWD = "bwd29__self-join-MiSTIC__profile.ncu-rep"  # 154 launches, 5 kernels
+CONV = "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep"  # 4 launches of one conv2d, full set (A100)
 
 
 def _launches(corpus_dir: Path, name: str) -> list:
@@ -72,28 +73,41 @@ def test_105_launches_of_one_kernel_spread_and_missing_fields(corpus_dir: Path) 
     duration = group.field("duration_ns")
     assert (duration.minimum, duration.maximum, duration.median) == (17184.0, 17760.0, 17408.0)
     assert duration.spread == pytest.approx((17760 - 17184) / 17408)
-    assert group.verdict == "unstable"
+    # no work counter in a default-set report: nothing shows the 105 launches repeat one work, so
+    # the spreads are shown but the group is not called unstable (it was, before work was checked)
+    assert group.verdict == "insufficient"
+    assert "no work counter" in group.summary() and "105 launches" in group.summary()
     assert [f.field for f in group.unstable_fields] == ["duration_ns"]
     # DRAM % of peak moves with the duration: 23.04–23.81 % is 3.3 % relative but 0.77 of a
     # percentage point, inside the 1-point floor of percentages (the field table)
     throughput = group.field("dram_throughput_pct")
     assert throughput.spread == pytest.approx(0.0328, abs=1e-3) and throughput.verdict == "stable"
-    assert "duration_ns 3.31 %" in group.summary()
     # a default-set report holds no work counters: they are named as missing, not zero
     assert "inst_executed" in group.missing_fields and "dram_bytes" in group.missing_fields
+    # taken as replicas (as runs of one cell setting are), the duration is what is unstable
+    replicas = stability_of(launches, label="x")
+    assert replicas.verdict == "unstable" and "duration_ns 3.31 % > 2.00 %" in replicas.summary()
     loose = Tolerances(time=0.05, rate=0.05)
     assert stability_of(launches, label="x", tolerances=loose).verdict == "stable"
 
 
-def test_repeated_launches_with_different_work_are_unstable(corpus_dir: Path) -> None:
+def test_repeated_launches_with_different_work_are_different_work_judged_within_each_work(corpus_dir: Path) -> None:
+    """initLayer is launched 6 times with one configuration, but one launch executes 825
+    instructions and five 750: different work, never replay noise (it was 'unstable');
+    the five that repeat one work are judged on their own."""
     groups, singles = repeated_launch_stability(_launches(corpus_dir, SKEL), report_label=SKEL)
     by_kernel = {g.kernel: g for g in groups}
     assert singles == ["copyLayers [grid=1, block=1]"]
     init = by_kernel["initLayer"]
-    assert init.launches == 6
-    inst = init.field("inst_executed")
-    assert (inst.minimum, inst.maximum, inst.verdict) == (750.0, 825.0, "unstable")
-    assert by_kernel["copyDeviceDataElements"].field("inst_executed").minimum == 45.0
+    assert init.launches == 6 and init.verdict == "different_work" and init.work_fields == ("inst_executed",)
+    assert sorted((w.value("inst_executed"), w.launches) for w in init.works) == [(750.0, 5), (825.0, 1)]
+    assert "inst_executed 750 (5 launches) / 825 (1 launch)" in init.summary()
+    (same,) = init.parts
+    assert same.launches == 5 and same.verdict == "stable" and same.field("inst_executed").spread == 0.0
+    copies = by_kernel["copyDeviceDataElements"]
+    assert copies.verdict == "different_work" and [p.launches for p in copies.parts] == [23]
+    assert copies.parts[0].verdict == "unstable"  # same work, durations 5.1–6.0 µs: really disagree
+    assert [f.field for f in copies.parts[0].unstable_fields] == ["duration_ns"]
 
 
 def test_full_set_replays_only_inst_issued_differs_within_its_near_exact_band(corpus_dir: Path) -> None:
@@ -118,7 +132,10 @@ def test_two_instantiations_of_one_kernel_name_stay_apart(corpus_dir: Path) -> N
     six = next(g for g in agents if g.launches == 6)
     assert six.field("inst_executed").spread == 0.0
     scan = next(g for g in groups if g.kernel == "DeviceScanKernel")
-    assert scan.field("inst_executed").verdict == "unstable"  # 17,838 vs 17,894: a real replay difference
+    # 17,838 vs 17,894 instructions and 1,135 vs 1,153 requests (a decoupled look-back scan
+    # spins for as long as its predecessor takes): two works, each done once, nothing to judge
+    assert scan.verdict == "different_work" and scan.work_fields == ("inst_executed", "global_ld_requests")
+    assert scan.parts == ()
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -129,18 +146,20 @@ def test_cli_stability_strict_markdown_and_parquet(corpus_dir: Path, tmp_path: P
     md, pq = tmp_path / "s.md", tmp_path / "s.parquet"
     result = runner.invoke(cli, ["stability", str(corpus_dir / SPY), "--markdown", str(md), "--parquet", str(pq)])
     assert result.exit_code == 0, result.output
-    assert "duration_ns" in result.output and "3.31 %" in result.output and "unstable" in result.output
+    assert "duration_ns" in result.output and "3.31 %" in result.output and "insufficient" in result.output
     assert "Tolerances used: exact work counters identical" in result.output
-    strict = runner.invoke(cli, ["stability", str(corpus_dir / SPY), "--strict"])
-    assert strict.exit_code == 1
-    loose = runner.invoke(cli, ["stability", str(corpus_dir / SPY), "--strict", "--tol-time", "5", "--tol-rate", "5"])
+    assert runner.invoke(cli, ["stability", str(corpus_dir / SPY), "--strict"]).exit_code == 0  # not judged
+    strict = runner.invoke(cli, ["stability", str(corpus_dir / CONV), "--strict"])
+    assert strict.exit_code == 1, strict.output  # same work, L2 hit rate moves 8.45 points
+    loose = runner.invoke(cli, ["stability", str(corpus_dir / CONV), "--strict", "--tol-rate", "10", "--tol-bytes",
+                                "1", "--tol", "global_ld_sectors=0.001"])
     assert loose.exit_code == 0, loose.output
-    assert "time ≤ 5.00 %" in loose.output
+    assert "rates and ratios ≤ 10.00 %" in loose.output
     text = md.read_text()
     assert "| duration_ns | time | ≤ 2.00 % | 105 |" in text
     frame = pl.read_parquet(pq)
     row = frame.filter(pl.col("field") == "duration_ns").row(0, named=True)
-    assert row["n"] == 105 and row["max"] == 17760.0 and row["verdict"] == "unstable"
+    assert row["n"] == 105 and row["max"] == 17760.0 and row["verdict"] == "insufficient"
     assert frame.filter(pl.col("field") == "inst_executed")["field_verdict"].to_list() == ["missing"]
 
 
@@ -148,7 +167,46 @@ def test_cli_stability_of_a_154_launch_report(corpus_dir: Path) -> None:
     result = CliRunner().invoke(cli, ["stability", str(corpus_dir / BWD), "--kernel", "ExclusiveSum"])
     assert result.exit_code == 0, result.output
     assert "DeviceRadixSortExclusiveSumKernel" in result.output and "22 launches" in result.output
-    assert "1 groups:" in result.output
+    assert "1 group:" in result.output and "1 groups" not in result.output
+
+
+def test_a_percentage_spread_is_said_in_points(corpus_dir: Path) -> None:
+    """The L2 hit rate of four conv2d launches runs 79.63–88.08 %: 8.45 points against a band of
+    1.75 points (2 % of its median); it read '9.65 % > 2.00 %', as if it were points."""
+    (group,), _ = repeated_launch_stability(_launches(corpus_dir, CONV), report_label=CONV)
+    hit = group.field("l2_hit_rate_pct")
+    assert hit.points == pytest.approx(8.45, abs=0.01) and hit.band == pytest.approx(1.75, abs=0.01)
+    assert hit.spread_text() == "8.45 points (9.65 % of median)"
+    assert hit.tolerance_text() == "≤ 1.75 points (2.00 % of median, at least 1)"
+    assert "l2_hit_rate_pct 8.45 points > 1.75 points" in group.summary()
+    assert "dram_bytes 0.58 % > 0.20 %" in group.summary()  # a byte count stays relative
+    assert "%" not in group.summary().split("l2_hit_rate_pct")[1].split(",")[0]
+
+
+def test_corpus_unstable_groups_are_only_same_work_replicas_that_disagree(corpus_dir: Path) -> None:
+    """Over the shared corpus, `stability` called 39 of 49 groups unstable, most of them launches
+    whose work is unknown (no instruction counter) or differs (initLayer, DeviceScanKernel, ...).
+    Now every unstable group's launches hold one work, shown by their counters."""
+    from ncuflow.analyze.stability import flat
+    from ncuflow.analyze.stability_run import StabilityRequest, check_stability
+    from ncuflow.analyze.work import work_key, work_measured
+
+    findings = check_stability(StabilityRequest(paths=(corpus_dir,)))
+    groups = flat(findings.groups)
+    launches = {launch.key: launch for path in sorted(corpus_dir.iterdir()) if path.suffix == ".ncu-rep"
+                for launch in iter_launches(path)}
+    unstable = [g for g in groups if g.verdict == "unstable"]
+    assert len(unstable) == 9
+    for group in unstable:
+        members = tuple(launches[key] for key in group.keys)
+        assert work_measured(members), group.label
+        assert len({work_key(launch) for launch in members}) == 1, group.label
+    different = [g for g in findings.groups if g.verdict == "different_work"]
+    assert {g.kernel for g in different} == {
+        "initLayer", "copyDeviceDataElements", "distribution_elementwise_grid_stride_kernel", "DeviceScanKernel"}
+    for group in different:
+        assert group.work_fields and all(len(part.keys) >= 2 for part in group.parts)
+        assert all(group.label in part.label for part in group.parts)
 
 
 def test_cli_stability_of_store_replicas(corpus_dir: Path, tmp_path: Path) -> None:

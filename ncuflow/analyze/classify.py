@@ -27,6 +27,7 @@ from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import first_choice
 
 DEFAULT_THRESHOLD = 0.6
+
 TERM_NAMES: tuple[str, ...] = ("dram", "l2", "l1", "issue", "math")
 BOUNDS: tuple[str, ...] = (*TERM_NAMES, "latency", "unknown")
 MEMORY_TERMS = frozenset({"dram", "l2", "l1"})
@@ -149,7 +150,7 @@ def group_maxima(breakdown: Mapping[str, float]) -> dict[str, tuple[float, str]]
 
 def _missing_text(launch: Launch, *fields: str) -> str:
     absent = [f for f in fields if launch.value(f) is None]
-    return ", ".join(f"{f} (first choice {first_choice(f)})" for f in absent) or "no source"
+    return ", ".join(f"{f} ({launch.notes.get(f) or 'first choice ' + first_choice(f)})" for f in absent) or "no source"
 
 
 def _dram_term(launch: Launch, maxima: Mapping[str, tuple[float, str]]) -> Term:

@@ -365,8 +365,14 @@ def vary_groups(points: Iterable[Point], param: str) -> list[SweepGroup]:
     return groups
 
 
-def choose_baseline(group: SweepGroup, requested: object | None = None) -> Point:
-    """The requested value's point, else the smallest value (numeric order, then alphabetical)."""
+# cell -> parameter -> its default value: what a cell runs when a parameter is not given.
+# The command line reads them from the cells' definitions (analysis does not import cells).
+CellDefaults = Mapping[str, Mapping[str, object]]
+
+
+def choose_baseline(group: SweepGroup, requested: object | None = None, defaults: CellDefaults | None = None) -> Point:
+    """The requested value's point, else the cell's default value where the group measured it,
+    else the smallest value (numeric order, then alphabetical)."""
     if requested is not None:
         try:
             return group.point(requested)
@@ -374,8 +380,14 @@ def choose_baseline(group: SweepGroup, requested: object | None = None) -> Point
             raise UsageError(
                 f"--baseline {requested} is not a value of {group.param} in {group.label()}.",
                 f"The values measured there are: {', '.join(format_param(v) for v in group.values)}.",
-                "Pick one of them, or leave --baseline out to use the smallest.",
+                "Pick one of them, or leave --baseline out to use the cell's default (else the smallest).",
             ) from None
+    default = (defaults or {}).get(group.cell, {}).get(group.param)
+    if default is not None:
+        try:
+            return group.point(default)
+        except KeyError:
+            pass  # the default was not measured here: the smallest value
     return group.points[0]
 
 
@@ -394,8 +406,9 @@ def explain_group(
     tolerances: Tolerances = DEFAULT_TOLERANCES,
     rules: NoiseRules = DEFAULT_RULES,
     threshold: float = DEFAULT_THRESHOLD,
+    defaults: CellDefaults | None = None,
 ) -> GroupExplanation:
-    base = choose_baseline(group, baseline)
+    base = choose_baseline(group, baseline, defaults)
     rows = tuple(
         explain_value(group.param, base, p, tolerances=tolerances, rules=rules, threshold=threshold)
         for p in group.points

@@ -254,12 +254,24 @@ def measurements(runs: Iterable[RunLaunches], *, split_content_keys: bool = Fals
                 content_keys=tuple(sorted({run.content_key for run, _ in items})),
             )
         )
-    found.sort(key=lambda m: (m.cell, [format_param(v) for _, v in m.params], m.kernel, m.content_keys))
+    found.sort(key=lambda m: (m.cell, [(name, sort_key(v)) for name, v in m.params], m.kernel, m.content_keys))
     return found
 
 
 def format_param(value: object) -> str:
     return "—" if value is None else str(value)
+
+
+def sort_key(value: object) -> tuple[int, float, str]:
+    """Numbers numerically (also numeric strings: page 16 before 128), then the rest alphabetically."""
+    if isinstance(value, bool):
+        return (1, 0.0, str(value))
+    if isinstance(value, (int, float)):
+        return (0, float(value), "")
+    try:
+        return (0, float(str(value)), "")
+    except ValueError:
+        return (1, 0.0, str(value))
 
 
 def merge(parts: Sequence[Measurement]) -> Measurement:

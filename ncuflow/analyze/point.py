@@ -8,22 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ncuflow.analyze.measurement import Measurement, PointModel, format_param, point_model
+from ncuflow.analyze.measurement import Measurement, PointModel, format_param, point_model, sort_key
 
 Point = Measurement
 
 __all__ = ["Point", "PointModel", "format_param", "point_model", "sort_key", "sort_values"]
-
-
-def sort_key(value: object) -> tuple[int, float, str]:
-    if isinstance(value, bool):
-        return (1, 0.0, str(value))
-    if isinstance(value, (int, float)):
-        return (0, float(value), "")
-    try:
-        return (0, float(str(value)), "")
-    except ValueError:
-        return (1, 0.0, str(value))
 
 
 def sort_values(values: Iterable[object]) -> list[object]:

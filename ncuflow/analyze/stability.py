@@ -18,11 +18,21 @@ class of the field table (``ncuflow.analyze.fields``):
                                                                       (floor 320 ns)
 
 A field is within tolerance when ``max - min`` is inside its noise band
-``max(tolerance × scale, floor)`` (``fields.noise_band``). A group is ``stable`` when every
-measured field is within its tolerance, ``unstable`` when any is not (the verdict names
-each field and by how much), and ``insufficient`` when fewer than two launches (or no
-field) can be compared. A field the launches do not hold is named as missing, never
-treated as 0.
+``max(tolerance × scale, floor)`` (``fields.noise_band``). A percentage's spread is
+said in percentage points, so that "8.45 points" is never read as a relative 8.45 %.
+
+Replicas are judged only among launches that did the same work (``ncuflow.analyze.work``):
+launches of one kernel whose instructions or global-load requests differ did
+``different_work`` (the verdict names the counters and their values), and each set of
+launches that did one work is judged as a group of its own (its ``parts``). Repeated
+launches inside a report that hold no such counter cannot be shown to repeat one work:
+they are ``insufficient``, their spreads shown but not judged. Runs of one cell at one
+parameter setting are replicas by construction (the cell fixes the inputs).
+
+A group is ``stable`` when every measured field is within its tolerance, ``unstable``
+when any is not (the verdict names each field and by how much), and ``insufficient``
+when fewer than two launches (or no field) can be compared. A field the launches do not
+hold is named as missing, never treated as 0.
 
 Pure functions over frozen dataclasses; polars is imported only by ``stability_frame``
 so that a GPU host without polars can use the rest.
@@ -32,7 +42,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from ncuflow.analyze.fields import (
@@ -40,6 +50,7 @@ from ncuflow.analyze.fields import (
     DEFAULT_TOLERANCES,
     FIELD_CLASSES,
     FIELD_UNITS,
+    IDENTITY_FIELDS,
     STABILITY_FIELDS,
     WORK_FIELDS,
     ToleranceClass,
@@ -60,6 +71,14 @@ from ncuflow.analyze.measurement import (
     signature_label,
     signature_labels,
 )
+from ncuflow.analyze.work import (
+    Work,
+    describe_works,
+    differing_fields,
+    split_by_work,
+    work_measured,
+    works_of,
+)
 from ncuflow.read.launch import Launch
 from ncuflow.spread import relative_spread
 
@@ -67,31 +86,15 @@ if TYPE_CHECKING:  # pragma: no cover
     import polars as pl
 
 FieldVerdict = Literal["stable", "unstable", "insufficient", "missing"]
-GroupVerdict = Literal["stable", "unstable", "insufficient"]
+GroupVerdict = Literal["stable", "unstable", "insufficient", "different_work"]
+GROUP_VERDICTS: tuple[GroupVerdict, ...] = ("stable", "unstable", "insufficient", "different_work")
 
 __all__ = [
-    "CLASS_TITLES",
-    "CONFIG_FIELDS",
-    "DEFAULT_TOLERANCES",
-    "FIELD_CLASSES",
-    "FIELD_UNITS",
-    "STABILITY_FIELDS",
-    "WORK_FIELDS",
-    "ToleranceClass",
-    "Tolerances",
-    "format_pct",
-    "format_tolerance",
-    "format_value",
-    "group_by_signature",
-    "has_launch_config",
-    "launch_signature",
-    "relative_spread",
-    "signature_label",
+    "CLASS_TITLES", "CONFIG_FIELDS", "DEFAULT_TOLERANCES", "FIELD_CLASSES", "FIELD_UNITS", "STABILITY_FIELDS",
+    "WORK_FIELDS", "ToleranceClass", "Tolerances", "format_pct", "format_tolerance", "format_value",
+    "group_by_signature", "has_launch_config", "launch_signature", "relative_spread", "signature_label",
     "signature_labels",
 ]
-
-
-
 
 # ---------------------------------------------------------------------------
 # statistics
@@ -131,8 +134,22 @@ class FieldStability:
             return None
         return judged - self.tolerance
 
+    @property
+    def in_points(self) -> bool:
+        """A percentage (0–100 scale): its spread is said in percentage points."""
+        return FIELD_UNITS.get(self.field) == "%"
+
+    @property
+    def points(self) -> float | None:
+        """max - min of a percentage, in percentage points."""
+        if not self.in_points or self.minimum is None or self.maximum is None:
+            return None
+        return self.maximum - self.minimum
+
     def spread_text(self) -> str:
-        """e.g. '4.08 %' or '4.08 % (0.14 % of dram_bytes)'."""
+        """e.g. '4.08 %', '4.08 % (0.14 % of dram_bytes)', or for a percentage '8.45 points'."""
+        if self.points is not None and self.n >= 2:
+            return f"{_points(self.points)} ({format_pct(self.spread)} of median)"
         text = format_pct(self.spread)
         if self.reference is not None and self.judged is not None:
             text += f" ({format_pct(self.judged)} of {self.reference})"
@@ -140,15 +157,24 @@ class FieldStability:
 
     def tolerance_text(self) -> str:
         """The tolerance as the tables print it, naming the reference and the floor."""
+        if self.in_points and self.band is not None:
+            at_least = format_value(spec_of(self.field).noise_floor)
+            return f"≤ {_points(self.band)} ({format_pct(self.tolerance)} of median, at least {at_least})"
         text = format_tolerance(self.tolerance)
         if self.reference is not None:
             text += f" of {self.reference}"
         floor = spec_of(self.field).noise_floor
         if floor and self.band is not None and self.band <= floor:
-            unit = FIELD_UNITS.get(self.field, "")
-            unit = "point" if unit == "%" else unit  # a percentage's floor is in percentage points
-            text += f" (floor {format_value(floor)} {unit})".replace(" )", ")")
+            text += f" (floor {format_value(floor)} {FIELD_UNITS.get(self.field, '')})".replace(" )", ")")
         return text
+
+    def excess_text(self) -> str:
+        """How an unstable field exceeds its band, in the field's own terms, e.g.
+        'l2_hit_rate_pct 8.45 points > 1.75 points' or 'duration_ns 3.31 % > 2.00 %'."""
+        if self.points is not None and self.band is not None:
+            return f"{self.field} {_points(self.points)} > {_points(self.band)}"
+        return (f"{self.field} {format_pct(self.judged)}" + (f" of {self.reference}" if self.reference else "")
+                + f" > {format_tolerance(self.tolerance).replace('≤ ', '')}")
 
     def describe(self) -> str:
         """e.g. 'duration_ns spread 3.31 % (tolerance ≤ 2.00 %; 17,184 … 17,760 ns)'."""
@@ -162,6 +188,12 @@ class FieldStability:
             f"(tolerance {self.tolerance_text()}; "
             f"{format_value(self.minimum)} … {format_value(self.maximum)} {unit})".replace(" )", ")")
         )
+
+
+def _points(value: float) -> str:
+    """A difference of percentages: '8.45 points', '1 point'."""
+    text = f"{value:.2f}" if value else "0"
+    return f"{text} point{'' if text in ('1', '1.00') else 's'}"
 
 
 def field_stability(
@@ -201,7 +233,11 @@ def judge_field(stats: FieldStats, tolerances: Tolerances, reference_median: flo
 
 @dataclass(frozen=True)
 class GroupStability:
-    """The stability of one group of launches: one cell's replicas or one kernel's repeats."""
+    """The stability of one group of launches: one cell's replicas or one kernel's repeats.
+
+    A ``different_work`` group holds launches that did different work (``works``, the
+    counters that differ in ``work_fields``); each work's launches are judged in ``parts``.
+    """
 
     label: str  # what the group is, e.g. a cell spec or "report.ncu-rep: kernel"
     kernel: str
@@ -214,6 +250,10 @@ class GroupStability:
     device: str | None = None
     notes: tuple[str, ...] = ()
     keys: tuple[tuple[str, int, int], ...] = field(default=(), compare=False)
+    works: tuple[Work, ...] = ()
+    work_fields: tuple[str, ...] = ()
+    parts: tuple[GroupStability, ...] = ()
+    reason: str | None = None  # why the group is insufficient, where it is not its launch count
 
     def field(self, name: str) -> FieldStability:
         for item in self.fields:
@@ -233,9 +273,21 @@ class GroupStability:
     def missing_fields(self) -> tuple[str, ...]:
         return tuple(f.field for f in self.fields if f.verdict == "missing")
 
+    @property
+    def verdict_text(self) -> str:
+        return self.verdict.replace("_", " ")
+
     def summary(self) -> str:
         """The verdict in words, naming the unstable fields and by how much."""
+        if self.verdict == "different_work":
+            judged = [p for p in self.parts]
+            once = len(self.works) - len(judged)
+            return (f"different work: {len(self.works)} works among {self.launches} launches "
+                    f"({describe_works(self.works, self.work_fields)}); replicas are judged within each work"
+                    + (f" ({once} done by one launch only: not compared)" if once else ""))
         if self.verdict == "insufficient":
+            if self.reason:
+                return f"insufficient: {self.reason}"
             if self.launches < 2:
                 return f"insufficient: {self.launches} launch (a spread needs at least 2)"
             return "insufficient: no field is measured in 2 or more launches"
@@ -243,11 +295,22 @@ class GroupStability:
             measured = len(self.measured_fields)
             return f"stable over {self.launches} launches ({measured} field{'' if measured == 1 else 's'} within tolerance)"
         worst = sorted(self.unstable_fields, key=lambda f: -(f.excess or 0.0))
-        return "unstable: " + ", ".join(
-            f"{f.field} {format_pct(f.judged)}" + (f" of {f.reference}" if f.reference else "")
-            + f" > {format_tolerance(f.tolerance).replace('≤ ', '')}"
-            for f in worst
-        )
+        return "unstable: " + ", ".join(f.excess_text() for f in worst)
+
+
+def flat(groups: Iterable[GroupStability]) -> list[GroupStability]:
+    """Every group and, after a different-work group, its same-work parts: what is printed and counted."""
+    out: list[GroupStability] = []
+    for group in groups:
+        out.append(group)
+        out.extend(group.parts)
+    return out
+
+
+def verdict_counts(groups: Iterable[GroupStability]) -> dict[GroupVerdict, int]:
+    """How many groups (parts included) have each verdict."""
+    every = flat(groups)
+    return {verdict: sum(1 for g in every if g.verdict == verdict) for verdict in GROUP_VERDICTS}
 
 
 def group_verdict(fields: Sequence[FieldStability], launches: int) -> GroupVerdict:
@@ -267,8 +330,37 @@ def measurement_stability(
     tolerances: Tolerances = DEFAULT_TOLERANCES,
     fields: Sequence[str] = STABILITY_FIELDS,
     notes: Sequence[str] = (),
+    replicas_by_construction: bool = True,
 ) -> GroupStability:
-    """Per-field spreads and the verdict of one measurement (its launches measure the same thing)."""
+    """Per-field spreads and the verdict of one measurement, judged within each work it did.
+
+    ``replicas_by_construction``: the launches repeat one work unless their counters say
+    otherwise (runs of one cell setting). Otherwise (repeated launches in a report) a
+    group with no work counter is ``insufficient``: nothing shows they repeat one work.
+    """
+    parts = split_by_work(measurement)
+    if len(parts) == 1:
+        group = _judged(measurement, label=label, source=source, tolerances=tolerances, fields=fields, notes=notes)
+        if not replicas_by_construction and group.launches >= 2 and not work_measured(measurement.launches):
+            return replace(group, verdict="insufficient", reason=(
+                f"no work counter ({', '.join(IDENTITY_FIELDS)}) in these {group.launches} launches, so "
+                "nothing shows that they repeat one work; spreads are shown, not judged"))
+        return group
+    works = works_of(parts)
+    judged = tuple(
+        _judged(part, label=f"{label} · work {index} of {len(parts)}", source=f"{source}, same work",
+                tolerances=tolerances, fields=fields, notes=notes)
+        for index, part in enumerate(parts, start=1) if len(part.launches) >= 2
+    )
+    whole = _judged(measurement, label=label, source=source, tolerances=tolerances, fields=fields, notes=notes)
+    return replace(whole, verdict="different_work", works=works, work_fields=differing_fields(works), parts=judged)
+
+
+def _judged(
+    measurement: Measurement, *, label: str, source: str, tolerances: Tolerances, fields: Sequence[str],
+    notes: Sequence[str],
+) -> GroupStability:
+    """Per-field spreads and the verdict of launches that measure the same thing."""
     def reference_median(name: str) -> float | None:
         reference = spec_of(name).noise_reference
         return measurement.stats(reference).median if reference else None
@@ -305,7 +397,7 @@ def stability_of(
     fields: Sequence[str] = STABILITY_FIELDS,
     notes: Sequence[str] = (),
 ) -> GroupStability:
-    """Per-field spreads and the group verdict of launches that measure the same thing."""
+    """Per-field spreads and the group verdict of launches that should measure the same thing."""
     kernel = launches[0].kernel.function if launches else ""
     measurement = Measurement(label, (), kernel, tuple(launches), runs=runs)
     return measurement_stability(measurement, label=label, source=source, tolerances=tolerances, fields=fields, notes=notes)
@@ -339,7 +431,7 @@ def repeated_launch_stability(
         measurement = Measurement(report_label, (), labels[sig], tuple(members))
         results.append(
             measurement_stability(measurement, label=f"{report_label}: {labels[sig]}", source="repeated launches",
-                                  tolerances=tolerances, notes=config_note)
+                                  tolerances=tolerances, notes=config_note, replicas_by_construction=False)
         )
     return results, singles
 
@@ -351,14 +443,16 @@ def repeated_launch_stability(
 STABILITY_COLUMNS: tuple[str, ...] = (
     "group", "kernel", "source", "device", "launches", "runs", "field", "tolerance_class",
     "tolerance", "n", "median", "min", "max", "spread", "field_verdict", "verdict",
-    "noise_band", "noise_reference",
+    "noise_band", "noise_reference", "part_of",
 )
 
 
 def stability_rows(groups: Iterable[GroupStability]) -> list[dict[str, object]]:
-    """One plain row per (group, field): what the parquet and the Markdown report hold."""
+    """One plain row per (group, field), a different-work group's parts after it (``part_of``
+    names their group): what the parquet and the Markdown report hold."""
     rows: list[dict[str, object]] = []
-    for group in groups:
+    parent = {id(part): group.label for group in groups for part in group.parts}
+    for group in flat(groups):
         for item in group.fields:
             rows.append(
                 {
@@ -380,6 +474,7 @@ def stability_rows(groups: Iterable[GroupStability]) -> list[dict[str, object]]:
                     "verdict": group.verdict,
                     "noise_band": item.band,
                     "noise_reference": item.reference,
+                    "part_of": parent.get(id(group)),
                 }
             )
     return rows
@@ -394,6 +489,6 @@ def stability_frame(groups: Iterable[GroupStability]) -> pl.DataFrame:
         "launches": pl.Int64, "runs": pl.Int64, "field": pl.Utf8, "tolerance_class": pl.Utf8,
         "tolerance": pl.Float64, "n": pl.Int64, "median": pl.Float64, "min": pl.Float64,
         "max": pl.Float64, "spread": pl.Float64, "field_verdict": pl.Utf8, "verdict": pl.Utf8,
-        "noise_band": pl.Float64, "noise_reference": pl.Utf8,
+        "noise_band": pl.Float64, "noise_reference": pl.Utf8, "part_of": pl.Utf8,
     }
     return pl.DataFrame(stability_rows(groups), schema=schema, orient="row")

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ncuflow.analyze.explain import headline_points
+from ncuflow.analyze.explain import CellDefaults, headline_points
 from ncuflow.analyze.selection import ALL, Selection
 from ncuflow.analyze.stability import DEFAULT_TOLERANCES, GroupStability, Tolerances
 from ncuflow.analyze.study import analyse, point_stability, points_of, reports_stability
@@ -37,9 +38,11 @@ class StabilityRequest:
     kernel: str | None = None
     selection: Selection = ALL  # --kernel and --nvtx, applied to every launch read
     jobs: int | None = None
+    defaults: CellDefaults | None = None  # cells' default values: the headline baselines
 
-    def load(self, found: Sources) -> Loaded:
-        return self.selection.apply(load_sources(found, kernel=self.kernel, jobs=self.jobs), strict=False)
+    def load(self, found: Sources, progress: Any = None) -> Loaded:
+        loaded = load_sources(found, kernel=self.kernel, jobs=self.jobs, progress=progress)
+        return self.selection.apply(loaded, strict=False)
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ def headline_targets(request: StabilityRequest) -> list[tuple[str, NcuOptions]]:
     with the options their stored run was profiled with."""
     assert request.headline is not None
     loaded = request.load(sources([request.headline]))
-    analysis = analyse(loaded, paths=[request.headline], tolerances=request.tolerances)
+    analysis = analyse(loaded, paths=[request.headline], tolerances=request.tolerances, defaults=request.defaults)
     chosen = headline_points([ge for groups in analysis.sweeps.values() for ge in groups])
     if not chosen:
         raise UsageError(
@@ -91,9 +94,11 @@ def headline_targets(request: StabilityRequest) -> list[tuple[str, NcuOptions]]:
     return targets
 
 
-def check_stability(request: StabilityRequest, reprofile: Reprofile | None = None) -> StabilityFindings:
+def check_stability(request: StabilityRequest, reprofile: Reprofile | None = None,
+                    progress: Callable[[Sources], Callable[[int, Path], None]] | None = None) -> StabilityFindings:
     """Every group's stability: of the paths (each store and each folder of reports as it is),
-    and of the cells profiled again (``reprofile``, needed only when there are any)."""
+    and of the cells profiled again (``reprofile``, needed only when there are any).
+    ``progress(sources)`` gives the per-report step of each set of sources read."""
     groups: list[GroupStability] = []
     singles: list[str] = []
     notes: list[str] = []
@@ -101,7 +106,7 @@ def check_stability(request: StabilityRequest, reprofile: Reprofile | None = Non
     for path in request.paths:
         roots = store_roots(path)
         for found in ([sources([root]) for root in roots] if roots else [sources([path])]):
-            loaded = request.load(found)
+            loaded = request.load(found, progress(found) if progress else None)
             more, once = _loaded(loaded, request.tolerances)
             groups, singles, notes = groups + more, singles + once, notes + list(loaded.notes)
             damaged += loaded.damaged

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, check_threshold
 from ncuflow.analyze.explain import (
+    CellDefaults,
     GroupExplanation,
     explain_group,
     swept_by_cell,
@@ -53,7 +54,9 @@ def point_stability(points: Iterable[Point], tolerances: Tolerances = DEFAULT_TO
         label = f"{p.spec()} [{p.kernel}]"
         if specs_seen[(p.spec(), p.kernel)] > 1 and len(p.content_keys) == 1:
             label += f" key {p.content_keys[0][:8]}"
-        results.append(measurement_stability(p, label=label, source=source, tolerances=tolerances, notes=notes))
+        stored = any(launch.run is not None for launch in p.launches)  # runs of a cell setting: replicas
+        results.append(measurement_stability(p, label=label, source=source, tolerances=tolerances, notes=notes,
+                                             replicas_by_construction=stored))
     return results
 
 
@@ -96,7 +99,10 @@ def analyse(
     tolerances: Tolerances = DEFAULT_TOLERANCES,
     threshold: float = DEFAULT_THRESHOLD,
     baselines: Mapping[str, object] | None = None,
+    defaults: CellDefaults | None = None,
 ) -> Analysis:
+    """Points, their stability and every swept parameter explained against its baseline:
+    ``baselines[param]`` where given, else the cell's default value (``defaults``), else the smallest."""
     threshold = check_threshold(threshold)
     points = points_of(loaded)
     stabilities = point_stability(points, tolerances)
@@ -112,13 +118,14 @@ def analyse(
         if param not in swept:
             notes.append(f"--baseline {param}={value}: {param} is not a swept parameter here ({', '.join(swept) or 'none is'})")
         elif not any(_has_value(g.values, value) for g in vary_groups(points, param)):
-            notes.append(f"--baseline {param}={value}: no run has {param}={value}; the smallest value is used")
+            notes.append(f"--baseline {param}={value}: no run has {param}={value}; the cell's default "
+                         "(else the smallest value) is used")
     for param in swept:
         groups = [g for g in vary_groups(points, param) if param in swept_in.get(g.cell, ())]
         requested = (baselines or {}).get(param)
         sweeps[param] = tuple(
             explain_group(g, baseline=requested if requested is not None and _has_value(g.values, requested) else None,
-                          tolerances=tolerances, threshold=threshold)
+                          tolerances=tolerances, threshold=threshold, defaults=defaults)
             for g in groups
         )
     by_key = tuple(point_stability(points_of(loaded, split_content_keys=True), tolerances))
@@ -134,9 +141,11 @@ def _has_value(values: Iterable[object], requested: object) -> bool:
 
 def explain_parameter(loaded: Loaded, param: str, *, baseline: str | None = None,
                       tolerances: Tolerances = DEFAULT_TOLERANCES,
-                      threshold: float = DEFAULT_THRESHOLD) -> list[GroupExplanation]:
+                      threshold: float = DEFAULT_THRESHOLD,
+                      defaults: CellDefaults | None = None) -> list[GroupExplanation]:
     """``ncuflow explain --vary PARAM``: every group of runs that differ only in ``param``,
-    explained against its baseline (``baseline`` where a group has that value)."""
+    explained against its baseline (``baseline`` where a group has that value, else the
+    cell's default value from ``defaults`` where the group has it, else the smallest)."""
     points = points_of(loaded)
     groups = vary_groups(points, param)
     if not groups:
@@ -153,9 +162,9 @@ def explain_parameter(loaded: Loaded, param: str, *, baseline: str | None = None
         raise UsageError(
             f"--baseline {baseline} is not a value of {param} in these runs.",
             "The values measured are: " + ", ".join(dict.fromkeys(str(v) for g in groups for v in g.values)) + ".",
-            "Pick one of them, or leave --baseline out to use the smallest.",
+            "Pick one of them, or leave --baseline out to use the cell's default (else the smallest).",
         )
-    return [explain_group(group, tolerances=tolerances, threshold=threshold,
+    return [explain_group(group, tolerances=tolerances, threshold=threshold, defaults=defaults,
                           baseline=baseline if baseline is not None and any(str(v) == baseline for v in group.values)
                           else None)
             for group in groups]

@@ -184,6 +184,13 @@ def cell_definitions(cells_dir: Path | None = None) -> dict[str, CellDefinition]
     return registry
 
 
+def parameter_defaults(cells_dir: Path | None = None) -> dict[str, dict[str, object]]:
+    """cell -> parameter -> its default value, for every cell (what a spec that leaves a
+    parameter out runs; ``explain`` and ``report`` take it as a swept parameter's baseline)."""
+    return {name: {spec.name: spec.default for spec in definition.params}
+            for name, definition in cell_definitions(cells_dir).items()}
+
+
 def get_cell(name: str, cells_dir: Path | None = None) -> CellDefinition:
     registry = cell_definitions(cells_dir)
     definition = registry.get(name)

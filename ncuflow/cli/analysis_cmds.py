@@ -46,11 +46,19 @@ def _guard_outputs(markdown_path: Path | None, parquet_path: Path | None, table:
 
         guard_markdown(markdown_path, title=table, inputs=inputs)
     if parquet_path is not None:
-        from ncuflow.output.export import guard_parquet
+        from ncuflow.output.export import guard_parquet, refuse_other_format
 
         guard_parquet(parquet_path, table=table, inputs=inputs, option="--parquet")
+        refuse_other_format(parquet_path, "--parquet")
     if markdown_path is not None and parquet_path is not None and markdown_path.absolute() == parquet_path.absolute():
         raise UsageError(f"--markdown and --parquet both name {markdown_path}.", "", "Give them different paths.")
+
+
+def cell_defaults() -> dict[str, dict[str, object]]:
+    """Each built-in cell's parameter defaults: a swept parameter's baseline where measured."""
+    from ncuflow.cells.registry import parameter_defaults
+
+    return parameter_defaults()
 
 
 def _echo_notes(notes: Sequence[str], damaged: Sequence[str] = ()) -> None:
@@ -70,16 +78,21 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
     from rich.table import Table
 
     from ncuflow.analyze.fields import FIELD_UNITS, format_value
+    from ncuflow.analyze.stability import flat
 
     console = _console()
     shown_notes: set[str] = set()
-    for group in groups:
-        style = {"stable": "green", "unstable": "red", "insufficient": "yellow"}[group.verdict]
+    styles = {"stable": "green", "unstable": "red", "insufficient": "yellow", "different_work": "cyan"}
+    for group in flat(groups):
+        style = styles[group.verdict]
         console.print(
-            f"[bold]{escape(group.label)}[/bold] — [{style}]{group.verdict}[/{style}] "
+            f"[bold]{escape(group.label)}[/bold] — [{style}]{group.verdict_text}[/{style}] "
             f"({group.source}: {_plural(group.launches, 'launch', 'launches')}, {_plural(group.runs, 'run', 'runs')}"
             + (f", {escape(group.device)}" if group.device else "") + ")"
         )
+        if group.verdict == "different_work":  # its parts follow, each judged on its own
+            console.print(f"  → {escape(group.summary())}\n")
+            continue
         table = Table()
         for column, justify in (("field", "left"), ("class", "left"), ("tolerance", "left"), ("n", "right"),
                                 ("median", "right"), ("min", "right"), ("max", "right"), ("spread", "right"),
@@ -105,8 +118,21 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
     if singles:
         console.print(escape(f"Launched once, no spread: {', '.join(singles)}"))
     console.print(f"Tolerances used: {tolerances.describe()}.")
-    counts = {v: sum(1 for g in groups if g.verdict == v) for v in ("stable", "unstable", "insufficient")}
-    console.print(f"{len(groups)} groups: {counts['stable']} stable, {counts['unstable']} unstable, {counts['insufficient']} insufficient.")
+    console.print(stability_count_line(groups))
+
+
+def stability_count_line(groups: Sequence[GroupStability]) -> str:
+    """e.g. '52 groups: 4 stable, 9 unstable, 35 insufficient, 4 different work (judged apart in 3
+    same-work groups).' (the same-work groups are among the groups counted)."""
+    from ncuflow.analyze.stability import flat, verdict_counts
+
+    counts = verdict_counts(groups)
+    parts = len(flat(groups)) - len(groups)
+    different = counts["different_work"]
+    return (f"{_plural(len(groups) + parts, 'group', 'groups')}: {counts['stable']} stable, {counts['unstable']} unstable, "
+            f"{counts['insufficient']} insufficient"
+            + (f", {different} different work (judged apart in {_plural(parts, 'same-work group', 'same-work groups')})"
+               if different else "") + ".")
 
 
 @click.command("stability")
@@ -145,12 +171,17 @@ def stability_command(targets: tuple[str, ...], replicas: int, headline: Path | 
     (needs a GPU and ncu). Verdict per group: stable, unstable (naming the fields and
     by how much) or insufficient (fewer than 2 launches).
     """
+    from ncuflow.analyze.stability import flat
     from ncuflow.analyze.stability_run import check_stability
 
     request = _stability_request(targets, headline, given)
     inputs = [*request.paths, *([headline] if headline is not None else [])]
     _guard_outputs(markdown_path, parquet_path, "stability", inputs)
-    findings = check_stability(request, _reprofiler(given, replicas) if request.specs or headline else None)
+    from ncuflow.cli.progress import progress_bar
+
+    with progress_bar() as bar:
+        findings = check_stability(request, _reprofiler(given, replicas) if request.specs or headline else None,
+                                   progress=lambda found: bar.stage("reading", len(found.items)))
     if findings.headline:
         click.echo(f"ncuflow: headline cells: {', '.join(findings.headline)} "
                    "(each re-profiled with the options its stored run was profiled with)", err=True)
@@ -162,7 +193,7 @@ def stability_command(targets: tuple[str, ...], replicas: int, headline: Path | 
                          "Check the paths and the --kernel filter.")
     print_stability(findings.groups, findings.singles, request.tolerances)
     _write_stability(findings, request, markdown_path, parquet_path, inputs)
-    if strict and any(g.verdict == "unstable" for g in findings.groups):
+    if strict and any(g.verdict == "unstable" for g in flat(findings.groups)):
         raise click.exceptions.Exit(1)
 
 
@@ -192,7 +223,8 @@ def _stability_request(targets: tuple[str, ...], headline: Path | None, given: d
             )
     return StabilityRequest(paths=paths, specs=specs, headline=headline,
                             spec_options=NcuOptions(clock_control=given["clock_control"]), tolerances=tolerances,
-                            kernel=given["kernel"], selection=selection, jobs=resolve_jobs(given["jobs"]))
+                            kernel=given["kernel"], selection=selection, jobs=resolve_jobs(given["jobs"]),
+                            defaults=cell_defaults() if headline is not None else None)
 
 
 def _reprofiler(given: dict[str, Any], replicas: int) -> Any:
@@ -230,7 +262,8 @@ def _write_stability(findings: Any, request: Any, markdown_path: Path | None, pa
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
 @click.option("--vary", "param", required=True, metavar="PARAM", help="The parameter whose effect to explain.")
 @click.option("--baseline", default=None, metavar="VALUE",
-              help="The value to compare against (default: the smallest, numerically or alphabetically).")
+              help="The value to compare against (default: the cell's default value where it was measured, "
+                   "else the smallest, numerically or alphabetically).")
 @threshold_option(help="On-wall threshold of the max model (names the binding term).")
 @tolerance_options
 @nvtx_option
@@ -258,9 +291,15 @@ def explain_command(
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     _guard_outputs(markdown_path, parquet_path, "explain", paths)
-    loaded = selection_from(kernel, nvtx).apply(load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs)))
+    from ncuflow.cli.progress import progress_bar
+
+    with progress_bar() as bar:
+        loaded = selection_from(kernel, nvtx).apply(load_paths(
+            list(paths), kernel=kernel, jobs=resolve_jobs(jobs),
+            progress=lambda found: bar.stage("reading", len(found.items))))
     _echo_notes(loaded.notes, loaded.damaged)
-    explained = explain_parameter(loaded, param, baseline=baseline, tolerances=tolerances, threshold=threshold)
+    explained = explain_parameter(loaded, param, baseline=baseline, tolerances=tolerances, threshold=threshold,
+                                  defaults=cell_defaults())
     _print_explained(explained, param, tolerances)
     _write_explained(explained, param, paths, markdown_path, parquet_path)
 
@@ -331,7 +370,7 @@ def _check_baselines(chosen: dict[str, object], analysis: Any) -> None:
             raise UsageError(
                 f"--baseline {param}={value}: no run has {param}={value}.",
                 f"The values of {param} measured are: {', '.join(values)}.",
-                "Pick one of them, or leave --baseline out to use the smallest.",
+                "Pick one of them, or leave --baseline out to use the cell's default (else the smallest).",
             )
 
 
@@ -340,7 +379,8 @@ def _check_baselines(chosen: dict[str, object], analysis: Any) -> None:
 @click.option("-o", "--output", "out_dir", required=True, type=click.Path(path_type=Path, file_okay=False),
               help="Folder to write report.md, the PNG plots and the parquet tables into.")
 @click.option("--baseline", "baselines", multiple=True, metavar="PARAM=VALUE",
-              help="Baseline value of a swept parameter (repeatable; default: the smallest value).")
+              help="Baseline value of a swept parameter (repeatable; default: the cell's default value "
+                   "where it was measured, else the smallest).")
 @threshold_option(help="On-wall threshold of the max model.")
 @tolerance_options
 @nvtx_option
@@ -368,17 +408,22 @@ def report_command(
         if not equals or not name:
             raise UsageError(f"--baseline {item!r} is not PARAM=VALUE.", "", "Write it like --baseline page=64.")
         chosen[name.strip()] = value.strip()
-    from ncuflow.output.report import guard_report_folder
+    from ncuflow.cli.progress import progress_bar
+    from ncuflow.output.report import guard_report_folder, plot_count
 
     guard_report_folder(out_dir, paths)
-    loaded = selection_from(kernel, nvtx).apply(load_paths(list(paths), kernel=kernel, jobs=resolve_jobs(jobs)))
-    analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen)
-    _echo_notes(analysis.notes, loaded.damaged)
-    _check_baselines(chosen, analysis)
-    written = write_report(analysis, out_dir, inputs=paths)
-    click.echo(f"wrote {written.markdown}")
-    for path in (*written.plots, *written.parquet):
-        click.echo(f"wrote {path}")
+    with progress_bar() as bar:
+        loaded = selection_from(kernel, nvtx).apply(load_paths(
+            list(paths), kernel=kernel, jobs=resolve_jobs(jobs),
+            progress=lambda found: bar.stage("reading", len(found.items))))
+        analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen,
+                           defaults=cell_defaults())
+        _echo_notes(analysis.notes, loaded.damaged)
+        _check_baselines(chosen, analysis)
+        written = write_report(analysis, out_dir, inputs=paths, progress=bar.stage("drawing plots", plot_count(analysis)))
+    click.echo(f"wrote {written.markdown}, {_plural(len(written.plots), 'plot', 'plots')} and "
+               f"{_plural(len(written.parquet), 'parquet table', 'parquet tables')} "
+               f"({', '.join(p.name for p in written.parquet)}) beside it")
     verdicts = [row.verdict for groups in analysis.sweeps.values() for ge in groups for row in ge.rows]
     click.echo(
         f"{len(analysis.points)} points, {sum(1 for s in analysis.points if s.stability.verdict == 'stable')} stable; "

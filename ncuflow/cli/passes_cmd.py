@@ -37,9 +37,14 @@ def _collection_costs(chip: str | None, collection: str, metrics: tuple[str, ...
                 "Run `ncuflow passes REPORT` on a full-set report of this chip.",
             )
         names, label, escalation = chosen.metrics, chosen.name, chosen.escalation
+    dropped: tuple[str, ...] = ()
     with library.evaluator(chip_name) as evaluator:
+        if not metrics:  # ncuflow's own collection: offered with the names the chip knows (as profile runs it)
+            offered = passes.for_chip(chosen, evaluator)
+            names, escalation, dropped = offered.collection.metrics or (), offered.collection.escalation, offered.dropped
         prediction = passes.predict(evaluator, names, label)
         result = prediction.to_json()
+        result["dropped_metrics"] = list(dropped)
         result["recorded_passes_expected"] = prediction.expected_recorded(None)
         if escalation:
             tier2 = passes.predict(evaluator, escalation, f"{label} escalation")
@@ -55,17 +60,23 @@ def _print_collection(result: dict[str, Any]) -> None:
     click.echo(_names_line("free (launch and device attributes, derived)", tuple(result["free_metrics"])))
     click.echo(_names_line("SASS-patched (one pass of their own)", tuple(result["sass_metrics"])))
     click.echo(_names_line("not modelled by Perfworks (sampling, source counters)", tuple(result["unmodelled_metrics"])))
-    click.echo(_names_line(f"unknown on {result['chip']} (ncu would refuse them)", tuple(result["unknown_metrics"])))
+    if result["unknown_metrics"] or not result["dropped_metrics"]:
+        click.echo(_names_line(f"unknown on {result['chip']} (ncu would refuse them)", tuple(result["unknown_metrics"])))
+    if result["dropped_metrics"]:
+        click.echo(_names_line(f"dropped: not metrics on {result['chip']} (profile drops them before ncu runs)",
+                               tuple(result["dropped_metrics"])))
     escalation = result.get("escalation")
     if escalation:
         click.echo(f"escalation (only for launches tier 1 leaves undecided): {escalation['passes']} passes "
                    f"({escalation['counter_passes']} counter + {escalation['sass_passes']} SASS), "
                    f"ncu records about {escalation['recorded_passes_expected']}")
-        click.echo(_names_line(f"unknown on {result['chip']}", tuple(escalation["unknown_metrics"])))
+        if escalation["unknown_metrics"]:
+            click.echo(_names_line(f"unknown on {result['chip']}", tuple(escalation["unknown_metrics"])))
     click.echo(f"# Perfworks: {result['library']}")
 
 
 def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[str, Any]]:
+    from ncuflow.cli.progress import progress_bar
     from ncuflow.profile import passes, perfworks
     from ncuflow.read.pool import map_reports, resolve_jobs
     from ncuflow.read.reportfile import find_reports
@@ -73,7 +84,9 @@ def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[
     library = perfworks.load()
     rows: list[dict[str, Any]] = []
     reports = find_reports(paths)
-    collected = map_reports(passes.read_report_collection, [(report,) for report in reports], jobs=resolve_jobs(jobs))
+    with progress_bar() as bar:
+        collected = list(map_reports(passes.read_report_collection, [(report,) for report in reports],
+                                     jobs=resolve_jobs(jobs), progress=bar.stage("reading", len(reports))))
     for report, info in zip(reports, collected, strict=True):
         row: dict[str, Any] = {
             "report": str(report), "device": info.device, "chip": info.chip,

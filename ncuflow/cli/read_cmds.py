@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -67,14 +66,18 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     if as_if is not None:
         _classify_as_if(found.reports, as_if, threshold, as_json, evidence, keep)
         return
+    from ncuflow.cli.progress import progress_bar
+
     per_report = []
-    with _warnings_to_stderr():
-        for source, read, notes in read_sources(found, jobs=resolve_jobs(jobs, found.reports), strict=True):
+    with _warnings_to_stderr(), progress_bar() as bar:
+        step = bar.stage("reading", len(found.items))
+        for source, read, notes in read_sources(found, jobs=resolve_jobs(jobs, found.reports), strict=True,
+                                                progress=step):
             for note in notes:  # what the reader said (an escalation not used, a damaged last action)
                 click.echo(f"ncuflow: warning: {note}", err=True)
             launches = [x for x in read or () if keep(x)]  # strict: an unreadable report raises
             if launches:
-                per_report.append((source.report, launches, [classify(x, threshold) for x in launches]))
+                per_report.append((_title_of(source), launches, [classify(x, threshold) for x in launches]))
     if not per_report:
         _nothing_selected(selection)
     if as_json:
@@ -84,13 +87,21 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     from ncuflow.files import make_console
 
     console = make_console()
-    for report, launches, verdicts in per_report:
+    for heading, launches, verdicts in per_report:
         first = launches[0]
         device = first.device.name or "unknown GPU"
         cc = f" (sm_{first.device.compute_capability.replace('.', '')})" if first.device.compute_capability else ""
         version = f", ncu {first.ncu_version}" if first.ncu_version else ""
-        title = f"{report}\n{device}{cc}{version}, {len(launches)} launch{'es' if len(launches) != 1 else ''}"
+        title = f"{heading}\n{device}{cc}{version}, {len(launches)} launch{'es' if len(launches) != 1 else ''}"
         print_launch_table(launches, verdicts, console, title=title, evidence=evidence)
+
+
+def _title_of(source: Any) -> str:
+    """What a table is about: a store run by its cell spec and run id (its folder path runs to
+    150 characters and was wrapped mid-word), a plain report by its path as given."""
+    if source.record is None:
+        return str(source.report)
+    return f"{source.record.ref.spec.text()}\nrun {source.record.run_id}"
 
 
 def _echo_damaged(found: Sources) -> None:
@@ -109,7 +120,10 @@ def _nothing_selected(selection: object) -> None:
 
 def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: bool, evidence: bool,
                     keep: Callable[[Any], bool]) -> None:
-    """classify --as-if: the launches as the collection would have recorded them, and the cost."""
+    """classify --as-if: the launches as the collection would have recorded them, and the cost.
+
+    Launches whose report lacks what the collection collects are not judged or priced: one
+    line per report says which terms it cannot give."""
     from ncuflow.files import make_console
     from ncuflow.output.render import launch_row, print_launch_table
     from ncuflow.profile.asif import as_if, perfworks_cost
@@ -129,18 +143,31 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
                 row = launch_row(result.launch, result.verdict)
                 row.update(as_if=collection.name, escalated=result.escalated, chip=result.chip,
                            passes=result.passes if collection.metrics is not None else info.recorded_passes,
-                           recorded_passes=info.recorded_passes)
+                           recorded_passes=info.recorded_passes, holds_collection=result.holds,
+                           lacking=list(result.lacking))
                 rows.append(row)
-            if console is not None and results:
-                escalated = sum(r.escalated for r in results)
-                spent = [r.passes for r in results if r.passes is not None]
-                cost_text = (f"{sum(spent) / len(spent):.1f} passes per launch on {results[0].chip}"
-                             if spent else "passes not priced")
-                title = (f"{report}\nas if only `{collection.name}` had been collected: {cost_text}"
-                         f" (this report recorded {info.recorded_passes or '?'} per launch); "
-                         f"{escalated} launch{'es' if escalated != 1 else ''} escalated to tier 2")
-                print_launch_table([r.launch for r in results], [r.verdict for r in results], console,
-                                   title=title, evidence=evidence)
+            if console is None or not results:
+                continue
+            held = [r for r in results if r.holds]
+            lacking = ", ".join(dict.fromkeys(t for r in results for t in r.lacking))
+            if not held:
+                console.print(f"{report}: does not hold what `{collection.name}` collects ({lacking} cannot be "
+                              f"computed from it; it recorded {info.recorded_passes or '?'} passes per launch): "
+                              "no verdict or cost as if", highlight=False)
+                continue
+            escalated = sum(r.escalated for r in held)
+            spent = [r.passes for r in held if r.passes is not None]
+            cost_text = (f"{sum(spent) / len(spent):.1f} passes per launch on {held[0].chip}"
+                         if spent else "passes not priced")
+            title = (f"{report}\nas if only `{collection.name}` had been collected: {cost_text}"
+                     f" (this report recorded {info.recorded_passes or '?'} per launch); "
+                     f"{escalated} launch{'es' if escalated != 1 else ''} escalated to tier 2")
+            print_launch_table([r.launch for r in held], [r.verdict for r in held], console,
+                               title=title, evidence=evidence)
+            if len(held) < len(results):
+                missing = len(results) - len(held)
+                console.print(f"  {missing} launch{'' if missing == 1 else 'es'} not shown: {lacking} cannot be "
+                              f"computed for {'it' if missing == 1 else 'them'} from the report", highlight=False)
     if as_json:
         click.echo(json.dumps(rows, indent=1))
 
@@ -171,19 +198,22 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
     # The worker server starts while polars and rich are imported (~0.1 s of each command).
     jobs = resolve_jobs(jobs, found.reports, through_ncu_report=metrics_long)  # the long table's units: ncu_report
     prestart_export(found.reports, jobs=jobs, metrics_long=metrics_long)
-    from rich.progress import Progress
-
+    from ncuflow.cli.progress import progress_bar
     from ncuflow.output.export import export_reports
 
     _echo_damaged(found)
-    with _warnings_to_stderr(), Progress(transient=True, disable=not sys.stderr.isatty(), console=None) as progress:
-        task = progress.add_task("reading reports", total=len(found.items))
+    with _warnings_to_stderr(), progress_bar() as bar:
+        reading = bar.stage("reading", len(found.items))
 
         def advance(index: int, report: Path) -> None:
-            progress.update(task, completed=index + 1, description=f"read {report.name}")
+            reading(index, report)
+            if index + 1 == len(found.items):  # what is left is writing the tables
+                bar.stage("writing " + ("the launches and metrics tables" if metrics_long else "the launches table"),
+                          None)
 
         result = export_reports(found, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
                                 jobs=jobs, selection=selection)
-    click.echo(f"wrote {result.launch_count} launches from {result.report_count} reports to {result.launches_path}")
+    click.echo(f"wrote {result.launch_count} launch{'' if result.launch_count == 1 else 'es'} from "
+               f"{result.report_count} report{'' if result.report_count == 1 else 's'} to {result.launches_path}")
     if result.metrics_path is not None:
         click.echo(f"wrote {result.metric_rows} raw metric rows to {result.metrics_path}")

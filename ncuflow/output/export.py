@@ -24,7 +24,7 @@ import polars as pl
 from ncuflow import __version__
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
 from ncuflow.analyze.selection import Selection
-from ncuflow.errors import NcuflowError
+from ncuflow.errors import NcuflowError, UsageError
 from ncuflow.files import (
     TMP_MARK,
     OutputError,
@@ -36,11 +36,12 @@ from ncuflow.files import (
     output_target,
     parquet_table_recogniser,
     remove_temporaries,
+    text_recogniser,
 )
 from ncuflow.output.launch_rows import export_one_report, worker_modules
 from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
 from ncuflow.read.escalation import EscalationWarning
-from ncuflow.read.metrics import FIELDS
+from ncuflow.read.metrics import FIELDS, is_count
 from ncuflow.read.runs import Sources, sources
 
 SCHEMA_VERSION = "1"
@@ -70,7 +71,7 @@ _IDENTITY_SCHEMA: dict[str, Any] = {
 def launches_schema() -> dict[str, Any]:
     schema = dict(_IDENTITY_SCHEMA)
     for field in FIELDS:
-        schema[field.name] = pl.Float64
+        schema[field.name] = pl.Int64 if is_count(field) else pl.Float64  # counts are whole numbers
     for field in FIELDS:
         schema[f"src_{field.name}"] = pl.String
     for name in TERM_NAMES:
@@ -86,6 +87,7 @@ def launches_schema() -> dict[str, Any]:
             "nvidia_agrees": pl.Boolean,
             "nvidia_reason": pl.String,
             "missing": pl.List(pl.String),
+            "notes": pl.List(pl.String),  # "field: why it holds what it holds" (read.sanity)
         }
     )
     return schema
@@ -128,6 +130,16 @@ def refuse_undecodable_folder(target: Path, *, kind: str, option: str) -> None:
             "The parquet writer (polars) takes only paths that are text; the file itself may have any name.",
             f"Give {option} a folder whose name is UTF-8 text.",
         ) from None
+
+
+def refuse_other_format(target: Path, option: str) -> None:
+    """Refuse a parquet output whose name says another format (``--parquet x.csv``)."""
+    if target.suffix and target.suffix.lower() not in PARQUET_SUFFIXES:
+        raise UsageError(
+            f"{option} {target.name} names a {target.suffix} file, and this table is written as parquet.",
+            "ncuflow writes a file in the format its extension names, or refuses it.",
+            f"Name it {target.stem}.parquet.",
+        )
 
 
 def guard_parquet(target: Path, *, table: str, inputs: Sequence[Path] = (), option: str = "the output") -> None:
@@ -211,6 +223,13 @@ def _assemble(folder: Path, name: str, schema: dict[str, Any], temporary: Path, 
         pl.DataFrame(schema=schema).write_parquet(temporary, metadata=metadata)
 
 
+def _write_csv(table: Path, target: Path) -> None:
+    """The launches table as CSV: its list columns (NVTX ranges, missing fields, notes) joined
+    with "; ", which CSV cannot hold as lists; streamed, like the parquet assembly."""
+    lists = [name for name, dtype in launches_schema().items() if isinstance(dtype, pl.List)]
+    pl.scan_parquet(table).with_columns(pl.col(name).list.join("; ") for name in lists).sink_csv(target)
+
+
 class StaleMetricsWarning(UserWarning):
     """A long metrics table beside a launches table that a later export replaced without it."""
 
@@ -239,17 +258,59 @@ class ExportResult:
     metric_rows: int | None
 
 
+# What the output's extension names: the launches table is written in that format.
+PARQUET_SUFFIXES: tuple[str, ...] = (".parquet", ".pq")
+CSV_SUFFIX = ".csv"
+
+
+def output_format(output: Path, metrics_long: bool = False) -> str:
+    """"parquet" or "csv", from the output's extension; any other extension is refused, never
+    written as parquet under a name that says otherwise."""
+    suffix = output.suffix.lower()
+    if suffix in PARQUET_SUFFIXES:
+        return "parquet"
+    if suffix == CSV_SUFFIX:
+        if metrics_long:
+            raise UsageError(
+                f"--metrics-long writes parquet only, and {output.name} names CSV.",
+                "The long table is paired with the launches table by an export id in both files' "
+                "parquet metadata, which CSV cannot carry.",
+                f"Name the output {output.with_suffix('.parquet').name}, or drop --metrics-long.",
+            )
+        return "csv"
+    raise UsageError(
+        f"{output.name} does not name a format export writes"
+        + (f" ({suffix} is not one)." if suffix else " (it has no extension)."),
+        "export writes the launches table as parquet (.parquet, .pq) or CSV (.csv), in the format "
+        "the extension names.",
+        f"Name the output {output.stem}.parquet or {output.stem}.csv.",
+    )
+
+
+def csv_header() -> str:
+    """The start of a launches CSV's first line (how an earlier one is recognised)."""
+    return ",".join(launches_schema())[:200]
+
+
 def _prepare_outputs(output: Path, metrics_long: bool, reports: Sequence[Path]) -> Path | None:
-    """Refuse outputs that cannot be written (a folder, an input, another file's name), make the
-    folder, clear dead temporaries; the metrics table's path where it is asked for."""
+    """Refuse outputs that cannot be written (a folder, an input, another file's name, an
+    extension of another format), make the folder, clear dead temporaries; the metrics table's
+    path where it is asked for."""
     if output.is_dir():
         raise NcuflowError(
             f"The output {output} is a folder.",
-            "export writes one parquet file.",
+            "export writes one parquet or CSV file.",
             "Give a file name such as launches.parquet.",
         )
+    try:
+        csv = output_format(output, metrics_long) == "csv"
+    except UsageError:  # an input or someone's file under that name is said first, as such
+        guard_output(output, kind="a launches table", recognise=parquet_table_recogniser("launches"),
+                     inputs=reports, option="-o/--output")
+        raise
     metrics_path = metrics_path_for(output) if metrics_long else None
-    guard_output(output, kind="a launches table", recognise=parquet_table_recogniser("launches"),
+    guard_output(output, kind="a launches CSV" if csv else "a launches table",
+                 recognise=text_recogniser(csv_header()) if csv else parquet_table_recogniser("launches"),
                  inputs=reports, option="-o/--output")
     refuse_undecodable_folder(output, kind="a launches table", option="-o/--output")
     if metrics_path is not None:
@@ -325,13 +386,17 @@ def export_reports(
         export_id = uuid.uuid4().hex
         targets = [output] if metrics_path is None else [metrics_path, output]
         launches_metadata = _metadata("launches", export_id)
+        csv = output_format(output) == "csv"
         with atomic_paths(targets) as temporaries:  # the metrics table first: launches name their pair
             if metrics_path is not None:
                 _assemble(parts, "metrics", METRICS_SCHEMA, temporaries[0], metadata=_metadata("metrics", export_id))
-            if not launches.write_whole(temporaries[-1], launches_metadata):
+            table = parts / "launches-whole.parquet" if csv else temporaries[-1]
+            if not launches.write_whole(table, launches_metadata):
                 launches.close()
-                _assemble(parts, "launches", launches_schema(), temporaries[-1], metadata=launches_metadata)
-    if metrics_path is None:
+                _assemble(parts, "launches", launches_schema(), table, metadata=launches_metadata)
+            if csv:
+                _write_csv(table, temporaries[-1])
+    if metrics_path is None and not csv:
         _warn_if_stale_metrics(output)
     return ExportResult(
         launches_path=output,

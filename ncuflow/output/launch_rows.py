@@ -18,7 +18,7 @@ from ncuflow.analyze.selection import Selection
 from ncuflow.read.escalation import read_run_launches, with_tier2
 from ncuflow.read.extract import iter_launches_with_metrics, read_launches
 from ncuflow.read.launch import Launch
-from ncuflow.read.metrics import FIELDS
+from ncuflow.read.metrics import FIELDS, is_count
 from ncuflow.read.runs import manifest_kernel_filter
 from ncuflow.store import RunRecord, RunRef
 
@@ -66,7 +66,8 @@ def launch_record(launch: Launch, verdict: Verdict, identity: RunIdentity = _NO_
         "run_id": identity.run_id,
     }
     for field in FIELDS:
-        record[field.name] = launch.value(field.name)
+        value = launch.value(field.name)
+        record[field.name] = int(value) if value is not None and is_count(field) else value
     for field in FIELDS:
         record[f"src_{field.name}"] = launch.provenance.get(field.name)
     for term in verdict.terms:
@@ -83,6 +84,7 @@ def launch_record(launch: Launch, verdict: Verdict, identity: RunIdentity = _NO_
             "nvidia_agrees": nvidia.agrees if nvidia else None,
             "nvidia_reason": nvidia.reason if nvidia else None,
             "missing": list(launch.missing),
+            "notes": [f"{name}: {note}" for name, note in launch.notes.items()],
         }
     )
     return record

@@ -10,7 +10,7 @@ from ncuflow.analyze.compare import Comparison
 from ncuflow.analyze.explain import VERDICT_TEXT, GroupExplanation
 from ncuflow.analyze.fields import FIELD_UNITS, duration_text, format_value
 from ncuflow.analyze.point import format_param
-from ncuflow.analyze.stability import GroupStability, Tolerances
+from ncuflow.analyze.stability import GroupStability, Tolerances, flat
 from ncuflow.analyze.study import Analysis
 from ncuflow.files import atomic_write_text, guard_output, text_recogniser
 
@@ -31,15 +31,17 @@ def _u(value: float | None) -> str:
 
 def stability_markdown(groups: Sequence[GroupStability], tolerances: Tolerances, singles: Sequence[str] = ()) -> list[str]:
     """The stability section: one summary table, then per-field tables for every group."""
-    lines = [f"Tolerances used: {tolerances.describe()}. Spread = (max − min) / median.", ""]
+    groups = flat(groups)  # a different-work group's same-work groups follow it
+    lines = [f"Tolerances used: {tolerances.describe()}. Spread = (max − min) / median; for a percentage, "
+             "max − min in percentage points.", ""]
     lines += _table(
         ["group", "source", "launches", "runs", "verdict"],
         [[g.label, g.source, str(g.launches), str(g.runs), g.summary()] for g in groups],
     )
     for g in groups:
-        if g.launches < 2:
+        if g.launches < 2 or g.verdict == "different_work":
             continue
-        lines += ["", f"**{g.label}** — {g.verdict}" + (f" ({g.device})" if g.device else ""), ""]
+        lines += ["", f"**{g.label}** — {g.verdict_text}" + (f" ({g.device})" if g.device else ""), ""]
         lines += _table(
             ["field", "class", "tolerance", "n", "median", "min", "max", "spread", "verdict"],
             [
@@ -100,7 +102,7 @@ def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None, 
          *[f"u_{t}" for t in TERM_NAMES], "stability"],
         [
             [s.point.spec(), s.point.kernel, s.point.device or "—", str(s.point.runs), str(len(s.point.launches)),
-             duration_text(s.duration_median), s.model.bound, *[_u(s.model.u(t)) for t in TERM_NAMES], s.stability.verdict]
+             duration_text(s.duration_median), s.model.bound, *[_u(s.model.u(t)) for t in TERM_NAMES], s.stability.verdict_text]
             for s in analysis.points
         ],
     )

@@ -13,6 +13,7 @@ import math
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -62,8 +63,44 @@ def _time_scale(values: Sequence[float]) -> tuple[float, str]:
     return 1.0, "ns"
 
 
-def plot_sweep(explained: GroupExplanation, path: Path) -> Path:
-    """Duration and work counters against the swept parameter; verdicts as marker colors."""
+# The work panel shows at least this far either side of the baseline (ratio 1): a counter
+# that moves by 2e-5 must look flat, not fill the axis (or need an offset to be read).
+MIN_RATIO_SPAN = 0.05
+
+
+def _title(explained: GroupExplanation, width_inches: float) -> str:
+    """The sweep's title, wrapped to the figure's width: cell and parameter, the fixed parameters, the kernel."""
+    group = explained.group
+    chars = max(40, int(width_inches * 13))
+    fixed = ", ".join(f"{k}={format_param(v)}" for k, v in group.fixed)
+    lines = [f"{group.cell}: {group.param} sweep"]
+    if fixed:
+        lines += textwrap.wrap(f"at {fixed}", chars)
+    lines += textwrap.wrap(textwrap.shorten(f"kernel {group.kernel}", width=3 * chars, placeholder=" …"), chars)
+    return "\n".join(lines)
+
+
+def _mark_bounds(ax: Any, xs: Sequence[int], meds: Sequence[float], points: Sequence[Any], threshold: float) -> None:
+    """Each point's binding wall and its utilization beside its marker (e.g. "dram (max u 0.87)"):
+    above it in the lower half of the axis, below it in the upper half (never outside)."""
+    low, high = ax.get_ylim()
+    for xi, med, point in zip(xs, meds, points, strict=True):
+        model = point.model(threshold)
+        top = max((u for u in (model.u(t) for t in TERM_NAMES) if u is not None), default=None)
+        text = model.bound if top is None else f"{model.bound}\n(max u {top:.2f})"
+        above = med < (low + high) / 2
+        ax.annotate(text, (xi, med), xytext=(9, 3 if above else -3), textcoords="offset points", ha="left",
+                    va="bottom" if above else "top", fontsize=7, color="#333333")
+
+
+def plot_sweep(explained: GroupExplanation, path: Path, threshold: float = DEFAULT_THRESHOLD) -> Path:
+    """Duration and work counters against the swept parameter; verdicts as marker colors, each
+    point's binding wall beside it (``sweep_figure``), saved as PNG."""
+    return save_figure(sweep_figure(explained, threshold), Path(path))
+
+
+def sweep_figure(explained: GroupExplanation, threshold: float = DEFAULT_THRESHOLD) -> Figure:
+    """The figure of ``plot_sweep``."""
     group = explained.group
     points = group.points
     x = list(range(len(points)))
@@ -71,7 +108,8 @@ def plot_sweep(explained: GroupExplanation, path: Path) -> Path:
     verdict_of = {format_param(r.value): r.verdict for r in explained.rows}
     base_label = format_param(explained.baseline.param(group.param))
 
-    fig, (ax_time, ax_work) = plt.subplots(2, 1, figsize=(max(6.0, 1.1 * len(points) + 3), 7.0), sharex=True)
+    width_inches = max(8.5, 1.3 * len(points) + 4.5)  # the legends stand to the right
+    fig, (ax_time, ax_work) = plt.subplots(2, 1, figsize=(width_inches, 7.6), sharex=True, layout="constrained")
     durations = [p.values("duration_ns") for p in points]
     scale, unit = _time_scale([v for vs in durations for v in vs])
     medians = [p.stats("duration_ns").median for p in points]
@@ -87,7 +125,9 @@ def plot_sweep(explained: GroupExplanation, path: Path) -> Path:
         low_all = min(m - lo for m, lo in zip(meds, lows, strict=True))
         high_all = max(m + hi for m, hi in zip(meds, highs, strict=True))
         pad = max((high_all - low_all) * 0.15, high_all * 0.02)
-        ax_time.set_ylim(max(0.0, low_all - pad), high_all + pad)
+        ax_time.set_ylim(max(0.0, low_all - 2 * pad), high_all + 2 * pad)  # room for the walls beside the markers
+        ax_time.ticklabel_format(axis="y", useOffset=False)
+        _mark_bounds(ax_time, xs, meds, [points[i] for i in xs], threshold)
     else:
         ax_time.text(0.5, 0.5, "duration not measured", ha="center", va="center", transform=ax_time.transAxes)
     ax_time.set_ylabel(f"duration ({unit})\nmedian, bars = min–max")
@@ -96,7 +136,7 @@ def plot_sweep(explained: GroupExplanation, path: Path) -> Path:
         plt.Line2D([], [], marker="o", linestyle="", markersize=8, color=VERDICT_COLORS[c], markeredgecolor="black", label=VERDICT_LABELS[c])
         for c in ["baseline", *dict.fromkeys(verdict_of.values())]
     ]
-    ax_time.legend(handles=handles, fontsize=8, loc="best", framealpha=0.8)
+    ax_time.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)
 
     base = explained.baseline
     plotted = 0
@@ -119,7 +159,12 @@ def plot_sweep(explained: GroupExplanation, path: Path) -> Path:
     if plotted:
         if ratios_all and max(ratios_all) / max(min(ratios_all), 1e-12) > 4:
             ax_work.set_yscale("log")
-        ax_work.legend(fontsize=8, loc="best", framealpha=0.8)
+        else:
+            ax_work.ticklabel_format(axis="y", useOffset=False, style="plain")
+            low, high = min(ratios_all, default=1.0), max(ratios_all, default=1.0)
+            margin = (high - low) * 0.1
+            ax_work.set_ylim(min(low - margin, 1 - MIN_RATIO_SPAN), max(high + margin, 1 + MIN_RATIO_SPAN))
+        ax_work.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)
     else:
         ax_work.text(0.5, 0.5, "no work counter measured", ha="center", va="center", transform=ax_work.transAxes)
     ax_work.set_ylabel(f"work counter / baseline\n(baseline {group.param}={base_label})")
@@ -128,15 +173,10 @@ def plot_sweep(explained: GroupExplanation, path: Path) -> Path:
         note = "not plotted (missing, or 0 at the baseline): " + ", ".join(missing)
         ax_work.set_title(textwrap.fill(note, 90), fontsize=7, color="#555555")
     ax_work.set_xticks(x, labels)
+    ax_work.set_xlim(-0.5, len(points) - 0.5)
     ax_work.set_xlabel(group.param)
-    fixed = ", ".join(f"{k}={v}" for k, v in group.fixed)
-    kernels = textwrap.shorten(f"kernel {group.kernel}", width=300, placeholder=" …")
-    fig.suptitle(
-        f"{group.cell}: {group.param} sweep" + (f" ({fixed})" if fixed else "") + "\n" + textwrap.fill(kernels, 110),
-        fontsize=9,
-    )
-    fig.tight_layout()
-    return save_figure(fig, Path(path))
+    fig.suptitle(_title(explained, width_inches), fontsize=9)
+    return fig
 
 
 def save_figure(fig: Figure, path: Path) -> Path:
@@ -157,11 +197,37 @@ def _short_label(text: str, width: int = 30) -> str:
     return text[:head] + "…" + text[len(text) - (width - 1 - head):]
 
 
-def plot_terms(summaries: Sequence[PointSummary], path: Path, threshold: float = DEFAULT_THRESHOLD) -> Path:
-    """Grouped bars: u of each term per point, the on-wall threshold as a dashed line."""
+def differing_params(summaries: Sequence[PointSummary]) -> dict[str, tuple[str, ...]]:
+    """Per cell, the parameters whose value is not the same in every one of its points: what
+    tells two bars of one cell apart (the parameters they share say nothing)."""
+    values: dict[str, dict[str, set[str]]] = {}
+    for summary in summaries:
+        point = summary.point
+        for name, value in point.params:
+            values.setdefault(point.cell, {}).setdefault(name, set()).add(format_param(value))
+    return {cell: tuple(name for name, seen in by_name.items() if len(seen) > 1) for cell, by_name in values.items()}
+
+
+def term_label(summary: PointSummary, shown: Sequence[str]) -> str:
+    """A bar group's label: cell, the parameters that differ within the cell, kernel, bound."""
+    point = summary.point
+    params = [f"{name}={format_param(point.param(name))}" for name in shown]
+    return "\n".join([point.cell, *params, _short_label(point.function, 26), f"→ {summary.model.bound}"])
+
+
+def plot_terms(summaries: Sequence[PointSummary], path: Path, threshold: float = DEFAULT_THRESHOLD,
+               every: Sequence[PointSummary] = ()) -> Path:
+    """Grouped bars: u of each term per point, the on-wall threshold as a dashed line. ``every``:
+    all the points of the report (a chart may show some), which decide what tells a cell's apart."""
+    return save_figure(terms_figure(summaries, threshold, every), Path(path))
+
+
+def terms_figure(summaries: Sequence[PointSummary], threshold: float = DEFAULT_THRESHOLD,
+                 every: Sequence[PointSummary] = ()) -> Figure:
+    """The figure of ``plot_terms``."""
     count = len(summaries)
     width = 0.16
-    fig, ax = plt.subplots(figsize=(max(7.0, 0.9 * count + 3), 4.8))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.3 * count + 2), 5.6))
     labelled: set[str] = set()
     for index, term in enumerate(TERM_NAMES):
         for position, summary in enumerate(summaries):
@@ -174,14 +240,15 @@ def plot_terms(summaries: Sequence[PointSummary], path: Path, threshold: float =
                    label=None if term in labelled else f"u_{term}")
             labelled.add(term)
     ax.axhline(threshold, color="#d7301f", linestyle="--", linewidth=1, label=f"on-wall threshold {threshold:g}")
-    labels = [
-        f"{_short_label(s.point.spec())}\n{_short_label(s.point.kernel, 24)}\n→ {s.model.bound}" for s in summaries
-    ]
-    ax.set_xticks(range(count), labels, fontsize=7, rotation=30 if count > 4 else 0, ha="right" if count > 4 else "center")
+    shown = differing_params(every or summaries)
+    labels = [term_label(s, shown.get(s.point.cell, ())) for s in summaries]
+    ax.set_xticks(range(count), labels, fontsize=7)
+    ax.set_xlim(-0.6, count - 0.4)
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("utilization u = T_term / duration")
-    ax.set_title("Critical-path terms per cell (median over launches); label → binding term", fontsize=10)
-    ax.legend(fontsize=8, ncol=3, loc="upper right", framealpha=0.85)
+    ax.set_title("Critical-path terms per cell (median over launches); label: the parameters that differ "
+                 "within the cell, the kernel, → the binding term", fontsize=10)
+    ax.legend(fontsize=8, ncol=6, loc="upper left", framealpha=0.85)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
-    return save_figure(fig, Path(path))
+    return fig

@@ -17,10 +17,10 @@ from ncuflow.read.launch import Launch
 # The keys of `ncuflow classify --json`, in order (the fields' JSON keys from the field table).
 ROW_KEYS: tuple[str, ...] = (
     "report", "range", "action", "kernel", *(FIELD_TABLE[name].json_key for name in CLASSIFY_FIELDS),
-    *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing",
+    *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing", "notes",
 )
 
-__all__ = ["ROW_KEYS", "duration_text", "launch_row", "print_launch_table"]
+__all__ = ["ROW_KEYS", "duration_text", "launch_row", "note_lines", "print_launch_table"]
 
 
 def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
@@ -38,6 +38,7 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
     row["bound"] = verdict.bound
     row["nvidia_sol"] = launch.nvidia_sol
     row["missing"] = list(launch.missing)
+    row["notes"] = dict(launch.notes)
     return row
 
 
@@ -50,6 +51,25 @@ def binding_utilization(verdict: Verdict) -> tuple[str | None, float | None]:
         return verdict.bound, verdict.utilization(verdict.bound)
     top = max(available, key=lambda t: t.utilization or 0.0)
     return top.name, top.utilization
+
+
+def note_lines(launches: Sequence[Launch]) -> list[str]:
+    """What the tables' values do not say by themselves (``Launch.notes``), one line per note
+    shared by several launches, and one line per launch whose counters ncu stored as NaN."""
+    shared: dict[str, list[int]] = {}
+    lines: list[str] = []
+    for launch in launches:
+        unread = [name for name, note in launch.notes.items() if "as NaN" in note]
+        if len(unread) > 2:
+            lines.append(f"#{launch.action_index} {launch.kernel.function}: ncu stored "
+                         f"{len(launch.not_numbers)} of its counters as NaN, so {len(unread)} fields are not "
+                         f"measured ({', '.join(unread[:4])}{', …' if len(unread) > 4 else ''})")
+        for name, note in launch.notes.items():
+            if name not in unread or len(unread) <= 2:
+                shared.setdefault(f"{name}: {note}", []).append(launch.action_index)
+    for text, actions in shared.items():
+        lines.append(f"{text} (#{', #'.join(str(a) for a in actions[:8])}{', …' if len(actions) > 8 else ''})")
+    return lines
 
 
 def _u(value: float | None) -> str:
@@ -72,6 +92,7 @@ def print_launch_table(
     evidence: bool = False,
 ) -> None:
     """A readable rich table, one row per launch, NVIDIA's verdict beside ours."""
+    from rich.markup import escape
     from rich.table import Table
 
     console = console or make_console()
@@ -102,6 +123,8 @@ def print_launch_table(
             nvidia,
         )
     console.print(table)
+    for line in note_lines(launches):
+        console.print(f"[yellow]note[/yellow] {escape(line)}", highlight=False)
     for note in notes:
         console.print(f"[yellow]disagreement[/yellow] {note}", highlight=False)
     if evidence:

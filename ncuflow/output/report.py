@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -96,6 +96,11 @@ def remove_unnamed_plots(out: Path) -> list[Path]:
     return removed
 
 
+def plot_count(analysis: Analysis) -> int:
+    """How many plots ``write_report`` draws (for a progress bar)."""
+    return len(_planned_plots(analysis, "0" * 8))
+
+
 def guard_report_folder(out_dir: Path, inputs: Sequence[Path] = ()) -> None:
     """Refuse a report folder that is one of the inputs (a store or a folder of reports)."""
     out = Path(out_dir).absolute()
@@ -109,7 +114,7 @@ def guard_report_folder(out_dir: Path, inputs: Sequence[Path] = ()) -> None:
 
 
 def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True,
-                 inputs: Sequence[Path] = ()) -> WrittenReport:
+                 inputs: Sequence[Path] = (), progress: Callable[[int, Path], None] | None = None) -> WrittenReport:
     """report.md, PNG plots and the numbers as parquet in ``out_dir``, committed as a unit.
 
     Every file is checked before any is written: none may be an input, and an existing
@@ -117,6 +122,7 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
     written to temporary files first and renamed into place together at the end, report.md
     last, so a failure (a full disk, a plot that cannot be drawn) or a kill leaves the
     previous report whole; the plots no report.md names are removed after the commit.
+    ``progress`` is called with (index, plot path) as each plot is drawn.
     """
     from ncuflow.output.deep_markdown import roofline_markdown, waiting_markdown
     from ncuflow.output.export import guard_parquet, write_parquet
@@ -141,12 +147,14 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
         plots: dict[str, str] = {}
         for (key, name, what), temporary in zip(planned, temporaries, strict=False):
             if key.startswith("terms"):
-                plot_terms(what, temporary, threshold=analysis.threshold)  # type: ignore[arg-type]
+                plot_terms(what, temporary, threshold=analysis.threshold, every=analysis.points)  # type: ignore[arg-type]
             elif key == "roofline":
                 plot_rooflines(what, temporary)  # type: ignore[arg-type]
             else:
-                plot_sweep(what, temporary)  # type: ignore[arg-type]
+                plot_sweep(what, temporary, threshold=analysis.threshold)  # type: ignore[arg-type]
             plots[key] = name
+            if progress is not None:
+                progress(len(plots) - 1, out / name)
         for (table, frame), temporary in zip(tables.items(), temporaries[len(plot_paths):], strict=False):
             write_parquet(frame, temporary, table=table, metadata={"ncuflow.report_id": report_id})
         lines = next((what for key, _name, what in planned if key == "roofline"), ())

@@ -6,6 +6,12 @@ the launch exactly as the smaller collection would have recorded it. For ``decis
 a launch tier 1 leaves undecided (``undecided``) is read again with tier 2 added, as the
 escalation run would have added it. The cost is the passes ncu would have recorded on
 the launch's chip: tier 1's, plus the escalation run's where it ran.
+
+A report that did not collect what the collection collects cannot answer: a term the
+collection computes on the launch's chip (``feedable_terms``) is then missing for want of
+data, not for want of a wall. Such a launch is not judged, not escalated and not priced
+(``AsIfResult.holds`` False, ``lacking`` naming the terms): a report that recorded 3 passes
+was said to cost 8 as if, every launch "escalated" for the counters it lacked.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ncuflow.analyze.classify import ESCALATION_BAND, Verdict, classify, undecided
-from ncuflow.profile.passes import Collection, name_class
+from ncuflow.analyze.classify import ESCALATION_BAND, TERM_NAMES, Verdict, classify, undecided
+from ncuflow.profile.passes import Collection, collection_on_chip, name_class
 from ncuflow.read.extract import iter_launches
-from ncuflow.read.launch import Launch
+from ncuflow.read.launch import DeviceInfo, KernelName, Launch
+from ncuflow.read.metrics import FIELDS, UNIT_THROUGHPUT_METRICS, resolve
 
 
 def allow_only(names: tuple[str, ...] | None) -> Callable[[str], bool] | None:
@@ -35,9 +42,39 @@ class AsIfResult:
     escalated: bool
     passes: int | None  # ncu's recorded passes by the empirical rule; None: no Perfworks or chip
     chip: str | None
+    lacking: tuple[str, ...] = ()  # terms the collection computes that the report cannot give
+
+    @property
+    def holds(self) -> bool:
+        """Whether the report holds what the collection collects for this launch."""
+        return not self.lacking
 
 
 PassCost = Callable[[str, str | None, bool], int | None]
+
+
+def feedable_terms(names: tuple[str, ...] | None) -> frozenset[str]:
+    """The model terms a collection of these metric names computes (None: every term), found by
+    classifying a launch that holds exactly those metrics (and every free attribute)."""
+    if names is None:
+        return frozenset(TERM_NAMES)
+    allow = allow_only(names)
+    assert allow is not None
+
+    def lookup(name: str) -> float | None:
+        return 50.0 if allow(name) else None
+
+    values: dict[str, float | None] = {}
+    provenance: dict[str, str] = {}
+    for field in FIELDS:
+        value, source = resolve(field, lookup)
+        values[field.name] = value
+        if source is not None:
+            provenance[field.name] = source
+    launch = Launch("", 0, 0, KernelName("", "", ""), (), DeviceInfo(None, None, None), None, values, provenance,
+                    tuple(name for name, value in values.items() if value is None),
+                    breakdown={m: 50.0 for m in UNIT_THROUGHPUT_METRICS if allow(m)})
+    return frozenset(classify(launch).compared)
 
 
 def as_if(path: Path | str, collection: Collection, threshold: float,
@@ -47,9 +84,15 @@ def as_if(path: Path | str, collection: Collection, threshold: float,
 
     info = read_report_collection(path)
     first = list(iter_launches(path, allow=allow_only(collection.metrics)))
+    # what the collection computes on this chip: a name the chip does not know is never collected
+    expected = feedable_terms(collection_on_chip(collection, info.chip).collection.metrics)
     second: list[Launch] | None = None
     for index, launch in enumerate(first):
         verdict = classify(launch, threshold)
+        lacking = tuple(f"u_{name}" for name in TERM_NAMES if name in expected and name not in verdict.compared)
+        if lacking:  # the report lacks the collection's data: nothing to judge, escalate or price
+            yield AsIfResult(launch, verdict, False, None, info.chip, lacking)
+            continue
         escalated = False
         if collection.escalation and undecided(verdict, band):
             if second is None:

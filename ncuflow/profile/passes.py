@@ -94,6 +94,12 @@ _NAME_TO_CHIP: tuple[tuple[str, str], ...] = (
 _NO_OVERHEAD_CHIPS = re.compile(r"^(ga10[1-9b]|ad10\w|gb20\w)$")
 
 
+def claimed_chips() -> tuple[str, ...]:
+    """Every chip ncuflow names a GPU's chip as (by id or marketing name): where its collections
+    must hold only names the chip knows, or drop the others with a note (``for_chip``)."""
+    return tuple(sorted({*_CHIP_IDS.values(), *(chip for _, chip in _NAME_TO_CHIP)}))
+
+
 def chip_from_id(chip_id: int | None) -> str | None:
     """The Perfworks chip name of a report's ``device__attribute_chip``."""
     if chip_id is None:
@@ -339,6 +345,51 @@ def collections() -> dict[str, Collection]:
                                 "theoretical and achieved occupancy, its limiters, eligible warps"),
         "stalls": Collection("stalls", STALL_METRICS, (), "warp-stall reasons per issued instruction"),
     }
+
+
+@dataclass(frozen=True)
+class ChipCollection:
+    """A collection as it is offered on one chip: the names the chip knows, and those dropped."""
+
+    collection: Collection  # its metrics and escalation hold only names the chip knows
+    chip: str
+    dropped: tuple[str, ...]  # from the metrics and the escalation, in order
+    checked: bool = True  # False: no Perfworks model of the chip, nothing could be checked
+
+    def note(self) -> str | None:
+        """One line naming what was dropped (None when nothing was)."""
+        if not self.checked:
+            return f"the metric names were not checked against {self.chip} (no Perfworks model of it)"
+        if not self.dropped:
+            return None
+        return (f"{len(self.dropped)} name{'' if len(self.dropped) == 1 else 's'} {self.chip} does not know, "
+                f"dropped before ncu runs: {', '.join(self.dropped)}")
+
+
+def for_chip(collection: Collection, evaluator: ChipEvaluator) -> ChipCollection:
+    """``collection`` with the names ``evaluator``'s chip does not know dropped (``profile`` drops
+    the same ones before ncu runs); a section set (metrics None) is kept as it is."""
+    if collection.metrics is None:
+        return ChipCollection(collection, evaluator.chip, ())
+    metrics, dropped = known_names(evaluator, collection.metrics)
+    escalation, dropped_too = known_names(evaluator, collection.escalation)
+    chosen = Collection(collection.name, tuple(metrics), tuple(escalation), collection.description)
+    return ChipCollection(chosen, evaluator.chip, tuple(dict.fromkeys((*dropped, *dropped_too))))
+
+
+def collection_on_chip(collection: Collection, chip: str | None) -> ChipCollection:
+    """``for_chip`` through this machine's Perfworks; unchecked (kept whole) where the library or
+    a model of the chip is missing."""
+    from ncuflow.profile import perfworks
+
+    name = (chip or "unknown chip").lower()
+    if chip is None:
+        return ChipCollection(collection, name, (), checked=False)
+    try:
+        with perfworks.load().evaluator(name) as evaluator:
+            return for_chip(collection, evaluator)
+    except (perfworks.PerfworksUnavailable, perfworks.UnsupportedChip):
+        return ChipCollection(collection, name, (), checked=False)
 
 
 def get_collection(name: str) -> Collection:

@@ -41,6 +41,7 @@ class Action(Protocol):
     """One action as a reader gives it (``FileAction``, ``NcuReportAction``)."""
 
     def number(self, name: str) -> float | None: ...
+    def stored_non_finite(self, name: str) -> bool: ...
     def text(self, name: str) -> str | None: ...
     def kernel(self) -> KernelName: ...
     def nvtx(self) -> tuple[str, ...]: ...
@@ -160,7 +161,16 @@ def build_launch(
     with_rules: bool = True, allow: Callable[[str], bool] | None = None,
 ) -> Launch:
     number = action.number
-    lookup = number if allow is None else (lambda name: number(name) if allow(name) else None)
+    not_numbers: set[str] = set()  # counters ncu stored as NaN or infinite: named as such, never "absent"
+
+    def lookup(name: str) -> float | None:
+        if allow is not None and not allow(name):
+            return None
+        value = number(name)
+        if value is None and action.stored_non_finite(name):
+            not_numbers.add(name)
+        return value
+
     values: dict[str, float | None] = {}
     provenance: dict[str, str] = {}
     missing: list[str] = []
@@ -184,6 +194,7 @@ def build_launch(
         missing=tuple(missing),
         breakdown=_breakdown(action, lookup, allow),
         nvidia_sol=action.nvidia_sol() if with_rules else None,
+        not_numbers=tuple(sorted(not_numbers)),
     )
 
 

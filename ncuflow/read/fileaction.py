@@ -101,6 +101,11 @@ class FileAction:
         number = float(getattr(value, which))
         return number if math.isfinite(number) else None
 
+    def stored_non_finite(self, name: str) -> bool:
+        """Whether ncu stored this metric as NaN or infinite (``number`` gives None for it)."""
+        value = self.value(name)
+        return isinstance(value, float) and not math.isfinite(value)
+
     def text(self, name: str) -> str | None:
         """A metric's value as text (a number formatted as ``extract.metric_text`` does); None where valueless."""
         value = self.value(name)

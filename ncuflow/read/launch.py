@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ncuflow.read.metrics import FIELDS_BY_NAME
+from ncuflow.read.sanity import checked
 from ncuflow.store.manifest import RunRef
 
 
@@ -54,6 +55,21 @@ class Launch:
     nvidia_sol: str | None = None
     # The stored run the launch was read from (None for a plain report outside a store).
     run: RunRef | None = None
+    # Why a field holds what it holds where that is not plain data: field -> note, e.g. a hit
+    # rate ncu stored above 100 % and clamped, or a field ncu stored as NaN (``read.sanity``).
+    notes: Mapping[str, str] = field(default_factory=dict)
+    # Raw metrics the report holds as NaN or infinite (read as absent; named in ``notes``).
+    not_numbers: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # The one check of impossible values, whatever reader built the launch (``read.sanity``).
+        fixed = checked(self.values, self.provenance, self.missing, self.notes, self.not_numbers)
+        if fixed is not None:
+            values, provenance, missing, notes = fixed
+            object.__setattr__(self, "values", values)
+            object.__setattr__(self, "provenance", provenance)
+            object.__setattr__(self, "missing", missing)
+            object.__setattr__(self, "notes", notes)
 
     def value(self, name: str) -> float | None:
         """The field's value, None where the report holds no usable source for it.

@@ -23,6 +23,13 @@ __all__ = ["FIELDS", "FIELDS_BY_NAME", "CanonicalField", "Combine", "Source", "f
 _v = single_sources  # each name as a single-metric source, in order
 
 
+# The rated peak: bytes per DRAM cycle at the device's rated memory clock (kHz), or two
+# transfers per clock over the bus width (bits), as CUDA's deviceQuery computes it.
+DRAM_RATED_SOURCES: tuple[Source, ...] = (
+    Source(("dram__bytes.sum.peak_sustained", "device__attribute_memory_clock_rate"), "product", 1000.0),
+    Source(("device__attribute_memory_clock_rate", "device__attribute_global_memory_bus_width"), "product", 250.0),
+)
+
 FIELDS: tuple[CanonicalField, ...] = (
     CanonicalField(
         "duration_ns", "ns",
@@ -48,10 +55,22 @@ FIELDS: tuple[CanonicalField, ...] = (
     ),
     CanonicalField(
         "dram_peak_bw", "byte/s",
-        (
-            Source(("dram__bytes.sum.peak_sustained", "dram__cycles_elapsed.avg.per_second"), "product"),
-        ),
-        "sustained peak device-memory bandwidth",
+        # Bytes per DRAM cycle at the DRAM clock measured over the launch, what NVIDIA's
+        # "% of peak" divides by. ``read.sanity`` then takes the rated peak for HBM (one
+        # memory clock: the measured one is noise, on ~4 µs kernels 2.04–2.27 TB/s for an
+        # H100 PCIe rated 2.04) and caps a GDDR measurement at it.
+        (Source(("dram__bytes.sum.peak_sustained", "dram__cycles_elapsed.avg.per_second"), "product"),),
+        "sustained peak device-memory bandwidth during the launch (at most the rated peak)",
+    ),
+    CanonicalField(
+        "dram_rated_bw", "byte/s",
+        DRAM_RATED_SOURCES,
+        "device-memory bandwidth at the device's rated memory clock",
+    ),
+    CanonicalField(
+        "dram_bus_bits", "bit",
+        _v("device__attribute_global_memory_bus_width"),
+        "width of the device-memory bus (HBM: 1024 bits per stack)",
     ),
     CanonicalField(
         "dram_throughput_pct", "%",
@@ -209,6 +228,16 @@ FIELDS: tuple[CanonicalField, ...] = (
 )
 
 FIELDS_BY_NAME: Mapping[str, CanonicalField] = {f.name: f for f in FIELDS}
+
+# Units of things counted: a field in one of them is a whole number (Int64 in the export).
+COUNT_UNITS: frozenset[str] = frozenset({
+    "byte", "sector", "request", "inst", "pass", "block", "thread", "register", "SM", "SMSP/SM", "flop",
+})
+
+
+def is_count(field: CanonicalField) -> bool:
+    """Whether the field counts things (bytes, sectors, instructions, ...): a whole number."""
+    return field.unit in COUNT_UNITS
 
 # The fields the study's questions are decided on: ``ncuflow profile`` collects these
 # (their first-choice raw metrics) and nothing else unless asked for a section set.

@@ -119,6 +119,14 @@ class NcuReportAction:
             self._numbers[name] = metric_number(self.action, name, self._calls)
         return self._numbers[name]
 
+    def stored_non_finite(self, name: str) -> bool:
+        """Whether ncu stored this metric as NaN or infinite (``number`` gives None for it)."""
+        calls = self._calls
+        metric = calls.metric_by_name(self.action, name)
+        if metric is None or not calls.has_value(metric) or calls.kind(metric) not in calls.double_kinds:
+            return False
+        return not math.isfinite(calls.as_double(metric))
+
     def text(self, name: str) -> str | None:
         return metric_text(self.action, name, self._calls)
 

@@ -296,11 +296,13 @@ def prestart_reading(found: Sources, *, jobs: int | None) -> None:
     prestart(read_source, [(source.report,) for source in found.items], jobs=jobs)
 
 
-def load_sources(found: Sources, *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
-    """The sources' launches (unreadable reports named in notes, never counted)."""
+def load_sources(found: Sources, *, kernel: str | None = None, jobs: int | None = None,
+                 progress: Callable[[int, Path], None] | None = None) -> Loaded:
+    """The sources' launches (unreadable reports named in notes, never counted); ``progress`` is
+    called with (index, report) as each is read."""
     notes: list[str] = []
     runs: list[LoadedRun] = []
-    for source, launches, said in read_sources(found, kernel=kernel, jobs=jobs):
+    for source, launches, said in read_sources(found, kernel=kernel, jobs=jobs, progress=progress):
         notes.extend(said)
         if launches is not None:
             runs.append(LoadedRun.of(source, launches))
@@ -313,10 +315,13 @@ def load_records(records: Iterable[RunRecord], *, kernel: str | None = None, job
     return load_sources(Sources(tuple(Source(r.report_path, r) for r in records)), kernel=kernel, jobs=jobs)
 
 
-def load_paths(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | None = None) -> Loaded:
+def load_paths(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | None = None,
+               progress: Callable[[Sources], Callable[[int, Path], None]] | None = None) -> Loaded:
     """Stores and reports together, as ``sources`` finds them; raises ``NoReportsFound``
-    when nothing readable is left."""
-    loaded = load_sources(sources(paths), kernel=kernel, jobs=jobs)
+    when nothing readable is left. ``progress(found)`` gives the per-report step, once the
+    number of reports is known."""
+    found = sources(paths)
+    loaded = load_sources(found, kernel=kernel, jobs=jobs, progress=progress(found) if progress else None)
     if not loaded.runs:
         raise NoReportsFound(
             f"Nothing readable in {', '.join(str(p) for p in paths)}.",

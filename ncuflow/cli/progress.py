@@ -1,0 +1,55 @@
+"""Progress of the reading commands' long work: a rich bar on stderr, nothing when piped.
+
+``report`` (reading, then drawing a few dozen plots), ``export`` (reading, then writing the
+tables), ``passes REPORT...``, ``classify``, ``explain`` and ``stability`` over folders can
+take from a few seconds to minutes. While stderr is a terminal a transient bar says what is
+being done and how far it is; when stderr is a file or a pipe nothing is written, so the
+output a script reads is the same with or without it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+Step = Callable[[int, Path], None]  # (index of the item done, its path): what the library calls
+
+
+def showing() -> bool:
+    """Whether a bar is drawn: only on a terminal."""
+    return sys.stderr.isatty()
+
+
+class Bar:
+    """One transient bar whose task can be renamed and re-sized between the stages of a command."""
+
+    def __init__(self, progress: Any) -> None:
+        self._progress = progress
+        self._task: Any = None
+
+    def stage(self, description: str, total: int | None) -> Step:
+        """Start a stage of ``total`` items; the returned step advances it (``label`` names the item)."""
+        if self._task is not None:
+            self._progress.remove_task(self._task)
+        self._task = self._progress.add_task(description, total=total)
+        task = self._task
+
+        def step(index: int, path: Path) -> None:
+            self._progress.update(task, completed=index + 1, description=f"{description}: {Path(path).name}")
+
+        return step
+
+
+@contextmanager
+def progress_bar() -> Iterator[Bar]:
+    """A ``Bar`` for the block: drawn on stderr only when it is a terminal, gone when the block ends."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True, disable=not showing()) as progress:
+        yield Bar(progress)
