@@ -51,7 +51,7 @@ def test_the_worked_example_of_the_docs_runs(corpus_dir: Path, monkeypatch: pyte
     shown = DOC.read_text().split("What it printed")[1]
     for line in ("generate_encoded_signal          94.3 GFLOP/s  I_dram 251  issue",
                  "reconfigured warptiling [grid=64, block=256] → warptiling [grid=64, block=128] - ambiguous",
-                 "7 only in base, 0 only in new", "(18, 176)"):
+                 "7 only in base, 0 only in new", "(18, 181)"):
         assert line in printed and line in shown
 
 

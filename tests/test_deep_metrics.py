@@ -57,11 +57,10 @@ def test_the_flop_count_is_the_rate_times_the_smsp_cycles(full_set: list[Launch]
     for path in {x.report for x in full_set}:
         import ncu_report
 
-        from ncuflow.read.extract import number_lookup
+        from ncuflow.read.ncureport import NcuReportAction
 
         context = ncu_report.load_report(path)
-        action = context.range_by_idx(0).action_by_idx(0)
-        lookup = number_lookup(action)
+        lookup = NcuReportAction(context.range_by_idx(0).action_by_idx(0), ncu_report).number
         a = [lookup(m) for m in by_cycles.metrics]
         b = [lookup(m) for m in by_rate.metrics]
         if None in a or None in b:
@@ -88,12 +87,11 @@ def test_a_peak_from_bytes_and_pct_equals_the_peak_metric(corpus_dir: Path) -> N
     """The A100 silu report holds both: the writeback peak metric and bytes / pct / duration agree."""
     import ncu_report
 
-    from ncuflow.read.extract import number_lookup
+    from ncuflow.read.ncureport import NcuReportAction
 
     field = FIELDS_BY_NAME["l1_peak_bw"]
     context = ncu_report.load_report(str(corpus_dir / "AlpriElse__cs599k__silu_CUDA_ncu-reports_2025-04-21-77_06-MT.ncu-rep"))
-    action = context.range_by_idx(0).action_by_idx(0)
-    lookup = number_lookup(action)
+    lookup = NcuReportAction(context.range_by_idx(0).action_by_idx(0), ncu_report).number
     direct, derived = field.sources[0], field.sources[2]
     values = [s.combine(tuple(lookup(m) or 0.0 for m in s.metrics)) for s in (direct, derived)]
     assert values[0] == pytest.approx(values[1], rel=0.005)

@@ -77,12 +77,15 @@ def classify(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = 
         for launch in run.launches:
             verdict = classify_launch(launch, threshold)
             term, u = binding_utilization(verdict)
-            rows.append({**launch_row(launch, verdict), "device": launch.device.name,
+            row = launch_row(launch, verdict)
+            row["notes"] = [f"{name}: {note}" for name, note in launch.notes.items()]  # what a value does not say
+            rows.append({**row, "device": launch.device.name,
                          "grid_size": launch.value("grid_size"), "block_size": launch.value("block_size"),
                          "binding_term": term, "binding_u": u})
     schema: dict[str, Any] = {key: pl.Float64 for key in ROW_KEYS}
     schema.update({"report": pl.String, "range": pl.Int32, "action": pl.Int32, "kernel": pl.String,
                    "bound": pl.String, "nvidia_sol": pl.String, "missing": pl.List(pl.String),
+                   "notes": pl.List(pl.String),
                    "device": pl.String, "grid_size": pl.Float64, "block_size": pl.Float64,
                    "binding_term": pl.String, "binding_u": pl.Float64})
     return pl.DataFrame(rows, schema=schema)

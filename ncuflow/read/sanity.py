@@ -9,8 +9,9 @@ Whatever reader built them, a ``Launch``'s fields pass through ``checked`` (its
   can land at 100.43 %) is clamped into [0, 100], with a note giving the stored value;
 - sectors per request over 0 requests is undefined (ncu's own average stores 0.0): the
   field is missing, with a note;
-- a count (bytes, sectors, requests, instructions, ...) that is negative or not a whole
-  number is missing, with a note;
+- a count (bytes, sectors, requests, instructions, ...) that is negative, or, where it was
+  read as a counter, not a whole number, is missing, with a note (a count an alias chain
+  derives by arithmetic, such as a FLOP rate times cycles, may be fractional);
 - a field whose source metrics ncu stored as NaN (a launch whose counters were not
   collected) is missing with a note saying so, instead of "no source metric".
 
@@ -57,7 +58,13 @@ def _rated_peak(values: Mapping[str, float | None], provenance: Mapping[str, str
     return None
 
 
-def _impossible(values: Mapping[str, float | None]) -> dict[str, tuple[float | None, str]]:
+def _derived(source: str | None) -> bool:
+    """Whether a field's provenance is arithmetic over raw metrics (not one counter read as it is)."""
+    return source is not None and any(mark in source for mark in (" × ", " / ", " + ", "("))
+
+
+def _impossible(values: Mapping[str, float | None],
+                provenance: Mapping[str, str]) -> dict[str, tuple[float | None, str]]:
     """field -> (the value to keep, its note) for every value that cannot be."""
     found: dict[str, tuple[float | None, str]] = {}
     for name in SHARE_PERCENTAGES:
@@ -71,7 +78,8 @@ def _impossible(values: Mapping[str, float | None]) -> dict[str, tuple[float | N
         found["sectors_per_request"] = (None, f"undefined: no global-load request, 0 sectors over 0 requests{stored}")
     for field in FIELDS:
         value = values.get(field.name)
-        if value is not None and is_count(field) and not (0 <= value < 2**63 and float(value).is_integer()):
+        whole = float(value).is_integer() or _derived(provenance.get(field.name)) if value is not None else True
+        if value is not None and is_count(field) and not (0 <= value < 2**63 and whole):
             found[field.name] = (None, f"a count, stored as {_number(value)}: not a whole number in 0 … 2⁶³")
     return found
 
@@ -98,7 +106,7 @@ def checked(
     if rated_peak is not None and rated_peak[1] is None:  # HBM: the rated peak, said by its provenance
         sources["dram_peak_bw"] = f"{provenance.get('dram_rated_bw')} (HBM: one memory clock, the rated one)"
         values = {**values, "dram_peak_bw": rated_peak[0]}
-    found = _impossible(values)
+    found = _impossible(values, provenance)
     if rated_peak is not None and rated_peak[1] is not None:
         found["dram_peak_bw"] = (rated_peak[0], rated_peak[1])
     for name, item in _stored_as_nan(missing, not_numbers).items():
