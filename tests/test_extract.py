@@ -150,7 +150,8 @@ def test_direct_swig_calls_read_exactly_what_the_public_methods_read(corpus_dir:
     """Extraction calls ncu_report's SWIG functions directly (for speed): the launches of
     every corpus report must equal those read through the module's public methods, and
     the breakdown and NVIDIA's rule title must come out (not silently empty)."""
-    from ncuflow.read.extract import launch_from_action, metric_calls
+    from ncuflow.read.extract import build_launch, metric_calls
+    from ncuflow.read.ncureport import NcuReportAction
     from ncuflow.read.reportfile import iter_actions, load_context
 
     swig, public = metric_calls(ncu_report), metric_calls(ncu_report, use_swig=False)
@@ -160,8 +161,8 @@ def test_direct_swig_calls_read_exactly_what_the_public_methods_read(corpus_dir:
         context = load_context(report)
         for range_index, action_index, action in iter_actions(report, context):
             fast, slow = (
-                launch_from_action(action, report=str(report), range_index=range_index, action_index=action_index,
-                                   ncu_version=None, ncu_report=ncu_report, calls=calls)
+                build_launch(NcuReportAction(action, ncu_report, calls), report=str(report),
+                             range_index=range_index, action_index=action_index, ncu_version=None)
                 for calls in (swig, public)
             )
             assert fast == slow

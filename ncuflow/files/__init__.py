@@ -212,6 +212,60 @@ def as_output_error(error: BaseException, target: Path) -> BaseException:
     return error
 
 
+def _prepared_targets(given: list[Path], make_parents: bool) -> list[Path]:
+    """The files ``given`` names (links followed), their folders made, stale temporaries removed."""
+    finals: list[Path] = []
+    for target in given:
+        try:
+            if make_parents:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            finals.append(output_target(target))
+        except BaseException as error:
+            converted = as_output_error(error, target)
+            if converted is error:
+                raise
+            raise converted from None
+    if len(set(finals)) < len(finals):
+        raise OutputError(f"Refusing to write {', '.join(map(str, given))}: two of them are one file (a link).",
+                          "Files that belong together must be separate files.", "Give them separate paths.")
+    for folder in dict.fromkeys(f.parent for f in finals):
+        remove_temporaries(folder)
+    return finals
+
+
+def _keep_previous(finals: list[Path], backups: list[tuple[Path, Path]]) -> None:
+    """Hard links to the targets' present content, appended to ``backups`` (for a rollback)."""
+    for final in finals:
+        if final.is_file():
+            backup = temporary_beside(final, "previous-")
+            backup.unlink(missing_ok=True)
+            try:  # best effort: a file system without hard links gets no rollback
+                os.link(final, backup)
+            except OSError:
+                continue
+            backups.append((final, backup))
+
+
+def _replace_onto(temporaries: list[Path], finals: list[Path], replaced: list[Path]) -> None:
+    """Each temporary renamed onto its target in order, each target appended to ``replaced``."""
+    for temporary, final in zip(temporaries, finals, strict=True):
+        try:
+            os.replace(temporary, final)
+        except OSError as error:
+            raise as_output_error(error, final) from None
+        replaced.append(final)
+
+
+def _roll_back(replaced: list[Path], previous: dict[Path, Path]) -> None:
+    """The targets already replaced get their previous content back (or are removed)."""
+    for final in replaced:
+        with contextlib.suppress(OSError):
+            if final in previous:
+                os.replace(previous[final], final)
+            else:
+                final.unlink()
+
+
 @contextlib.contextmanager
 def atomic_paths(targets: Sequence[Path], *, make_parents: bool = True) -> Iterator[list[Path]]:
     """Temporary paths beside ``targets``; all renamed onto them only if the block succeeds.
@@ -225,52 +279,26 @@ def atomic_paths(targets: Sequence[Path], *, make_parents: bool = True) -> Itera
     removed meanwhile (an interrupted run) fails instead of re-creating the folder.
     """
     given = [Path(t) for t in targets]
-    finals = list(given)
+    current = given[-1] if given else Path(".")
+    finals: list[Path] = []
     temporaries: list[Path] = []
     backups: list[tuple[Path, Path]] = []
     replaced: list[Path] = []
-    current = finals[0] if finals else Path(".")
     try:
-        for index, target in enumerate(given):
-            current = target
-            if make_parents:
-                target.parent.mkdir(parents=True, exist_ok=True)
-            finals[index] = output_target(target)
-        if len(set(finals)) < len(finals):
-            raise OutputError(f"Refusing to write {', '.join(map(str, given))}: two of them are one file (a link).",
-                              "Files that belong together must be separate files.", "Give them separate paths.")
-        for folder in dict.fromkeys(f.parent for f in finals):
-            remove_temporaries(folder)
+        finals = _prepared_targets(given, make_parents)
         temporaries = [temporary_beside(final) for final in finals]
         yield temporaries
         for temporary in temporaries:
             fsync_path(temporary)
         with folders_locked(f.parent for f in finals) if len(finals) > 1 else contextlib.nullcontext():
             if len(finals) > 1:
-                for final in finals:
-                    if final.is_file():
-                        backup = temporary_beside(final, "previous-")
-                        backup.unlink(missing_ok=True)
-                        try:  # best effort: a file system without hard links gets no rollback
-                            os.link(final, backup)
-                        except OSError:
-                            continue
-                        backups.append((final, backup))
-            for temporary, final in zip(temporaries, finals, strict=True):
-                current = final
-                os.replace(temporary, final)
-                replaced.append(final)
+                _keep_previous(finals, backups)
+            _replace_onto(temporaries, finals, replaced)
+        current = finals[-1] if finals else current
         for folder in dict.fromkeys(f.parent for f in finals):
             fsync_path(folder)
     except BaseException as error:
-        previous = dict(backups)
-        for final in replaced:
-            if final in previous:
-                with contextlib.suppress(OSError):
-                    os.replace(previous[final], final)
-            else:
-                with contextlib.suppress(OSError):
-                    final.unlink()
+        _roll_back(replaced, dict(backups))
         if isinstance(error, OSError) and error.filename is not None:  # name the output, not its temporary
             named = {str(t): f for t, f in zip(temporaries, finals, strict=False)}
             current = named.get(str(error.filename), current)

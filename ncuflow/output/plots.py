@@ -100,83 +100,94 @@ def plot_sweep(explained: GroupExplanation, path: Path, threshold: float = DEFAU
 
 
 def sweep_figure(explained: GroupExplanation, threshold: float = DEFAULT_THRESHOLD) -> Figure:
-    """The figure of ``plot_sweep``."""
+    """The figure of ``plot_sweep``: the duration panel above the work panel."""
     group = explained.group
-    points = group.points
-    x = list(range(len(points)))
-    labels = [format_param(p.param(group.param)) for p in points]
-    verdict_of = {format_param(r.value): r.verdict for r in explained.rows}
-    base_label = format_param(explained.baseline.param(group.param))
-
-    width_inches = max(8.5, 1.3 * len(points) + 4.5)  # the legends stand to the right
+    labels = [format_param(p.param(group.param)) for p in group.points]
+    width_inches = max(8.5, 1.3 * len(group.points) + 4.5)  # the legends stand to the right
     fig, (ax_time, ax_work) = plt.subplots(2, 1, figsize=(width_inches, 7.6), sharex=True, layout="constrained")
+    _duration_panel(ax_time, explained, labels, threshold)
+    _work_panel(ax_work, explained)
+    ax_work.set_xticks(list(range(len(labels))), labels)
+    ax_work.set_xlim(-0.5, len(labels) - 0.5)
+    ax_work.set_xlabel(group.param)
+    fig.suptitle(_title(explained, width_inches), fontsize=9)
+    return fig
+
+
+def _duration_panel(ax: Any, explained: GroupExplanation, labels: list[str], threshold: float) -> None:
+    """Median duration per value with min–max bars, markers colored by verdict, walls beside them."""
+    points = explained.group.points
+    verdict_of = {format_param(r.value): r.verdict for r in explained.rows}
+    base_label = format_param(explained.baseline.param(explained.group.param))
     durations = [p.values("duration_ns") for p in points]
     scale, unit = _time_scale([v for vs in durations for v in vs])
     medians = [p.stats("duration_ns").median for p in points]
-    xs = [xi for xi, m in zip(x, medians, strict=True) if m is not None]
+    xs = [xi for xi, m in enumerate(medians) if m is not None]
     if xs:
         meds = [m / scale for m in medians if m is not None]
         lows = [(m - min(vs)) / scale for m, vs in zip(medians, durations, strict=True) if m is not None]
         highs = [(max(vs) - m) / scale for m, vs in zip(medians, durations, strict=True) if m is not None]
-        ax_time.errorbar(xs, meds, yerr=[lows, highs], color="#444444", capsize=4, linewidth=1.2, zorder=1)
+        ax.errorbar(xs, meds, yerr=[lows, highs], color="#444444", capsize=4, linewidth=1.2, zorder=1)
         for xi, med, lab in zip(xs, meds, [labels[i] for i in xs], strict=True):
             code = "baseline" if lab == base_label else verdict_of.get(lab, "ambiguous")
-            ax_time.scatter([xi], [med], s=70, color=VERDICT_COLORS[code], zorder=2, edgecolor="black", linewidth=0.5)
+            ax.scatter([xi], [med], s=70, color=VERDICT_COLORS[code], zorder=2, edgecolor="black", linewidth=0.5)
         low_all = min(m - lo for m, lo in zip(meds, lows, strict=True))
         high_all = max(m + hi for m, hi in zip(meds, highs, strict=True))
         pad = max((high_all - low_all) * 0.15, high_all * 0.02)
-        ax_time.set_ylim(max(0.0, low_all - 2 * pad), high_all + 2 * pad)  # room for the walls beside the markers
-        ax_time.ticklabel_format(axis="y", useOffset=False)
-        _mark_bounds(ax_time, xs, meds, [points[i] for i in xs], threshold)
+        ax.set_ylim(max(0.0, low_all - 2 * pad), high_all + 2 * pad)  # room for the walls beside the markers
+        ax.ticklabel_format(axis="y", useOffset=False)
+        _mark_bounds(ax, xs, meds, [points[i] for i in xs], threshold)
     else:
-        ax_time.text(0.5, 0.5, "duration not measured", ha="center", va="center", transform=ax_time.transAxes)
-    ax_time.set_ylabel(f"duration ({unit})\nmedian, bars = min–max")
-    ax_time.grid(axis="y", alpha=0.3)
+        ax.text(0.5, 0.5, "duration not measured", ha="center", va="center", transform=ax.transAxes)
+    ax.set_ylabel(f"duration ({unit})\nmedian, bars = min–max")
+    ax.grid(axis="y", alpha=0.3)
     handles = [
         plt.Line2D([], [], marker="o", linestyle="", markersize=8, color=VERDICT_COLORS[c], markeredgecolor="black", label=VERDICT_LABELS[c])
         for c in ["baseline", *dict.fromkeys(verdict_of.values())]
     ]
-    ax_time.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)
 
-    base = explained.baseline
-    plotted = 0
+
+_WORK_STYLES = [("o", 9, "-"), ("s", 7.5, "--"), ("^", 6.5, "-."), ("D", 5, ":"), ("v", 4, "-")]
+
+
+def _work_panel(ax: Any, explained: GroupExplanation) -> None:
+    """Each work counter's median over its baseline median, per value; what could not be plotted named."""
+    points, base = explained.group.points, explained.baseline
     ratios_all: list[float] = []
     missing: list[str] = []
-    styles = [("o", 9, "-"), ("s", 7.5, "--"), ("^", 6.5, "-."), ("D", 5, ":"), ("v", 4, "-")]
-    for name, (marker, size, line) in zip(WORK_PLOT_FIELDS, styles, strict=True):
+    for name, (marker, size, line) in zip(WORK_PLOT_FIELDS, _WORK_STYLES, strict=True):
         base_median = base.stats(name).median
-        if base_median is None or base_median == 0:
-            missing.append(name)
-            continue
-        ys = [(p.stats(name).median or math.nan) / base_median for p in points]
+        ys = [] if not base_median else [(p.stats(name).median or math.nan) / base_median for p in points]
         if all(math.isnan(y) for y in ys):
             missing.append(name)
             continue
-        ax_work.plot(x, ys, marker=marker, markersize=size, linestyle=line, label=name, alpha=0.9)
+        ax.plot(list(range(len(points))), ys, marker=marker, markersize=size, linestyle=line, label=name, alpha=0.9)
         ratios_all += [y for y in ys if not math.isnan(y)]
-        plotted += 1
-    ax_work.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
+    plotted = len(WORK_PLOT_FIELDS) - len(missing)
+    ax.axhline(1.0, color="black", linewidth=0.8, linestyle=":")
     if plotted:
-        if ratios_all and max(ratios_all) / max(min(ratios_all), 1e-12) > 4:
-            ax_work.set_yscale("log")
-        else:
-            ax_work.ticklabel_format(axis="y", useOffset=False, style="plain")
-            low, high = min(ratios_all, default=1.0), max(ratios_all, default=1.0)
-            margin = (high - low) * 0.1
-            ax_work.set_ylim(min(low - margin, 1 - MIN_RATIO_SPAN), max(high + margin, 1 + MIN_RATIO_SPAN))
-        ax_work.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)
+        _scale_ratio_axis(ax, ratios_all)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)
     else:
-        ax_work.text(0.5, 0.5, "no work counter measured", ha="center", va="center", transform=ax_work.transAxes)
-    ax_work.set_ylabel(f"work counter / baseline\n(baseline {group.param}={base_label})")
-    ax_work.grid(axis="y", alpha=0.3)
+        ax.text(0.5, 0.5, "no work counter measured", ha="center", va="center", transform=ax.transAxes)
+    base_label = format_param(base.param(explained.group.param))
+    ax.set_ylabel(f"work counter / baseline\n(baseline {explained.group.param}={base_label})")
+    ax.grid(axis="y", alpha=0.3)
     if missing and plotted:
         note = "not plotted (missing, or 0 at the baseline): " + ", ".join(missing)
-        ax_work.set_title(textwrap.fill(note, 90), fontsize=7, color="#555555")
-    ax_work.set_xticks(x, labels)
-    ax_work.set_xlim(-0.5, len(points) - 0.5)
-    ax_work.set_xlabel(group.param)
-    fig.suptitle(_title(explained, width_inches), fontsize=9)
-    return fig
+        ax.set_title(textwrap.fill(note, 90), fontsize=7, color="#555555")
+
+
+def _scale_ratio_axis(ax: Any, ratios: list[float]) -> None:
+    """Log scale for ratios over 4x apart; else a plain axis at least ``MIN_RATIO_SPAN`` either side of 1."""
+    if ratios and max(ratios) / max(min(ratios), 1e-12) > 4:
+        ax.set_yscale("log")
+        return
+    ax.ticklabel_format(axis="y", useOffset=False, style="plain")
+    low, high = min(ratios, default=1.0), max(ratios, default=1.0)
+    margin = (high - low) * 0.1
+    ax.set_ylim(min(low - margin, 1 - MIN_RATIO_SPAN), max(high + margin, 1 + MIN_RATIO_SPAN))
 
 
 def save_figure(fig: Figure, path: Path) -> Path:

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from ncuflow.errors import ReportError
 from ncuflow.read.launch import DeviceInfo, KernelName, Launch
@@ -33,7 +33,7 @@ from ncuflow.read.reportfile import read_ncu_version
 from ncuflow.read.units import ReportUnits
 
 __all__ = ["Action", "RawMetric", "count_actions", "iter_launches", "iter_launches_with_metrics",
-           "iter_report", "launch_from_action", "metric_calls", "metric_number", "metric_text",
+           "iter_report", "metric_calls", "metric_number", "metric_text",
            "read_launches", "read_ncu_version"]
 
 
@@ -196,15 +196,6 @@ def build_launch(
         nvidia_sol=action.nvidia_sol() if with_rules else None,
         not_numbers=tuple(sorted(not_numbers)),
     )
-
-
-def launch_from_action(
-    action: Any, *, report: str, range_index: int, action_index: int, ncu_version: str | None, ncu_report: Any,
-    with_rules: bool = True, allow: Callable[[str], bool] | None = None, calls: Any = None,
-) -> Launch:
-    """``build_launch`` of an ``ncu_report`` ``IAction`` (``calls``: ``metric_calls(...)``)."""
-    return build_launch(NcuReportAction(action, ncu_report, calls), report=report, range_index=range_index,
-                        action_index=action_index, ncu_version=ncu_version, with_rules=with_rules, allow=allow)
 
 
 # ---------------------------------------------------------------------------
