@@ -14,6 +14,7 @@ from ncuflow.phases.model.results import (
     Reconciliation,
     RunAdmission,
     RunAnalysis,
+    RunFindings,
     RunIdentity,
     RunPhases,
     RunPlotData,
@@ -118,8 +119,7 @@ def _analyse_timeline(
         admission=admission,
         timing=timing,
         tokens=tokens,
-        cannot=cannot,
-        notes=notes,
+        findings=RunFindings(tuple(cannot), tuple(notes)),
         plot=RunPlotData(timeline=timeline, token_gaps=_token_gaps(requests)),
     )
 

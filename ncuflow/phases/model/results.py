@@ -7,7 +7,8 @@ know stays ``None`` ("missing is missing, never 0").
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from ncuflow.phases.model.stats import Distribution
 
@@ -272,6 +273,29 @@ class RunAnalysis:
     lone_request_token_s: float | None = None  # the log's lone-request per-token time
 
 
+@dataclass(frozen=True)
+class RunFindings:
+    """What an analyser says about a run in words: what its input cannot tell, and notes."""
+
+    cannot: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ServerLogFacts:
+    """What only a server-log run has: the benchmark's stated concurrency, why the run has no
+    steady phase (a word, for titles) and the server's own per-request timing lines."""
+
+    stated_concurrency: int | None = None
+    no_steady_kind: str = ""
+    server_requests: ServerRequests | None = None
+
+
+RunPart = (
+    RunIdentity | RunPhases | RunAdmission | RunTiming | RunTokens | RunPlotData | ServerLogFacts
+)
+
+
 def assemble_run(
     identity: RunIdentity,
     phases: RunPhases,
@@ -279,67 +303,40 @@ def assemble_run(
     admission: RunAdmission | None = None,
     timing: RunTiming | None = None,
     tokens: RunTokens | None = None,
-    cannot: tuple[str, ...] | list[str] = (),
-    notes: tuple[str, ...] | list[str] = (),
+    findings: RunFindings | None = None,
     plot: RunPlotData | None = None,
-    stated_concurrency: int | None = None,
-    no_steady_kind: str = "",
-    server_requests: ServerRequests | None = None,
+    server: ServerLogFacts | None = None,
 ) -> RunAnalysis:
-    """The one constructor of ``RunAnalysis``; parts not given are unknown (None)."""
-    admission = admission or RunAdmission()
-    timing = timing or RunTiming()
-    tokens = tokens or RunTokens()
-    plot = plot or RunPlotData()
+    """The one constructor of ``RunAnalysis``; parts not given are unknown (None).
+
+    Every field of a part has the name of the ``RunAnalysis`` field it fills; repeated
+    findings are kept once, in order.
+    """
+    findings = findings or RunFindings()
     return RunAnalysis(
-        path=identity.path,
-        source_format=identity.source_format,
-        run_index=identity.run_index,
-        run_label=identity.run_label,
-        rank=identity.rank,
-        clock_origin=identity.clock_origin,
-        start_s=phases.start_s,
-        end_s=phases.end_s,
-        peak_batch=phases.peak_batch,
-        steady_batch=phases.steady_batch,
-        ramp=phases.ramp,
-        steady=phases.steady,
-        drain=phases.drain,
-        admission_span_s=admission.admission_span_s,
-        mean_admission_wait_s=admission.mean_admission_wait_s,
-        requests_admitted=admission.requests_admitted,
-        ttft_s=timing.ttft_s,
-        steady_token_s=timing.steady_token_s,
-        steady_step_s=timing.steady_step_s,
-        step_method=timing.step_method,
-        output_tokens=tokens.output_tokens,
-        output_tokens_source=tokens.output_tokens_source,
-        harness_tpot_s=tokens.harness_tpot_s,
-        mean_request_tpot_s=timing.mean_request_tpot_s,
-        reconciliation=tokens.reconciliation,
-        cannot=tuple(dict.fromkeys(cannot)),
-        notes=tuple(dict.fromkeys(notes)),
-        timeline=plot.timeline,
-        mixed=phases.mixed,
-        token_gaps=plot.token_gaps,
-        itl_by_position=plot.itl_by_position,
-        retraction_times_s=plot.retraction_times_s,
-        ttft_values_s=plot.ttft_values_s,
-        abort_time_s=plot.abort_time_s,
-        warmup=phases.warmup,
-        segments=phases.segments,
-        mixed_token_s=timing.mixed_token_s,
-        drain_token_s=timing.drain_token_s,
-        accept_len=timing.accept_len,
-        total_admission_wait_s=admission.total_admission_wait_s,
-        requests_total=admission.requests_total,
-        stated_concurrency=stated_concurrency,
-        warmup_excess_s=phases.warmup_excess_s,
-        main_segment=phases.main_segment,
+        **_fields_by_name(identity),
+        **_fields_by_name(phases),
+        **_fields_by_name(admission or RunAdmission()),
+        **_fields_by_name(_with_default_headline(timing or RunTiming())),
+        **_fields_by_name(tokens or RunTokens()),
+        **_fields_by_name(plot or RunPlotData()),
+        **_fields_by_name(server or ServerLogFacts()),
+        cannot=tuple(dict.fromkeys(findings.cannot)),
+        notes=tuple(dict.fromkeys(findings.notes)),
+    )
+
+
+def _fields_by_name(part: RunPart) -> dict[str, Any]:
+    """A part's fields by name, values as they are (``asdict`` would turn spans into dicts)."""
+    return {f.name: getattr(part, f.name) for f in fields(part)}
+
+
+def _with_default_headline(timing: RunTiming) -> RunTiming:
+    """Where the analyser named no headline per-token time: the steady median, "median"."""
+    return replace(
+        timing,
         headline_token_s=timing.headline_token_s
         if timing.headline_token_s is not None
         else (timing.steady_token_s.median if timing.steady_token_s is not None else None),
         headline_method=timing.headline_method or ("median" if timing.steady_token_s else ""),
-        no_steady_kind=no_steady_kind,
-        server_requests=server_requests,
     )

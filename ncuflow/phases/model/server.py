@@ -21,25 +21,25 @@ from ncuflow.phases.model.intervals import (
     is_decode,
 )
 from ncuflow.phases.model.levels import TAIL, Item, run_shape
-from ncuflow.phases.model.reconcile import harness_reconciliation
 from ncuflow.phases.model.results import (
     PhaseSpan,
-    Reconciliation,
     RunAdmission,
     RunAnalysis,
+    RunFindings,
     RunIdentity,
     RunPhases,
     RunPlotData,
     RunTiming,
-    RunTokens,
     Segment,
+    ServerLogFacts,
     ServerRequests,
     TimelinePoint,
     assemble_run,
 )
 from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch, split_server_runs
 from ncuflow.phases.model.segments import SegmentInputs, build_segments
-from ncuflow.phases.model.server_requests import single_length, summarise_requests
+from ncuflow.phases.model.server_harness import run_tokens, with_reconciliation
+from ncuflow.phases.model.server_requests import summarise_requests
 from ncuflow.phases.model.server_text import (
     concurrency_note,
     headline_note,
@@ -219,9 +219,8 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
             f"and are counted as 'mixed' ({main.mixed_s:.0f} s), not steady"
         )
     closed_loop = readmitted > 0 or len(segments) > 1
-    tokens = _run_tokens(
-        settings, main, admission, timing, decodes, prefills, closed_loop, notes, cannot, requests
-    )
+    tokens = run_tokens(settings, main, decodes, prefills, closed_loop, notes, cannot, requests)
+    tokens = with_reconciliation(tokens, main, admission, timing)
     label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
     return assemble_run(
         RunIdentity(
@@ -236,12 +235,9 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
         admission=admission,
         timing=timing,
         tokens=tokens,
-        cannot=cannot,
-        notes=notes,
+        findings=RunFindings(tuple(cannot), tuple(notes)),
         plot=_plot_data(run, intervals, settings.retraction_times),
-        stated_concurrency=settings.stated_concurrency,
-        no_steady_kind=kind,
-        server_requests=requests,
+        server=ServerLogFacts(settings.stated_concurrency, kind, requests),
     )
 
 
@@ -329,29 +325,57 @@ def _run_timing(
             accept_len=main.accept_len if main else None,
         )
     on_plateau = [i for i in intervals if main.plateau.start_s < i.end_s <= main.plateau.end_s]
-    with_throughput = any(i.from_throughput for i in on_plateau)
     method, step, method_notes = step_method(
         trace.engine,
         main,
         on_plateau,
         decode_log_interval=settings.decode_log_interval,
         resolution_s=trace.time_resolution_s,
-        with_throughput=with_throughput,
+        with_throughput=any(i.from_throughput for i in on_plateau),
     )
     notes.extend(method_notes)
     notes.extend(spec_decoding_note(on_plateau))
     notes.extend(headline_note(main))
-    if main.steady_token_s.count < 3:
+    notes.extend(_rough_timing_notes(main.steady_token_s.count, trace.time_resolution_s))
+    interval_s = settings.decode_log_interval * step if step else None
+    notes.extend(_warmup_note(trace, run_samples, settings, main, interval_s))
+    cannot.extend(_unseen_timing(trace, settings, main, intervals, interval_s))
+    return RunTiming(
+        step_method=method,
+        steady_token_s=main.steady_token_s,
+        steady_step_s=step,
+        mixed_token_s=main.mixed_token_s,
+        drain_token_s=main.drain_token_s,
+        accept_len=main.accept_len,
+        headline_token_s=main.headline_token_s,
+        headline_method=main.headline_method,
+    )
+
+
+def _rough_timing_notes(steady_intervals: int, resolution_s: float) -> list[str]:
+    """Where the steady step time or the phase boundaries are only roughly known."""
+    notes = []
+    if steady_intervals < 3:
         notes.append(
-            f"the steady stretch covers only {main.steady_token_s.count} statistics interval(s): "
+            f"the steady stretch covers only {steady_intervals} statistics interval(s): "
             "treat its step time as a rough estimate"
         )
-    if trace.time_resolution_s >= 0.5:
+    if resolution_s >= 0.5:
         notes.append(
-            f"timestamps have {trace.time_resolution_s:g}-s resolution: phase boundaries are "
-            f"uncertain by ±{trace.time_resolution_s:g} s"
+            f"timestamps have {resolution_s:g}-s resolution: phase boundaries are "
+            f"uncertain by ±{resolution_s:g} s"
         )
-    interval_s = settings.decode_log_interval * step if step else None
+    return notes
+
+
+def _warmup_note(
+    trace: ServerTrace,
+    run_samples: Sequence[BatchSample],
+    settings: RunSettings,
+    main: Segment,
+    interval_s: float | None,
+) -> list[str]:
+    """A note where the SGLang warm-up lasts longer than one decode-log interval."""
     if (
         main.warmup is not None
         and interval_s
@@ -359,12 +383,25 @@ def _run_timing(
         > interval_s * 1.05 + _prefill_duration(run_samples, main) + trace.time_resolution_s
         and trace.engine == "sglang"
     ):
-        notes.append(
+        return [
             "warm-up (last admission → first Decode line, its own column) longer than one "
             f"decode-log interval ({settings.decode_log_interval} steps): first-step warm-up or "
             "graph capture; counted as its own reconciliation term, less half a decode-log "
             "interval of ordinary steps"
-        )
+        ]
+    return []
+
+
+def _unseen_timing(
+    trace: ServerTrace,
+    settings: RunSettings,
+    main: Segment,
+    intervals: Sequence[DecodeInterval],
+    interval_s: float | None,
+) -> list[str]:
+    """What the log cannot tell about the run's timing: a drain past its last Decode line,
+    and (vLLM) any per-request time."""
+    cannot = []
     last_decode = max((i.end_s for i in intervals), default=main.plateau.end_s)
     if trace.engine == "sglang" and main.drain is None and main.plateau.end_s >= last_decode:
         cannot.append(
@@ -378,16 +415,7 @@ def _run_timing(
         cannot.append(
             "vLLM stats lines carry no per-request times: admission span and TTFT are not measurable"
         )
-    return RunTiming(
-        step_method=method,
-        steady_token_s=main.steady_token_s,
-        steady_step_s=step,
-        mixed_token_s=main.mixed_token_s,
-        drain_token_s=main.drain_token_s,
-        accept_len=main.accept_len,
-        headline_token_s=main.headline_token_s,
-        headline_method=main.headline_method,
-    )
+    return cannot
 
 
 def _with_requests(
@@ -412,61 +440,3 @@ def _weighted_all(intervals: Sequence[DecodeInterval]) -> float | None:
     pairs = [(i.per_token_s, i.tokens) for i in intervals if i.per_token_s and i.tokens]
     total = sum(t for _, t in pairs)
     return sum(p * t for p, t in pairs) / total if total > 0 else None
-
-
-def _run_tokens(
-    settings: RunSettings,
-    main: Segment | None,
-    admission: RunAdmission,
-    timing: RunTiming,
-    decodes: Sequence[BatchSample],
-    prefills: Sequence[BatchSample],
-    closed_loop: bool,
-    notes: list[str],
-    cannot: list[str],
-    requests: ServerRequests | None = None,
-) -> RunTokens:
-    tokens, source = settings.output_tokens, settings.output_tokens_source
-    if tokens is None and single_length(requests) is not None and requests is not None:
-        tokens = single_length(requests)
-        source = f"the server's per-request timing lines (from line {requests.first_line})"
-    steady = main.steady if main is not None else None
-    if closed_loop and tokens is not None and steady is not None:
-        cannot.append(
-            "harness-style batch TPOT: requests kept being admitted after the batch filled, so "
-            "(batch end − first token)/(N − 1) would span several generations of requests"
-        )
-        return RunTokens(tokens, source)
-    if tokens is None:
-        lengths = requests.output_tokens if requests is not None else None
-        if steady is not None and prefills and lengths is not None:
-            cannot.append(
-                f"harness TPOT: the requests differ in output length ({lengths.minimum:.0f}–"
-                f"{lengths.maximum:.0f} tokens, from the server's per-request timing lines), so "
-                "there is no single N for (batch end − first token)/(N − 1)"
-            )
-        elif steady is not None and prefills:
-            cannot.append(
-                "harness TPOT and reconciliation: the output length per request is unknown "
-                "(give --output-tokens, or keep the bench_serving command line in the log)"
-            )
-        return RunTokens(None, source)
-    if tokens <= 1 or not prefills or steady is None or main is None:
-        return RunTokens(tokens, source)
-    harness = (decodes[-1].time_s - prefills[0].time_s) / (tokens - 1)
-    notes.append(
-        "harness-style TPOT estimated from the log as (last Decode line − first Prefill "
-        f"line) / (N − 1) with N = {tokens} ({source}); the true batch "
-        "end can be up to one decode-log interval later"
-    )
-    reconciliation: Reconciliation | None = None
-    if timing.steady_token_s is not None and admission.admission_span_s is not None and harness > 0:
-        reconciliation = harness_reconciliation(
-            label="harness TPOT (from log)",
-            reported_tpot_s=harness,
-            steady_token_s=timing.headline_token_s or timing.steady_token_s.median,
-            admission_span_s=admission.admission_span_s,
-            warmup_s=main.warmup_excess_s,
-            output_tokens=tokens,
-        )
-    return RunTokens(tokens, source, harness, reconciliation)
