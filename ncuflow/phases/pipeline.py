@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ncuflow.phases import TraceError
 from ncuflow.phases.detect import Trace, load_traces
 from ncuflow.phases.model import (
     AmortizationResult,
+    BenchSummary,
+    Reconciliation,
     RequestTrace,
     RunAnalysis,
     ServerTrace,
@@ -19,7 +22,13 @@ from ncuflow.phases.model import (
     config_gaps,
 )
 from ncuflow.phases.model.floor import flag_below_floor
-from ncuflow.phases.report import FileReport, PhasesReport, amortization_runs, server_rows
+from ncuflow.phases.report import (
+    FileReport,
+    PhasesReport,
+    ServerRow,
+    amortization_runs,
+    server_rows,
+)
 
 
 def per_input(
@@ -49,22 +58,82 @@ def analyse_file(
     skip_malformed: bool,
 ) -> FileReport:
     traces = load_traces(path, skip_malformed=skip_malformed)
-    admissions = _admissions_by_rank(traces)
-    runs: list[RunAnalysis] = []
-    notes: list[str] = []
+    runs, notes = _analyse_traces(
+        traces,
+        decode_log_interval=decode_log_interval,
+        batch_tolerance=batch_tolerance,
+        output_tokens=output_tokens,
+    )
+    header = _file_header(traces)
+    bench = header.bench
+    runs = flag_below_floor(runs)
+    bench_rec = closed_loop_reconciliation(runs, bench) if bench is not None else None
+    rows = server_rows(runs)
+    notes.extend(_bench_notes(runs, bench, bench_rec, rows))
+    return FileReport(
+        path=str(path),
+        source_format=header.source_format,
+        config=config,
+        ranks=header.ranks,
+        clock_origin=header.clock_origin,
+        time_resolution_s=header.time_resolution_s,
+        runs=tuple(runs),
+        bench=bench,
+        bench_reconciliation=bench_rec,
+        file_notes=tuple(notes),
+        server_rows=rows,
+    )
+
+
+@dataclass(frozen=True)
+class _FileHeader:
+    """What a file's traces say about the file as a whole (the last trace that says it wins)."""
+
+    source_format: str
+    ranks: tuple[str, ...]
+    clock_origin: str
+    time_resolution_s: float | None
+    bench: BenchSummary | None
+
+
+def _file_header(traces: Sequence[Trace]) -> _FileHeader:
     bench = None
     resolution: float | None = None
     ranks: list[str] = []
     clock = ""
     source_format = ""
     for trace in traces:
+        clock = trace.clock_origin
+        source_format = _source_format(trace)
         if isinstance(trace, ServerTrace):
             bench = trace.bench
             resolution = trace.time_resolution_s
-            clock = trace.clock_origin
-            source_format = f"{'SGLang' if trace.engine == 'sglang' else 'vLLM'} server log"
             if trace.rank:
                 ranks.append(trace.rank)
+    return _FileHeader(source_format, tuple(ranks), clock, resolution, bench)
+
+
+def _source_format(trace: Trace) -> str:
+    if isinstance(trace, ServerTrace):
+        return f"{'SGLang' if trace.engine == 'sglang' else 'vLLM'} server log"
+    if trace.source_format == "jsonl":
+        return "per-request streaming trace (JSONL)"
+    return "bench_serving --output-details JSON"
+
+
+def _analyse_traces(
+    traces: Sequence[Trace],
+    *,
+    decode_log_interval: int,
+    batch_tolerance: float,
+    output_tokens: int | None,
+) -> tuple[list[RunAnalysis], list[str]]:
+    """The runs of every trace of a file, and the server logs' notes (each once)."""
+    admissions = _admissions_by_rank(traces)
+    runs: list[RunAnalysis] = []
+    notes: list[str] = []
+    for trace in traces:
+        if isinstance(trace, ServerTrace):
             runs.extend(
                 analyse_server_trace(
                     trace,
@@ -79,12 +148,6 @@ def analyse_file(
                     notes.append(event.text)
         else:
             assert isinstance(trace, RequestTrace)
-            clock = trace.clock_origin
-            source_format = (
-                "per-request streaming trace (JSONL)"
-                if trace.source_format == "jsonl"
-                else "bench_serving --output-details JSON"
-            )
             runs.append(
                 analyse_request_trace(
                     trace,
@@ -93,30 +156,26 @@ def analyse_file(
                     run_index=len(runs) + 1,
                 )
             )
-    runs = flag_below_floor(runs)
-    bench_rec = closed_loop_reconciliation(runs, bench) if bench is not None else None
+    return runs, notes
+
+
+def _bench_notes(
+    runs: Sequence[RunAnalysis],
+    bench: BenchSummary | None,
+    bench_rec: Reconciliation | None,
+    rows: Sequence[ServerRow],
+) -> list[str]:
+    """What the bench_serving result block adds: a TPOT left unreconciled, DP concurrency."""
+    notes = []
     if bench is not None and bench.mean_tpot_ms is not None and bench_rec is None:
         notes.append(
             f"the bench_serving result block (line {bench.line}) reports mean TPOT "
             f"{bench.mean_tpot_ms:.2f} ms, but no run has both a steady phase and admission "
             "times to reconcile it with"
         )
-    rows = server_rows(runs)
     if rows and bench is not None and bench.max_concurrency is not None:
         notes.append(dp_concurrency_note(runs, bench.max_concurrency))
-    return FileReport(
-        path=str(path),
-        source_format=source_format,
-        config=config,
-        ranks=tuple(ranks),
-        clock_origin=clock,
-        time_resolution_s=resolution,
-        runs=tuple(runs),
-        bench=bench,
-        bench_reconciliation=bench_rec,
-        file_notes=tuple(notes),
-        server_rows=rows,
-    )
+    return notes
 
 
 def _admissions_by_rank(traces: Sequence[Trace]) -> dict[str, tuple[float, ...]]:

@@ -133,54 +133,49 @@ def amortization_runs(files: Sequence[FileReport]) -> list[AmortizationRun]:
 # ----------------------------------------------------------------------------- JSON
 
 
+# the fields of a Segment in its JSON form, in this order
+_SEGMENT_JSON_KEYS: tuple[str, ...] = (
+    "index",
+    "level",
+    "start_s",
+    "end_s",
+    "ramp",
+    "warmup",
+    "warmup_excess_s",
+    "plateau",
+    "steady",
+    "steady_s",
+    "mixed_s",
+    "drain",
+    "steady_token_s",
+    "mixed_token_s",
+    "drain_token_s",
+    "steady_tokens",
+    "mixed_tokens",
+    "drain_tokens",
+    "steady_weighted_s",
+    "mixed_weighted_s",
+    "drain_weighted_s",
+    "accept_len",
+    "kind",
+    "rise",
+    "burst_token_s",
+    "burst_tokens",
+    "burst_weighted_s",
+    "headline_token_s",
+    "headline_method",
+    "below_floor",
+)
+
+
 def _plain(value: Any) -> Any:
+    """A result value as JSON-ready data (dicts, lists, numbers, strings)."""
     if isinstance(value, Distribution):
-        return {
-            "count": value.count,
-            "median": value.median,
-            "p10": value.p10,
-            "p90": value.p90,
-            "min": value.minimum,
-            "max": value.maximum,
-        }
+        return _distribution_dict(value)
     if isinstance(value, PhaseSpan):
         return {"start_s": value.start_s, "end_s": value.end_s, "duration_s": value.duration_s}
     if isinstance(value, Segment):
-        return {
-            key: _plain(getattr(value, key))
-            for key in (
-                "index",
-                "level",
-                "start_s",
-                "end_s",
-                "ramp",
-                "warmup",
-                "warmup_excess_s",
-                "plateau",
-                "steady",
-                "steady_s",
-                "mixed_s",
-                "drain",
-                "steady_token_s",
-                "mixed_token_s",
-                "drain_token_s",
-                "steady_tokens",
-                "mixed_tokens",
-                "drain_tokens",
-                "steady_weighted_s",
-                "mixed_weighted_s",
-                "drain_weighted_s",
-                "accept_len",
-                "kind",
-                "rise",
-                "burst_token_s",
-                "burst_tokens",
-                "burst_weighted_s",
-                "headline_token_s",
-                "headline_method",
-                "below_floor",
-            )
-        }
+        return {key: _plain(getattr(value, key)) for key in _SEGMENT_JSON_KEYS}
     if isinstance(value, Term):
         return {
             "name": value.name,
@@ -198,21 +193,36 @@ def _plain(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_plain(item) for item in value]
     if isinstance(value, Reconciliation):
-        return {
-            "reported": value.reported_label,
-            "reported_tpot_s": value.reported_tpot_s,
-            "steady_term_s": value.steady_term_s,
-            "ramp_s": value.ramp_s,
-            "ramp_term_s": value.ramp_term_s,
-            "output_tokens": value.output_tokens,
-            "predicted_tpot_s": value.predicted_tpot_s,
-            "steady_share": value.steady_share,
-            "ramp_share": value.ramp_share,
-            "unexplained_share": value.residual_share,
-            "terms": [_plain(term) for term in value.terms],
-            "requests": value.requests,
-        }
+        return _reconciliation_dict(value)
     return value
+
+
+def _distribution_dict(value: Distribution) -> dict[str, Any]:
+    return {
+        "count": value.count,
+        "median": value.median,
+        "p10": value.p10,
+        "p90": value.p90,
+        "min": value.minimum,
+        "max": value.maximum,
+    }
+
+
+def _reconciliation_dict(value: Reconciliation) -> dict[str, Any]:
+    return {
+        "reported": value.reported_label,
+        "reported_tpot_s": value.reported_tpot_s,
+        "steady_term_s": value.steady_term_s,
+        "ramp_s": value.ramp_s,
+        "ramp_term_s": value.ramp_term_s,
+        "output_tokens": value.output_tokens,
+        "predicted_tpot_s": value.predicted_tpot_s,
+        "steady_share": value.steady_share,
+        "ramp_share": value.ramp_share,
+        "unexplained_share": value.residual_share,
+        "terms": [_plain(term) for term in value.terms],
+        "requests": value.requests,
+    }
 
 
 def run_to_dict(run: RunAnalysis) -> dict[str, Any]:

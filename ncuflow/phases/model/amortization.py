@@ -55,72 +55,84 @@ def amortization_test(
     by_config: dict[str, list[AmortizationRun]] = {}
     for run in runs:
         by_config.setdefault(run.config, []).append(run)
-    results = []
-    for config, group in by_config.items():
-        group = sorted(group, key=lambda r: r.output_tokens)
-        lengths = {r.output_tokens for r in group}
-        if len(lengths) < 2:
-            results.append(
-                AmortizationResult(
-                    config,
-                    tuple(group),
-                    "inconclusive",
-                    None,
-                    None,
-                    None,
-                    None,
-                    "needs runs with at least two different output lengths",
-                )
-            )
-            continue
-        if all(abs(r.excess_s) < 0.01 * r.steady_token_s for r in group):
-            results.append(
-                AmortizationResult(
-                    config,
-                    tuple(group),
-                    "none",
-                    None,
-                    None,
-                    None,
-                    None,
-                    "reported TPOT equals steady decode at every output length",
-                )
-            )
-            continue
-        inv = [1.0 / (r.output_tokens - 1) for r in group]
-        excess = [r.excess_s for r in group]
-        fixed = sum(x * e for x, e in zip(inv, excess, strict=True)) / sum(x * x for x in inv)
-        per_token = statistics.fmean(excess)
-        scale = statistics.fmean(abs(e) for e in excess) or 1.0
-        rms_fixed = (
-            math.sqrt(
-                statistics.fmean((e - fixed * x) ** 2 for x, e in zip(inv, excess, strict=True))
-            )
-            / scale
+    return tuple(
+        _config_result(config, sorted(group, key=lambda r: r.output_tokens), tolerance)
+        for config, group in by_config.items()
+    )
+
+
+@dataclass(frozen=True)
+class _ModelFit:
+    """Both one-parameter models of the excess, with their relative RMS residuals."""
+
+    fixed_s: float  # excess = fixed_s / (N − 1)
+    per_token_s: float  # excess = per_token_s
+    fixed_rms_rel: float
+    per_token_rms_rel: float
+
+
+def _config_result(
+    config: str, group: Sequence[AmortizationRun], tolerance: float
+) -> AmortizationResult:
+    """The verdict for one configuration's runs (sorted by output length)."""
+    if len({r.output_tokens for r in group}) < 2:
+        return _undecided(
+            config, group, "inconclusive", "needs runs with at least two different output lengths"
         )
-        rms_token = math.sqrt(statistics.fmean((e - per_token) ** 2 for e in excess)) / scale
-        if rms_fixed < rms_token * (1 - tolerance) and fixed > 0:
-            verdict = "fixed"
-            text = (
-                f"the excess over steady decode shrinks as 1/(N − 1): a fixed cost of "
-                f"{fixed:.2f} s per run amortized over the output tokens (an admission ramp), "
-                "not a per-token cost"
-            )
-        elif rms_token < rms_fixed * (1 - tolerance):
-            verdict = "per-token"
-            text = (
-                f"the excess over steady decode stays ≈ {per_token * 1000:.2f} ms per token "
-                "whatever the output length: a recurring per-token cost"
-            )
-        else:
-            verdict = "inconclusive"
-            text = "both a fixed and a per-token cost fit the runs about equally well"
-        results.append(
-            AmortizationResult(
-                config, tuple(group), verdict, fixed, per_token, rms_fixed, rms_token, text
-            )
+    if all(abs(r.excess_s) < 0.01 * r.steady_token_s for r in group):
+        return _undecided(
+            config, group, "none", "reported TPOT equals steady decode at every output length"
         )
-    return tuple(results)
+    fit = _fit_models(group)
+    verdict, text = _verdict(fit, tolerance)
+    return AmortizationResult(
+        config,
+        tuple(group),
+        verdict,
+        fit.fixed_s,
+        fit.per_token_s,
+        fit.fixed_rms_rel,
+        fit.per_token_rms_rel,
+        text,
+    )
+
+
+def _undecided(
+    config: str, group: Sequence[AmortizationRun], verdict: str, explanation: str
+) -> AmortizationResult:
+    """A result with no fit: too few output lengths, or no excess to explain."""
+    return AmortizationResult(config, tuple(group), verdict, None, None, None, None, explanation)
+
+
+def _fit_models(group: Sequence[AmortizationRun]) -> _ModelFit:
+    """Least-squares fits of a fixed cost (∝ 1/(N − 1)) and of a per-token cost (constant)."""
+    inv = [1.0 / (r.output_tokens - 1) for r in group]
+    excess = [r.excess_s for r in group]
+    fixed = sum(x * e for x, e in zip(inv, excess, strict=True)) / sum(x * x for x in inv)
+    per_token = statistics.fmean(excess)
+    scale = statistics.fmean(abs(e) for e in excess) or 1.0
+    rms_fixed = (
+        math.sqrt(statistics.fmean((e - fixed * x) ** 2 for x, e in zip(inv, excess, strict=True)))
+        / scale
+    )
+    rms_token = math.sqrt(statistics.fmean((e - per_token) ** 2 for e in excess)) / scale
+    return _ModelFit(fixed, per_token, rms_fixed, rms_token)
+
+
+def _verdict(fit: _ModelFit, tolerance: float) -> tuple[str, str]:
+    """(verdict, explanation): the model that fits clearly better, or "inconclusive"."""
+    if fit.fixed_rms_rel < fit.per_token_rms_rel * (1 - tolerance) and fit.fixed_s > 0:
+        return "fixed", (
+            f"the excess over steady decode shrinks as 1/(N − 1): a fixed cost of "
+            f"{fit.fixed_s:.2f} s per run amortized over the output tokens (an admission ramp), "
+            "not a per-token cost"
+        )
+    if fit.per_token_rms_rel < fit.fixed_rms_rel * (1 - tolerance):
+        return "per-token", (
+            f"the excess over steady decode stays ≈ {fit.per_token_s * 1000:.2f} ms per token "
+            "whatever the output length: a recurring per-token cost"
+        )
+    return "inconclusive", "both a fixed and a per-token cost fit the runs about equally well"
 
 
 def config_gaps(runs: Sequence[AmortizationRun]) -> tuple[ConfigGap, ...]:

@@ -97,13 +97,41 @@ def closed_loop_reconciliation(
     usable = [r for r in runs if r.segments]
     totals = _phase_totals(usable)
     all_tokens = sum(tokens for tokens, _ in totals.values())
-    requests = sum(r.requests_total or 0 for r in usable)
-    if any(r.requests_total is None for r in usable):
-        # a PD decode node sees no Prefill lines: only the result block counts the requests
-        requests = bench.completed_requests or 0
+    requests = _request_count(usable, bench)
     if all_tokens <= 0 or requests <= 0:
         return None
     steps = bench.output_tokens - 1
+    # a request arriving at a PD decode node starts decoding at once: no wait, only the
+    # ramp's own (faster, smaller-batch) per-token time, counted as the "ramp decode" phase
+    total_wait = sum(r.total_admission_wait_s or 0.0 for r in usable if r.requests_total)
+    terms = [
+        *_phase_terms(totals, all_tokens),
+        *_wait_terms(usable, total_wait, requests=requests, steps=steps),
+    ]
+    steady = next((t.value_s for t in terms if t.name == "steady"), 0.0)
+    ramp = sum(t.value_s for t in terms if t.name == "ramp")
+    return Reconciliation(
+        reported_label="bench_serving mean TPOT",
+        reported_tpot_s=bench.mean_tpot_ms / 1000.0,
+        steady_term_s=steady,
+        ramp_term_s=ramp,
+        ramp_s=total_wait / requests,
+        output_tokens=bench.output_tokens,
+        terms=tuple(terms),
+        requests=requests,
+    )
+
+
+def _request_count(usable: Sequence[RunAnalysis], bench: BenchSummary) -> int:
+    """Requests the mean TPOT is over: every run's admissions, or the result block's count
+    where a PD decode node sees no Prefill lines."""
+    if any(r.requests_total is None for r in usable):
+        return bench.completed_requests or 0
+    return sum(r.requests_total or 0 for r in usable)
+
+
+def _phase_terms(totals: dict[str, tuple[float, float]], all_tokens: float) -> list[Term]:
+    """share_p × t_p for every phase that generated tokens, in ``PHASES`` order."""
     terms: list[Term] = []
     for phase in PHASES:
         tokens, seconds = totals[phase]
@@ -120,16 +148,22 @@ def closed_loop_reconciliation(
                 per_token,
             )
         )
-    # a request arriving at a PD decode node starts decoding at once: no wait, only the
-    # ramp's own (faster, smaller-batch) per-token time, counted above as "ramp decode"
-    total_wait = sum(r.total_admission_wait_s or 0.0 for r in usable if r.requests_total)
-    terms.append(
-        Term(
-            "ramp",
-            total_wait / requests / steps,
-            f"{total_wait:.0f} request-s/{requests}/{steps}",
+    return terms
+
+
+def _wait_terms(
+    usable: Sequence[RunAnalysis], total_wait: float, *, requests: int, steps: int
+) -> list[Term]:
+    """The ramp's admission waits (where there are any) and the warm-up's delay, per token."""
+    terms: list[Term] = []
+    if not total_wait <= 0:  # as a comparison, so that a NaN wait is shown, not dropped
+        terms.append(
+            Term(
+                "ramp",
+                total_wait / requests / steps,
+                f"{total_wait:.0f} request-s/{requests}/{steps}",
+            )
         )
-    )
     warmup_wait = sum(
         (r.warmup_excess_s or 0.0) * (r.requests_admitted or 0) for r in usable if r.requests_total
     )
@@ -141,17 +175,4 @@ def closed_loop_reconciliation(
                 f"{warmup_wait:.0f} request-s/{requests}/{steps}",
             )
         )
-    if total_wait <= 0:
-        terms = [t for t in terms if t.name != "ramp"]
-    steady = next((t.value_s for t in terms if t.name == "steady"), 0.0)
-    ramp = sum(t.value_s for t in terms if t.name == "ramp")
-    return Reconciliation(
-        reported_label="bench_serving mean TPOT",
-        reported_tpot_s=bench.mean_tpot_ms / 1000.0,
-        steady_term_s=steady,
-        ramp_term_s=ramp,
-        ramp_s=total_wait / requests,
-        output_tokens=bench.output_tokens,
-        terms=tuple(terms),
-        requests=requests,
-    )
+    return terms

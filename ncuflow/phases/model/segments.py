@@ -76,29 +76,39 @@ def _bounds(inputs: SegmentInputs, item: Item) -> tuple[float, float]:
 
 
 def _segment(inputs: SegmentInputs, index: int, item: Item) -> Segment:
+    rise = inputs.intervals[max(item.rise_from, 0) : item.first]
+    on = inputs.intervals[item.first : item.last]
+    base = _bare_segment(inputs, index, item, on)
+    if item.kind == BURST:
+        return _burst(base, [*rise, *on])
+    return _with_steady(base, inputs, item, rise, on)
+
+
+def _bare_segment(
+    inputs: SegmentInputs, index: int, item: Item, on: Sequence[DecodeInterval]
+) -> Segment:
+    """The segment's bounds, ramp, warm-up, plateau and drain, with nothing steady yet."""
     decodes, intervals = inputs.decodes, inputs.intervals
     first_s, last_s = decodes[item.first].time_s, decodes[item.last].time_s
     start, end = _bounds(inputs, item)
-    rise = intervals[max(item.rise_from, 0) : item.first]
-    on = intervals[item.first : item.last]
-    falling = intervals[item.last : item.fall_to] if item.fall_to < len(decodes) else intervals[item.last :]
-    warmup = _warmup(inputs, item)
-    ramp = _ramp(inputs, item, start, first_s)
-    drain = PhaseSpan("drain", last_s, end) if end > last_s else None
+    falling = (
+        intervals[item.last : item.fall_to]
+        if item.fall_to < len(decodes)
+        else intervals[item.last :]
+    )
     accept = [i.accept_len for i in on if i.accept_len is not None]
-    mean_accept = statistics.fmean(accept) if accept else None
-    base = Segment(
+    return Segment(
         index=index,
         level=item.level,
         start_s=start,
         end_s=end,
-        ramp=ramp,
-        warmup=warmup,
+        ramp=_ramp(inputs, item, start, first_s),
+        warmup=_warmup(inputs, item),
         plateau=PhaseSpan("plateau", first_s, last_s),
         steady=None,
         steady_s=0.0,
         mixed_s=0.0,
-        drain=drain,
+        drain=PhaseSpan("drain", last_s, end) if end > last_s else None,
         steady_token_s=None,
         mixed_token_s=None,
         drain_token_s=distribution([i.per_token_s for i in falling if i.per_token_s is not None]),
@@ -108,20 +118,33 @@ def _segment(inputs: SegmentInputs, index: int, item: Item) -> Segment:
         steady_weighted_s=None,
         mixed_weighted_s=None,
         drain_weighted_s=_weighted(falling),
-        accept_len=mean_accept,
+        accept_len=statistics.fmean(accept) if accept else None,
     )
-    if item.kind == BURST:
-        climb = [*rise, *on]
-        return replace(
-            base,
-            kind=BURST,
-            ramp=None,
-            warmup=None,
-            rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
-            burst_token_s=distribution([i.per_token_s for i in climb if i.per_token_s is not None]),
-            burst_tokens=_tokens(climb),
-            burst_weighted_s=_weighted(climb),
-        )
+
+
+def _burst(base: Segment, climb: Sequence[DecodeInterval]) -> Segment:
+    """A burst: its climb to the peak is its rise (no ramp, no warm-up, nothing steady)."""
+    start, first_s = base.start_s, base.plateau.start_s
+    return replace(
+        base,
+        kind=BURST,
+        ramp=None,
+        warmup=None,
+        rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
+        burst_token_s=distribution([i.per_token_s for i in climb if i.per_token_s is not None]),
+        burst_tokens=_tokens(climb),
+        burst_weighted_s=_weighted(climb),
+    )
+
+
+def _with_steady(
+    base: Segment,
+    inputs: SegmentInputs,
+    item: Item,
+    rise: Sequence[DecodeInterval],
+    on: Sequence[DecodeInterval],
+) -> Segment:
+    """A plateau's intervals split into steady (no admission, batch held) and mixed."""
     floor = (1 - 2 * inputs.tolerance) * item.level
     steady = [i for i in on if not i.admitting and not i.retracted and i.running >= floor]
     steady_ids = {id(i) for i in steady}
@@ -141,7 +164,7 @@ def _segment(inputs: SegmentInputs, index: int, item: Item) -> Segment:
         mixed_weighted_s=_weighted(mixed),
         ramp_tokens=_tokens(rise),
         ramp_weighted_s=_weighted(rise),
-        warmup_excess_s=_warmup_excess(warmup, headline, mean_accept, inputs),
+        warmup_excess_s=_warmup_excess(base.warmup, headline, base.accept_len, inputs),
         headline_token_s=headline,
         headline_method=method,
     )

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ncuflow.phases.model.intervals import DecodeInterval
 from ncuflow.phases.model.levels import Item
-from ncuflow.phases.model.results import Segment, ServerRequests
+from ncuflow.phases.model.results import PhaseSpan, Segment, ServerRequests
 from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
 
@@ -25,59 +25,87 @@ def step_method(
     with_throughput: bool,
 ) -> tuple[str, float | None, list[str]]:
     """(how the per-token time was derived, the step time, notes about it)."""
-    notes: list[str] = []
     tokens = segment.steady_token_s
     if tokens is None:
-        return "", None, notes
+        return "", None, []
     accept = segment.accept_len
     step = tokens.median * (accept or 1.0)
     if engine == "vllm":
-        method = (
-            "per-token time = Running / Avg generation throughput of each 10-s vLLM stats "
-            "window (a window average, not a step time)"
-        )
-        if any(i.cached_prompt for i in on_plateau):
-            method += (
-                "; windows whose prompt throughput is ≤ 10 % of the generation throughput (a "
-                "cached prompt) count as steady"
-            )
-        return method, step, notes
+        return _vllm_window_method(on_plateau), step, []
     if not with_throughput:
-        method = (
-            f"step = Δt between Decode lines / {decode_log_interval} steps (assumed "
-            "--decode-log-interval; no gen throughput on these lines)"
-        )
-        if resolution_s >= 0.5:
-            method += f"; timestamps to {resolution_s:g} s limit each interval's resolution"
-        return method, step, notes
+        return _line_interval_method(decode_log_interval, resolution_s), step, []
     method = (
         "per-token time = #running-req / gen throughput on each Decode line of the steady stretch"
     )
     if accept:
         method += f"; speculative decoding: step = per-token × accept len ({accept:.2f})"
-    steady = segment.steady
-    if steady is not None and steady.duration_s > 0 and step > 0:
-        count = max(1, sum(1 for i in on_plateau if steady.start_s < i.end_s <= steady.end_s))
-        implied = steady.duration_s / (count * step)
+    cross_check, notes = _interval_cross_check(
+        segment.steady,
+        on_plateau,
+        step,
+        decode_log_interval=decode_log_interval,
+        resolution_s=resolution_s,
+    )
+    return method + cross_check, step, notes
+
+
+def _vllm_window_method(on_plateau: Sequence[DecodeInterval]) -> str:
+    method = (
+        "per-token time = Running / Avg generation throughput of each 10-s vLLM stats "
+        "window (a window average, not a step time)"
+    )
+    if any(i.cached_prompt for i in on_plateau):
         method += (
-            f"; cross-check: the timestamps imply {implied:.0f} steps between Decode lines "
-            f"(assumed --decode-log-interval {decode_log_interval}"
-            + (
-                f"; ±{resolution_s / steady.duration_s * implied:.0f} from the "
-                f"{resolution_s:g}-s timestamps"
-                if resolution_s >= 0.5
-                else ""
-            )
-            + ")"
+            "; windows whose prompt throughput is ≤ 10 % of the generation throughput (a "
+            "cached prompt) count as steady"
         )
-        if abs(implied - decode_log_interval) > max(
-            0.15 * decode_log_interval, 2 * resolution_s / steady.duration_s * implied
-        ):
-            notes.append(
-                f"timestamps imply ≈{implied:.0f} decode steps between Decode lines, "
-                f"not {decode_log_interval}: check --decode-log-interval"
-            )
-    return method, step, notes
+    return method
+
+
+def _line_interval_method(decode_log_interval: int, resolution_s: float) -> str:
+    """SGLang Decode lines without gen throughput: the step from the time between lines."""
+    method = (
+        f"step = Δt between Decode lines / {decode_log_interval} steps (assumed "
+        "--decode-log-interval; no gen throughput on these lines)"
+    )
+    if resolution_s >= 0.5:
+        method += f"; timestamps to {resolution_s:g} s limit each interval's resolution"
+    return method
+
+
+def _interval_cross_check(
+    steady: PhaseSpan | None,
+    on_plateau: Sequence[DecodeInterval],
+    step: float,
+    *,
+    decode_log_interval: int,
+    resolution_s: float,
+) -> tuple[str, list[str]]:
+    """(the method's cross-check clause, a note where the timestamps imply another
+    --decode-log-interval): the steps between Decode lines the steady stretch implies."""
+    if not (steady is not None and steady.duration_s > 0 and step > 0):
+        return "", []
+    count = max(1, sum(1 for i in on_plateau if steady.start_s < i.end_s <= steady.end_s))
+    implied = steady.duration_s / (count * step)
+    clause = (
+        f"; cross-check: the timestamps imply {implied:.0f} steps between Decode lines "
+        f"(assumed --decode-log-interval {decode_log_interval}"
+        + (
+            f"; ±{resolution_s / steady.duration_s * implied:.0f} from the "
+            f"{resolution_s:g}-s timestamps"
+            if resolution_s >= 0.5
+            else ""
+        )
+        + ")"
+    )
+    if abs(implied - decode_log_interval) > max(
+        0.15 * decode_log_interval, 2 * resolution_s / steady.duration_s * implied
+    ):
+        return clause, [
+            f"timestamps imply ≈{implied:.0f} decode steps between Decode lines, "
+            f"not {decode_log_interval}: check --decode-log-interval"
+        ]
+    return clause, []
 
 
 def no_steady_reason(run: ServerRun, engine: str, segment: Segment, lockstep: bool) -> tuple[str, str]:
@@ -165,7 +193,17 @@ def run_findings(
     prefills: Sequence[BatchSample],
     segments: Sequence[Segment],
 ) -> tuple[list[str], list[str]]:
-    notes: list[str] = []
+    """(notes, what cannot be derived) for one run of a server log."""
+    notes = _run_notes(trace, run, settings, prefills, segments)
+    return notes, _run_cannot(trace, settings, decodes, prefills)
+
+
+def _run_cannot(
+    trace: ServerTrace,
+    settings: RunSettings,
+    decodes: Sequence[BatchSample],
+    prefills: Sequence[BatchSample],
+) -> list[str]:
     cannot: list[str] = []
     if trace.engine == "sglang" and not prefills:
         cannot.append(
@@ -181,6 +219,19 @@ def run_findings(
             else f"only {len(decodes)} stats line(s) with running requests: too short for the "
             "10-s statistics window"
         )
+    if trace.engine == "sglang" and prefills:
+        cannot.append("TTFT distribution: a server log has no per-request submit times")
+    return cannot
+
+
+def _run_notes(
+    trace: ServerTrace,
+    run: ServerRun,
+    settings: RunSettings,
+    prefills: Sequence[BatchSample],
+    segments: Sequence[Segment],
+) -> list[str]:
+    notes: list[str] = []
     if (
         run.index == 1
         and peak_batch(run.samples) <= 1
@@ -200,19 +251,7 @@ def run_findings(
             "the batch size is not stable around them"
         )
     if len(segments) > 1:
-        shown = ", ".join(
-            f"{s.level}{' (burst)' if s.kind == 'burst' else ''}" for s in segments[:12]
-        ) + (", …" if len(segments) > 12 else "")
-        bursts = any(s.kind == "burst" for s in segments)
-        notes.append(
-            f"{len(segments)} segments (plateaus of #running-req"
-            + (" and bursts" if bursts else "")
-            + f": {shown}): each has its own "
-            + ("ramp (a burst: its rise)" if bursts else "ramp")
-            + ", per-token time and drain"
-        )
-    if trace.engine == "sglang" and prefills:
-        cannot.append("TTFT distribution: a server log has no per-request submit times")
+        notes.append(_segments_note(segments))
     if settings.lockstep_admissions:
         notes.append(
             "DP attention: ranks step in lockstep, so an admission on any rank counts as an "
@@ -224,7 +263,22 @@ def run_findings(
             "arriving by KV transfer (#transfer-req/#prealloc-req) at the plateau were prefilled "
             "on another node, so they do not make a plateau interval 'mixed'"
         )
-    return notes, cannot
+    return notes
+
+
+def _segments_note(segments: Sequence[Segment]) -> str:
+    """The run's segments listed (the first 12), when there is more than one."""
+    shown = ", ".join(
+        f"{s.level}{' (burst)' if s.kind == 'burst' else ''}" for s in segments[:12]
+    ) + (", …" if len(segments) > 12 else "")
+    bursts = any(s.kind == "burst" for s in segments)
+    return (
+        f"{len(segments)} segments (plateaus of #running-req"
+        + (" and bursts" if bursts else "")
+        + f": {shown}): each has its own "
+        + ("ramp (a burst: its rise)" if bursts else "ramp")
+        + ", per-token time and drain"
+    )
 
 
 def no_steady(
