@@ -46,8 +46,9 @@ from ncuflow.read.runs import Sources, sources
 
 SCHEMA_VERSION = "1"
 LAUNCH_BATCH_ROWS = 500
-# a part of the launches table: ~1 KiB a row in a frame, so at most ~10 MiB held whatever the
-# number of reports (a table of fewer rows is written whole, with no part)
+# a part of the launches table: a row is ~3.7 KiB in polars frames (181 columns), so at most
+# ~37 MiB of rows are held whatever the number of reports (a table of fewer rows is written
+# whole, with no part)
 LAUNCH_CHUNK_ROWS = 10_000
 # rows per row group of the assembled tables (a launch row is ~180 columns, a metric row 6)
 LAUNCH_ROW_GROUP_ROWS = 2_000
@@ -221,8 +222,8 @@ def read_export(launches_path: Path) -> tuple[pl.DataFrame, pl.DataFrame | None]
 def _assemble(folder: Path, name: str, schema: dict[str, Any], temporary: Path, *,
               metadata: dict[str, str], row_group_rows: int) -> None:
     """Concatenate the parts named ``name-*`` in name order (= input order) into ``temporary``
-    (the caller renames it into place with its pair), ``row_group_rows`` rows at a time: with
-    polars' default row groups the assembly held ~1 KiB per launch (+135 MiB at 23,450 launches)."""
+    (the caller renames it into place with its pair), ``row_group_rows`` rows a row group (one
+    process, 23,450 launches: the assembly added 135 MiB to the peak with polars' defaults, 109 MiB so)."""
     parts = sorted(folder.glob(f"{name}-*.parquet"))
     if parts:
         pl.scan_parquet(parts, low_memory=True).sink_parquet(temporary, metadata=metadata,
@@ -381,7 +382,7 @@ def export_reports(
     with os_errors_as_messages(output.parent), \
             tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
         parts = Path(folder)
-        # a launch's row: ~10 KiB as Python objects, ~1 KiB in a frame (what bounds memory as the store grows)
+        # a launch's row: ~10 KiB as Python objects, ~3.7 KiB in a frame (what bounds memory as the store grows)
         launches = PartWriter(parts, "launches", launches_schema(), min(chunk_rows, LAUNCH_CHUNK_ROWS),
                               batch=LAUNCH_BATCH_ROWS)
         tasks = [(source.report, source.record, parts.resolve(), index, metrics_long, threshold, chunk_rows,

@@ -30,7 +30,7 @@ class PartWriter:
     thousands of launches never holds all its raw metrics at once. Rows arrive as Python
     objects, which take several times the memory of the same rows in columns: every
     ``batch`` rows (default: ``chunk``) they become a polars frame, until ``chunk`` rows
-    make a part (the launches table: a launch's row is ~10 KiB of Python objects, ~1 KiB
+    make a part (the launches table: a launch's row is ~10 KiB of Python objects, ~3.7 KiB
     in a frame).
     """
 
