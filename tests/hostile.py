@@ -116,6 +116,21 @@ def run_limited(args: list[str], *, cwd: Path = REPO, env: dict[str, str] | None
     return ran
 
 
+def make_special_file(path: Path, kind: str) -> bool:
+    """Make ``path`` what ``kind`` names of the inputs that are no regular file: a FIFO
+    ("fifo"), a link to /dev/zero ("dev_zero") or a folder ("folder"). False, and nothing
+    made, for any other kind: the caller's own cases."""
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev_zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        return False
+    return True
+
+
 def fake_ncu_env(report: Path, calls: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAKE_NCU_")}
     env.update({"FAKE_NCU_REPORT": str(report), "FAKE_NCU_CALLS": str(calls), **extra})

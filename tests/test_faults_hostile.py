@@ -34,7 +34,7 @@ import pytest
 from ncuflow import store
 from ncuflow.profile.sweep import parse_sweep
 from ncuflow.store import MANIFEST_NAME
-from tests.hostile import FIGURES, REPO, fake_ncu_env, figures_line, run_limited
+from tests.hostile import FIGURES, REPO, fake_ncu_env, figures_line, make_special_file, run_limited
 
 SMALL = "yzwang2000__cudaCode__profile.ncu-rep"
 FAKE_NCU = Path(__file__).parent / "fake_ncu" / "ncu"
@@ -170,10 +170,8 @@ def test_a_run_whose_report_is_cut_short_is_named_repaired_and_profiled_again(co
 def _hostile_manifest(run: Path, kind: str) -> None:
     manifest = run / MANIFEST_NAME
     manifest.unlink()
-    if kind == "fifo":
-        os.mkfifo(manifest)
-    elif kind == "dev_zero":
-        manifest.symlink_to("/dev/zero")
+    if make_special_file(manifest, kind):
+        pass
     elif kind == "huge":  # 17 MiB: over the 16 MiB a manifest may hold
         manifest.write_text('{"pad": "' + "x" * (17 << 20) + '"}')
     else:
@@ -233,10 +231,8 @@ def test_a_hostile_escalation_sidecar_is_one_paragraph(corpus_dir: Path, tmp_pat
 
 def _bad_sweep(folder: Path, kind: str) -> Path:
     path = folder / "bad.toml"
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "dev_zero":
-        path.symlink_to("/dev/zero")
+    if make_special_file(path, kind):
+        pass
     elif kind == "huge":
         path.write_text('cell = "copy_bandwidth"\n' + "# padding\n" * 200_000)
     elif kind == "deep":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from ncuflow.store.manifest import (
     read_manifest,
 )
 from tests.conftest import REFERENCE_DIR
+from tests.hostile import make_special_file
 
 H200 = REFERENCE_DIR / "h200"
 H200_MANIFESTS = sorted(H200.rglob("manifest.json"))
@@ -290,13 +290,7 @@ def test_a_newer_schema_is_not_damage(tmp_path: Path) -> None:
 def test_a_manifest_that_is_no_small_regular_file_is_refused_without_reading(tmp_path: Path, kind: str) -> None:
     """A FIFO must not block, /dev/zero must not be read to the end: refused by type and size first."""
     path = tmp_path / "manifest.json"
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "dev_zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "folder":
-        path.mkdir()
-    else:
+    if not make_special_file(path, kind):
         with path.open("wb") as handle:
             handle.truncate(17 << 20)
     with pytest.raises(ManifestError) as caught:

@@ -3,7 +3,6 @@ traceback, bounded time; a version or layout it does not know goes to ncu_report
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 import subprocess
@@ -20,6 +19,7 @@ from ncuflow.read import reportformat
 from ncuflow.read.extract import read_launches
 from ncuflow.read.readers import NCU_REPORT_READER, UnknownLayoutWarning, reading_with
 from ncuflow.read.reportfile import DamagedActionWarning
+from tests.hostile import make_special_file
 
 SOURCE = "spymaster2h__spyinfer__report.ncu-rep"  # 105 launches in 116 blocks
 SMALL = "yzwang2000__cudaCode__profile.ncu-rep"  # 2 launches
@@ -71,12 +71,8 @@ def test_corrupted_bytes_never_give_a_traceback(corpus_dir: Path, tmp_path: Path
 @pytest.mark.parametrize("kind", ["fifo", "dev_zero", "folder", "lfs", "empty", "huge_length"])
 def test_hostile_files_are_one_paragraph(tmp_path: Path, kind: str) -> None:
     path = tmp_path / "hostile.ncu-rep"
-    if kind == "fifo":
-        os.mkfifo(path)
-    elif kind == "dev_zero":
-        path.symlink_to("/dev/zero")
-    elif kind == "folder":
-        path.mkdir()
+    if make_special_file(path, kind):
+        pass
     elif kind == "lfs":
         path.write_bytes(b"version https://git-lfs.github.com/spec/v1\noid sha256:4d7a\nsize 2149700\n")
     elif kind == "empty":
