@@ -86,6 +86,9 @@ def export_pass(reports: Sequence[Path], reader: str, jobs: str) -> int:
 
 def child(name: str, list_file: str, reader: str, jobs: str) -> None:
     reports = [Path(line) for line in Path(list_file).read_text().splitlines() if line]
+    from ncuflow.cli import bound_polars_memory
+
+    bound_polars_memory()  # the process as the `ncuflow` command sets it up (before polars is imported)
     # Every side starts with its modules imported: what is timed is the reading and writing.
     import ncu_report  # noqa: F401
 

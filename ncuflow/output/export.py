@@ -39,19 +39,23 @@ from ncuflow.files import (
     text_recogniser,
 )
 from ncuflow.output.launch_rows import export_one_report, worker_modules
-from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
+from ncuflow.output.parts import METRICS_SCHEMA
+from ncuflow.output.stream import TableStream, table_stream
 from ncuflow.read.escalation import EscalationWarning
 from ncuflow.read.metrics import FIELDS, is_count
 from ncuflow.read.runs import Sources, sources
 
 SCHEMA_VERSION = "1"
-LAUNCH_BATCH_ROWS = 500
-# a part of the launches table: a row is ~3.7 KiB in polars frames (181 columns), so at most
-# ~37 MiB of rows are held whatever the number of reports (a table of fewer rows is written
-# whole, with no part)
-LAUNCH_CHUNK_ROWS = 10_000
-# rows per row group of the assembled tables (a launch row is ~180 columns, a metric row 6)
-LAUNCH_ROW_GROUP_ROWS = 2_000
+# The launches table is written as it is read (``ncuflow.output.stream``). What it holds
+# beyond the process's fixed cost: a batch of rows (a launch row is ~10 KiB as Python objects,
+# ~3.7 KiB in a polars frame: 181 columns), the queued frames, the row group being filled, and
+# what polars' parquet writer keeps of every row group written until the file is closed:
+# ~4 KiB a column, ~0.7 MiB a row group of the launches table, whatever its rows. 1,000 rows
+# a row group weighs the two (the corpus x10, one process: 500 rows 95 MiB, 1,000 rows 96 MiB,
+# 2,000 rows 102 MiB; x40: 115, 106 and 108 MiB).
+LAUNCH_BATCH_ROWS = 250
+LAUNCH_ROW_GROUP_ROWS = 1_000
+# rows per row group of the assembled long metrics table (6 columns a row)
 METRIC_ROW_GROUP_ROWS = 100_000
 METADATA_KEY = "ncuflow.schema_version"
 
@@ -222,21 +226,13 @@ def read_export(launches_path: Path) -> tuple[pl.DataFrame, pl.DataFrame | None]
 def _assemble(folder: Path, name: str, schema: dict[str, Any], temporary: Path, *,
               metadata: dict[str, str], row_group_rows: int) -> None:
     """Concatenate the parts named ``name-*`` in name order (= input order) into ``temporary``
-    (the caller renames it into place with its pair), ``row_group_rows`` rows a row group (one
-    process, 23,450 launches: the assembly added 135 MiB to the peak with polars' defaults, 109 MiB so)."""
+    (the caller renames it into place with its pair), streaming, ``row_group_rows`` rows a row group."""
     parts = sorted(folder.glob(f"{name}-*.parquet"))
     if parts:
         pl.scan_parquet(parts, low_memory=True).sink_parquet(temporary, metadata=metadata,
                                                               row_group_size=row_group_rows)
     else:
         pl.DataFrame(schema=schema).write_parquet(temporary, metadata=metadata)
-
-
-def _write_csv(table: Path, target: Path) -> None:
-    """The launches table as CSV: its list columns (NVTX ranges, missing fields, notes) joined
-    with "; ", which CSV cannot hold as lists; streamed, like the parquet assembly."""
-    lists = [name for name, dtype in launches_schema().items() if isinstance(dtype, pl.List)]
-    pl.scan_parquet(table).with_columns(pl.col(name).list.join("; ") for name in lists).sink_csv(target)
 
 
 class StaleMetricsWarning(UserWarning):
@@ -331,7 +327,7 @@ def _prepare_outputs(output: Path, metrics_long: bool, reports: Sequence[Path]) 
     return metrics_path
 
 
-def _read_all(tasks: list[tuple[Any, ...]], launches: PartWriter, metrics_long: bool, jobs: int | None,
+def _read_all(tasks: list[tuple[Any, ...]], launches: TableStream, metrics_long: bool, jobs: int | None,
               progress: Any) -> tuple[int, int]:
     """Every report read (in ``jobs`` workers), its rows added to ``launches``: (reports, metric rows).
 
@@ -369,45 +365,36 @@ def export_reports(
     written if any report fails; a damaged run (named in ``found.notes``) has no rows.
 
     Each report is read in ``jobs`` worker processes (see ``ncuflow.read.pool``; None: in
-    this process); rows go to temporary parquet parts of at most ``chunk_rows`` rows beside
-    the output; the final files are assembled from them in input order (streaming) and
-    renamed into place together at the end. ``progress`` is called with (report index,
-    report path) as each report is done.
+    this process). The launches table is written as the rows come (``ncuflow.output.stream``),
+    to a temporary file beside the output; the long metrics table goes to temporary parquet
+    parts of at most ``chunk_rows`` rows, assembled in input order (streaming) at the end.
+    Both are renamed into place together at the end. ``progress`` is called with (report
+    index, report path) as each report is done.
     """
     import tempfile
 
     if not isinstance(found, Sources):  # paths: what they hold, as every reader finds it
         found = sources(list(found))
     metrics_path = _prepare_outputs(output, metrics_long, found.reports)
+    export_id = uuid.uuid4().hex
+    targets = [output] if metrics_path is None else [metrics_path, output]
+    csv = output_format(output) == "csv"
     with os_errors_as_messages(output.parent), \
-            tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder:
+            tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder, \
+            atomic_paths(targets) as temporaries:  # on any failure the previous pair is left as it was
         parts = Path(folder)
-        # a launch's row: ~10 KiB as Python objects, ~3.7 KiB in a frame (what bounds memory as the store grows)
-        launches = PartWriter(parts, "launches", launches_schema(), min(chunk_rows, LAUNCH_CHUNK_ROWS),
-                              batch=LAUNCH_BATCH_ROWS)
         tasks = [(source.report, source.record, parts.resolve(), index, metrics_long, threshold, chunk_rows,
                   selection) for index, source in enumerate(found.items)]
-        try:
-            exported, metric_rows = _read_all(tasks, launches, metrics_long, jobs, progress)
-        except Exception as error:  # a worker's parquet part on a full disk comes back as polars' error
-            raise as_output_error(error, output) from None
-        # Both tables are written completely, then renamed into place together: on any
-        # failure the previous launches/metrics pair is left exactly as it was.
-        export_id = uuid.uuid4().hex
-        targets = [output] if metrics_path is None else [metrics_path, output]
-        launches_metadata = _metadata("launches", export_id)
-        csv = output_format(output) == "csv"
-        with atomic_paths(targets) as temporaries:  # the metrics table first: launches name their pair
-            if metrics_path is not None:
-                _assemble(parts, "metrics", METRICS_SCHEMA, temporaries[0], metadata=_metadata("metrics", export_id),
-                          row_group_rows=METRIC_ROW_GROUP_ROWS)
-            table = parts / "launches-whole.parquet" if csv else temporaries[-1]
-            if not launches.write_whole(table, launches_metadata):
-                launches.close()
-                _assemble(parts, "launches", launches_schema(), table, metadata=launches_metadata,
-                          row_group_rows=LAUNCH_ROW_GROUP_ROWS)
-            if csv:
-                _write_csv(table, temporaries[-1])
+        with table_stream(temporaries[-1], launches_schema(), batch=LAUNCH_BATCH_ROWS,
+                          row_group_rows=LAUNCH_ROW_GROUP_ROWS, metadata=_metadata("launches", export_id),
+                          csv=csv) as launches:
+            try:
+                exported, metric_rows = _read_all(tasks, launches, metrics_long, jobs, progress)
+            except Exception as error:  # a worker's parquet part on a full disk comes back as polars' error
+                raise as_output_error(error, output) from None
+        if metrics_path is not None:
+            _assemble(parts, "metrics", METRICS_SCHEMA, temporaries[0], metadata=_metadata("metrics", export_id),
+                      row_group_rows=METRIC_ROW_GROUP_ROWS)
     if metrics_path is None and not csv:
         _warn_if_stale_metrics(output)
     return ExportResult(

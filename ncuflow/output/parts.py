@@ -30,8 +30,7 @@ class PartWriter:
     thousands of launches never holds all its raw metrics at once. Rows arrive as Python
     objects, which take several times the memory of the same rows in columns: every
     ``batch`` rows (default: ``chunk``) they become a polars frame, until ``chunk`` rows
-    make a part (the launches table: a launch's row is ~10 KiB of Python objects, ~3.7 KiB
-    in a frame).
+    make a part.
     """
 
     def __init__(self, folder: Path, name: str, schema: dict[str, Any], chunk: int, batch: int | None = None) -> None:
@@ -90,11 +89,3 @@ class PartWriter:
         """Flush what is pending (no empty part: the assembly adds the schema when none exists)."""
         if self.framed or self.columns["report"]:
             self.flush()
-
-    def write_whole(self, target: Path, metadata: dict[str, str]) -> bool:
-        """Write every row straight to ``target`` if none was flushed yet (the table fits one
-        chunk: no part to write and read back); False, and nothing written, otherwise."""
-        if self.parts:
-            return False
-        self._pending().write_parquet(target, metadata=metadata)
-        return True
