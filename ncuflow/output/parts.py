@@ -30,7 +30,8 @@ class PartWriter:
     thousands of launches never holds all its raw metrics at once. Rows arrive as Python
     objects, which take several times the memory of the same rows in columns: every
     ``batch`` rows (default: ``chunk``) they become a polars frame, until ``chunk`` rows
-    make a part.
+    make a part. (Where the workers' peak is measured, ``ncu_report``'s units dominate it:
+    a batch of 20,000 metric rows left the corpus x4's tree peak as it was, 689 -> 698 MiB.)
     """
 
     def __init__(self, folder: Path, name: str, schema: dict[str, Any], chunk: int, batch: int | None = None) -> None:
@@ -50,18 +51,6 @@ class PartWriter:
             values.append(record[column])
         if len(self.columns["report"]) >= self.batch:
             self._frame()
-
-    def extend(self, columns: dict[str, list[Any]]) -> None:
-        """Add rows given as one list per column (every column of the schema, equally long)."""
-        count = len(columns["report"]) if columns else 0
-        start = 0
-        while start < count:
-            take = min(self.batch - len(self.columns["report"]), count - start)
-            for column, values in self.columns.items():
-                values.extend(columns[column][start:start + take])
-            start += take
-            if len(self.columns["report"]) >= self.batch:
-                self._frame()
 
     def _frame(self) -> None:
         """The rows gathered so far as one frame; a part once they make ``chunk`` rows."""
