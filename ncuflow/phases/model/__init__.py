@@ -16,11 +16,15 @@ Vocabulary used throughout:
   token; this is the ``T_ramp`` of ``TPOT_reported ≈ T_steady + T_ramp / (N_output − 1)``.
 
 Modules, one concept each: ``traces`` (inputs), ``stats`` (distributions), ``results``
-(outputs, and the one place a ``RunAnalysis`` is built), ``segments`` (decode intervals,
-``#running-req`` plateaus, one segment per concurrency level), ``runs`` (idle points cut a
-scheduler's lines into runs), ``server`` and ``server_text`` (server-log runs and what they say), ``reconcile`` (the TPOT terms),
-``requests`` (per-request traces), ``bench`` (bench_serving JSON without start times),
-``amortization`` (comparing runs of different output lengths).
+(outputs, and the one place a ``RunAnalysis`` is built), ``intervals`` (the time between two
+decode lines, with its per-token time), ``levels`` (the plateaus and bursts a run's batch
+held), ``segments`` (one segment per concurrency level), ``runs`` (idle points cut a
+scheduler's lines into runs), ``server`` and ``server_text`` (server-log runs and what they
+say), ``server_harness`` (a run's output length and the harness-style TPOT its log gives),
+``server_requests`` (the server's own per-request timing lines), ``floor`` (no per-token
+time below the lone-request time, unflagged), ``reconcile`` (the TPOT terms), ``requests``
+(per-request traces), ``bench`` (bench_serving JSON without start times), ``amortization``
+(comparing runs of different output lengths).
 """
 
 from __future__ import annotations
