@@ -153,10 +153,10 @@ def _table_lines(line: Roofline, width: int = 165) -> list[str]:
     for why, count in reasons.most_common():
         lines += textwrap.wrap(f"not drawn: {count} {'kernel' if count == 1 else 'kernels'} — {why}", width,
                                subsequent_indent="      ")
-    if NO_FLOPS in reasons:
-        lines += textwrap.wrap("to collect them: ncu --section SpeedOfLight_RooflineChart (in --set full), or "
-                               "`ncuflow passes --collection roofline --chip CHIP` for the cost of the counters alone",
-                               width, initial_indent="      ", subsequent_indent="      ")
+        if why == NO_FLOPS:  # the way to collect them, under the reason it answers
+            lines += textwrap.wrap("to collect them: ncu --section SpeedOfLight_RooflineChart (in --set full), or "
+                                   "`ncuflow passes --collection roofline --chip CHIP` for the cost of the counters "
+                                   "alone", width, initial_indent="      ", subsequent_indent="      ")
     return lines
 
 
@@ -212,13 +212,18 @@ def _bandwidth_panel(ax: Axes, line: Roofline) -> None:
         ax.annotate(f"{LEVEL_TITLES[ceiling.name]} peak {_si(ceiling.value, 'B/s')}", (ceiling.value / 1e12, 1.0),
                     xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(0, 3), ha="center",
                     va="bottom", fontsize=8)
-    ax.set_yticks(rows, [f"{shorten_middle(b.label, 34)}  [{shorten_middle(b.group, 60)}]" for b in shown],
+    ax.set_yticks(rows, [f"{shorten_middle(b.label, 34)}  [{shorten_middle(b.group, 30)}]" for b in shown],
                   fontsize=7)
+    if not any(rate is not None for item in shown for rate in item.rates.values()):
+        ax.text(0.5, 0.5, "No bandwidth to draw either: these kernels have no bytes counted\n"
+                "(or no duration) at DRAM, L2 or L1", transform=ax.transAxes, ha="center", va="center",
+                fontsize=10, bbox={"boxstyle": "round", "facecolor": "#fff3cd", "edgecolor": "#b8860b"})
     ax.set_xlabel("achieved bandwidth over the kernel's duration (TB/s); bar = DRAM, % = of the DRAM peak")
     ax.set_ylim(-0.8, len(shown) - 0.2)
     ax.grid(axis="x", alpha=0.3)
-    ax.set_title(f"{line.device}: no FLOP counts, so no roofline point; achieved bandwidth per kernel instead "
-                 f"({len(line.without_flops)} kernels, by GPU time)", fontsize=10, pad=16)
+    ax.set_title("\n".join(textwrap.wrap(
+        f"{line.device}: no FLOP counts, so no roofline point; achieved bandwidth per kernel instead "
+        f"({len(line.without_flops)} kernels, by GPU time)", 90)), fontsize=10, pad=16)
     handles = [Line2D([], [], marker="s", linestyle="", color=BOUND_COLORS.get(bound, "#7f7f7f"),
                       markeredgecolor="black", markersize=8, label=f"ncuflow: {BOUND_LABELS.get(bound, bound)}")
                for bound in dict.fromkeys(b.bound for b in shown)]
@@ -231,20 +236,31 @@ def _chart_height(line: Roofline) -> float:
     return 6.0
 
 
+# Vertical room, in inches: under a chart for its tick labels and axis label, a line of the
+# 7.5 pt notes under it, and between two panels for the next one's title.
+GAP_UNDER_CHART = 0.75
+NOTE_LINE = 0.135
+GAP_BETWEEN_PANELS = 0.9
+
+
 def plot_rooflines(lines: Sequence[Roofline], path: Path, *, title: str | None = None) -> Path:
     """One panel per GPU (at most 6; the caller names the rest) with its table of points."""
     shown = list(lines)[:6]
     bars = any(not line.points and line.without_flops for line in shown)
     width = 120 if bars else 165
-    rows = [max(2, len(_table_lines(line, width))) for line in shown]
+    notes = [NOTE_LINE * max(2, len(_table_lines(line, width))) + 0.1 for line in shown]
     charts = [_chart_height(line) for line in shown]
-    heights = [chart + 0.19 * r + 0.9 for chart, r in zip(charts, rows, strict=True)]
-    fig = plt.figure(figsize=(12.5, sum(heights) + (0.4 if title else 0.0)))
+    heights = [chart + GAP_UNDER_CHART + note for chart, note in zip(charts, notes, strict=True)]
     top_inches = 0.55 + (0.4 if title else 0.0)
-    fig.subplots_adjust(left=0.33 if bars else 0.07, right=0.98, top=1 - top_inches / fig.get_figheight(), bottom=0.02)
-    grid = fig.add_gridspec(len(shown), 1, height_ratios=heights)
+    between = GAP_BETWEEN_PANELS * (len(shown) - 1)
+    fig = plt.figure(figsize=(12.5, sum(heights) + between + top_inches + 0.2))
+    fig.subplots_adjust(left=0.33 if bars else 0.07, right=0.98, top=1 - top_inches / fig.get_figheight(),
+                        bottom=0.2 / fig.get_figheight())
+    grid = fig.add_gridspec(len(shown), 1, height_ratios=heights,
+                            hspace=GAP_BETWEEN_PANELS / (sum(heights) / len(shown)))
     for index, line in enumerate(shown):
-        sub = grid[index].subgridspec(2, 1, height_ratios=[charts[index], 0.19 * rows[index] + 0.1], hspace=0.32)
+        sub = grid[index].subgridspec(2, 1, height_ratios=[charts[index], notes[index]],
+                                      hspace=GAP_UNDER_CHART / ((charts[index] + notes[index]) / 2))
         ax = fig.add_subplot(sub[0])
         _panel(ax, line)
         text_ax = fig.add_subplot(sub[1])
