@@ -79,3 +79,18 @@ def test_the_report_has_a_roofline_page_and_a_latency_section(tmp_path: Path) ->
     assert "Ceilings at an SM clock of" in text and "DRAM 4.81 TB/s" in text
     assert "## Why latency-bound kernels wait" in text and "limited by registers" in text
     assert (tmp_path / "r" / plot).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_notes_say_how_to_collect_flops_under_that_reason(corpus_dir: Path) -> None:
+    """A panel left out for two reasons (no FLOP count; no duration) puts the way to collect
+    FLOP counts right under the FLOP reason, not under the other one."""
+    from ncuflow.output.roofline_plot import _table_lines
+
+    lines = [line for line in rooflines(point_groups(ALL.load([corpus_dir]).runs))
+             if {why for _, why in line.left_out} >= {NO_FLOPS} and len({why for _, why in line.left_out}) > 1]
+    assert lines, "the corpus has a GPU left out for more than one reason"
+    for line in lines:
+        notes = _table_lines(line)
+        hint = next(i for i, text in enumerate(notes) if "to collect them" in text)
+        reason = max(i for i, text in enumerate(notes[:hint]) if text.startswith("not drawn:"))
+        assert "no FLOP count" in notes[reason]
