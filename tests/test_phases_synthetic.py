@@ -344,3 +344,23 @@ def test_vllm_stats_with_a_steady_window(tmp_path: Path) -> None:
     )
     assert run.ramp is not None and run.ramp.duration_s == pytest.approx(20.0)
     assert any("no per-request times" in c for c in run.cannot)
+
+
+def test_run_analysis_is_exactly_its_parts_with_the_same_types() -> None:
+    """``assemble_run`` fills ``RunAnalysis`` from its parts by field name (its JSON keeps the
+    fields flat), which mypy cannot check: every part's field is a field of the whole with the
+    same type, no two parts share a name, and the whole has nothing else but the findings and
+    what ``floor`` adds to an assembled run (the lone-request per-token time)."""
+    import typing
+
+    from ncuflow.phases.model import results
+
+    whole = typing.get_type_hints(results.RunAnalysis)
+    owner: dict[str, str] = {}
+    for part in typing.get_args(results.RunPart):
+        for name, hint in typing.get_type_hints(part).items():
+            assert name not in owner, f"{name} is in {owner.get(name)} and {part.__name__}"
+            owner[name] = part.__name__
+            assert whole.get(name) == hint, f"{part.__name__}.{name}: {hint} against {whole.get(name)}"
+    assert set(whole) == set(owner) | {"cannot", "notes", "lone_request_token_s"}
+    assert len(owner) > 30
