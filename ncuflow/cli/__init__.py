@@ -125,7 +125,7 @@ def _streams_never_fail() -> None:
 # polars' allocator (jemalloc, read from this variable when polars is first imported): give
 # freed memory back at once, from one arena. Without it an export of a store ten times the
 # size keeps what its frames freed: 1.22x the peak memory of the store once over the whole
-# process tree (one process, its true peak: 1.20x); with it 1.11x (1.15x), for 10-15 % more
+# process tree (one process, its true peak: 1.20x); with it 1.11x (1.15x), for 3-14 % more
 # time (docs/scaling.md).
 POLARS_ALLOCATOR_VARIABLE = "_RJEM_MALLOC_CONF"
 POLARS_ALLOCATOR = "narenas:1,tcache:false,dirty_decay_ms:0,muzzy_decay_ms:0"
