@@ -2,31 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from click.testing import CliRunner
 
 from ncuflow.cli import cli
+from tests.scripts import ANALYSIS, analysis_script
 from tests.test_explain import build_store
-
-ANALYSIS = Path(__file__).resolve().parent.parent / "analysis"
-
-
-def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"analysis_{name}", ANALYSIS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_rebuild_study_says_plainly_when_the_store_is_empty(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "h200").mkdir()
-    assert _script("rebuild_study").main(["--store", str(tmp_path), "-o", str(tmp_path / "out")]) == 1
+    assert analysis_script("rebuild_study").main(["--store", str(tmp_path), "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert "holds no profile run yet" in err and "run_study_on_gpu.py" in err
     assert not (tmp_path / "out").exists()
@@ -34,7 +23,7 @@ def test_rebuild_study_says_plainly_when_the_store_is_empty(tmp_path: Path, caps
 
 def test_rebuild_study_corpus_demo_writes_the_report(corpus_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
-    assert _script("rebuild_study").main(["--corpus-demo", "-o", str(out), "--baseline", "stage=init"]) == 0
+    assert analysis_script("rebuild_study").main(["--corpus-demo", "-o", str(out), "--baseline", "stage=init"]) == 0
     text = capsys.readouterr().out
     assert "stage=fill: work changes off the critical path" in text
     assert "flag=on: the parameter does not reach the kernel" in text
@@ -45,13 +34,13 @@ def test_rebuild_study_corpus_demo_writes_the_report(corpus_dir: Path, tmp_path:
 def test_rebuild_study_finds_the_store_below_reference(corpus_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """profiles/reference/ holds one store per GPU (e.g. h200/): found one level down."""
     build_store(tmp_path / "reference" / "h200", corpus_dir)
-    assert _script("rebuild_study").main(["--store", str(tmp_path / "reference"), "-o", str(tmp_path / "out")]) == 0
+    assert analysis_script("rebuild_study").main(["--store", str(tmp_path / "reference"), "-o", str(tmp_path / "out")]) == 0
     text = capsys.readouterr().out
     assert "paged_decode, varying page" in text and "not measured in this store" in text
 
 
 def test_gpu_script_dry_run_plans_every_step(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _script("run_study_on_gpu").main(["--dry-run", "--store", "/tmp/x/h200"]) == 0
+    assert analysis_script("run_study_on_gpu").main(["--dry-run", "--store", "/tmp/x/h200"]) == 0
     text = capsys.readouterr().out
     assert "$ ncuflow doctor --strict" in text
     assert text.count("$ ncuflow sweep analysis/sweeps/") == len(list((ANALYSIS / "sweeps").glob("*.toml")))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ import pytest
 from ncuflow.output.parts import METRICS_SCHEMA
 from ncuflow.output.stream import table_stream
 from ncuflow.read.reportfile import find_reports
+from tests.scripts import analysis_script
 
 ROWS = 1234
 
@@ -122,14 +122,7 @@ def test_export_memory_hardly_grows_with_the_store(corpus_dir: Path, tmp_path: P
     1.17x the memory of the corpus once with polars 2.1 (issue 19: <= 1.2x; 1.26x with polars
     1.30, the oldest supported); holding the rows until the end took 1.50x."""
     copies = tmp_path / "copies"
-    for copy in range(1, 10):
-        for index, report in enumerate(sorted(find_reports([corpus_dir]))):
-            target = copies / f"x{copy}" / f"{index:03d}-{report.name}"
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(report, target)
-            except OSError:
-                shutil.copyfile(report, target)
+    analysis_script("bench_extraction").scaled_corpus(sorted(find_reports([corpus_dir])), 10, copies)  # the bench's own repetitions
     once, said_once = _export_peak_mib([corpus_dir], tmp_path / "once.parquet")
     tenfold, said_tenfold = _export_peak_mib([corpus_dir, copies], tmp_path / "tenfold.parquet")
     rows_once = pl.scan_parquet(tmp_path / "once.parquet").select(pl.len()).collect().item()
