@@ -172,8 +172,8 @@ def test_read_export_gives_the_pair_and_refuses_a_metrics_table_of_another_expor
         read_export(second.with_name("launches.metrics.parquet"))
 
 
-def test_part_writer_gives_the_same_rows_for_every_batch_and_chunk(tmp_path: Path) -> None:
-    """Rows become frames every ``batch`` rows and parts every ``chunk``: the table is the same."""
+def test_part_writer_gives_the_same_rows_for_every_chunk(tmp_path: Path) -> None:
+    """Rows become a part every ``chunk`` rows: the table is the same, in parts of ``chunk`` rows."""
     import polars as pl
 
     from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
@@ -181,14 +181,15 @@ def test_part_writer_gives_the_same_rows_for_every_batch_and_chunk(tmp_path: Pat
     rows = [{"report": f"r{i % 7}", "range": 0, "action": i, "name": f"m{i}", "value": float(i),
              "string_value": None, "unit": "byte"} for i in range(1234)]
     tables = []
-    for chunk, batch in ((10_000, None), (10_000, 100), (300, 64), (37, 500)):
-        folder = tmp_path / f"{chunk}-{batch}"
+    for chunk in (10_000, 1234, 300, 37, 1):
+        folder = tmp_path / f"{chunk}"
         folder.mkdir()
-        writer = PartWriter(folder, "metrics", METRICS_SCHEMA, chunk, batch=batch)
+        writer = PartWriter(folder, "metrics", METRICS_SCHEMA, chunk)
         for row in rows:
             writer.add(row)
         writer.close()
-        assert writer.rows == len(rows) and len(writer.parts) >= len(rows) // (chunk + (batch or chunk))
+        assert writer.rows == len(rows) and len(writer.parts) == -(-len(rows) // chunk)
+        assert max(pl.scan_parquet(part).select(pl.len()).collect().item() for part in writer.parts) <= chunk
         tables.append(pl.concat([pl.read_parquet(part) for part in writer.parts]))
     assert all(table.equals(tables[0]) for table in tables) and tables[0].height == len(rows)
 
