@@ -248,7 +248,8 @@ def plot_rooflines(lines: Sequence[Roofline], path: Path, *, title: str | None =
     shown = list(lines)[:6]
     bars = any(not line.points and line.without_flops for line in shown)
     width = 120 if bars else 165
-    notes = [NOTE_LINE * max(2, len(_table_lines(line, width))) + 0.1 for line in shown]
+    tables = [_table_lines(line, width) for line in shown]
+    notes = [NOTE_LINE * max(2, len(table)) + 0.1 for table in tables]
     charts = [_chart_height(line) for line in shown]
     heights = [chart + GAP_UNDER_CHART + note for chart, note in zip(charts, notes, strict=True)]
     top_inches = 0.55 + (0.4 if title else 0.0)
@@ -265,7 +266,7 @@ def plot_rooflines(lines: Sequence[Roofline], path: Path, *, title: str | None =
         _panel(ax, line)
         text_ax = fig.add_subplot(sub[1])
         text_ax.axis("off")
-        text_ax.text(0.0, 1.0, "\n".join(_table_lines(line, width)), va="top", ha="left", fontsize=7.5, family="monospace",
+        text_ax.text(0.0, 1.0, "\n".join(tables[index]), va="top", ha="left", fontsize=7.5, family="monospace",
                      transform=text_ax.transAxes)
     if title:
         fig.suptitle(title, fontsize=11)

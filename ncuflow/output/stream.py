@@ -128,14 +128,7 @@ class TableStream:
             else:
                 lazy.sink_parquet(target, metadata=metadata, row_group_size=row_group_rows)
         except BaseException as error:  # raised in the caller's thread (close, or the next extend)
-            self._error = error
-            self._drain()
-
-    def _drain(self) -> None:
-        """Empty the queue once the sink has died, so that a caller blocked on it sees that."""
-        with contextlib.suppress(queue.Empty):
-            while True:
-                self._queue.get_nowait()
+            self._error = error  # a caller waiting on the full queue sees the thread gone (_put)
 
 
 def _empty(schema: dict[str, Any]) -> Columns:
