@@ -14,8 +14,9 @@
 Every sample runs in a fresh process whose modules are imported before the clock starts;
 its whole process tree (workers and the forkserver included) is sampled from /proc every
 20 ms for the peak resident memory (a peak shorter than that can be missed: the one-process
-pass's own true peak, the kernel's VmHWM, is printed beside the goals). The corpus is read as is (1x) and with its file list
-repeated (default 1x, 4x, 5x, 10x). Times are the best of ``--repeats`` samples, taken in
+pass's own true peak, the kernel's VmHWM, is printed beside the goals). The corpus is read as
+is (1x) and repeated, each repetition under its own name (``scaled_corpus``; default 1x, 4x,
+5x, 10x). Times are the best of ``--repeats`` samples, taken in
 turn (every pass once, then again), so that a load that comes and goes on a shared machine
 falls on every pass alike; the peak memory is the largest seen.
 
@@ -144,7 +145,7 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def sample(name: str, reports: Sequence[Path], reader: str = "", jobs: str = "") -> tuple[float, int, int, int]:
+def sample(name: str, reports: Sequence[Path], reader: str = "", jobs: str = "") -> Row:
     """(seconds, launches, peak tree RSS bytes, the command process's own true peak bytes) of
     one pass in a fresh process."""
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
