@@ -157,3 +157,23 @@ def test_polars_reads_the_allocator_the_command_sets() -> None:
     printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={**os.environ, "_RJEM_MALLOC_CONF": "dirty_decay_ms:500,muzzy_decay_ms:1000"}).stdout
     assert printed.strip().endswith("narenas:1,tcache:false,dirty_decay_ms:0,muzzy_decay_ms:0")
+
+
+def test_a_failed_stream_creates_no_file_after_it_ended(tmp_path: Path) -> None:
+    """Given a path, polars could create the file from a task of its own after the failed sink
+    had returned (4 of 600 failed streams here), after the caller had cleaned up: a temporary
+    left behind a failed export (seen once in CI, tests/test_bad_input.py). The stream opens
+    the file itself, so nothing appears once the block has ended."""
+    from ncuflow.output.export import launches_schema
+
+    late = []
+    for index in range(600):  # the old way left a file in ~4 of 600: this catches it nearly always
+        target = tmp_path / f"t{index}.parquet"
+        with pytest.raises(KeyError), table_stream(target, launches_schema(), batch=250, row_group_rows=1000,
+                                                   metadata={}):
+            raise KeyError("a report failed")
+        target.unlink(missing_ok=True)  # the caller's clean-up (atomic_paths)
+        time.sleep(0.005)
+        if target.exists():
+            late.append(target.name)
+    assert late == []
