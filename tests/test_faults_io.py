@@ -128,6 +128,19 @@ def test_export_on_a_full_disk_keeps_the_previous_pair(corpus_dir: Path, tmp_pat
 
 
 @pytest.mark.slow
+def test_export_to_csv_on_a_full_disk_blames_the_disk(corpus_dir: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """polars' CSV writer raises an OSError without errno ("... (os error 28)"): still the full disk."""
+    with tmpfs(tmp_path / "fs") as fs:
+        filler = fill(fs)
+        code, text = run_main(["export", str(corpus_dir / LARGE), "-o", str(fs / "out.csv")], capsys)
+        assert code != 0 and "Traceback" not in text
+        assert "is full" in text and str(fs) in text
+        assert _leftovers(fs) == []
+        filler.unlink()
+
+
+@pytest.mark.slow
 def test_sweep_and_profile_on_a_full_disk_blame_the_disk(corpus_dir: Path, tmp_path: Path) -> None:
     with tmpfs(tmp_path / "fs", size="4m") as fs:
         root = fs / "store"

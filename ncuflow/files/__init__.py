@@ -30,6 +30,7 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
 import shutil
 import stat
 import sys
@@ -75,11 +76,17 @@ def is_disk_full(path: Path) -> bool:
     return free is not None and free < LOW_SPACE_BYTES
 
 
+# polars (Rust) raises OSError with no errno, the code only in its text: "No space left on device (os error 28)"
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
 def os_error(error: OSError, path: Path | str | None = None, doing: str = "write") -> OutputError:
     """One paragraph for an OS error: what failed on which path, why, and what to do."""
     where = str(path if path is not None else (error.filename or "a file"))
     reason = error.strerror or str(error)
     code = error.errno
+    if code is None and (found := _RUST_OS_ERROR.search(str(error))):
+        code = int(found.group(1))
     if code == errno.ENOSPC or code == errno.EDQUOT:
         why = "The file system holding it is full (or your quota is used up)."
         fix = "Free some space there, or write somewhere else; nothing partial was left and earlier results are intact."
