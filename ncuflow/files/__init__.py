@@ -76,8 +76,7 @@ def is_disk_full(path: Path) -> bool:
     return free is not None and free < LOW_SPACE_BYTES
 
 
-# polars (Rust) raises OSError with no errno, the code only in its text: "No space left on device (os error 28)"
-_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # polars' OSError: no errno, the code in its text
 
 
 def os_error(error: OSError, path: Path | str | None = None, doing: str = "write") -> OutputError:
