@@ -1,29 +1,47 @@
-"""Export speed and memory of ncuflow with each reader against the ncu_report floor, side by side.
+"""Export speed, start-up and memory of ncuflow against the ncu_report floor, side by side in one run.
 
-- floor: one process loads each report with ncu_report and reads only the raw values of
-  the canonical fields' first-choice metrics, action by action: the least any reader
-  built on ncu_report does;
-- ncuflow `export` to parquet (alias chains, breakdown, NVIDIA's rule result, model,
-  parquet), with ncuflow's own reader (``--reader ncuflow``, the default) and with
-  ``--reader ncu_report``, each in one process (``--jobs 0``) and in two (ncuflow:
-  ``--jobs 1``, the command's process and one worker, both reading; ncu_report: its default
-  on two cores, two workers each reading one report at a time), and ncuflow with the default
-  options (what ``ncuflow export`` does when not told: this process and one worker per
-  other usable core, here the same as ``--jobs 1``).
+Every sample is a whole process, timed from its start to its exit, as a user meets it: the
+interpreter's start, the imports, the reading, the writing.
 
-Every sample runs in a fresh process whose modules are imported before the clock starts;
-its whole process tree (workers and the forkserver included) is sampled from /proc every
-20 ms for the peak resident memory (a peak shorter than that can be missed: the one-process
-pass's own true peak, the kernel's VmHWM, is printed beside the goals). The corpus is read as
-is (1x) and repeated, each repetition under its own name (``scaled_corpus``; default 1x, 4x,
-5x, 10x). Times are the best of ``--repeats`` samples, taken in
-turn (every pass once, then again), so that a load that comes and goes on a shared machine
-falls on every pass alike; the peak memory is the largest seen.
+- floor: a plain Python process that imports ncu_report, loads each report and reads only the
+  raw values of the canonical fields' first-choice metrics, action by action: the least any
+  reader built on ncu_report does;
+- ``ncuflow export`` to parquet (alias chains, breakdown, NVIDIA's rule result, model,
+  parquet), the command itself, with ncuflow's own reader (``--reader ncuflow``, the default)
+  and with ``--reader ncu_report``, each in one process (``--jobs 0``) and in two (ncuflow:
+  ``--jobs 1``, the command's process and one worker, both reading; ncu_report: its default on
+  two cores, two workers each reading one report at a time), and ncuflow with the default
+  options (what ``ncuflow export`` does when not told: it reads in its own process, and adds
+  workers where the reports' bytes and launches are worth their start-up,
+  ``ncuflow.read.jobs``).
 
-Goals (issue 19), on two cores: export of the corpus x4 <= 0.3x the floor with the default
-options, <= 0.45x in one process; the peak memory at 10x <= 1.2x that at 1x and <= 400 MiB.
+Four tables:
+
+1. the corpus as is (1x) and repeated, each repetition under its own name (``scaled_corpus``;
+   default 1x, 4x, 5x, 10x), with the peak memory of each whole process tree (sampled from
+   /proc every 20 ms; the one-process pass's true peak, the kernel's high-water mark of the
+   process, is printed beside the goals);
+2. full-set reports: the corpus's reports collected with ncu's full section set (their first
+   launch holds the counters only the full set collects together: ``FULL_SET_MARKERS``),
+   repeated under distinct names to about ``--full-set-mb`` MB;
+3. one small report (start-up): the floor, ``ncuflow classify`` and ``ncuflow export`` of the
+   corpus's smallest report (``--small`` names another);
+4. per launch: one process with its modules imported (``export`` in the process, no workers),
+   on the corpus's launches that carry about 300 metrics and on those that carry about 2,000,
+   each repeated to about ``--per-launch-launches`` launches: seconds per launch of each.
+
+Times are the best of ``--repeats`` samples, taken in turn (every pass once, then again), so
+that a load that comes and goes on a shared machine falls on every pass alike; the peak memory
+is the largest seen.
+
+Goals (issues 19 and 33), on two cores: export of the corpus x4 <= 0.3x the floor with the
+default options, <= 0.45x in one process; the same on full-set reports of ~150 MB; the peak
+memory at 10x <= 1.2x that at 1x and <= 400 MiB; ``classify`` of one small report <= 2x the
+floor's whole process; the per-launch cost of 2,000-metric launches within 1.5x that of
+300-metric ones.
 
     python analysis/bench_extraction.py [REPORT_DIR] [--repeats 3] [--scales 1,4,5,10]
+                                        [--full-set-mb 150] [--small REPORT] [--per-launch-launches 300]
 """
 
 from __future__ import annotations
@@ -31,18 +49,32 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MIB = 2**20
-# one pass at one scale: (seconds, launches, peak tree RSS bytes, the command process's true peak bytes)
-Row = tuple[float, int, int, int]
+MB = 10**6
+
+
+@dataclass(frozen=True)
+class Row:
+    """One pass at one scale: its seconds, the launches it read, the peak RSS of its whole process
+    tree (sampled) and the process's own true peak (its high-water mark, from the kernel)."""
+
+    seconds: float
+    launches: int
+    peak: int
+    own_peak: int
+
+
 # (label, reader, jobs): jobs "default" is what the command does when not told
 EXPORTS = (
     ("ncuflow, default", "ncuflow", "default"),
@@ -51,66 +83,57 @@ EXPORTS = (
     ("ncu_report, 1 process", "ncu_report", "0"),
     ("ncu_report, 2 processes", "ncu_report", "default"),  # the default: 2 workers, one report each
 )
+FULL_SET_EXPORTS = EXPORTS[:3]
+
+# Counters only ncu's full section set collects together, one per section: Warp State
+# Statistics (stall reasons), the Roofline Chart (FP32 rates), Memory Workload Analysis Tables
+# (shared-memory bank conflicts). A report whose first launch holds all three is a full set.
+FULL_SET_MARKERS = (
+    "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum.per_cycle_elapsed",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+)
+# Metrics a launch carries, for the per-launch table: (label, at least, at most)
+METRIC_BANDS = (("~300 metrics a launch", 200, 400), ("~2,000 metrics a launch", 1_800, 2_600))
+
+# The floor: a user's plain script over ncu_report (argv: the report list file, the metric names file).
+FLOOR = """
+import sys
+import ncu_report
+names = open(sys.argv[2]).read().split()
+launches = 0
+for path in open(sys.argv[1]).read().splitlines():
+    context = ncu_report.load_report(path)
+    for range_index in range(context.num_ranges()):
+        report_range = context.range_by_idx(range_index)
+        for action_index in range(report_range.num_actions()):
+            action = report_range.action_by_idx(action_index)
+            for name in names:
+                metric = action.metric_by_name(name)
+                if metric is not None and metric.has_value():
+                    metric.value()
+            launches += 1
+print(launches)
+"""
+_WROTE = re.compile(r"wrote (\d+) launch")
 
 
-# ----------------------------------------------------------------------------- the passes (child side)
+# ----------------------------------------------------------------------------- the per-launch pass (child side)
 
 
-def floor_pass(reports: Sequence[Path]) -> int:
-    import ncu_report
-
-    from ncuflow.read.metrics import FIELDS
-
-    names = tuple(dict.fromkeys(m for f in FIELDS for m in f.sources[0].metrics))
-    launches = 0
-    for report in reports:
-        context = ncu_report.load_report(str(report))
-        for range_index in range(context.num_ranges()):
-            report_range = context.range_by_idx(range_index)
-            for action_index in range(report_range.num_actions()):
-                action = report_range.action_by_idx(action_index)
-                for name in names:
-                    metric = action.metric_by_name(name)
-                    if metric is not None and metric.has_value():
-                        metric.value()
-                launches += 1
-    return launches
-
-
-def export_pass(reports: Sequence[Path], reader: str, jobs: str) -> int:
-    from ncuflow.output.export import export_reports
-    from ncuflow.read.pool import resolve_jobs
-    from ncuflow.read.readers import use_reader
-
-    use_reader(reader)
-    resolved = resolve_jobs(None if jobs == "default" else int(jobs), reports)  # as the CLI resolves --jobs
-    with tempfile.TemporaryDirectory() as folder:
-        return export_reports(reports, Path(folder) / "bench.parquet", jobs=resolved).launch_count
-
-
-def child(name: str, list_file: str, reader: str, jobs: str) -> None:
-    reports = [Path(line) for line in Path(list_file).read_text().splitlines() if line]
+def per_launch_child(list_file: str) -> None:
+    """Export the listed reports in this process, its modules imported before the clock starts."""
     from ncuflow.cli import bound_polars_memory
 
     bound_polars_memory()  # the process as the `ncuflow` command sets it up (before polars is imported)
-    # Every side starts with its modules imported: what is timed is the reading and writing.
-    import ncu_report  # noqa: F401
+    from ncuflow.output.export import export_reports
 
-    import ncuflow.output.export
-    import ncuflow.read.fileaction
-    import ncuflow.read.schema  # noqa: F401
-
-    start = time.perf_counter()
-    launches = floor_pass(reports) if name == "floor" else export_pass(reports, reader, jobs)
-    seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "launches": launches, "hwm": _own_high_water_mark()}))
-
-
-def _own_high_water_mark() -> int:
-    """This process's true peak resident bytes (VmHWM: the kernel's count, no sampling)."""
-    with open("/proc/self/status") as handle:
-        kib = next(line.split()[1] for line in handle if line.startswith("VmHWM:"))
-    return int(kib) * 1024
+    reports = [Path(line) for line in Path(list_file).read_text().splitlines() if line]
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        launches = export_reports(reports, Path(folder) / "bench.parquet", jobs=None).launch_count
+        seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "launches": launches}))
 
 
 # ----------------------------------------------------------------------------- measuring (parent side)
@@ -145,32 +168,112 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def sample(name: str, reports: Sequence[Path], reader: str = "", jobs: str = "") -> Row:
-    """(seconds, launches, peak tree RSS bytes, the command process's own true peak bytes) of
-    one pass in a fresh process."""
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as handle:
-        handle.write("\n".join(str(r) for r in reports))
+def _own_peak(pid: int) -> int:
+    """A live process's high-water mark of resident memory (VmHWM), 0 once it is gone."""
     try:
-        proc = subprocess.Popen([sys.executable, __file__, "--child", name, handle.name, reader or "-", jobs or "-"],
-                                stdout=subprocess.PIPE, text=True)
-        peak = 0
-        while proc.poll() is None:
-            peak = max(peak, tree_rss(proc.pid))
-            time.sleep(0.02)
-        out = proc.stdout.read() if proc.stdout else ""
-        if proc.returncode != 0:
-            raise SystemExit(f"the {name} {reader} {jobs} pass failed (exit {proc.returncode})")
-        result = json.loads(out.strip().splitlines()[-1])
-        return result["seconds"], result["launches"], peak, result["hwm"]
-    finally:
-        os.unlink(handle.name)
-
-
-def _load() -> str:
-    try:
-        return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+        with open(f"/proc/{pid}/status") as handle:
+            return next((int(line.split()[1]) * 1024 for line in handle if line.startswith("VmHWM:")), 0)
     except OSError:
-        return "load average unknown"
+        return 0
+
+
+def run_whole(argv: Sequence[str], launches_of: str) -> Row:
+    """One whole process: wall seconds from its start to its exit, its launches (from what it
+    printed: ``launches_of`` is "number" or "wrote"), its tree's peak RSS and its own peak."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = own = 0
+    while proc.poll() is None:
+        peak = max(peak, tree_rss(proc.pid))
+        own = max(own, _own_peak(proc.pid))
+        time.sleep(0.02)
+    seconds = time.perf_counter() - start
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(argv[:4])} ... failed (exit {proc.returncode}):\n{err[-2000:]}")
+    if launches_of == "number":
+        launches = int(out.split()[-1])
+    elif launches_of == "wrote":
+        found = _WROTE.search(out)
+        launches = int(found.group(1)) if found else -1
+    else:
+        launches = -1
+    return Row(seconds, launches, peak, own)
+
+
+def ncuflow_command() -> list[str]:
+    """The `ncuflow` console script beside this interpreter (what a user runs), else ``-m ncuflow``."""
+    script = Path(sys.executable).with_name("ncuflow")
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "ncuflow"]
+
+
+@dataclass(frozen=True)
+class Pass:
+    label: str
+    argv: tuple[str, ...]
+    launches_of: str = "wrote"
+
+    def sample(self) -> Row:
+        return run_whole(self.argv, self.launches_of)
+
+
+def _list_file(folder: Path, name: str, reports: Sequence[Path]) -> Path:
+    path = folder / f"{name}.txt"
+    path.write_text("\n".join(str(r) for r in reports) + "\n")
+    return path
+
+
+def floor_pass(reports: Sequence[Path], work: Path, name: str) -> Pass:
+    from ncuflow.read.metrics import FIELDS
+
+    names = work / "floor-metrics.txt"
+    if not names.exists():
+        names.write_text("\n".join(dict.fromkeys(m for f in FIELDS for m in f.sources[0].metrics)) + "\n")
+    return Pass("floor", (sys.executable, "-c", FLOOR, str(_list_file(work, name, reports)), str(names)), "number")
+
+
+def export_pass(label: str, reports: Sequence[Path], reader: str, jobs: str, output: Path) -> Pass:
+    argv = [*ncuflow_command(), "export", *map(str, reports), "-o", str(output), "--reader", reader]
+    return Pass(label, tuple(argv + ([] if jobs == "default" else ["--jobs", jobs])))
+
+
+def per_launch_pass(label: str, reports: Sequence[Path], work: Path, name: str) -> Pass:
+    return Pass(label, (sys.executable, __file__, "--per-launch", str(_list_file(work, name, reports))), "json")
+
+
+def measure(passes: Sequence[Pass], repeats: int) -> dict[str, Row]:
+    """Each pass's best time over ``repeats`` samples taken in turn, and its largest peaks."""
+    samples: dict[str, list[Row]] = {p.label: [] for p in passes}
+    for _ in range(repeats):
+        for one in passes:
+            samples[one.label].append(one.sample())
+    return {label: Row(min(r.seconds for r in taken), taken[0].launches, max(r.peak for r in taken),
+                       max(r.own_peak for r in taken)) for label, taken in samples.items()}
+
+
+def measure_per_launch(passes: Sequence[Pass], repeats: int) -> dict[str, tuple[float, int]]:
+    """(best seconds, launches) of each in-process pass (it prints its own timing as JSON)."""
+    best: dict[str, tuple[float, int]] = {}
+    for _ in range(repeats):
+        for one in passes:
+            out = subprocess.run(one.argv, capture_output=True, text=True, check=True).stdout
+            result = json.loads(out.strip().splitlines()[-1])
+            seconds, launches = result["seconds"], result["launches"]
+            if one.label not in best or seconds < best[one.label][0]:
+                best[one.label] = (seconds, launches)
+    return best
+
+
+# ----------------------------------------------------------------------------- corpora
+
+
+def _link(report: Path, target: Path) -> None:
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(report, target)
+        except OSError:
+            shutil.copyfile(report, target)
 
 
 def scaled_corpus(reports: Sequence[Path], scale: int, folder: Path) -> list[Path]:
@@ -180,22 +283,144 @@ def scaled_corpus(reports: Sequence[Path], scale: int, folder: Path) -> list[Pat
     for copy in range(1, scale):
         for index, report in enumerate(reports):
             target = folder / f"x{copy}" / f"{index:03d}-{report.name}"
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.link(report, target)
-                except OSError:
-                    shutil.copyfile(report, target)
+            _link(report, target)
             paths.append(target)
     return paths
 
 
+def repeated_to(reports: Sequence[Path], total: int, folder: Path, unit: str = "bytes") -> list[Path]:
+    """``reports`` in turn, each repetition under its own name, until their bytes (or their
+    launches, ``unit="launches"``) reach ``total``."""
+    from ncuflow.read.extract import count_actions
+
+    sizes = {r: r.stat().st_size if unit == "bytes" else count_actions(r) for r in reports}
+    paths: list[Path] = []
+    reached, turn = 0, 0
+    while reports and reached < total:
+        report = reports[turn % len(reports)]
+        target = folder / f"{turn:04d}-{report.name}"
+        _link(report, target)
+        paths.append(target)
+        reached += sizes[report]
+        turn += 1
+    return paths
+
+
+def _first_action_names(report: Path) -> list[str]:
+    from ncuflow.read.extract import iter_report
+
+    for _range, _action, action in iter_report(report):
+        return action.metric_names()
+    return []
+
+
+def full_set_reports(reports: Sequence[Path]) -> list[Path]:
+    """The reports whose first launch holds every ``FULL_SET_MARKERS`` counter."""
+    return [r for r in reports if set(FULL_SET_MARKERS) <= set(_first_action_names(r))]
+
+
+def reports_by_metrics(reports: Sequence[Path], low: int, high: int) -> list[Path]:
+    """The reports whose first launch carries between ``low`` and ``high`` metrics."""
+    return [r for r in reports if low <= len(_first_action_names(r)) <= high]
+
+
+def smallest(reports: Sequence[Path]) -> Path:
+    return min(reports, key=lambda r: (r.stat().st_size, r.name))
+
+
+# ----------------------------------------------------------------------------- printing
+
+
+def _load() -> str:
+    try:
+        return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
+def _mib(paths: Sequence[Path]) -> float:
+    return sum(p.stat().st_size for p in paths) / MIB
+
+
+def _cell(row: Row, floor: Row, memory: bool = True) -> str:
+    text = f"{row.seconds:6.2f} s {row.seconds / floor.seconds:4.2f}x"
+    return text + (f" {row.peak / MIB:5.0f}" if memory else "")
+
+
+def print_table(title: str, columns: Sequence[str], rows: dict[str, dict[str, Row]], memory: bool = True) -> None:
+    width = 21 if memory else 15
+    print(f"\n{title}\n  {'':24s}" + "".join(f" | {c:>{width}s}" for c in columns))
+    for label, by_column in rows.items():
+        cells = [_cell(by_column[c], rows["floor"][c], memory) for c in columns]
+        print(f"  {label:24s}" + "".join(f" | {cell:>{width}s}" for cell in cells))
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+@dataclass(frozen=True)
+class Options:
+    reports: tuple[Path, ...]
+    repeats: int
+    scales: tuple[int, ...]
+    full_set_mb: float
+    small: Path
+    per_launch_launches: int
+
+
+def scaling_table(options: Options, work: Path) -> dict[str, dict[str, Row]]:
+    rows: dict[str, dict[str, Row]] = {"floor": {}, **{label: {} for label, _, _ in EXPORTS}}
+    for scale in options.scales:
+        corpus = scaled_corpus(options.reports, scale, work / "scaled")
+        output = work / f"scaled-{scale}.parquet"
+        passes = [floor_pass(corpus, work, f"scaled-{scale}"),
+                  *(export_pass(label, corpus, reader, jobs, output) for label, reader, jobs in EXPORTS)]
+        for label, row in measure(passes, options.repeats).items():
+            rows[label][f"{scale}x"] = row
+            assert row.launches == rows["floor"][f"{scale}x"].launches, (label, scale, row.launches)
+    return rows
+
+
+def full_set_table(options: Options, work: Path) -> tuple[dict[str, dict[str, Row]], list[Path], list[Path]]:
+    chosen = full_set_reports(options.reports)
+    corpus = repeated_to(chosen, int(options.full_set_mb * MB), work / "full-set")
+    output = work / "full-set.parquet"
+    passes = [floor_pass(corpus, work, "full-set"),
+              *(export_pass(label, corpus, reader, jobs, output) for label, reader, jobs in FULL_SET_EXPORTS)]
+    measured = measure(passes, options.repeats) if corpus else {}
+    for label, row in measured.items():
+        assert row.launches == measured["floor"].launches, (label, row.launches)
+    return {label: {"full set": row} for label, row in measured.items()}, chosen, corpus
+
+
+def start_up_table(options: Options, work: Path) -> dict[str, dict[str, Row]]:
+    small = [options.small]
+    command = ncuflow_command()
+    passes = [floor_pass(small, work, "small"),
+              Pass("ncuflow classify", (*command, "classify", str(options.small)), "none"),
+              Pass("ncuflow export", (*command, "export", str(options.small), "-o", str(work / "small.parquet")))]
+    return {label: {"one report": row} for label, row in measure(passes, options.repeats).items()}
+
+
+def per_launch_table(options: Options, work: Path) -> list[tuple[str, int, float, int, int]]:
+    """(band, reports, seconds per launch, launches, metrics a launch at most) of each metric band."""
+    passes, chosen = [], {}
+    for label, low, high in METRIC_BANDS:
+        chosen[label] = reports_by_metrics(options.reports, low, high)
+        if chosen[label]:
+            corpus = repeated_to(chosen[label], options.per_launch_launches, work / f"band-{low}", unit="launches")
+            passes.append(per_launch_pass(label, corpus, work, f"band-{low}"))
+    best = measure_per_launch(passes, options.repeats)
+    return [(label, len(chosen[label]), best[label][0] / best[label][1], best[label][1], high)
+            for label, _, high in METRIC_BANDS if label in best]
+
+
 def main(argv: list[str] | None = None) -> None:
     args_in = sys.argv[1:] if argv is None else argv
-    if args_in[:1] == ["--child"]:
-        child(*args_in[1:5])
+    if args_in[:1] == ["--per-launch"]:
+        per_launch_child(args_in[1])
         return
-    from ncuflow.read.pool import usable_cores
+    from ncuflow.read.jobs import usable_cores
     from ncuflow.read.reportfile import find_reports
 
     default_corpus = os.environ.get("NCUFLOW_CORPUS", str(Path(__file__).resolve().parents[2] / "shared" / "ncu-reports"))
@@ -203,66 +428,68 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("report_dir", nargs="?", default=default_corpus)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scales", default="1,4,5,10")
+    parser.add_argument("--full-set-mb", type=float, default=150.0)
+    parser.add_argument("--small", type=Path, default=None, help="the one report of the start-up table")
+    parser.add_argument("--per-launch-launches", type=int, default=300)
     args = parser.parse_args(args_in)
-    reports = find_reports([Path(args.report_dir)])
-    scales = [int(s) for s in args.scales.split(",")]
-    corpus_mib = sum(r.stat().st_size for r in reports) / MIB
-    print(f"{len(reports)} reports ({corpus_mib:.0f} MiB), {usable_cores()} usable cores; best of {args.repeats}, "
-          f"each sample a fresh process, peak = whole process tree RSS; {_load()} at the start")
-    header = f"  {'':24s}" + "".join(f" | {f'{scale}x':>21s}" for scale in scales)
-    print(f"\nseconds, ratio to the floor at the same scale, peak MiB\n{header}")
-    # Taken in turn (every pass once, then again): a load that comes and goes on a shared
-    # machine then falls on every pass alike; each pass's best sample is kept.
-    passes = [("floor", "floor", "", ""), *(("export", label, reader, jobs) for label, reader, jobs in EXPORTS)]
-    rows: dict[str, dict[int, Row]] = {label: {} for _, label, _, _ in passes}
-    copies = Path(tempfile.mkdtemp(prefix="ncuflow-bench-"))
+    reports = tuple(find_reports([Path(args.report_dir)]))
+    options = Options(reports, args.repeats, tuple(int(s) for s in args.scales.split(",") if s),
+                      args.full_set_mb, args.small or smallest(reports), args.per_launch_launches)
+    print(f"{len(reports)} reports ({_mib(reports):.0f} MiB), {usable_cores()} usable cores; best of {args.repeats}, "
+          f"each sample a whole process from its start to its exit, peak = whole process tree RSS; "
+          f"{_load()} at the start")
+    work = Path(tempfile.mkdtemp(prefix="ncuflow-bench-"))
     try:
-        _measure(passes, rows, scales, reports, copies, args.repeats)
+        run(options, work)
     finally:
-        shutil.rmtree(copies, ignore_errors=True)
-    _print_rows(rows, scales)
-
-
-def _measure(passes: list[tuple[str, str, str, str]], rows: dict[str, dict[int, Row]],
-             scales: list[int], reports: Sequence[Path], copies: Path, repeats: int) -> None:
-    for scale in scales:
-        corpus = scaled_corpus(reports, scale, copies)
-        samples: dict[str, list[Row]] = {label: [] for _, label, _, _ in passes}
-        for _ in range(repeats):
-            for name, label, reader, jobs in passes:
-                samples[label].append(sample(name, corpus, reader, jobs))
-        for label, taken in samples.items():
-            rows[label][scale] = (min(t[0] for t in taken), taken[0][1], max(t[2] for t in taken),
-                                  max(t[3] for t in taken))
-            assert rows[label][scale][1] == rows["floor"][scale][1], (label, scale)
-
-
-def _print_rows(rows: dict[str, dict[int, Row]], scales: list[int]) -> None:
-    for label, by_scale in rows.items():
-        cells = []
-        for scale in scales:
-            seconds, _, peak, _ = by_scale[scale]
-            ratio = seconds / rows["floor"][scale][0]
-            cells.append(f"{seconds:6.2f} s {ratio:4.2f}x {peak / MIB:5.0f}")
-        print(f"  {label:24s}" + "".join(f" | {cell:>21s}" for cell in cells))
-    _goals(rows, scales)
+        shutil.rmtree(work, ignore_errors=True)
     print(f"\n{_load()} at the end")
 
 
-def _goals(rows: dict[str, dict[int, Row]], scales: list[int]) -> None:
-    low, high = min(scales), max(scales)
-    print("\ngoals (issue 19):")
-    if 4 in scales:
-        floor = rows["floor"][4][0]
-        print(f"  export x4, default options: {rows['ncuflow, default'][4][0] / floor:.2f}x the floor (goal <= 0.3x); "
-              f"one process (--jobs 0): {rows['ncuflow, 1 process'][4][0] / floor:.2f}x (goal <= 0.45x)")
-    for label in ("ncuflow, default", "ncuflow, 1 process", "ncuflow, 2 processes"):
-        peaks = rows[label]
-        print(f"  {label}: peak memory {high}x / {low}x {peaks[high][2] / peaks[low][2]:.2f}x (goal <= 1.2x), "
-              f"{peaks[high][2] / MIB:.0f} MiB at {high}x (goal <= 400 MiB)")
-    own = rows["ncuflow, 1 process"]
-    print(f"  ncuflow, 1 process, the true peak (VmHWM, no sampling): {high}x / {low}x "
-          f"{own[high][3] / own[low][3]:.2f}x ({own[low][3] / MIB:.0f} -> {own[high][3] / MIB:.0f} MiB)")
+def run(options: Options, work: Path) -> None:
+    scaled = scaling_table(options, work) if options.scales else {}
+    if scaled:
+        print_table("export of the corpus, seconds, ratio to the floor at the same scale, peak MiB",
+                    [f"{s}x" for s in options.scales], scaled)
+    full, chosen, corpus = full_set_table(options, work)
+    if full:
+        print_table(f"export of full-set reports: the corpus's {len(chosen)} full-set reports ({_mib(chosen):.0f} MiB) "
+                    f"repeated to {len(corpus)} reports, {sum(p.stat().st_size for p in corpus) / MB:.0f} MB, "
+                    f"{full['floor']['full set'].launches} launches", ["full set"], full)
+    start_up = start_up_table(options, work)
+    print_table(f"one small report (start-up): {options.small.name} ({options.small.stat().st_size / 1024:.0f} KiB, "
+                f"{start_up['floor']['one report'].launches} launches)", ["one report"], start_up, memory=False)
+    bands = per_launch_table(options, work)
+    print("\nper launch, one process, its modules imported (export in the process, no workers)")
+    for label, count, seconds, launches, _ in bands:
+        print(f"  {label:24s} | {seconds * 1e3:6.2f} ms a launch ({launches} launches, {count} reports repeated)")
+    goals(options, scaled, full, start_up, bands)
+
+
+def goals(options: Options, scaled: dict[str, dict[str, Row]], full: dict[str, dict[str, Row]],
+          start_up: dict[str, dict[str, Row]], bands: list[tuple[str, int, float, int, int]]) -> None:
+    print("\ngoals (issues 19 and 33):")
+    for name, table, column in (("the corpus x4", scaled, "4x"), ("full-set reports", full, "full set")):
+        if table and column in table["floor"]:
+            floor = table["floor"][column].seconds
+            print(f"  export of {name}, default options: {table['ncuflow, default'][column].seconds / floor:.2f}x the "
+                  f"floor (goal <= 0.3x); one process (--jobs 0): "
+                  f"{table['ncuflow, 1 process'][column].seconds / floor:.2f}x (goal <= 0.45x)")
+    if scaled:
+        low, high = f"{min(options.scales)}x", f"{max(options.scales)}x"
+        for label in ("ncuflow, default", "ncuflow, 1 process", "ncuflow, 2 processes"):
+            peaks = scaled[label]
+            print(f"  {label}: peak memory {high} / {low} {peaks[high].peak / peaks[low].peak:.2f}x (goal <= 1.2x), "
+                  f"{peaks[high].peak / MIB:.0f} MiB at {high} (goal <= 400 MiB)")
+        own = scaled["ncuflow, 1 process"]
+        print(f"  ncuflow, 1 process, its own true peak (VmHWM): {high} / {low} "
+              f"{own[high].own_peak / own[low].own_peak:.2f}x ({own[low].own_peak / MIB:.0f} -> "
+              f"{own[high].own_peak / MIB:.0f} MiB)")
+    floor = start_up["floor"]["one report"].seconds
+    print(f"  classify of one small report: {start_up['ncuflow classify']['one report'].seconds / floor:.2f}x the "
+          f"floor's whole process (goal <= 2x); export: {start_up['ncuflow export']['one report'].seconds / floor:.2f}x")
+    if len(bands) == 2:
+        print(f"  per launch, ~2,000 metrics / ~300 metrics: {bands[1][2] / bands[0][2]:.2f}x (goal <= 1.5x)")
 
 
 if __name__ == "__main__":

@@ -54,3 +54,8 @@ class NoReportsFound(NcuflowError):
 
 class UsageError(NcuflowError):
     """An option or argument combination that cannot work."""
+
+
+class DamagedRunWarning(UserWarning):
+    """Issued once per damaged run a store reader skips (the CLI prints it as one line). Here,
+    not in ``ncuflow.store``, so that the CLI shows it without importing the store."""

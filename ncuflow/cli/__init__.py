@@ -92,7 +92,7 @@ def _store_warnings_as_lines() -> None:
     """Each damaged run a command skips is one ``ncuflow: warning:`` line on stderr (once)."""
     import warnings
 
-    from ncuflow.store import DamagedRunWarning
+    from ncuflow.errors import DamagedRunWarning
 
     previous = warnings.showwarning
     if getattr(previous, "ncuflow_lines", False):

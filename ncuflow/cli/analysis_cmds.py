@@ -24,7 +24,7 @@ from ncuflow.cli.options import (
 from ncuflow.cli.selection import nvtx_option, selection_from
 from ncuflow.errors import UsageError
 from ncuflow.profile.ncu import CLOCK_CONTROLS
-from ncuflow.read.pool import resolve_jobs
+from ncuflow.read.jobs import resolve_jobs
 
 __all__ = ["explain_command", "print_stability", "report_command", "stability_command", "tolerances_from"]
 

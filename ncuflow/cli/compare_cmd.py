@@ -43,7 +43,7 @@ def compare_command(
     """
     from ncuflow.analyze.compare import compare_loaded, comparison_document, parse_pair
     from ncuflow.output.markdown import compare_markdown, guard_markdown, write_markdown
-    from ncuflow.read.pool import resolve_jobs
+    from ncuflow.read.jobs import resolve_jobs
 
     tolerances = tolerances_from(tol_exact, tol_bytes, tol_rate, tol_time, field_tols, tol_near_exact)
     if markdown_path is not None:  # refused before any work, as every Markdown output (issue 24)

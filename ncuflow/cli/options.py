@@ -14,7 +14,7 @@ from ncuflow.analyze.fields import CLASS_TOLERANCES, STABILITY_FIELDS, Tolerance
 from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.errors import UsageError
 from ncuflow.profile import DEFAULT_TIMEOUT_S
-from ncuflow.read.pool import usable_cores
+from ncuflow.read.jobs import usable_cores
 from ncuflow.read.readers import DEFAULT_READER, READERS, use_reader
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -78,7 +78,8 @@ def _print_collection(result: dict[str, Any]) -> None:
 def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[str, Any]]:
     from ncuflow.cli.progress import progress_bar
     from ncuflow.profile import passes, perfworks
-    from ncuflow.read.pool import map_reports, resolve_jobs
+    from ncuflow.read.jobs import resolve_jobs
+    from ncuflow.read.pool import map_reports
     from ncuflow.read.reportfile import find_reports
 
     library = perfworks.load()

@@ -24,7 +24,8 @@ def showing() -> bool:
 
 
 class Bar:
-    """One transient bar whose task can be renamed and re-sized between the stages of a command."""
+    """One transient bar whose task can be renamed and re-sized between the stages of a command.
+    Off a terminal it draws nothing and costs nothing (rich's progress is not even imported)."""
 
     def __init__(self, progress: Any) -> None:
         self._progress = progress
@@ -32,24 +33,34 @@ class Bar:
 
     def stage(self, description: str, total: int | None) -> Step:
         """Start a stage of ``total`` items; the returned step advances it (``label`` names the item)."""
+        progress = self._progress
+        if progress is None:
+            return _no_step
         if self._task is not None:
-            self._progress.remove_task(self._task)
-        self._task = self._progress.add_task(description, total=total)
+            progress.remove_task(self._task)
+        self._task = progress.add_task(description, total=total)
         task = self._task
 
         def step(index: int, path: Path) -> None:
-            self._progress.update(task, completed=index + 1, description=f"{description}: {Path(path).name}")
+            progress.update(task, completed=index + 1, description=f"{description}: {Path(path).name}")
 
         return step
+
+
+def _no_step(index: int, path: Path) -> None:
+    """What a stage's step does when no bar is drawn."""
 
 
 @contextmanager
 def progress_bar() -> Iterator[Bar]:
     """A ``Bar`` for the block: drawn on stderr only when it is a terminal, gone when the block ends."""
+    if not showing():
+        yield Bar(None)
+        return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True, disable=not showing()) as progress:
+                  console=console, transient=True) as progress:
         yield Bar(progress)

@@ -14,7 +14,7 @@ import click
 from ncuflow.analyze.classify import classify
 from ncuflow.cli.options import jobs_option, threshold_option
 from ncuflow.cli.selection import selection_from, selection_options
-from ncuflow.read.pool import resolve_jobs
+from ncuflow.read.jobs import resolve_jobs
 from ncuflow.read.runs import Sources, prestart_reading, read_sources, sources
 
 _threshold_option = threshold_option()
@@ -59,7 +59,8 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     keep = selection.predicate()
     found = sources(paths)
     if as_if is None:
-        prestart_reading(found, jobs=resolve_jobs(jobs, found.reports))  # its start-up overlaps the imports below
+        jobs = resolve_jobs(jobs, found.reports)  # workers only where the reports are worth their start
+        prestart_reading(found, jobs=jobs)  # its start-up overlaps the imports below
     from ncuflow.output.render import launch_row, print_launch_table
 
     _echo_damaged(found)
@@ -71,7 +72,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     per_report = []
     with _warnings_to_stderr(), progress_bar() as bar:
         step = bar.stage("reading", len(found.items))
-        for source, read, notes in read_sources(found, jobs=resolve_jobs(jobs, found.reports), strict=True,
+        for source, read, notes in read_sources(found, jobs=jobs, strict=True,
                                                 progress=step):
             for note in notes:  # what the reader said (an escalation not used, a damaged last action)
                 click.echo(f"ncuflow: warning: {note}", err=True)

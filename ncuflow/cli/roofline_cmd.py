@@ -32,7 +32,7 @@ def roofline_command(paths: tuple[Path, ...], output: Path, per: str, as_json: b
     """
     from ncuflow.analyze.roofline import describe_point, point_groups, rooflines
     from ncuflow.files import guard_output, png_recogniser
-    from ncuflow.read.pool import resolve_jobs
+    from ncuflow.read.jobs import resolve_jobs
 
     guard_output(output, kind="an ncuflow plot", recognise=png_recogniser, inputs=paths, option="-o/--output")
     loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs))

@@ -32,7 +32,7 @@ def summary_command(paths: tuple[Path, ...], top: int | None, as_json: bool, as_
     """
     from ncuflow.analyze.summary import summarize
     from ncuflow.errors import UsageError
-    from ncuflow.read.pool import resolve_jobs
+    from ncuflow.read.jobs import resolve_jobs
 
     if as_json and as_csv:
         raise UsageError("--json and --csv both ask for the whole output.", "", "Pass one of them.")

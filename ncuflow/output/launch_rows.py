@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ncuflow.analyze.classify import Verdict, classify
 from ncuflow.analyze.selection import Selection
@@ -20,7 +20,9 @@ from ncuflow.read.extract import iter_launches_with_metrics, read_launches
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS, is_count
 from ncuflow.read.runs import manifest_kernel_filter
-from ncuflow.store import RunRecord, RunRef
+
+if TYPE_CHECKING:  # a plain report's rows import no store
+    from ncuflow.store import RunRecord, RunRef
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from typing import Any
 from ncuflow.analyze.classify import TERM_NAMES, Verdict
 from ncuflow.analyze.fields import CLASSIFY_FIELDS, FIELD_TABLE, duration_text
 from ncuflow.analyze.summary import config_text
-from ncuflow.analyze.waiting import why_waiting
 from ncuflow.files import make_console
 from ncuflow.read.deep_metrics import DEEP_FIELD_NAMES
 from ncuflow.read.launch import Launch
@@ -128,6 +127,8 @@ def print_launch_table(
     for note in notes:
         console.print(f"[yellow]disagreement[/yellow] {note}", highlight=False)
     if evidence:
+        from ncuflow.analyze.waiting import why_waiting
+
         for launch, verdict in zip(launches, verdicts, strict=True):
             console.print(f"[bold]#{launch.action_index}[/bold] {verdict.bound}: {verdict.evidence()}", highlight=False)
             if verdict.bound == "latency":

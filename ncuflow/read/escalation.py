@@ -12,11 +12,13 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ncuflow.errors import NcuflowError
 from ncuflow.read.launch import Launch
-from ncuflow.store import RunRecord
-from ncuflow.store.tiers import tier2_runs_of
+
+if TYPE_CHECKING:  # the store is imported when a run is read, not with this module
+    from ncuflow.store import RunRecord
 
 
 class EscalationWarning(UserWarning):
@@ -53,6 +55,8 @@ def merge_tiers(first: Sequence[Launch], second: Sequence[Launch],
 def tier2_report(record: RunRecord) -> Path | None:
     """The report of the run's tier-2 escalation, or None where it has none (raises
     ``NcuflowError`` for a pre-schema-3 sidecar that cannot be read)."""
+    from ncuflow.store.tiers import tier2_runs_of
+
     found = tier2_runs_of(record)
     return found[0].report_path if found else None
 

@@ -11,7 +11,6 @@ mid-way gives its complete actions and a ``DamagedActionWarning``.
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,13 +19,21 @@ from typing import Protocol
 
 from ncuflow.errors import ReportError
 from ncuflow.read.launch import DeviceInfo, KernelName, Launch
-from ncuflow.read.metrics import BREAKDOWN_METRICS, FIELDS, UNIT_THROUGHPUT_METRICS, resolve
+from ncuflow.read.metrics import BREAKDOWN_METRICS, FIELDS, UNIT_THROUGHPUT_METRICS
 from ncuflow.read.ncureport import (  # re-exported: the ncu_report side's calls
     NcuReportAction,
     iter_report_actions,
     metric_calls,
     metric_number,
     metric_text,
+)
+from ncuflow.read.plan import (
+    MetricList,
+    ReadPlan,
+    Unsettled,
+    listed_names,
+    plan_reading,
+    resolve_planned,
 )
 from ncuflow.read.readers import UnknownLayoutWarning, reads_the_file
 from ncuflow.read.reportfile import read_ncu_version
@@ -37,13 +44,29 @@ __all__ = ["Action", "RawMetric", "count_actions", "iter_launches", "iter_launch
            "read_launches", "read_ncu_version"]
 
 
-class Action(Protocol):
-    """One action as a reader gives it (``FileAction``, ``NcuReportAction``)."""
+class PlannedList(Protocol):
+    """A metric list as a reader keeps it: where each metric lies, and its plans (``read_plan``)."""
 
+    plans: dict[object, ReadPlan]
+
+    def index_of(self, name: str) -> int | None: ...
+
+
+class Action(Protocol):
+    """One action as a reader gives it (``FileAction``, ``NcuReportAction``): its metrics read by
+    name, or by their index in its metric list (through a ``ReadPlan``)."""
+
+    def metric_list(self) -> PlannedList: ...
+    def confirm(self, lacking: set[str]) -> None: ...
+    def settle(self) -> None: ...
+    def number_at(self, position: int) -> float | None: ...
+    def stored_non_finite_at(self, position: int) -> bool: ...
+    def text_at(self, position: int) -> str | None: ...
     def number(self, name: str) -> float | None: ...
     def stored_non_finite(self, name: str) -> bool: ...
     def text(self, name: str) -> str | None: ...
     def kernel(self) -> KernelName: ...
+    def ncu_version(self) -> str | None: ...
     def nvtx(self) -> tuple[str, ...]: ...
     def nvidia_sol(self) -> str | None: ...
     def metric_names(self) -> list[str]: ...
@@ -108,16 +131,38 @@ def _read_with_ncu_report(path: Path, unknown: str) -> Iterator[tuple[int, int, 
 
 
 # ---------------------------------------------------------------------------
-# one action -> one Launch
+# one action -> one Launch, through the read plan of its metric list
+
+_DISPLAY_NAME = "device__attribute_display_name"
+_DEVICE_NUMBERS = ("device__attribute_compute_capability_major", "device__attribute_compute_capability_minor",
+                   "device__attribute_multiprocessor_count")
+# What a launch row reads by name besides the fields' chains: the breakdown lists (text), the
+# per-unit throughputs that stand in for them, the device.
+_READ_BY_NAME = tuple(dict.fromkeys((*BREAKDOWN_METRICS, *UNIT_THROUGHPUT_METRICS, *_DEVICE_NUMBERS, _DISPLAY_NAME)))
 
 
-@functools.lru_cache(maxsize=256)
-def _listed_names(listing: str) -> tuple[str, ...]:
-    """The metric names of a breakdown list (the same text on every launch of a report)."""
-    return tuple(name.strip() for name in listing.split(","))
+class _Allowed:
+    """A metric list as a smaller collection would have held it (``classify --as-if``): a metric
+    ``allow`` refuses is lacking; the device's name is always there (it is read as text)."""
+
+    def __init__(self, metrics: MetricList, allow: Callable[[str], bool]) -> None:
+        self._metrics, self._allow = metrics, allow
+
+    def index_of(self, name: str) -> int | None:
+        return self._metrics.index_of(name) if name == _DISPLAY_NAME or self._allow(name) else None
 
 
-def _breakdown(action: Action, lookup: Callable[[str], float | None],
+def read_plan(action: Action, allow: Callable[[str], bool] | None = None) -> ReadPlan:
+    """The plan of the action's metric list (made once per list and ``allow``)."""
+    layout = action.metric_list()
+    plan = layout.plans.get(allow)
+    if plan is None:
+        plan = layout.plans[allow] = plan_reading(layout if allow is None else _Allowed(layout, allow),
+                                                  FIELDS, _READ_BY_NAME)
+    return plan
+
+
+def _breakdown(action: Action, plan: ReadPlan, read: Callable[[int], float | None],
                allow: Callable[[str], bool] | None = None) -> dict[str, float]:
     """NVIDIA's per-unit throughput metrics (% of peak) that the model groups into terms.
 
@@ -128,29 +173,29 @@ def _breakdown(action: Action, lookup: Callable[[str], float | None],
     """
     names: list[str] = []
     for list_metric in BREAKDOWN_METRICS:
-        listing = action.text(list_metric) if allow is None or allow(list_metric) else None
+        position = plan.index(list_metric)  # None where lacking or not allowed
+        listing = action.text_at(position) if position is not None else None
         if listing:
-            names.extend(_listed_names(listing))
+            names.extend(listed_names(listing))
     candidates: list[str] | tuple[str, ...] = names or UNIT_THROUGHPUT_METRICS
     if allow is not None:
         listed = set(names)
         extra = [m for m in UNIT_THROUGHPUT_METRICS if m not in listed]
         candidates = [n for n in (*names, *extra) if n in listed or allow(n)]
     values: dict[str, float] = {}
-    for name in candidates:
-        if name and name not in values:
-            value = lookup(name)
-            if value is not None:
-                values[name] = value
+    for name, position in plan.indices_of(tuple(candidates)):
+        value = read(position)
+        if value is not None:
+            values[name] = value
     return values
 
 
-def _device(action: Action, lookup: Callable[[str], float | None]) -> DeviceInfo:
-    major = lookup("device__attribute_compute_capability_major")
-    minor = lookup("device__attribute_compute_capability_minor")
-    sm_count = lookup("device__attribute_multiprocessor_count")
+def _device(action: Action, plan: ReadPlan, read: Callable[[int], float | None]) -> DeviceInfo:
+    major, minor, sm_count = (None if position is None else read(position)
+                              for position in map(plan.index, _DEVICE_NUMBERS))
+    display = plan.index(_DISPLAY_NAME)
     return DeviceInfo(
-        name=action.text("device__attribute_display_name"),
+        name=action.text_at(display) if display is not None else None,
         compute_capability=f"{int(major)}.{int(minor)}" if major is not None and minor is not None else None,
         sm_count=int(sm_count) if sm_count is not None else None,
     )
@@ -160,39 +205,46 @@ def build_launch(
     action: Action, *, report: str, range_index: int, action_index: int, ncu_version: str | None,
     with_rules: bool = True, allow: Callable[[str], bool] | None = None,
 ) -> Launch:
-    number = action.number
-    not_numbers: set[str] = set()  # counters ncu stored as NaN or infinite: named as such, never "absent"
+    """The action's ``Launch``: its fields resolved through the plan of its metric list. An action
+    whose own list is not the planned one (``Unsettled``) is settled and read again."""
+    try:
+        return _planned_launch(action, report, range_index, action_index, ncu_version, with_rules, allow)
+    except Unsettled:
+        action.settle()  # its own list from now on: nothing is unsettled again
+        return _planned_launch(action, report, range_index, action_index, ncu_version, with_rules, allow)
 
-    def lookup(name: str) -> float | None:
-        if allow is not None and not allow(name):
-            return None
-        value = number(name)
-        if value is None and action.stored_non_finite(name):
-            not_numbers.add(name)
+
+def _planned_launch(action: Action, report: str, range_index: int, action_index: int, ncu_version: str | None,
+                    with_rules: bool, allow: Callable[[str], bool] | None) -> Launch:
+    plan = read_plan(action, allow)
+    not_numbers: set[str] = set()  # counters ncu stored as NaN or infinite: named as such, never "absent"
+    names, number_at = plan.names, action.number_at
+    seen: dict[int, float | None] = {}
+
+    def read(position: int) -> float | None:  # each metric read once (it may feed several fields)
+        if position in seen:
+            return seen[position]
+        value = seen[position] = number_at(position)
+        if value is None and action.stored_non_finite_at(position):
+            not_numbers.add(names[position])
         return value
 
-    values: dict[str, float | None] = {}
-    provenance: dict[str, str] = {}
-    missing: list[str] = []
-    for field in FIELDS:
-        value, source = resolve(field, lookup)
-        values[field.name] = value
-        if source is None:
-            missing.append(field.name)
-        else:
-            provenance[field.name] = source
+    values, provenance, missing = resolve_planned(plan, read)
+    breakdown = _breakdown(action, plan, read, allow)
+    device = _device(action, plan, read)
+    action.confirm(plan.lacking)  # what the plan took as lacking, this action lacks too (or: Unsettled)
     return Launch(
         report=report,
         range_index=range_index,
         action_index=action_index,
         kernel=action.kernel(),
         nvtx=action.nvtx(),
-        device=_device(action, lookup),
+        device=device,
         ncu_version=ncu_version,
         values=values,
         provenance=provenance,
         missing=tuple(missing),
-        breakdown=_breakdown(action, lookup, allow),
+        breakdown=breakdown,
         nvidia_sol=action.nvidia_sol() if with_rules else None,
         not_numbers=tuple(sorted(not_numbers)),
     )
@@ -217,7 +269,7 @@ def iter_launches(
     version: str | None = None
     for index, (range_index, action_index, action) in enumerate(iter_report(report_path)):
         if index == 0:
-            version = read_ncu_version(report_path)
+            version = action.ncu_version() or read_ncu_version(report_path)
         yield build_launch(action, report=str(report_path), range_index=range_index, action_index=action_index,
                            ncu_version=version, with_rules=with_rules, allow=allow)
 
@@ -244,7 +296,7 @@ def iter_launches_with_metrics(path: Path | str) -> Iterator[tuple[Launch, tuple
     version: str | None = None
     for index, (range_index, action_index, action) in enumerate(iter_report(report_path)):
         if index == 0:
-            version = read_ncu_version(report_path)
+            version = action.ncu_version() or read_ncu_version(report_path)
         launch = build_launch(action, report=str(report_path), range_index=range_index,
                               action_index=action_index, ncu_version=version)
         action_units = _units_of(action, units, range_index, action_index)

@@ -14,40 +14,30 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ncuflow.errors import ReportError
 from ncuflow.read.launch import KernelName
+from ncuflow.read.layout import (
+    DOUBLE,
+    SLOW,
+    Last,
+    Layout,
+    NameIndex,
+    ReportNames,
+    record_ids,
+    text_of,
+    value,
+)
+from ncuflow.read.plan import Unsettled
 from ncuflow.read.reportfile import DamagedActionWarning, check_bytes
+
+if TYPE_CHECKING:
+    from ncuflow.read.reportformat import ReportFile
 
 _SOL_RULE = "SOLBottleneck"
 _DEFAULT_DOMAIN_NAMES = ("", "<default domain>")
-
-
-@dataclass(frozen=True)
-class NameIndex:
-    """A report's string table: each name's id, and (where a name appears twice in the
-    table) the id every id of that name stands for, its last."""
-
-    strings: list[str]
-    ids: dict[str, int]
-    canonical: list[int] | None  # None: every name appears once
-
-    @classmethod
-    def of(cls, strings: list[str]) -> NameIndex:
-        if any(map(bytes.__instancecheck__, strings)):
-            strings = [text_of(name) for name in strings]
-        ids = dict(zip(strings, range(len(strings)), strict=True))  # a name that appears twice: its last id
-        canonical = None if len(ids) == len(strings) else [ids[name] for name in strings]
-        return cls(strings, ids, canonical)
-
-
-def text_of(value: str | bytes) -> str:
-    """A string field's text: the protobuf library gives a proto2 string that is not valid
-    UTF-8 (a corrupted file) as bytes; it is decoded with replacement characters."""
-    return value if isinstance(value, str) else value.decode("utf-8", errors="replace")
 
 
 def metric_value(value: Any) -> float | int | str | None:
@@ -59,70 +49,173 @@ def metric_value(value: Any) -> float | int | str | None:
     return text_of(found) if isinstance(found, bytes) else found
 
 
-class FileAction:
-    """One result of a report read by ``ncuflow.read.reportformat`` (valid while its file is open)."""
+def _as_text(value: float | int | str | None) -> str | None:
+    """A value as text (a number formatted as ``extract.metric_text`` does)."""
+    if value is None or isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, int) else str(float(value))
 
-    def __init__(self, result: Any, names: NameIndex) -> None:
+
+class FileAction:
+    """One result of a report read by ``ncuflow.read.reportformat`` (valid while its file is open).
+
+    Its metric records are read where the layout of the result before it says they lie
+    (``ncuflow.read.layout``), each checked to name the metric asked for; a record that names
+    another, or a metric that layout lacks and the report's strings hold, is ``Unsettled``: the
+    result's own layout is then walked (``settle``) and it is read again. Reading by name
+    settles first."""
+
+    def __init__(self, result: Any, names: ReportNames, metric_class: Any, settle: bool = False) -> None:
         self._result = result
-        # name id -> its MetricResult (a name written twice keeps its last, equal, value)
-        canonical = names.canonical
-        self._metrics: dict[int, Any] = (
-            {metric.name_id: metric for metric in result.metrics} if canonical is None
-            else {canonical[metric.name_id] if metric.name_id < len(canonical) else metric.name_id: metric
-                  for metric in result.metrics})
-        self._ids = names.ids
+        self._records = result.metrics
+        self._count = len(self._records)
         self._names = names
+        self._metric_class = metric_class
+        self._layout = Last.guess(self._count)
+        self._leads = names.leads_of(self._layout)
+        self._exact = False
+        if settle or self._layout is None:
+            self.settle()
+
+    # --- the metric list and reading by position (``ncuflow.read.extract`` reads through a plan)
+
+    def metric_list(self) -> Layout:
+        """The layout to plan on: this result's own once settled, else the one guessed for it."""
+        assert self._layout is not None
+        return self._layout
+
+    def confirm(self, lacking: set[str]) -> None:
+        """``Unsettled`` where this result may hold a metric its guessed layout lacks: one its
+        report's string table names (checked once per report, plan and list of names)."""
+        if not self._exact and not self._names.lacks(lacking):
+            raise Unsettled(sorted(lacking & self._names.table.ids.keys())[:1])
+
+    def settle(self) -> None:
+        """Walk this result's records once: its own layout from now on."""
+        if not self._exact:
+            self._layout = Last.keep(self._names.layout(record_ids(self._records, self._parsed_id)))
+            self._leads = self._names.leads_of(self._layout)
+            self._exact = True
+
+    def value_at(self, position: int) -> float | int | str | None:
+        """The value (``IMetric.value()``) of the record at ``position`` of the layout."""
+        assert self._layout is not None
+        name = self._layout.names[position] if position < len(self._layout.names) else None
+        if position >= self._count or name is None:
+            self._unsettled(position)
+            return None
+        record = self._records[position]
+        prefix = self._names.prefix(name)
+        if record.startswith(prefix):
+            found = value(record, len(prefix))
+            if found is not SLOW:
+                return found
+        parsed = self._parse(record)
+        if self._names.table.name_of(parsed.name_id) != name:
+            self._unsettled(position)
+            return None
+        return metric_value(parsed.value) if parsed.HasField("value") else None
+
+    def _unsettled(self, position: int) -> None:
+        """A record that is not what the layout says: unsettled, unless the layout is the result's
+        own (then only a hostile record, a field written twice, disagrees: no value)."""
+        if not self._exact:
+            raise Unsettled(position)
+
+    def number_at(self, position: int) -> float | None:
+        """A numeric metric's finite value; None where it is valueless, a string or not finite."""
+        lead = self._leads.get(position)
+        if lead is None:
+            lead = self._lead(position)
+        if lead and position < self._count:  # the common record: its name, then one double
+            record = self._records[position]
+            if record.startswith(lead) and len(record) >= len(lead) + 8:
+                number: float = DOUBLE.unpack_from(record, len(lead))[0]
+                return number if number - number == 0.0 else None  # NaN and infinities are not numbers
+        found = self.value_at(position)
+        if found is None or isinstance(found, str):
+            return None
+        number = float(found)
+        return number if math.isfinite(number) else None
+
+    def _lead(self, position: int) -> bytes:
+        """How the record at ``position`` begins where it holds one double (b"" for no metric)."""
+        assert self._layout is not None
+        name = self._layout.names[position] if position < len(self._layout.names) else None
+        lead = self._leads[position] = b"" if name is None else self._names.double_lead(name)
+        return lead
+
+    def stored_non_finite_at(self, position: int) -> bool:
+        found = self.value_at(position)
+        return isinstance(found, float) and not math.isfinite(found)
+
+    def text_at(self, position: int) -> str | None:
+        return _as_text(self.value_at(position))
+
+    def _parsed_id(self, record: bytes) -> int:
+        return int(self._parse(record).name_id)
+
+    def _parse(self, record: bytes) -> Any:
+        try:
+            return self._metric_class.FromString(record)
+        except Exception:  # a record that does not parse: a metric with no name and no value
+            return self._metric_class()
+
+    # --- the action as ``ncuflow.read.extract.Action`` reads it by name
 
     def is_damaged(self) -> bool:
         """No kernel name and no metrics: what a result cut off by the end of the file leaves."""
         result = self._result
-        return not (result.function_name or result.mangled_name or result.demangled_name) and not self._metrics
+        return not (result.function_name or result.mangled_name or result.demangled_name) and not self._count
 
-    def refers_beyond(self, count: int) -> bool:
-        """Whether a metric names a string beyond the first ``count`` of the table (a cut file)."""
-        return bool(self._metrics) and max(self._metrics) >= count
+    def refers_beyond(self) -> bool:
+        """Whether a metric names a string beyond the report's table (a cut file; the result is
+        settled for it)."""
+        self.settle()
+        assert self._layout is not None
+        return self._layout.beyond
+
+    def _position(self, name: str) -> int | None:
+        self.settle()
+        assert self._layout is not None
+        return self._layout.index.get(name)
 
     def value(self, name: str) -> float | int | str | None:
         """The metric's value (``IMetric.value()``); None where it is absent or has none."""
-        metric = self._metrics.get(self._ids.get(name, -1))
-        if metric is None:
-            return None
-        return metric_value(metric.value)
+        position = self._position(name)
+        return None if position is None else self.value_at(position)
 
     def number(self, name: str) -> float | None:
         """A numeric metric's finite value; None where it is absent, valueless, a string or not finite."""
-        metric = self._metrics.get(self._ids.get(name, -1))  # value(), inlined: ~100 look-ups a launch
-        if metric is None:
-            return None
-        value = metric.value
-        which = value.WhichOneof("value")
-        if which is None or which == "string_value":
-            return None
-        number = float(getattr(value, which))
-        return number if math.isfinite(number) else None
+        position = self._position(name)
+        return None if position is None else self.number_at(position)
 
     def stored_non_finite(self, name: str) -> bool:
         """Whether ncu stored this metric as NaN or infinite (``number`` gives None for it)."""
-        value = self.value(name)
-        return isinstance(value, float) and not math.isfinite(value)
+        found = self.value(name)
+        return isinstance(found, float) and not math.isfinite(found)
 
     def text(self, name: str) -> str | None:
         """A metric's value as text (a number formatted as ``extract.metric_text`` does); None where valueless."""
-        value = self.value(name)
-        if value is None or isinstance(value, str):
-            return value
-        return str(value) if isinstance(value, int) else str(float(value))
+        return _as_text(self.value(name))
 
     def metric_names(self) -> list[str]:
-        strings = self._names.strings
-        return sorted({strings[name_id] for name_id in self._metrics})
+        self.settle()
+        assert self._layout is not None
+        return sorted(self._layout.index)
 
     def metric_values(self) -> Iterator[tuple[str, float | int | str | None]]:
         """(name, value) of every metric, in ``metric_names()`` order."""
-        strings = self._names.strings
-        by_name = {strings[name_id]: metric for name_id, metric in self._metrics.items()}
-        for name in sorted(by_name):
-            yield name, metric_value(by_name[name].value)
+        self.settle()
+        assert self._layout is not None
+        index = self._layout.index
+        for name in sorted(index):
+            yield name, self.value_at(index[name])
+
+    def ncu_version(self) -> str | None:
+        """The ncu version that wrote the report, where a block header names it (else None: the
+        file's bytes are searched, ``reportfile.read_ncu_version``)."""
+        return self._names.version
 
     def kernel(self) -> KernelName:
         result = self._result
@@ -170,11 +263,13 @@ def iter_file_actions(path: Path) -> Iterator[tuple[int, int, FileAction]]:
     check_bytes(path)
     schema = messages()
     with open_report(path, schema) as report:
-        names = NameIndex.of(report.strings)
+        names = _names_of(report)
+        # A cut file may lack strings its results name: each result is walked for them (settled).
+        cut_short = report.damage is not None
         intact, damaged = 0, []
         for index, parsed in report.results(schema.profile_result):
-            action = FileAction(parsed, names) if parsed is not None else None
-            if action is None or action.is_damaged() or action.refers_beyond(len(names.strings)):
+            action = FileAction(parsed, names, schema.metric_result, settle=cut_short) if parsed is not None else None
+            if action is None or action.is_damaged() or (cut_short and action.refers_beyond()):
                 damaged.append(index)
                 continue
             intact += 1
@@ -182,6 +277,23 @@ def iter_file_actions(path: Path) -> Iterator[tuple[int, int, FileAction]]:
             yield 0, index, action
         cut = report.damage
     _report_damage(path, intact, damaged, cut)
+
+
+# String tables kept by their bytes: reports that name their metrics alike (a store's runs of one
+# collection on one chip, the replicas of a run) share one, its names indexed and checked once.
+_TABLES: dict[tuple[bytes, ...], ReportNames] = {}
+_TABLES_KEPT = 8
+
+
+def _names_of(report: ReportFile) -> ReportNames:
+    names = _TABLES.pop(report.tables_key, None)
+    if names is None:
+        names = ReportNames(NameIndex.of(report.strings))
+        while len(_TABLES) >= _TABLES_KEPT:
+            del _TABLES[next(iter(_TABLES))]  # the least recently used
+    _TABLES[report.tables_key] = names  # the most recently used last
+    names.version = report.version
+    return names
 
 
 def _report_damage(path: Path, intact: int, damaged: list[int], cut: str | None) -> None:

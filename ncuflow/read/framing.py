@@ -9,7 +9,8 @@ report that ncu finished writing ends exactly after a payload (every report of t
 corpus does, from ncu 2019 to 2025); a copy or a write cut short ends inside a block.
 
 ``check_framing`` walks the block headers only (it seeks over the payloads), so it costs a
-few reads per block whatever the report's size. It says ``whole``, ``cut`` (the file ends
+few reads per block whatever the report's size; on the way it adds up the results (launches)
+the headers count (field 2, ``NumResults``), what ``ncuflow.read.jobs`` weighs reading by. It says ``whole``, ``cut`` (the file ends
 inside a block: where, and how much is missing) or ``unknown`` (the bytes do not follow
 this layout: a newer format, or not a report; the reader decides). A file cut exactly
 between two blocks is whole by its framing; ``ncu_report`` then reads the blocks it holds.
@@ -28,6 +29,7 @@ from typing import BinaryIO, Literal
 
 SIGNATURE = b"NVR\x00"
 PAYLOAD_SIZE_FIELD = 5  # BlockHeader.PayloadSize
+NUM_RESULTS_FIELD = 2  # BlockHeader.NumResults
 MAX_HEADER_BYTES = 256 * 2**20  # a header's length beyond this is not this layout
 NO_SIGNATURE = "it does not start with the report signature NVR\\0"
 
@@ -43,6 +45,7 @@ class Framing:
     blocks: int
     size: int
     detail: str = ""
+    results: int = 0  # the profile results (launches) the whole blocks' headers count
 
     @property
     def problem(self) -> str | None:
@@ -74,16 +77,14 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
             return value, at
 
 
-def payload_size(header: bytes) -> int:
-    """Field 5 (``PayloadSize``) of a ``BlockHeader`` message, read from its top-level fields."""
-    at, found = 0, None
+def _header_numbers(header: bytes) -> dict[int, int]:
+    """The varint fields of a ``BlockHeader`` message (field number -> value), from its top-level fields."""
+    at, found = 0, {}
     while at < len(header):
         key, at = _varint(header, at)
         field, wire = key >> 3, key & 7
         if wire == 0:
-            value, at = _varint(header, at)
-            if field == PAYLOAD_SIZE_FIELD:
-                found = value
+            found[field], at = _varint(header, at)
         elif wire == 2:
             length, at = _varint(header, at)
             at += length
@@ -91,9 +92,14 @@ def payload_size(header: bytes) -> int:
             at += 8 if wire == 1 else 4
         else:  # groups (3, 4) and undefined types do not occur in these messages
             raise _Unknown
-    if at != len(header) or found is None:
+    if at != len(header) or PAYLOAD_SIZE_FIELD not in found:
         raise _Unknown
     return found
+
+
+def payload_size(header: bytes) -> int:
+    """Field 5 (``PayloadSize``) of a ``BlockHeader`` message, read from its top-level fields."""
+    return _header_numbers(header)[PAYLOAD_SIZE_FIELD]
 
 
 def _length(handle: BinaryIO) -> int | None:
@@ -124,7 +130,7 @@ def _walk(handle: BinaryIO, size: int) -> Framing:
     header = _length(handle)
     if header is None or 8 + header > size:
         return Framing("cut", 0, size, f"the file ({size} bytes) ends inside its file header")
-    at, blocks = 8 + header, 0
+    at, blocks, results = 8 + header, 0, 0
     handle.seek(at)
     try:
         while at < size:
@@ -136,16 +142,17 @@ def _walk(handle: BinaryIO, size: int) -> Framing:
             if at + 4 + length > size:
                 return _cut(blocks, size, at, f"inside the header of block {blocks + 1} "
                                                f"({at + 4 + length - size} bytes missing)")
-            payload = payload_size(handle.read(length))
+            numbers = _header_numbers(handle.read(length))
+            payload = numbers[PAYLOAD_SIZE_FIELD]
             end = at + 4 + length + payload
             if end > size:
                 return _cut(blocks, size, at, f"inside the payload of block {blocks + 1} "
                                                f"({end - size} of its {payload} bytes missing)")
             handle.seek(end)
-            at, blocks = end, blocks + 1
+            at, blocks, results = end, blocks + 1, results + numbers.get(NUM_RESULTS_FIELD, 0)
     except _Unknown:
-        return Framing("unknown", blocks, size, f"block {blocks + 1} does not follow the documented layout")
-    return Framing("whole", blocks, size)
+        return Framing("unknown", blocks, size, f"block {blocks + 1} does not follow the documented layout", results)
+    return Framing("whole", blocks, size, results=results)
 
 
 def _cut(blocks: int, size: int, at: int, where: str) -> Framing:

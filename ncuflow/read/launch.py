@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ncuflow.read.metrics import FIELDS_BY_NAME
 from ncuflow.read.sanity import checked
-from ncuflow.store.manifest import RunRef
+
+if TYPE_CHECKING:  # a launch of a plain report carries none: reading one imports no store
+    from ncuflow.store.manifest import RunRef
 
 
 @dataclass(frozen=True)

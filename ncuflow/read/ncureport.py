@@ -105,6 +105,25 @@ def metric_text(action: Any, name: str, calls: _MetricCalls | None = None) -> st
     return None
 
 
+class NameList:
+    """An action's metric names as ``ncu_report`` lists them: a name's index is its position;
+    plans of the list are kept with it (``ncuflow.read.extract.read_plan``)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.index = {name: position for position, name in enumerate(names)}
+        self.plans: dict[object, Any] = {}
+
+    def index_of(self, name: str) -> int | None:
+        return self.index.get(name)
+
+
+@functools.lru_cache(maxsize=16)
+def _name_list(names: tuple[str, ...]) -> NameList:
+    """One ``NameList`` per distinct list of names (a report's actions share one)."""
+    return NameList(names)
+
+
 class NcuReportAction:
     """An ``ncu_report`` ``IAction`` as ``ncuflow.read.extract`` reads an action (each number looked up once)."""
 
@@ -113,6 +132,32 @@ class NcuReportAction:
         self._module = ncu_report
         self._calls = calls or default_calls()
         self._numbers: dict[str, float | None] = {}
+        self._list: NameList | None = None
+
+    def metric_list(self) -> NameList:
+        """Its metric names (always its own: ``ncu_report`` looks each up by name)."""
+        if self._list is None:
+            self._list = _name_list(tuple(self.action.metric_names()))
+        return self._list
+
+    def confirm(self, lacking: set[str]) -> None:
+        """Nothing to confirm: the list is the action's own."""
+
+    def settle(self) -> None:
+        """Nothing to settle: the list is the action's own."""
+
+    def ncu_version(self) -> str | None:
+        """Not known to ``ncu_report`` (its ``get_version()`` is the module's): the file's bytes say."""
+        return None
+
+    def number_at(self, position: int) -> float | None:
+        return self.number(self.metric_list().names[position])
+
+    def stored_non_finite_at(self, position: int) -> bool:
+        return self.stored_non_finite(self.metric_list().names[position])
+
+    def text_at(self, position: int) -> str | None:
+        return self.text(self.metric_list().names[position])
 
     def number(self, name: str) -> float | None:
         if name not in self._numbers:

@@ -7,9 +7,9 @@ in input order, so the output is the same for every ``jobs``. ``jobs=None`` (or 
 ``function`` in this process, the reference the tests compare against.
 
 ncuflow's own reader frees what it parses, so a process reads any number of reports in
-bounded memory, and reading in this process costs no start-up. By default (``default_jobs``) one worker per
-usable core but one reads beside it: measured on this project's two cores, that pays from
-about 4x the shared corpus on and costs nothing at 1x (docs/scaling.md). A pool's workers are started once, on a
+bounded memory, and reading in this process costs no start-up. By default (``ncuflow.read.jobs``) one worker per
+usable core but one reads beside it where the reports' bytes and launches are worth the
+workers' start, and none where this process alone finishes sooner (docs/scaling.md). A pool's workers are started once, on a
 thread, and each reads report after report (two sent ahead, so that it never waits for
 this process); this process reads too, from the first report on, while they start and
 between their results. ``fresh_workers=True`` gives every task a process of its own
@@ -29,19 +29,30 @@ each task.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import multiprocessing.connection
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ncuflow.errors import ReportError
+from ncuflow.read.jobs import (
+    default_jobs,
+    reads_with_ncu_report,
+    report_of,
+    resolve_jobs,
+    usable_cores,
+    workers_for,
+)
 from ncuflow.read.readers import current_reader
-from ncuflow.read.server import worker_context
-from ncuflow.read.worker import Outcome, run_task, worker_main
+
+if TYPE_CHECKING:  # multiprocessing and the worker side are imported when a pool starts, not before
+    import concurrent.futures
+
+    from ncuflow.read.worker import Outcome
+
+__all__ = ["default_jobs", "map_reports", "prestart", "resolve_jobs", "usable_cores"]  # jobs: ncuflow.read.jobs
 
 R = TypeVar("R")
 Task = Path | str | tuple[Any, ...]
@@ -55,20 +66,11 @@ _START_POLL_S = 0.005
 _PRELOAD = ["ncuflow.read.extract", "ncuflow.read.fileaction", "ncuflow.read.schema", "ncuflow.read.pool"]
 
 
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity), not the machine's count."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
 def _as_tuple(task: Task) -> tuple[Any, ...]:
     return task if isinstance(task, tuple) else (task,)
 
 
-def _report_of(task: Task) -> Path:
-    return Path(_as_tuple(task)[0])
+_report_of = report_of
 
 
 def _size(task: Task) -> int:
@@ -78,25 +80,6 @@ def _size(task: Task) -> int:
         return 0
 
 
-def default_jobs(tasks: Sequence[Task] = (), *, through_ncu_report: bool = False) -> int | None:
-    """Worker processes when the command is not told: one fewer than the usable cores (this
-    process reads too), none on one core; for reading through ``ncu_report``
-    (``through_ncu_report``, or ``--reader ncu_report``) the usable cores, each report in a
-    worker of its own. ``tasks`` is unused (kept for callers): one task is read in this
-    process whatever ``jobs`` says (``map_reports``)."""
-    cores = usable_cores()
-    if through_ncu_report or reads_with_ncu_report():
-        return cores
-    return cores - 1 or None
-
-
-def resolve_jobs(jobs: int | None, tasks: Sequence[Task] = (), *, through_ncu_report: bool = False) -> int | None:
-    """A ``--jobs`` value as ``map_reports`` takes it: None -> ``default_jobs``, 0 -> this process."""
-    if jobs is None:
-        return default_jobs(tasks, through_ncu_report=through_ncu_report)
-    return jobs or None
-
-
 def _smallest(tasks: Sequence[Task]) -> Path | None:
     """The smallest readable report: what the server of an ``ncu_report`` pool reads to warm up."""
     sized = [(size, index) for index, size in enumerate(map(_size, tasks)) if size > 0]
@@ -104,6 +87,8 @@ def _smallest(tasks: Sequence[Task]) -> Path | None:
 
 
 def _context(function: Callable[..., Any], tasks: Sequence[Task], fresh: bool, preload: Sequence[str]) -> Any:
+    from ncuflow.read.server import worker_context
+
     return worker_context([*_PRELOAD, function.__module__, *preload], _smallest(tasks) if fresh else None)
 
 
@@ -112,6 +97,7 @@ def prestart(function: Callable[..., Any], reports: Sequence[Task], *, jobs: int
     """Start the worker server now, if ``map_reports`` will need it: it takes a Python start
     and the reading modules' imports, which then overlap the command's own. Once per process."""
     fresh = fresh_workers or reads_with_ncu_report()
+    jobs = workers_for(jobs, reports, through_ncu_report=fresh)
     if jobs and (len(reports) > 1 or fresh):
         _context(function, reports, fresh, preload)
 
@@ -120,6 +106,8 @@ class _Worker:
     """One worker process and the tasks sent to it that it has not answered yet, oldest first."""
 
     def __init__(self, context: Any, fresh: bool) -> None:
+        from ncuflow.read.worker import worker_main
+
         self.connection, child = context.Pipe()
         self.process = context.Process(target=worker_main, args=(child, fresh), daemon=True)
         self.process.start()
@@ -150,6 +138,8 @@ class _Starter:
     which is still importing the reading modules, and this process reads meanwhile."""
 
     def __init__(self, context: Any, fresh: bool) -> None:
+        import concurrent.futures
+
         self._context, self._fresh = context, fresh
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ncuflow-pool-start")
         self._pending: list[concurrent.futures.Future[_Worker]] = []
@@ -164,6 +154,8 @@ class _Starter:
     def started(self, wait: bool = False) -> list[_Worker]:
         """The workers started since the last call (``wait``: at least one, if any is pending)."""
         if wait and self._pending:
+            import concurrent.futures
+
             concurrent.futures.wait(self._pending, return_when=concurrent.futures.FIRST_COMPLETED)
         done = [future for future in self._pending if future.done()]
         self._pending = [future for future in self._pending if not future.done()]
@@ -209,7 +201,8 @@ def map_reports(
     progress: Callable[[int, Path], None] | None = None,
     preload: Sequence[str] = (),
 ) -> Iterator[R]:
-    """``function(*task)`` for every task, in input order; in ``jobs`` worker processes (and this one).
+    """``function(*task)`` for every task, in input order; in ``jobs`` worker processes (and this one;
+    ``ncuflow.read.jobs.AUTO``: as many as these tasks are worth, ``default_jobs``).
 
     ``fresh_workers``: a new process for every task (``ncu_report``'s per-process state), even
     for a single task; always so where this process reads through ``ncu_report``. ``progress(index, report)`` is called as each result is handed over.
@@ -217,6 +210,7 @@ def map_reports(
     in the server the workers are forked from, when this process starts its first pool).
     """
     fresh_workers = fresh_workers or reads_with_ncu_report()
+    jobs = workers_for(jobs, tasks, through_ncu_report=fresh_workers)
     if not jobs or (len(tasks) == 1 and not fresh_workers):  # a worker would only add its start-up
         for index, task in enumerate(tasks):
             if progress is not None:
@@ -228,6 +222,8 @@ def map_reports(
 
 def _pool_map(function: Callable[..., R], tasks: list[Task], jobs: int, fresh: bool,
               progress: Callable[[int, Path], None] | None, preload: tuple[str, ...]) -> Iterator[R]:
+    from ncuflow.read.worker import Outcome, run_task
+
     context = _context(function, tasks, fresh, preload)
     # This process reads too, unless each task needs a process of its own (fresh workers).
     driver_reads = not fresh
@@ -280,6 +276,8 @@ def _start_as_needed(starter: _Starter, workers: list[_Worker], jobs: int, unass
 
 def _collect(workers: list[_Worker], tasks: list[Task], done: dict[int, Outcome], timeout: float | None) -> None:
     """Receive the results that are ready (waiting up to ``timeout``; None: until one is)."""
+    import multiprocessing.connection
+
     busy = [w for w in workers if w.tasks]
     ready = multiprocessing.connection.wait([w.connection for w in busy] + [w.process.sentinel for w in busy],
                                             timeout=timeout)
@@ -300,10 +298,3 @@ def _collect(workers: list[_Worker], tasks: list[Task], done: dict[int, Outcome]
             worker.process.join()
             worker.connection.close()
             workers.remove(worker)
-
-
-def reads_with_ncu_report() -> bool:
-    """Whether this process reads reports through ``ncu_report`` (then each worker reads one report)."""
-    from ncuflow.read.readers import reads_the_file
-
-    return not reads_the_file()

@@ -220,17 +220,49 @@ def read_ncu_version(path: Path) -> str | None:
         with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             # mmap: the file is searched where it lies, not copied. Searched from the end:
             # in most reports the string lies within a few hundred bytes of it (after each
-            # result), and the writer's version is the same everywhere. rfind is many times
-            # faster than a regex scan over megabytes; the regex then checks each candidate
-            # in a small window.
-            start = data.rfind(_BUILD_MARK)
-            while start != -1:
-                match = _VERSION_PATTERN.search(data, max(0, start - 24), start + 24)
-                if match is not None:
-                    return f"{match.group(1).decode()} (build {match.group(2).decode()})"
-                start = data.rfind(_BUILD_MARK, 0, start)
+            # result), and the writer's version is the same everywhere.
+            if data[:4] == COMPRESSED_MAGIC:
+                return _compressed_version(handle)
+            return version_in(data, 0, len(data))
     except (OSError, ValueError):  # ValueError: an empty file cannot be mapped
         return None
+
+
+def _compressed_version(handle: Any) -> str | None:
+    """The last version string of a ``.ncu-repz``'s report, searched as it is decompressed (in
+    chunks that overlap by a version string's length; at most 100x the file is read)."""
+    try:
+        import zstandard
+    except ImportError:
+        return None
+    handle.seek(0)
+    limit = 100 * os.fstat(handle.fileno()).st_size + (64 << 20)
+    found: str | None = None
+    tail, read = b"", 0
+    try:
+        reader = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
+        while read < limit and (chunk := reader.read(1 << 20)):
+            read += len(chunk)
+            window = tail + chunk
+            found = version_in(window, 0, len(window)) or found
+            tail = window[-64:]
+    except zstandard.ZstdError:
+        return found
+    return found
+
+
+def version_in(data: Any, start: int, end: int) -> str | None:
+    """The last ncu version string ("2025.3.1.0 (build 36398880)") in ``data[start:end]``.
+
+    rfind is many times faster than a regex scan over megabytes; the regex then checks each
+    candidate in a small window. ncuflow's reader searches each block header (where ncu writes
+    it, in the session's details) as it walks them, and the whole file only where none holds it."""
+    at = data.rfind(_BUILD_MARK, start, end)
+    while at != -1:
+        match = _VERSION_PATTERN.search(data, max(start, at - 24), min(end, at + 24))
+        if match is not None:
+            return f"{match.group(1).decode()} (build {match.group(2).decode()})"
+        at = data.rfind(_BUILD_MARK, start, at)
     return None
 
 

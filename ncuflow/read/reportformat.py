@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ncuflow.errors import ReportError
-from ncuflow.read.reportfile import COMPRESSED_MAGIC, REPORT_MAGIC
+from ncuflow.read.reportfile import COMPRESSED_MAGIC, REPORT_MAGIC, version_in
 
 FORMAT_VERSION = 7
 # The fields of BlockHeader that NVIDIA's schema defines (1-7): a higher one is a layout
@@ -54,10 +54,17 @@ class ReportFile:
 
     path: Path
     data: Any  # the mapped file (mmap), or bytes
-    strings: list[str]
+    string_tables: list[Any]  # each block's string table (parsed, its strings not yet Python text), in order
     result_spans: list[tuple[int, int]]  # (offset, length) of each ProfileResult entry, in file order
     damage: str | None = None  # where the file is cut off or stops making sense, None when whole
+    version: str | None = None  # the ncu version its block headers name (the last), None where none does
+    tables_key: tuple[bytes, ...] = ()  # the string tables' bytes: equal for reports that name alike
     _closers: list[Any] = field(default_factory=list, repr=False)
+
+    @property
+    def strings(self) -> list[str]:
+        """The whole string table (made once per call: ``ncuflow.read.fileaction`` keeps it per table)."""
+        return [name for table in self.string_tables for name in table.strings]
 
     def results(self, message_class: Any) -> Iterator[tuple[int, Any | None]]:
         """(index, parsed ProfileResult) for each result; None for one that does not parse."""
@@ -186,21 +193,26 @@ def _walk(report: ReportFile, messages: Any) -> None:
     if header.version != FORMAT_VERSION:
         raise UnknownLayout(f"its file header says format version {header.version}, and ncuflow's reader "
                             f"knows version {FORMAT_VERSION} only")
-    entries = 0
+    entries = names = 0
     while position < size and report.damage is None:
         block, after_header = _message_at(data, position, messages.block_header)
         if block is None:
             report.damage = f"the block at byte {position} is cut off or corrupted"
             break
         _check_block_layout(block)
-        strings = block.string_table.strings
-        if len(report.strings) + len(strings) > MAX_STRINGS:
+        if block.session_details:  # where ncu names its version
+            report.version = version_in(block.session_details, 0, len(block.session_details)) or report.version
+        strings = _strings_of(block, messages, report)
+        if strings is None:
+            report.damage = f"the block at byte {position} is cut off or corrupted"
+            break
+        names += len(strings)
+        if names > MAX_STRINGS:
             raise ReportError(
                 f"{path} is not a report ncuflow reads: its string table holds more than {MAX_STRINGS:,} names.",
                 "Reports that ncu writes name a few thousand metrics; this file's structure is not one ncu wrote.",
                 "Pass a report that ncu wrote (check the file's origin).",
             )
-        report.strings.extend(strings)
         payload_end = after_header + block.payload_size
         if payload_end > size:
             report.damage = f"the file ends inside the block at byte {position}"
@@ -217,6 +229,21 @@ def _walk(report: ReportFile, messages: Any) -> None:
                 "Pass a report that ncu wrote (check the file's origin).",
             )
         position = payload_end
+
+
+def _strings_of(block: Any, messages: Any, report: ReportFile) -> Any:
+    """A block's string table (a repeated field, its names still upb's), noted in the report; None
+    where it does not parse (the block is corrupted, as a header that does not parse)."""
+    raw = block.string_table
+    if not raw:
+        return ()
+    try:
+        table = messages.string_table.FromString(raw)
+    except Exception:  # DecodeError
+        return None
+    report.string_tables.append(table)
+    report.tables_key += (raw,)
+    return table.strings
 
 
 def _check_block_layout(block: Any) -> None:

@@ -15,11 +15,15 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ncuflow.errors import NcuflowError, NoReportsFound, UsageError
 from ncuflow.read.launch import Launch
-from ncuflow.store import DamagedRun, RunRecord
-from ncuflow.store.manifest import Manifest, RunRef
+from ncuflow.run_layout import MANIFEST_NAME, REPORT_NAME
+
+if TYPE_CHECKING:  # the store is imported where a path holds a store run, not for a plain report
+    from ncuflow.store import RunRecord
+    from ncuflow.store.manifest import Manifest, RunRef
 
 __all__ = ["Loaded", "LoadedRun", "Source", "Sources", "kernel_filter", "load_paths", "load_records",
            "load_sources", "prestart_reading", "read_source", "read_sources", "sources"]
@@ -120,7 +124,7 @@ def manifest_kernel_filter(manifest: Manifest) -> Callable[[Launch], bool]:
 
 
 def _store_sources(root: Path) -> tuple[list[Source], list[str]]:
-    from ncuflow.store import scan_runs
+    from ncuflow.store import DamagedRun, scan_runs
 
     found: list[Source] = []
     notes: list[str] = []
@@ -134,7 +138,7 @@ def _store_sources(root: Path) -> tuple[list[Source], list[str]]:
 
 def _run_folders(path: Path) -> tuple[list[Source], list[str]]:
     """The runs ``path`` is or holds directly: a run folder, or a point folder of replicas."""
-    from ncuflow.store import MANIFEST_NAME, inspect_run
+    from ncuflow.store import DamagedRun, inspect_run
 
     folders = [path] if (path / MANIFEST_NAME).is_file() else sorted(
         c for c in path.iterdir() if c.is_dir() and not c.name.startswith(".") and (c / MANIFEST_NAME).is_file())
@@ -219,10 +223,10 @@ def sources(paths: Sequence[Path | str]) -> Sources:
 
 def _plain_or_run(report: Path) -> tuple[Source | None, list[str]]:
     """A report named by itself: the store run it is the report of, where it is one, else plain."""
-    from ncuflow.store import MANIFEST_NAME, REPORT_NAME, inspect_run
-
     if report.name != REPORT_NAME or not (report.parent / MANIFEST_NAME).exists():
         return Source(report), []
+    from ncuflow.store import DamagedRun, inspect_run
+
     item = inspect_run(report.parent)
     if isinstance(item, DamagedRun):
         return None, [item.line()]

@@ -4,17 +4,22 @@ NVIDIA documents the ``.ncu-rep`` format (Nsight Compute's Customization Guide, 
 File Format") and ships its schemas with every install (``extras/FileFormat/*.proto``).
 The messages below keep, of those schemas, only the fields ncuflow reads, under the same
 field numbers and wire types; every other field (sections, sources, the metrics'
-per-instance lists, ...) is left unparsed by the protobuf library (``upb``). Two
-departures from NVIDIA's text, both wire-compatible:
+per-instance lists, ...) is left unparsed by the protobuf library (``upb``). Three
+departures from NVIDIA's text, all wire-compatible:
 
+- a result's metrics (``ProfileResult`` field 13) are read as the bytes of each
+  ``MetricResult``, not parsed into messages: a launch of a full set carries ~2,000 of
+  them and reads ~100, each where the report's read plan says it lies
+  (``ncuflow.read.fileaction``); ``MetricResult`` parses one where needed;
 - the five fields of ``ProfileMetricValue`` are one ``oneof`` (``value``), so that the
   field that is set is found in one call (``WhichOneof``); ncu writes one of them;
 - every field is ``optional``: a field NVIDIA marks ``required`` and a writer left out
   is an absent value here, not a parse failure.
 
-The descriptors are built here, in Python, so no ``protoc`` runs at build time; the
-message classes exist once per process (``messages()``), and importing this module
-imports ``google.protobuf`` (the read side only: the profiling path never needs it).
+The schema is data (``MESSAGES``), encoded here as a serialized ``FileDescriptorProto`` by a
+few lines of wire format (``serialized_schema``), so that neither ``protoc`` at build time
+nor ``descriptor_pb2`` at import time (~30 ms) is needed; the message classes exist once per
+process (``messages()``), and importing this module imports no ``google.protobuf``.
 """
 
 from __future__ import annotations
@@ -23,16 +28,14 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
 _PACKAGE = "ncuflow.report"
-_FIELD = descriptor_pb2.FieldDescriptorProto
+# FieldDescriptorProto's type and label numbers (descriptor.proto)
+_DOUBLE, _FLOAT, _UINT64, _STRING, _MESSAGE, _BYTES, _UINT32 = 1, 2, 4, 9, 11, 12, 13
+_OPTIONAL, _REPEATED = 1, 3
 
 # (number, name, type, repeated, message type name or None), per message; the numbers
 # are NVIDIA's (ProfilerReport.proto, ProfilerResultsCommon.proto, RuleResults.proto,
 # Nvtx.proto), the names ncuflow's.
-_STRING, _UINT32, _UINT64 = _FIELD.TYPE_STRING, _FIELD.TYPE_UINT32, _FIELD.TYPE_UINT64
-_FLOAT, _DOUBLE, _MESSAGE = _FIELD.TYPE_FLOAT, _FIELD.TYPE_DOUBLE, _FIELD.TYPE_MESSAGE
 FieldSpec = tuple[int, str, int, bool, str | None]
 
 MESSAGES: dict[str, tuple[FieldSpec, ...]] = {
@@ -42,11 +45,13 @@ MESSAGES: dict[str, tuple[FieldSpec, ...]] = {
     "StringTable": ((1, "strings", _STRING, True, None),),
     # NV.Profiler.Messages.ProcessInfo
     "ProcessInfo": ((1, "process_id", _UINT32, False, None),),
-    # NV.Profiler.Messages.BlockHeader (SessionDetails: not read; the ncu version is read from the bytes)
+    # NV.Profiler.Messages.BlockHeader: its string table and session details as bytes (the table
+    # is parsed as a StringTable where it is new; the ncu version is searched in the details' bytes)
     "BlockHeader": (
         (1, "num_sources", _UINT32, False, None),
         (2, "num_results", _UINT32, False, None),
-        (4, "string_table", _MESSAGE, False, "StringTable"),
+        (3, "session_details", _BYTES, False, None),
+        (4, "string_table", _BYTES, False, None),
         (5, "payload_size", _UINT32, False, None),
         (6, "process", _MESSAGE, False, "ProcessInfo"),
         (7, "num_range_results", _UINT32, False, None),
@@ -88,7 +93,7 @@ MESSAGES: dict[str, tuple[FieldSpec, ...]] = {
         (5, "mangled_name", _STRING, False, None),
         (6, "function_name", _STRING, False, None),
         (7, "demangled_name", _STRING, False, None),
-        (13, "metrics", _MESSAGE, True, "MetricResult"),
+        (13, "metrics", _BYTES, True, None),  # each a MetricResult, parsed where it is read
         (19, "rule_results", _MESSAGE, True, "RuleResult"),
         (21, "nvtx", _MESSAGE, False, "NvtxState"),
     ),
@@ -99,25 +104,44 @@ MESSAGES: dict[str, tuple[FieldSpec, ...]] = {
 ONEOFS = {"MetricValue": "value"}
 
 
-def _add_fields(message: descriptor_pb2.DescriptorProto, fields: tuple[FieldSpec, ...], oneof: str | None = None) -> None:
-    if oneof is not None:
-        message.oneof_decl.add(name=oneof)
-    for number, name, kind, repeated, type_name in fields:
-        field = message.field.add(name=name, number=number, type=kind,
-                                  label=_FIELD.LABEL_REPEATED if repeated else _FIELD.LABEL_OPTIONAL)
-        if type_name is not None:
-            field.type_name = f".{_PACKAGE}.{type_name}"
-        if oneof is not None:
-            field.oneof_index = 0
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
 
 
-def file_descriptor() -> descriptor_pb2.FileDescriptorProto:
-    """The schema as a ``FileDescriptorProto`` (proto2)."""
-    proto = descriptor_pb2.FileDescriptorProto(name="ncuflow/report.proto", package=_PACKAGE, syntax="proto2")
+def _tagged(number: int, value: int | str | bytes) -> bytes:
+    """One field in wire format: a varint (an int) or a length-delimited one (text or bytes)."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    raw = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(raw)) + raw
+
+
+def _field_descriptor(spec: FieldSpec, in_oneof: bool) -> bytes:
+    """A ``FieldDescriptorProto``: name 1, number 3, label 4, type 5, type_name 6, oneof_index 9."""
+    number, name, kind, repeated, type_name = spec
+    encoded = (_tagged(1, name) + _tagged(3, number) + _tagged(4, _REPEATED if repeated else _OPTIONAL)
+               + _tagged(5, kind))
+    if type_name is not None:
+        encoded += _tagged(6, f".{_PACKAGE}.{type_name}")
+    return encoded + (_tagged(9, 0) if in_oneof else b"")
+
+
+def serialized_schema() -> bytes:
+    """The schema as a serialized ``FileDescriptorProto`` (proto2): name 1, package 2, message_type 4
+    (each a ``DescriptorProto``: name 1, field 2, oneof_decl 8), syntax 12."""
+    encoded = _tagged(1, "ncuflow/report.proto") + _tagged(2, _PACKAGE)
     for name, fields in MESSAGES.items():
-        message = proto.message_type.add(name=name)
-        _add_fields(message, fields, ONEOFS.get(name))
-    return proto
+        oneof = ONEOFS.get(name)
+        message = _tagged(1, name) + b"".join(_tagged(2, _field_descriptor(spec, oneof is not None)) for spec in fields)
+        if oneof is not None:
+            message += _tagged(8, _tagged(1, oneof))
+        encoded += _tagged(4, message)
+    return encoded + _tagged(12, "proto2")
 
 
 @dataclass(frozen=True)
@@ -126,15 +150,20 @@ class Messages:
 
     file_header: Any
     block_header: Any
+    string_table: Any
     profile_result: Any
+    metric_result: Any
 
 
 @functools.cache
 def messages() -> Messages:
+    from google.protobuf import descriptor_pool, message_factory
+
     pool = descriptor_pool.DescriptorPool()
-    pool.Add(file_descriptor())
+    pool.AddSerializedFile(serialized_schema())
 
     def message_class(name: str) -> Any:
         return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
 
-    return Messages(message_class("FileHeader"), message_class("BlockHeader"), message_class("ProfileResult"))
+    return Messages(message_class("FileHeader"), message_class("BlockHeader"), message_class("StringTable"),
+                    message_class("ProfileResult"), message_class("MetricResult"))

@@ -34,7 +34,7 @@ from typing import Any
 
 from ncuflow import __version__
 from ncuflow.cells.contract import CellSpec
-from ncuflow.errors import NcuflowError
+from ncuflow.errors import DamagedRunWarning, NcuflowError
 from ncuflow.files import (
     OutputError,
     atomic_write_text,
@@ -43,6 +43,7 @@ from ncuflow.files import (
     pid_alive,
 )
 from ncuflow.read.framing import framing_problem  # plain bytes: the store's only look into read
+from ncuflow.run_layout import LOG_NAME, REPORT_NAME
 from ncuflow.store.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
@@ -58,8 +59,6 @@ __all__ = [
     "RunRef", "StoreError", "iter_runs", "read_manifest", "read_run", "scan_runs", "write_run",
 ]
 
-REPORT_NAME = "report.ncu-rep"
-LOG_NAME = "ncu.log"
 TMP_PREFIX = ".tmp-"
 FAILED_PREFIX = ".failed-"
 DAMAGED_PREFIX = ".damaged-"
@@ -126,10 +125,6 @@ class DamagedRun:
             return f"run {self.path} skipped: {self.problem} (written by a newer ncuflow; upgrade to read it)"
         return (f"damaged run {self.path} skipped: {self.problem} "
                 f"(`ncuflow store check {self.path.parent.parent.parent} --repair` moves it aside)")
-
-
-class DamagedRunWarning(UserWarning):
-    """Issued once per damaged run a store reader skips (the CLI prints it as one line)."""
 
 
 # ---------------------------------------------------------------------------- naming

@@ -36,6 +36,7 @@ from typing import Any
 from ncuflow.cells.contract import CellSpec
 from ncuflow.errors import NcuflowError, UsageError
 from ncuflow.files import read_small_file
+from ncuflow.run_layout import MANIFEST_NAME
 from ncuflow.store.collection import NcuOptions
 from ncuflow.store.legacy import parts_of_flat
 from ncuflow.store.record import (
@@ -60,7 +61,6 @@ __all__ = [
     "Manifest", "ManifestError", "Outcome", "Provenance", "RunIdentity", "RunRef", "Sweep", "read_manifest",
 ]
 
-MANIFEST_NAME = "manifest.json"
 MAX_MANIFEST_BYTES = 16 << 20  # a manifest is a few KB; a cell's representation at most a few hundred
 MAX_JSON_DEPTH = 64
 
