@@ -21,19 +21,21 @@ cheap and imports no polars: the profiling path on a GPU host has none.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importlib.abc alone costs every command ~18 ms: the finder below needs none of it
+    import importlib.machinery
 
 __version__ = "0.1.0"
 
 _KERNELS_NAME = "ncuflow.kernels"
 
 
-class _SourceCheckoutKernels(importlib.abc.MetaPathFinder):
-    """Maps ``ncuflow.kernels`` to the checkout's top-level ``kernels/`` folder.
+class _SourceCheckoutKernels:
+    """Maps ``ncuflow.kernels`` to the checkout's top-level ``kernels/`` folder (a meta path
+    finder: ``find_spec`` is all the import system asks of one).
 
     An installed ncuflow (``pip install .`` or ``-e .``) gets that mapping from
     setuptools' ``package-dir``. A checkout run without installing (``python -m ncuflow``
@@ -47,6 +49,8 @@ class _SourceCheckoutKernels(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
         if fullname != _KERNELS_NAME:
             return None
+        import importlib.util
+
         return importlib.util.spec_from_file_location(
             fullname, self.folder / "__init__.py", submodule_search_locations=[str(self.folder)]
         )

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -17,10 +18,12 @@ from click.testing import CliRunner
 from ncuflow.cli import cli
 from ncuflow.errors import ReportError
 from ncuflow.output.export import export_reports
+from ncuflow.read.jobs import resolve_jobs, workers_pay
 from ncuflow.read.pool import default_jobs, map_reports, usable_cores
 from ncuflow.read.readers import reading_with
 from ncuflow.read.reportfile import find_reports
 from ncuflow.read.runs import Source, Sources, load_paths, read_sources
+from tests.scripts import analysis_script
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = REPO / "profiles" / "reference" / "h200"
@@ -126,10 +129,34 @@ def test_reading_through_ncu_report_gives_each_report_a_worker_of_its_own(corpus
     assert launches == [x for _, batch in read_launches_of(reports, jobs=None) for x in batch]
 
 
-def test_the_default_is_this_process_and_a_worker_per_other_core(corpus_dir: Path) -> None:
+def test_the_default_starts_workers_only_where_the_reports_are_worth_them(corpus_dir: Path, tmp_path: Path) -> None:
+    """Workers are decided by the reports' bytes and launches (ncuflow.read.jobs): none for one
+    report or the corpus once (48 MB, 469 launches: this process alone is sooner), one per other
+    core for the corpus x4 under new names; reading through ncu_report always uses them."""
     reports = find_reports([corpus_dir])
-    assert default_jobs(reports) == (usable_cores() - 1 or None)
-    assert default_jobs(reports, through_ncu_report=True) == usable_cores()  # the long table's units
+    copies = analysis_script("bench_extraction").scaled_corpus(reports, 4, tmp_path / "copies")
+    assert default_jobs(reports[:1]) is None
+    assert default_jobs(reports) is None
+    assert default_jobs(copies) == (usable_cores() - 1 or None)
+    assert default_jobs(reports[:1], through_ncu_report=True) == usable_cores()  # the long table's units
+    assert resolve_jobs(0, copies) is None and resolve_jobs(3, reports[:1]) == 3  # --jobs is the user's
+
+
+def test_the_decision_looks_at_reports_only_until_it_is_made(corpus_dir: Path) -> None:
+    """A large store costs a few reports' headers, not all of them: the reports are looked at one
+    by one until workers pay (here the corpus x4 decides before the list runs out)."""
+    reports = find_reports([corpus_dir])
+    looked: list[Path] = []
+
+    def reports_x100() -> Iterator[Path]:
+        for _ in range(100):
+            for report in reports:
+                looked.append(report)
+                yield report
+
+    assert workers_pay(reports_x100(), 1)
+    assert len(looked) < 4 * len(reports)
+    assert not workers_pay(reports, 0) and not workers_pay(reports[:1], 1)
 
 
 def test_an_unreadable_report_is_named_as_in_one_process(corpus_dir: Path, tmp_path: Path) -> None:

@@ -31,21 +31,31 @@ AUTO = -1
 
 @dataclass(frozen=True)
 class ReadingCost:
-    """Seconds one process spends reading (ncuflow's reader, ``export`` with its model and rows),
-    and what starting a pool of workers costs it, measured on this project's 2-core machine
-    (docs/scaling.md, "When workers start")."""
+    """What reading costs one process (ncuflow's reader, ``export`` with its model and rows), and
+    what a pool of workers costs it: seconds per report, per launch and per MB read in this
+    process; the pool's start as it weighs on this process (its server starts on a thread while
+    the command imports, ``ncuflow.read.pool.prestart``); and each launch's row handed back from a
+    worker. Fitted on this project's 2-core machine to ``export`` of the corpus, its full sets,
+    repeated, in one process and with one worker (docs/scaling.md, "When workers start")."""
 
     per_report: float
     per_launch: float
     per_mb: float
     pool_start: float
+    per_row_back: float
 
     def seconds(self, reports: int, launches: int, size: int) -> float:
         """The reading time of this much work in one process."""
         return reports * self.per_report + launches * self.per_launch + size / MB * self.per_mb
 
+    def gain(self, reports: int, launches: int, size: int, workers: int) -> float:
+        """Seconds ``workers`` workers beside this process save on this much work (negative: they cost)."""
+        shared = self.seconds(reports, launches, size) * workers / (workers + 1)
+        return shared - self.pool_start - launches * self.per_row_back
 
-READING_COST = ReadingCost(per_report=0.0012, per_launch=0.0004, per_mb=0.0008, pool_start=0.35)
+
+READING_COST = ReadingCost(per_report=0.00024, per_launch=0.00031, per_mb=0.00057, pool_start=0.05,
+                           per_row_back=0.0001)
 
 
 def usable_cores() -> int:
@@ -71,16 +81,15 @@ def _size_and_launches(report: Path) -> tuple[int, int]:
 
 def workers_pay(tasks: Iterable[Any], workers: int, cost: ReadingCost = READING_COST) -> bool:
     """Whether ``workers`` workers beside this process read ``tasks`` sooner than this process
-    alone: the share of the reading they take off it (``workers / (workers + 1)``) is longer
-    than their start. The reports are looked at one by one until the answer is known."""
+    alone (``ReadingCost.gain``). The reports are looked at one by one until the gain is positive
+    (it only grows with more reports), so a large store costs a few reports' headers."""
     if workers < 1:
         return False
     reports = launches = size = 0
-    needed = cost.pool_start * (workers + 1) / workers  # the reading time from which workers pay
     for task in tasks:
         bytes_, counted = _size_and_launches(report_of(task))
         reports, launches, size = reports + 1, launches + counted, size + bytes_
-        if reports > 1 and cost.seconds(reports, launches, size) > needed:
+        if reports > 1 and cost.gain(reports, launches, size, workers) > 0:
             return True
     return False
 

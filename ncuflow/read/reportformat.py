@@ -63,7 +63,10 @@ class ReportFile:
 
     @property
     def strings(self) -> list[str]:
-        """The whole string table (made once per call: ``ncuflow.read.fileaction`` keeps it per table)."""
+        """The whole string table as Python text (made at each call: ``ncuflow.read.fileaction``
+        keeps it per distinct table)."""
+        if len(self.string_tables) == 1:
+            return list(self.string_tables[0].strings)
         return [name for table in self.string_tables for name in table.strings]
 
     def results(self, message_class: Any) -> Iterator[tuple[int, Any | None]]:
@@ -231,16 +234,27 @@ def _walk(report: ReportFile, messages: Any) -> None:
         position = payload_end
 
 
+# String tables parsed lately, by their bytes: the reports of one collection on one chip carry the
+# same table, parsed once (and their names made Python text once: ``ncuflow.read.fileaction``).
+_PARSED_TABLES: dict[bytes, Any] = {}
+_TABLES_KEPT = 16
+
+
 def _strings_of(block: Any, messages: Any, report: ReportFile) -> Any:
     """A block's string table (a repeated field, its names still upb's), noted in the report; None
     where it does not parse (the block is corrupted, as a header that does not parse)."""
     raw = block.string_table
     if not raw:
         return ()
-    try:
-        table = messages.string_table.FromString(raw)
-    except Exception:  # DecodeError
-        return None
+    table = _PARSED_TABLES.pop(raw, None)
+    if table is None:
+        try:
+            table = messages.string_table.FromString(raw)
+        except Exception:  # DecodeError
+            return None
+        while len(_PARSED_TABLES) >= _TABLES_KEPT:
+            del _PARSED_TABLES[next(iter(_PARSED_TABLES))]  # the least recently used
+    _PARSED_TABLES[raw] = table
     report.string_tables.append(table)
     report.tables_key += (raw,)
     return table.strings

@@ -76,18 +76,23 @@ def _impossible(values: Mapping[str, float | None],
     if values.get("global_ld_requests") == 0 or (spr is not None and spr <= 0.0):
         stored = "" if spr is None else f" (stored as {_number(spr)})"
         found["sectors_per_request"] = (None, f"undefined: no global-load request, 0 sectors over 0 requests{stored}")
-    for field in FIELDS:
-        value = values.get(field.name)
-        whole = float(value).is_integer() or _derived(provenance.get(field.name)) if value is not None else True
-        if value is not None and is_count(field) and not (0 <= value < 2**63 and whole):
-            found[field.name] = (None, f"a count, stored as {_number(value)}: not a whole number in 0 … 2⁶³")
+    for name in _COUNTS:
+        value = values.get(name)
+        if value is not None and not (0 <= value < 2**63 and (float(value).is_integer()
+                                                               or _derived(provenance.get(name)))):
+            found[name] = (None, f"a count, stored as {_number(value)}: not a whole number in 0 … 2⁶³")
     return found
+
+
+_COUNTS = tuple(field.name for field in FIELDS if is_count(field))  # checked on every launch
 
 
 def _stored_as_nan(missing: tuple[str, ...], not_numbers: tuple[str, ...]) -> dict[str, tuple[float | None, str]]:
     """field -> (None, note) for each missing field whose source metrics ncu stored as NaN."""
-    unread = set(not_numbers)
     found: dict[str, tuple[float | None, str]] = {}
+    if not not_numbers:  # the common case: nothing stored as NaN
+        return found
+    unread = set(not_numbers)
     for name in missing:
         nan_metrics = [m for source in FIELDS_BY_NAME[name].sources for m in source.metrics if m in unread]
         if nan_metrics:
