@@ -178,7 +178,7 @@ def _upb_classes() -> dict[str, Any] | None:
     more than the floor's whole read of a small report). None where this protobuf has no ``upb``
     or makes its classes otherwise: ``_classes`` then."""
     try:
-        from google._upb import _message  # type: ignore[import-not-found]
+        from google._upb import _message
         from google.protobuf import message
 
         pool = _message.DescriptorPool()
@@ -186,5 +186,5 @@ def _upb_classes() -> dict[str, Any] | None:
         return {name: _message.MessageMeta(name, (message.Message,), {
             "DESCRIPTOR": pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"), "__module__": None})
             for name in MESSAGES}
-    except Exception:  # noqa: BLE001 - any protobuf that does not work so: the public API
+    except Exception:  # any protobuf that does not work so: the public API
         return None
