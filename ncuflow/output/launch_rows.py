@@ -7,6 +7,7 @@ metrics table is asked for: the worker server starts while the driver waits.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -48,10 +49,16 @@ def run_identity(ref: RunRef | None) -> RunIdentity:
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _file_name(report: str) -> str:
+    """A report's file name (the same for every launch of it: worked out once)."""
+    return Path(report).name
+
+
 def launch_record(launch: Launch, verdict: Verdict, identity: RunIdentity = _NO_RUN) -> dict[str, Any]:
     record: dict[str, Any] = {
         "report": launch.report,
-        "report_name": Path(launch.report).name,
+        "report_name": _file_name(launch.report),
         "range": launch.range_index,
         "action": launch.action_index,
         "kernel_function": launch.kernel.function,

@@ -32,6 +32,7 @@ from ncuflow.read.layout import (
 )
 from ncuflow.read.plan import Unsettled
 from ncuflow.read.reportfile import DamagedActionWarning, check_bytes
+from ncuflow.read.reportformat import KEPT_TABLE_BYTES
 
 if TYPE_CHECKING:
     from ncuflow.read.reportformat import ReportFile
@@ -291,7 +292,8 @@ def _names_of(report: ReportFile) -> ReportNames:
         names = ReportNames(NameIndex.of(report.strings))
         while len(_TABLES) >= _TABLES_KEPT:
             del _TABLES[next(iter(_TABLES))]  # the least recently used
-    _TABLES[report.tables_key] = names  # the most recently used last
+    if sum(map(len, report.tables_key)) <= KEPT_TABLE_BYTES:
+        _TABLES[report.tables_key] = names  # the most recently used last
     names.version = report.version
     return names
 

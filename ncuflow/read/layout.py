@@ -77,9 +77,18 @@ class Layout:
         return self.index.get(name)
 
 
-@functools.lru_cache(maxsize=64)
+# A list longer than this is not kept (ncu's full sets carry ~2,200 metrics; a hostile file may
+# claim millions): it is planned for its result alone.
+KEPT_LIST_LENGTH = 100_000
+
+
 def layout_of(names: tuple[str | None, ...]) -> Layout:
     """The one ``Layout`` of this list in this process (its plans are made once)."""
+    return _kept_layout(names) if len(names) <= KEPT_LIST_LENGTH else Layout(names)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_layout(names: tuple[str | None, ...]) -> Layout:
     return Layout(names)
 
 

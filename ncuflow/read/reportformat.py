@@ -238,6 +238,7 @@ def _walk(report: ReportFile, messages: Any) -> None:
 # same table, parsed once (and their names made Python text once: ``ncuflow.read.fileaction``).
 _PARSED_TABLES: dict[bytes, Any] = {}
 _TABLES_KEPT = 16
+KEPT_TABLE_BYTES = 4 << 20  # ncu's tables: ~130 KB for a full set; a larger one is parsed, not kept
 
 
 def _strings_of(block: Any, messages: Any, report: ReportFile) -> Any:
@@ -254,7 +255,8 @@ def _strings_of(block: Any, messages: Any, report: ReportFile) -> Any:
             return None
         while len(_PARSED_TABLES) >= _TABLES_KEPT:
             del _PARSED_TABLES[next(iter(_PARSED_TABLES))]  # the least recently used
-    _PARSED_TABLES[raw] = table
+    if len(raw) <= KEPT_TABLE_BYTES:
+        _PARSED_TABLES[raw] = table
     report.string_tables.append(table)
     report.tables_key += (raw,)
     return table.strings
