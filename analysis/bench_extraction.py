@@ -58,6 +58,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MIB = 2**20
@@ -122,18 +123,43 @@ _WROTE = re.compile(r"wrote (\d+) launch")
 
 
 def per_launch_child(list_file: str) -> None:
-    """Export the listed reports in this process, its modules imported before the clock starts."""
+    """Export the listed reports in this process, its modules imported before the clock starts;
+    then each distinct report alone as an export reads it (``export_one_report``: read, model,
+    rows; the best of 5), for the split of the cost into a report's and a launch's."""
     from ncuflow.cli import bound_polars_memory
 
     bound_polars_memory()  # the process as the `ncuflow` command sets it up (before polars is imported)
     from ncuflow.output.export import export_reports
+    from ncuflow.output.launch_rows import export_one_report
 
     reports = [Path(line) for line in Path(list_file).read_text().splitlines() if line]
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
         launches = export_reports(reports, Path(folder) / "bench.parquet", jobs=None).launch_count
         seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "launches": launches}))
+        alone = []
+        for report in {os.stat(r).st_ino: r for r in reports}.values():  # each content once
+            taken = []
+            for _ in range(5):
+                begun = time.perf_counter()
+                rows, _, _ = export_one_report(report, None, Path(folder), 0, False, 0.6, 1000)
+                taken.append(time.perf_counter() - begun)
+            alone.append((len(rows.get("report", ())), min(taken)))
+    print(json.dumps({"seconds": seconds, "launches": launches, "alone": alone}))
+
+
+def split_cost(alone: Sequence[Sequence[float]]) -> tuple[float, float] | None:
+    """(seconds a report, seconds a launch): the least-squares line through each report's
+    (launches, seconds); None with fewer than three launch counts (two reports are no line)."""
+    points = [(float(n), float(t)) for n, t in alone]
+    count = len(points)
+    if len({n for n, _ in points}) < 3:
+        return None
+    mean_n = sum(n for n, _ in points) / count
+    mean_t = sum(t for _, t in points) / count
+    spread = sum((n - mean_n) ** 2 for n, _ in points)
+    slope = sum((n - mean_n) * (t - mean_t) for n, t in points) / spread
+    return mean_t - slope * mean_n, slope
 
 
 # ----------------------------------------------------------------------------- measuring (parent side)
@@ -251,16 +277,15 @@ def measure(passes: Sequence[Pass], repeats: int) -> dict[str, Row]:
                        max(r.own_peak for r in taken)) for label, taken in samples.items()}
 
 
-def measure_per_launch(passes: Sequence[Pass], repeats: int) -> dict[str, tuple[float, int]]:
-    """(best seconds, launches) of each in-process pass (it prints its own timing as JSON)."""
-    best: dict[str, tuple[float, int]] = {}
+def measure_per_launch(passes: Sequence[Pass], repeats: int) -> dict[str, dict[str, Any]]:
+    """The best run (by its seconds) of each in-process pass (it prints its own timing as JSON)."""
+    best: dict[str, dict[str, Any]] = {}
     for _ in range(repeats):
         for one in passes:
             out = subprocess.run(one.argv, capture_output=True, text=True, check=True).stdout
             result = json.loads(out.strip().splitlines()[-1])
-            seconds, launches = result["seconds"], result["launches"]
-            if one.label not in best or seconds < best[one.label][0]:
-                best[one.label] = (seconds, launches)
+            if one.label not in best or result["seconds"] < best[one.label]["seconds"]:
+                best[one.label] = result
     return best
 
 
@@ -353,6 +378,9 @@ def print_table(title: str, columns: Sequence[str], rows: dict[str, dict[str, Ro
     for label, by_column in rows.items():
         cells = [_cell(by_column[c], rows["floor"][c], memory) for c in columns]
         print(f"  {label:24s}" + "".join(f" | {cell:>{width}s}" for cell in cells))
+    if all(c in DEFAULT_PROCESSES for c in columns) and "ncuflow, default" in rows:
+        print("  the default options read with: " + ", ".join(
+            f"{c} {DEFAULT_PROCESSES[c]} process{'es' if DEFAULT_PROCESSES[c] > 1 else ''}" for c in columns))
 
 
 # ----------------------------------------------------------------------------- the run
@@ -368,10 +396,23 @@ class Options:
     per_launch_launches: int
 
 
+def default_processes(corpus: Sequence[Path]) -> int:
+    """The processes ``ncuflow export`` reads these reports with when not told (this one and its
+    workers, as ``ncuflow.read.jobs`` decides it from their bytes and launches)."""
+    from ncuflow.read.jobs import resolve_jobs
+
+    return 1 + (resolve_jobs(None, corpus) or 0)
+
+
+# processes the default options read each table's column with (filled as the tables are measured)
+DEFAULT_PROCESSES: dict[str, int] = {}
+
+
 def scaling_table(options: Options, work: Path) -> dict[str, dict[str, Row]]:
     rows: dict[str, dict[str, Row]] = {"floor": {}, **{label: {} for label, _, _ in EXPORTS}}
     for scale in options.scales:
         corpus = scaled_corpus(options.reports, scale, work / "scaled")
+        DEFAULT_PROCESSES[f"{scale}x"] = default_processes(corpus)
         output = work / f"scaled-{scale}.parquet"
         passes = [floor_pass(corpus, work, f"scaled-{scale}"),
                   *(export_pass(label, corpus, reader, jobs, output) for label, reader, jobs in EXPORTS)]
@@ -384,6 +425,7 @@ def scaling_table(options: Options, work: Path) -> dict[str, dict[str, Row]]:
 def full_set_table(options: Options, work: Path) -> tuple[dict[str, dict[str, Row]], list[Path], list[Path]]:
     chosen = full_set_reports(options.reports)
     corpus = repeated_to(chosen, int(options.full_set_mb * MB), work / "full-set")
+    DEFAULT_PROCESSES["full set"] = default_processes(corpus)
     output = work / "full-set.parquet"
     passes = [floor_pass(corpus, work, "full-set"),
               *(export_pass(label, corpus, reader, jobs, output) for label, reader, jobs in FULL_SET_EXPORTS)]
@@ -402,8 +444,19 @@ def start_up_table(options: Options, work: Path) -> dict[str, dict[str, Row]]:
     return {label: {"one report": row} for label, row in measure(passes, options.repeats).items()}
 
 
-def per_launch_table(options: Options, work: Path) -> list[tuple[str, int, float, int, int]]:
-    """(band, reports, seconds per launch, launches, metrics a launch at most) of each metric band."""
+@dataclass(frozen=True)
+class Band:
+    """One metric band's per-launch cost: its reports, the export's seconds a launch over them
+    repeated, and the split of a report's own export into a report's and a launch's share."""
+
+    label: str
+    reports: int
+    launches: int
+    per_launch: float
+    split: tuple[float, float] | None
+
+
+def per_launch_table(options: Options, work: Path) -> list[Band]:
     passes, chosen = [], {}
     for label, low, high in METRIC_BANDS:
         chosen[label] = reports_by_metrics(options.reports, low, high)
@@ -411,8 +464,8 @@ def per_launch_table(options: Options, work: Path) -> list[tuple[str, int, float
             corpus = repeated_to(chosen[label], options.per_launch_launches, work / f"band-{low}", unit="launches")
             passes.append(per_launch_pass(label, corpus, work, f"band-{low}"))
     best = measure_per_launch(passes, options.repeats)
-    return [(label, len(chosen[label]), best[label][0] / best[label][1], best[label][1], high)
-            for label, _, high in METRIC_BANDS if label in best]
+    return [Band(label, len(chosen[label]), best[label]["launches"], best[label]["seconds"] / best[label]["launches"],
+                 split_cost(best[label]["alone"])) for label, _, _ in METRIC_BANDS if label in best]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -460,14 +513,18 @@ def run(options: Options, work: Path) -> None:
     print_table(f"one small report (start-up): {options.small.name} ({options.small.stat().st_size / 1024:.0f} KiB, "
                 f"{start_up['floor']['one report'].launches} launches)", ["one report"], start_up, memory=False)
     bands = per_launch_table(options, work)
-    print("\nper launch, one process, its modules imported (export in the process, no workers)")
-    for label, count, seconds, launches, _ in bands:
-        print(f"  {label:24s} | {seconds * 1e3:6.2f} ms a launch ({launches} launches, {count} reports repeated)")
+    print("\nper launch, one process, its modules imported (export in the process, no workers); split: each "
+          "report alone\n(read, model, rows), the least-squares line through its launches and seconds")
+    for band in bands:
+        split = (f"; split: {band.split[0] * 1e3:.2f} ms a report + {band.split[1] * 1e3:.2f} ms a launch"
+                 if band.split else "")
+        print(f"  {band.label:24s} | {band.per_launch * 1e3:6.2f} ms a launch ({band.launches} launches, "
+              f"{band.reports} reports repeated){split}")
     goals(options, scaled, full, start_up, bands)
 
 
 def goals(options: Options, scaled: dict[str, dict[str, Row]], full: dict[str, dict[str, Row]],
-          start_up: dict[str, dict[str, Row]], bands: list[tuple[str, int, float, int, int]]) -> None:
+          start_up: dict[str, dict[str, Row]], bands: list[Band]) -> None:
     print("\ngoals (issues 19 and 33):")
     for name, table, column in (("the corpus x4", scaled, "4x"), ("full-set reports", full, "full set")):
         if table and column in table["floor"]:
@@ -477,10 +534,15 @@ def goals(options: Options, scaled: dict[str, dict[str, Row]], full: dict[str, d
                   f"{table['ncuflow, 1 process'][column].seconds / floor:.2f}x (goal <= 0.45x)")
     if scaled:
         low, high = f"{min(options.scales)}x", f"{max(options.scales)}x"
-        for label in ("ncuflow, default", "ncuflow, 1 process", "ncuflow, 2 processes"):
+        for label in ("ncuflow, 1 process", "ncuflow, 2 processes", "ncuflow, default"):
             peaks = scaled[label]
-            print(f"  {label}: peak memory {high} / {low} {peaks[high].peak / peaks[low].peak:.2f}x (goal <= 1.2x), "
-                  f"{peaks[high].peak / MIB:.0f} MiB at {high} (goal <= 400 MiB)")
+            # The default reads with as many processes as the reports are worth: its peak at the high
+            # scale is compared with the low scale's peak of that many processes.
+            same = {1: "ncuflow, 1 process", 2: "ncuflow, 2 processes"}.get(DEFAULT_PROCESSES.get(high, 0), label)
+            base = scaled[same if label == "ncuflow, default" else label][low]
+            print(f"  {label}: peak memory {high} / {low} {peaks[high].peak / base.peak:.2f}x (goal <= 1.2x"
+                  + (f"; against {same} at {low}" if label == "ncuflow, default" else "")
+                  + f"), {peaks[high].peak / MIB:.0f} MiB at {high} (goal <= 400 MiB)")
         own = scaled["ncuflow, 1 process"]
         print(f"  ncuflow, 1 process, its own true peak (VmHWM): {high} / {low} "
               f"{own[high].own_peak / own[low].own_peak:.2f}x ({own[low].own_peak / MIB:.0f} -> "
@@ -489,7 +551,8 @@ def goals(options: Options, scaled: dict[str, dict[str, Row]], full: dict[str, d
     print(f"  classify of one small report: {start_up['ncuflow classify']['one report'].seconds / floor:.2f}x the "
           f"floor's whole process (goal <= 2x); export: {start_up['ncuflow export']['one report'].seconds / floor:.2f}x")
     if len(bands) == 2:
-        print(f"  per launch, ~2,000 metrics / ~300 metrics: {bands[1][2] / bands[0][2]:.2f}x (goal <= 1.5x)")
+        low, high = bands
+        print(f"  per launch, ~2,000 metrics / ~300 metrics: {high.per_launch / low.per_launch:.2f}x (goal <= 1.5x)")
 
 
 if __name__ == "__main__":
