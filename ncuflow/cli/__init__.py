@@ -164,3 +164,41 @@ def main(argv: list[str] | None = None) -> Any:
         sys.exit(error.exit_code)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
+
+
+# Where one of these is loaded, its own exit handlers matter (Ray's shutdown, CUDA's teardown).
+_TEARDOWN_MODULES = ("ray", "torch", "triton")
+
+
+def run() -> None:
+    """The ``ncuflow`` console script and ``python -m ncuflow``: ``main``, then its exit status.
+
+    Once the command is done (its outputs written and renamed, its workers stopped) and nothing
+    else runs (one thread, no child process, none of ``_TEARDOWN_MODULES``), the process ends as
+    soon as stdout and stderr are flushed, without the interpreter's teardown of every module it
+    imported: ~45 ms after an export (polars' modules), ~15 ms after classify, of a command that
+    takes ~0.2 s on a small report. Elsewhere it exits as Python does."""
+    try:
+        code = main()
+    except SystemExit as done:
+        code = done.code
+    # click's non-standalone mode returns the exit status of `raise Exit(n)` instead of exiting;
+    # it is passed on, or `ncuflow doctor --strict` would always exit 0.
+    if not _nothing_left_running():
+        sys.exit(code)
+    status = code if isinstance(code, int) else 0 if code is None else 1
+    if not isinstance(code, int) and code is not None:
+        print(code, file=sys.stderr)  # what sys.exit does with a message
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a reader that went away (`| head`): nothing more to say
+            stream.flush()
+    os._exit(status)
+
+
+def _nothing_left_running() -> bool:
+    import threading
+
+    if threading.active_count() > 1 or any(name in sys.modules for name in _TEARDOWN_MODULES):
+        return False
+    multiprocessing = sys.modules.get("multiprocessing")
+    return multiprocessing is None or not multiprocessing.active_children()
