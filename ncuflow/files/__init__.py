@@ -129,7 +129,6 @@ def _plain_name(name: str) -> str:
     except UnicodeEncodeError:  # a byte that is not UTF-8 (kept as a surrogate by the OS layer)
         pass
     import hashlib  # here: a long or undecodable name is rare, and the module costs every command ~5 ms
-
     return hashlib.sha256(os.fsencode(name)).hexdigest()[:24]
 
 
