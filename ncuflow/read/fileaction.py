@@ -283,7 +283,7 @@ def iter_file_actions(path: Path) -> Iterator[tuple[int, int, FileAction]]:
 # String tables kept by their bytes: reports that name their metrics alike (a store's runs of one
 # collection on one chip, the replicas of a run) share one, its names indexed and checked once.
 _TABLES: dict[tuple[bytes, ...], ReportNames] = {}
-_TABLES_KEPT = 8
+_TABLES_KEPT = 4
 
 
 def _names_of(report: ReportFile) -> ReportNames:

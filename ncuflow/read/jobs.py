@@ -54,7 +54,7 @@ class ReadingCost:
         return shared - self.pool_start - launches * self.per_row_back
 
 
-READING_COST = ReadingCost(per_report=0.00024, per_launch=0.00031, per_mb=0.00057, pool_start=0.1,
+READING_COST = ReadingCost(per_report=0.00024, per_launch=0.00031, per_mb=0.00057, pool_start=0.05,
                            per_row_back=0.0001)
 
 

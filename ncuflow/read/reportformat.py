@@ -237,7 +237,7 @@ def _walk(report: ReportFile, messages: Any) -> None:
 # String tables parsed lately, by their bytes: the reports of one collection on one chip carry the
 # same table, parsed once (and their names made Python text once: ``ncuflow.read.fileaction``).
 _PARSED_TABLES: dict[bytes, Any] = {}
-_TABLES_KEPT = 16
+_TABLES_KEPT = 4
 KEPT_TABLE_BYTES = 4 << 20  # ncu's tables: ~130 KB for a full set; a larger one is parsed, not kept
 
 
