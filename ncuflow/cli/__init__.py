@@ -171,7 +171,8 @@ _TEARDOWN_MODULES = ("ray", "torch", "triton")
 
 
 def run() -> None:
-    """The ``ncuflow`` console script and ``python -m ncuflow``: ``main``, then its exit status.
+    """The ``ncuflow`` console script: ``main``, then its exit status (``python -m ncuflow``, which
+    code may also run in its own process through ``runpy``, exits as Python does).
 
     Once the command is done (its outputs written and renamed, its workers stopped) and nothing
     else runs (one thread, no child process, none of ``_TEARDOWN_MODULES``), the process ends as

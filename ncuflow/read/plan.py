@@ -1,8 +1,8 @@
 """A report's read plan: the canonical fields resolved against its metric list once, then each
 launch read by index into only the metrics the fields need.
 
-Every launch of a report carries the same metric names (in every report of the shared corpus
-bar two, whose few odd launches get a plan of their own). So the alias chains
+Every launch of a report carries the same metric names as a rule (in all but three reports of
+the shared corpus, where one launch each gets a plan of its own). So the alias chains
 (``ncuflow.read.chains``) are resolved once per distinct metric list, not per launch: for each
 field, the sources the list can feed, each with the indices of its metrics in the list, the
 scale and arithmetic that turn their raw values into the field's unit, and the provenance
