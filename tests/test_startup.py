@@ -9,6 +9,7 @@ smallest of a few runs of each, taken in turn), so that a shared machine's load 
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -103,3 +104,20 @@ def test_the_read_side_imports_no_polars_until_a_frame_is_built() -> None:
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'polars'))")
     printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert printed.strip() == "[]"
+
+
+def test_the_console_script_gives_mains_output_and_status(one_report: Path, tmp_path: Path) -> None:
+    """The console script ends without the interpreter's teardown once the command is done: its
+    output is all there (flushed first) and its exit status is the command's."""
+    script = Path(sys.executable).with_name("ncuflow")
+    if not script.is_file():
+        pytest.skip("no ncuflow console script beside this interpreter")
+    listed = subprocess.run([str(script), "classify", str(one_report), "--json"], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)) >= 1, listed.stderr
+    missing = subprocess.run([str(script), "classify", str(tmp_path / "none.ncu-rep")], capture_output=True,
+                             text=True, timeout=120, check=False)
+    assert missing.returncode == 2 and missing.stderr.startswith("ncuflow: ") and "none.ncu-rep" in missing.stderr
+    exported = subprocess.run([str(script), "export", str(one_report), "-o", str(tmp_path / "one.parquet")],
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert exported.returncode == 0 and (tmp_path / "one.parquet").stat().st_size > 0, exported.stderr
