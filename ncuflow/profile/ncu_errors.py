@@ -9,6 +9,9 @@ from pathlib import Path
 
 from ncuflow.errors import NcuflowError
 
+# NVIDIA's code for "this user may not read the GPU performance counters", as ncu prints it.
+COUNTER_PERMISSION_CODE = "ERR_NVGPUCTRPERM"
+
 
 class NcuNotFound(NcuflowError):
     """No ncu executable could be found."""
@@ -23,7 +26,7 @@ class NcuFailed(NcuflowError):
 class CounterPermissionDenied(NcuFailed):
     def __init__(self, log_path: Path | None = None) -> None:
         super().__init__(
-            "ncu could not read the GPU performance counters (ERR_NVGPUCTRPERM).",
+            f"ncu could not read the GPU performance counters ({COUNTER_PERMISSION_CODE}).",
             "The NVIDIA driver restricts counter access to administrators "
             "(RmProfilingAdminOnly=1), which is the default on most Linux installs and in "
             "containers started without the needed capability." + _see_log(log_path),
@@ -203,7 +206,7 @@ def parse_log(text: str) -> LogFindings:
         errors=tuple(errors),
         warnings=tuple(warnings),
         profiled_kernels=profiled,
-        permission_denied="ERR_NVGPUCTRPERM" in text,
+        permission_denied=COUNTER_PERMISSION_CODE in text,
         no_kernels="No kernels were profiled" in text,
         failed_metrics=tuple(failed),
         driver_problem=driver if (driver and (joined or app_code is not None)) else None,
