@@ -121,7 +121,7 @@ def _run(command: list[str], what: str) -> None:
 # ----------------------------------------------------------------------------- what travels
 
 
-def copy_tree(target: Path) -> None:
+def copy_tree(target: Path, *, bundle: bool = True) -> None:
     """The tracked and untracked-not-ignored files, plus .gpu-bundle: what the device tool sends."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             capture_output=True, check=True).stdout.decode().split("\0")
@@ -131,11 +131,12 @@ def copy_tree(target: Path) -> None:
         if source.is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
-    bundle = REPO / ".gpu-bundle"
-    if not (bundle / "manifest.json").is_file():
+    if not bundle:
+        return
+    if not (REPO / ".gpu-bundle" / "manifest.json").is_file():
         raise RehearsalError("No GPU bundle (.gpu-bundle/manifest.json): the device call carries it. "
                              "Run `make gpu-bundle` first.")
-    shutil.copytree(bundle, target / ".gpu-bundle")
+    shutil.copytree(REPO / ".gpu-bundle", target / ".gpu-bundle")
 
 
 def device_command() -> str:
@@ -313,7 +314,7 @@ MODES = (
 def dry_run(python: Path) -> subprocess.CompletedProcess[str]:
     """The cheap part: the dry run in a copy of the tree on PYTHON, nothing installed, no bundle."""
     tree = SCRATCH / "dry-run" / "repo"
-    copy_tree_without_bundle(tree)
+    copy_tree(tree, bundle=False)
     return subprocess.run([str(python), "analysis/run_study_on_gpu.py", "--part", "flashinfer", "--dry-run"], cwd=tree,
                           env={"PATH": "/usr/bin:/bin", "HOME": str(tree.parent), "LANG": "C.UTF-8"},
                           capture_output=True, text=True, timeout=300, check=False)
@@ -326,16 +327,6 @@ def dry_run_problems(done: subprocess.CompletedProcess[str]) -> list[str]:
     if done.returncode != 0 or "Traceback" in text:
         return [f"the dry run failed (exit {done.returncode}): {text[-2000:]}"]
     return [f"the dry run does not list step {s.name!r}" for s in STEPS if f". {s.name}: " not in done.stdout]
-
-
-def copy_tree_without_bundle(tree: Path) -> None:
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    shutil.rmtree(tree, ignore_errors=True)
-    for name in filter(None, listed):
-        if (REPO / name).is_file():
-            (tree / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, tree / name)
 
 
 def main(argv: list[str] | None = None) -> int:
