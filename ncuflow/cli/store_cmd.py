@@ -25,15 +25,16 @@ def check_command(store: Path, repair: bool) -> None:
     missing. Runs written by a newer ncuflow are listed but never moved. Exits 1 when
     damaged runs remain (none found, or all moved with --repair: 0).
     """
+    from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
     from ncuflow.store.check import check_store, move_aside
 
     result = check_store(store)
     for run in result.damaged:
         kind = "newer" if run.newer else "damaged"
-        click.echo(f"{kind}\t{run.path}\t{run.problem}")
+        click.echo(f"{kind}\t{safe_text(run.path, limit=None)}\t{safe_text(run.problem, limit=SENTENCE_CHARS)}")
         if repair and not run.newer:
             target = move_aside(run)
-            click.echo(f"moved\t{run.path} -> {target.name}")
+            click.echo(f"moved\t{safe_text(run.path, limit=None)} -> {safe_text(target.name, limit=None)}")
     repairable = len(result.repairable)
     summary = f"{result.complete} complete runs, {repairable} damaged"
     if len(result.damaged) > repairable:

@@ -9,6 +9,7 @@ import click
 
 from ncuflow.cli.options import jobs_option, threshold_option
 from ncuflow.cli.selection import selection_from, selection_options
+from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
 
 @click.command("summary")
@@ -38,7 +39,7 @@ def summary_command(paths: tuple[Path, ...], top: int | None, as_json: bool, as_
         raise UsageError("--json and --csv both ask for the whole output.", "", "Pass one of them.")
     loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs))
     for note in loaded.notes:
-        click.echo(f"ncuflow: note: {note}", err=True)
+        click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
     summaries = summarize(loaded.runs, threshold=threshold, top=top)
     from ncuflow.output.summary_table import print_summaries, summaries_csv, summaries_document
 
