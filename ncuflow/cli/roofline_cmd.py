@@ -37,6 +37,8 @@ def roofline_command(paths: tuple[Path, ...], output: Path, per: str, as_json: b
 
     guard_output(output, kind="an ncuflow plot", recognise=png_recogniser, inputs=paths, option="-o/--output")
     loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs))
+    for line in loaded.damaged:  # each damaged or unreadable run skipped, named once
+        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
     for note in loaded.notes:
         click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
     lines = rooflines(point_groups(loaded.runs, per), threshold)

@@ -22,29 +22,33 @@ def check_command(store: Path, repair: bool) -> None:
 
     A damaged run is a run folder whose manifest.json does not validate (truncated
     JSON, a required field missing, a field of the wrong type) or whose report is
-    missing. Runs written by a newer ncuflow are listed but never moved. Exits 1 when
-    damaged runs remain (none found, or all moved with --repair: 0).
+    missing. Runs written by a newer ncuflow, and runs this user cannot read (no permission),
+    are listed but never moved. Exits 1 when damaged runs remain or runs cannot be read (none
+    found, or all damaged ones moved with --repair: 0).
     """
     from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
     from ncuflow.store.check import check_store, move_aside
 
     result = check_store(store)
     for run in result.damaged:
-        kind = "newer" if run.newer else "damaged"
+        kind = "unreadable" if run.unreadable else "newer" if run.newer else "damaged"
         click.echo(f"{kind}\t{safe_text(run.path, limit=None)}\t{safe_text(run.problem, limit=SENTENCE_CHARS)}")
-        if repair and not run.newer:
+        if repair and run.movable:
             target = move_aside(run)
             click.echo(f"moved\t{safe_text(run.path, limit=None)} -> {safe_text(target.name, limit=None)}")
     repairable = len(result.repairable)
     summary = f"{result.complete} complete runs, {repairable} damaged"
-    if len(result.damaged) > repairable:
-        summary += f", {len(result.damaged) - repairable} written by a newer ncuflow"
+    newer = len(result.damaged) - repairable - len(result.unreadable)
+    if newer:
+        summary += f", {newer} written by a newer ncuflow"
+    if result.unreadable:
+        summary += f", {len(result.unreadable)} cannot be read by this user (not moved: fix their permissions)"
     if repair and repairable:
         summary += f"; {repairable} moved aside"
     elif repairable:
         summary += f"; `ncuflow store check {store} --repair` moves them aside"
     click.echo(summary, err=True)
-    if repairable and not repair:
+    if (repairable and not repair) or result.unreadable:
         raise click.exceptions.Exit(1)
 
 
