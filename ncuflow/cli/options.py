@@ -164,5 +164,6 @@ def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
         help="Read reports in N worker processes besides this one [default: one fewer than the usable "
              "cores; through ncu_report (--reader ncu_report, the units of --metrics-long): the usable "
              "cores, a worker per report, this process reading none]; at most the usable cores, and one "
-             "per 512 MiB of available memory. 0 reads everything in this process.",
+             "per 512 MiB of available memory. 0 reads everything in this process (through ncu_report, one "
+             "worker still: ncu_report can abort its process on a damaged file).",
     )(function))

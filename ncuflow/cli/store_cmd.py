@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -36,6 +37,9 @@ def check_command(store: Path, repair: bool) -> None:
         if repair and run.movable:
             target = move_aside(run)
             click.echo(f"moved\t{safe_text(run.path, limit=None)} -> {safe_text(target.name, limit=None)}")
+    unmerged = _unmerged_escalations(result.runs)
+    for run, problem in unmerged:
+        click.echo(f"tier2\t{safe_text(run.path, limit=None)}\t{safe_text(problem, limit=SENTENCE_CHARS)}")
     repairable = len(result.repairable)
     summary = f"{result.complete} complete runs, {repairable} damaged"
     newer = len(result.damaged) - repairable - len(result.unreadable)
@@ -43,13 +47,33 @@ def check_command(store: Path, repair: bool) -> None:
         summary += f", {newer} written by a newer ncuflow"
     if result.unreadable:
         summary += f", {len(result.unreadable)} cannot be read by this user (not moved: fix their permissions)"
+    if unmerged:
+        summary += (f", {len(unmerged)} whose tier-2 escalation is not of the same launches or device (read as "
+                    "tier 1 alone; profile the point again to escalate it anew)")
     if repair and repairable:
         summary += f"; {repairable} moved aside"
     elif repairable:
         summary += f"; `ncuflow store check {store} --repair` moves them aside"
     click.echo(summary, err=True)
-    if (repairable and not repair) or result.unreadable:
+    if (repairable and not repair) or result.unreadable or unmerged:
         raise click.exceptions.Exit(1)
+
+
+def _unmerged_escalations(runs: Any) -> list[tuple[Any, str]]:
+    """The complete runs whose tier-2 escalation readers do not merge, and why (its launches read)."""
+    from ncuflow.errors import NcuflowError
+    from ncuflow.read.escalation import tier2_problem
+    from ncuflow.store.tiers import tier2_runs_of
+
+    found = []
+    for run in runs:
+        try:
+            has_tier2 = bool(tier2_runs_of(run))
+        except NcuflowError:  # a sidecar that cannot be read: tier2_problem names it
+            has_tier2 = True
+        if has_tier2 and (problem := tier2_problem(run)) is not None:
+            found.append((run, problem))
+    return found
 
 
 store_group.add_command(check_command)

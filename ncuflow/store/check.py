@@ -37,6 +37,7 @@ class StoreCheck:
     root: Path
     complete: int
     damaged: tuple[DamagedRun, ...]
+    runs: tuple[RunRecord, ...] = ()  # the complete runs (what a further check, e.g. of tier 2, reads)
 
     @property
     def repairable(self) -> tuple[DamagedRun, ...]:
@@ -57,14 +58,14 @@ def check_store(root: Path) -> StoreCheck:
             "Give the path of the store, e.g. profiles/.",
         )
     refuse_misrooted(base, "store check", "ncuflow store check {store}")
-    complete = 0
+    runs: list[RunRecord] = []
     damaged: list[DamagedRun] = []
     for found in scan_runs(base):
         if isinstance(found, RunRecord):
-            complete += 1
+            runs.append(found)
         else:
             damaged.append(found)
-    return StoreCheck(base, complete, tuple(damaged))
+    return StoreCheck(base, len(runs), tuple(damaged), tuple(runs))
 
 
 def _store_above(base: Path) -> Path | None:
