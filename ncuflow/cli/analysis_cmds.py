@@ -239,19 +239,22 @@ def _reprofiler(given: dict[str, Any], replicas: int) -> Any:
 
 def _write_stability(findings: Any, request: Any, markdown_path: Path | None, parquet_path: Path | None,
                      inputs: Sequence[Path]) -> None:
+    """The Markdown and the parquet asked for, as one pair carrying one id (``output.stability_pair``)."""
+    if markdown_path is None and parquet_path is None:
+        return
+    from ncuflow.analyze.stability import stability_frame
+    from ncuflow.output.markdown import stability_markdown
+    from ncuflow.output.stability_pair import write_stability_pair
+
+    text = None
     if markdown_path is not None:
-        from ncuflow.output.markdown import stability_markdown, write_markdown
-
-        text = "\n".join(stability_markdown(findings.groups, request.tolerances, findings.singles))
-        write_markdown("# ncuflow stability\n\n" + text + "\n", markdown_path, title="stability", inputs=inputs)
-        click.echo(f"wrote {markdown_path}", err=True)
-    if parquet_path is not None:
-        from ncuflow.analyze.stability import stability_frame
-        from ncuflow.output.export import write_parquet
-
-        write_parquet(stability_frame(findings.groups), parquet_path, table="stability", inputs=inputs,
-                      option="--parquet")
-        click.echo(f"wrote {parquet_path}", err=True)
+        text = "# ncuflow stability\n\n" + "\n".join(stability_markdown(findings.groups, request.tolerances,
+                                                                        findings.singles)) + "\n"
+    frame = stability_frame(findings.groups) if parquet_path is not None else None
+    write_stability_pair(text, frame, markdown_path=markdown_path, parquet_path=parquet_path, inputs=inputs)
+    for path in (markdown_path, parquet_path):
+        if path is not None:
+            click.echo(f"wrote {path}", err=True)
 
 
 # ---------------------------------------------------------------------------
