@@ -139,3 +139,16 @@ def test_long_kernel_names_are_shortened_and_fast(hostile: dict[str, Path], tmp_
     assert len(ran.stdout) < 200_000, len(ran.stdout)  # the name is shortened, not printed whole
     shown = ran.stdout + ran.stderr + "".join(p.read_text() for p in tmp_path.rglob("*.md"))
     assert "k" * 1000 not in shown and "kkkk…" in shown
+
+
+def test_a_serving_logs_name_reaches_the_terminal_escaped(serving_logs_dir: Path, tmp_path: Path) -> None:
+    """phases prints a log's name and its run labels: escaped as every other renderer's text."""
+    log = sorted(serving_logs_dir.glob("*.log"))[0]
+    hostile = tmp_path / f"evil\x1b]0;PWNED\x07\x1b[2J-{log.name}"
+    hostile.write_bytes(log.read_bytes())
+    ran = run_limited(["phases", str(hostile)], case="display-phases")
+    SEEN["display_cases"] += 1
+    assert ran.code == 0 and not ran.traceback, ran.output[-2000:]
+    _clean(ran.stdout, "phases stdout")
+    _clean(ran.stderr, "phases stderr")
+    assert "evil\\x1b]0;PWNED\\x07" in ran.stdout
