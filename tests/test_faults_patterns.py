@@ -11,6 +11,7 @@ the corpus whose kernel names were rewritten (``tests.report_edit``).
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,3 +127,17 @@ def test_a_stored_pattern_ncuflow_cannot_search_is_flagged_by_store_check(corpus
     read = run_limited(["classify", str(root)], case="pattern-stored-refused")
     _bounded(read, codes=(2,))
     assert "damaged run" in read.stderr and "kernel regex" in read.stderr
+
+
+def test_without_google_re2_the_profiling_path_still_works(corpus_dir: Path, tmp_path: Path) -> None:
+    """The GPU host has no network (and no polars): where google-re2 is not installed, a pattern is
+    checked and searched by Python's re, and doctor says so."""
+    code = ("import sys; sys.modules['re2'] = None; sys.modules['polars'] = None\n"
+            "from ncuflow.cli import main\nmain(sys.argv[1:])")
+    for argv, words in ((["profile", "copy_bandwidth:mib=16", "--kernel", "copy.*", "--dry-run", "--store",
+                          str(tmp_path / "s"), "--ncu", str(FAKE_NCU)], "regex:copy.*"),
+                        (["classify", "--kernel", "kernel_A", str(corpus_dir / SMALL)], "kernel_A"),
+                        (["doctor"], "no time bound")):
+        ran = run_limited(argv, command=[sys.executable, "-c", code, *argv], case="pattern-without-re2")
+        SEEN["pattern_cases"] += 1
+        assert not ran.traceback and words in ran.output, ran.output[-2000:]
