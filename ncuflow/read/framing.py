@@ -20,6 +20,7 @@ Plain standard library: the store checks its runs' reports with it (``store.insp
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import struct
@@ -110,8 +111,9 @@ def check_framing(path: Path) -> Framing:
     """Walk the framing of the report at ``path`` (a regular file; anything else is ``unknown``)."""
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as error:
-        return Framing("unreadable", 0, 0, f"it cannot be read ({error.strerror or error})")
+    except OSError as error:  # no permission: it cannot be read (never "empty"); gone: not this check's to say
+        verdict: Verdict = "unreadable" if error.errno in (errno.EACCES, errno.EPERM) else "unknown"
+        return Framing(verdict, 0, 0, f"it cannot be read ({error.strerror or error})")
     with os.fdopen(descriptor, "rb") as handle:
         status = os.fstat(handle.fileno())
         if not stat.S_ISREG(status.st_mode):
