@@ -109,7 +109,10 @@ def phases_command(
         data["plots"] = [str(p) for p in written]
         click.echo(json.dumps(data, indent=2, default=str))
         return
-    click.echo(render_text(report), nl=False)
+    from ncuflow.files.safe_text import safe_text
+
+    # a log's run labels and values reach the terminal escaped (each line, its breaks kept)
+    click.echo("".join(safe_text(line, limit=None) + "\n" for line in render_text(report).splitlines()), nl=False)
     for path in written:
         click.echo(f"timeline written to {path}")
 
@@ -182,7 +185,9 @@ def record_command(
         f"{len(records) - len(failed)} requests recorded, {len(failed)} failed -> {out_path}"
     )
     if failed:
-        click.echo(f"first failure: {failed[0]['error']}", err=True)
+        from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
+
+        click.echo(f"first failure: {safe_text(failed[0]['error'], limit=SENTENCE_CHARS)}", err=True)
         click.echo(
             f"ncuflow: {len(failed)} of {len(records)} requests failed; the trace holds them "
             "as records with an 'error' field. Check the server and --model, then record again.",

@@ -27,6 +27,7 @@ from ncuflow.analyze.fields import PLOT_WORK_FIELDS
 from ncuflow.analyze.point import format_param
 from ncuflow.analyze.study import PointSummary
 from ncuflow.files import atomic_path
+from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
 VERDICT_COLORS: dict[str, str] = {
     "baseline": "#444444",
@@ -73,10 +74,11 @@ def _title(explained: GroupExplanation, width_inches: float) -> str:
     group = explained.group
     chars = max(40, int(width_inches * 13))
     fixed = ", ".join(f"{k}={format_param(v)}" for k, v in group.fixed)
-    lines = [f"{group.cell}: {group.param} sweep"]
+    lines = [safe_text(f"{group.cell}: {group.param} sweep", "plot")]
     if fixed:
-        lines += textwrap.wrap(f"at {fixed}", chars)
-    lines += textwrap.wrap(textwrap.shorten(f"kernel {group.kernel}", width=3 * chars, placeholder=" …"), chars)
+        lines += textwrap.wrap(safe_text(f"at {fixed}", "plot", limit=SENTENCE_CHARS), chars)
+    lines += textwrap.wrap(textwrap.shorten(f"kernel {safe_text(group.kernel, 'plot')}", width=3 * chars,
+                                            placeholder=" …"), chars)
     return "\n".join(lines)
 
 
@@ -102,14 +104,14 @@ def plot_sweep(explained: GroupExplanation, path: Path, threshold: float = DEFAU
 def sweep_figure(explained: GroupExplanation, threshold: float = DEFAULT_THRESHOLD) -> Figure:
     """The figure of ``plot_sweep``: the duration panel above the work panel."""
     group = explained.group
-    labels = [format_param(p.param(group.param)) for p in group.points]
+    labels = [safe_text(format_param(p.param(group.param)), "plot") for p in group.points]
     width_inches = max(8.5, 1.3 * len(group.points) + 4.5)  # the legends stand to the right
     fig, (ax_time, ax_work) = plt.subplots(2, 1, figsize=(width_inches, 7.6), sharex=True, layout="constrained")
     _duration_panel(ax_time, explained, labels, threshold)
     _work_panel(ax_work, explained)
     ax_work.set_xticks(list(range(len(labels))), labels)
     ax_work.set_xlim(-0.5, len(labels) - 0.5)
-    ax_work.set_xlabel(group.param)
+    ax_work.set_xlabel(safe_text(group.param, "plot"))
     fig.suptitle(_title(explained, width_inches), fontsize=9)
     return fig
 
@@ -222,8 +224,9 @@ def differing_params(summaries: Sequence[PointSummary]) -> dict[str, tuple[str, 
 def term_label(summary: PointSummary, shown: Sequence[str]) -> str:
     """A bar group's label: cell, the parameters that differ within the cell, kernel, bound."""
     point = summary.point
-    params = [f"{name}={format_param(point.param(name))}" for name in shown]
-    return "\n".join([point.cell, *params, _short_label(point.function, 26), f"→ {summary.model.bound}"])
+    params = [safe_text(f"{name}={format_param(point.param(name))}", "plot") for name in shown]
+    return "\n".join([safe_text(point.cell, "plot"), *params, _short_label(safe_text(point.function, "plot"), 26),
+                      f"→ {summary.model.bound}"])
 
 
 def plot_terms(summaries: Sequence[PointSummary], path: Path, threshold: float = DEFAULT_THRESHOLD,

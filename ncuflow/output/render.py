@@ -11,6 +11,7 @@ from ncuflow.analyze.fields import CLASSIFY_FIELDS, FIELD_TABLE, duration_text
 from ncuflow.analyze.summary import config_text
 from ncuflow.analyze.waiting import why_waiting
 from ncuflow.files import make_console
+from ncuflow.files.safe_text import safe_text, shortened
 from ncuflow.read.deep_metrics import DEEP_FIELD_NAMES
 from ncuflow.read.launch import Launch
 
@@ -61,7 +62,7 @@ def note_lines(launches: Sequence[Launch]) -> list[str]:
     for launch in launches:
         unread = [name for name, note in launch.notes.items() if "as NaN" in note]
         if len(unread) > 2:
-            lines.append(f"#{launch.action_index} {launch.kernel.function}: ncu stored "
+            lines.append(f"#{launch.action_index} {shortened(launch.kernel.function)}: ncu stored "
                          f"{len(launch.not_numbers)} of its counters as NaN, so {len(unread)} fields are not "
                          f"measured ({', '.join(unread[:4])}{', …' if len(unread) > 4 else ''})")
         for name, note in launch.notes.items():
@@ -76,10 +77,6 @@ def _u(value: float | None) -> str:
     return "—" if value is None else f"{value:,.2f}"
 
 
-def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 _BOUND_STYLE = {"dram": "red", "l2": "magenta", "l1": "magenta", "issue": "yellow", "math": "yellow", "latency": "cyan", "unknown": "dim"}
 
 
@@ -92,7 +89,6 @@ def print_launch_table(
     evidence: bool = False,
 ) -> None:
     """A readable rich table, one row per launch, NVIDIA's verdict beside ours."""
-    from rich.markup import escape
     from rich.table import Table
 
     console = console or make_console()
@@ -110,29 +106,31 @@ def print_launch_table(
             mark = "✓" if verdict.nvidia.agrees else "✗"
             nvidia = f"{mark} {verdict.nvidia.category}"
             if not verdict.nvidia.agrees:
-                notes.append(f"{Path(launch.report).name} #{launch.action_index}: NVIDIA says {verdict.nvidia.category}, ncuflow {verdict.bound}: {verdict.nvidia.reason}")
+                notes.append(f"{Path(launch.report).name} #{launch.action_index}: NVIDIA says {verdict.nvidia.category}, "
+                             f"ncuflow {verdict.bound}: {verdict.nvidia.reason}")
         style = _BOUND_STYLE.get(verdict.bound, "")
         term, u = binding_utilization(verdict)
         table.add_row(
             str(launch.action_index),
-            _short(launch.kernel.function, 44),
+            safe_text(launch.kernel.function, "rich", limit=44),
             config_text(launch.value("grid_size"), launch.value("block_size")),
             *(FIELD_TABLE[name].format(launch.value(name)) for name in CLASSIFY_FIELDS),
             f"[{style}]{verdict.bound}[/{style}]" if style else verdict.bound,
             "—" if u is None else (f"{_u(u)}" if term == verdict.bound else f"{term} {_u(u)}"),
-            nvidia,
+            safe_text(nvidia, "rich"),
         )
     console.print(table)
     for line in note_lines(launches):
-        console.print(f"[yellow]note[/yellow] {escape(line)}", highlight=False)
+        console.print(f"[yellow]note[/yellow] {safe_text(line, 'rich', limit=None)}", highlight=False)
     for note in notes:
-        console.print(f"[yellow]disagreement[/yellow] {note}", highlight=False)
+        console.print(f"[yellow]disagreement[/yellow] {safe_text(note, 'rich', limit=None)}", highlight=False)
     if evidence:
         for launch, verdict in zip(launches, verdicts, strict=True):
-            console.print(f"[bold]#{launch.action_index}[/bold] {verdict.bound}: {verdict.evidence()}", highlight=False)
+            console.print(f"[bold]#{launch.action_index}[/bold] {verdict.bound}: "
+                          f"{safe_text(verdict.evidence(), 'rich', limit=None)}", highlight=False)
             if verdict.bound == "latency":
                 for line in why_waiting(launch).lines():
-                    console.print(f"   why it waits, {line}", highlight=False, markup=False)
+                    console.print(f"   why it waits, {safe_text(line, limit=None)}", highlight=False, markup=False)
             core = [name for name in launch.missing if name not in DEEP_FIELD_NAMES]
             deep = len(launch.missing) - len(core)
             if core or deep:

@@ -33,6 +33,7 @@ from ncuflow.analyze.roofline import (
     Roofline,
     describe_point,
 )
+from ncuflow.files.safe_text import safe_text
 from ncuflow.output.plots import save_figure
 
 BOUND_COLORS: dict[str, str] = {
@@ -141,9 +142,9 @@ def _legend(ax: Axes, line: Roofline) -> None:
 def _table_lines(line: Roofline, width: int = 165) -> list[str]:
     lines = []
     for number, point in enumerate(line.points[:POINTS_LISTED], start=1):
-        group = shorten_middle(point.group, 46)
+        group = shorten_middle(safe_text(point.group, "plot"), 46)
         note = "; tensor work not counted (hollow)" if point.tensor_uncounted else ""
-        text = (f"{number:>2}. {textwrap.shorten(point.label, 58, placeholder='…')}  [{group}]  "
+        text = (f"{number:>2}. {textwrap.shorten(safe_text(point.label, 'plot'), 58, placeholder='…')}  [{group}]  "
                 f"{point.share:.0%} of the time drawn, {BOUND_LABELS.get(point.bound, point.bound)}: "
                 f"{describe_point(point, line)}{note}")
         lines += textwrap.wrap(text, width, subsequent_indent="      ")
@@ -176,7 +177,7 @@ def _panel(ax: Axes, line: Roofline) -> None:
     ax.grid(which="major", alpha=0.3)
     clock = f", SM clock {line.sm_clock_hz / 1e9:.2f} GHz" if line.sm_clock_hz else ""
     counted = "+".join(PRECISION_TITLES[p] for p in line.counted) or "none"
-    ax.set_title(f"{line.device}: hierarchical roofline, {len(line.points)} point"
+    ax.set_title(f"{safe_text(line.device, 'plot')}: hierarchical roofline, {len(line.points)} point"
                  f"{'s' if len(line.points) != 1 else ''} (FLOPs counted: {counted}{clock})", fontsize=10)
     if line.points:
         _legend(ax, line)
@@ -212,7 +213,8 @@ def _bandwidth_panel(ax: Axes, line: Roofline) -> None:
         ax.annotate(f"{LEVEL_TITLES[ceiling.name]} peak {_si(ceiling.value, 'B/s')}", (ceiling.value / 1e12, 1.0),
                     xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(0, 3), ha="center",
                     va="bottom", fontsize=8)
-    ax.set_yticks(rows, [f"{shorten_middle(b.label, 34)}  [{shorten_middle(b.group, 30)}]" for b in shown],
+    ax.set_yticks(rows, [f"{shorten_middle(safe_text(b.label, 'plot'), 34)}  [{shorten_middle(safe_text(b.group, 'plot'), 30)}]"
+                         for b in shown],
                   fontsize=7)
     if not any(rate is not None for item in shown for rate in item.rates.values()):
         ax.text(0.5, 0.5, "No bandwidth to draw either: these kernels have no bytes counted\n"
@@ -222,7 +224,7 @@ def _bandwidth_panel(ax: Axes, line: Roofline) -> None:
     ax.set_ylim(-0.8, len(shown) - 0.2)
     ax.grid(axis="x", alpha=0.3)
     ax.set_title("\n".join(textwrap.wrap(
-        f"{line.device}: no FLOP counts, so no roofline point; achieved bandwidth per kernel instead "
+        f"{safe_text(line.device, 'plot')}: no FLOP counts, so no roofline point; achieved bandwidth per kernel instead "
         f"({len(line.without_flops)} kernels, by GPU time)", 90)), fontsize=10, pad=16)
     handles = [Line2D([], [], marker="s", linestyle="", color=BOUND_COLORS.get(bound, "#7f7f7f"),
                       markeredgecolor="black", markersize=8, label=f"ncuflow: {BOUND_LABELS.get(bound, bound)}")
