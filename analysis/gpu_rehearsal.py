@@ -49,7 +49,7 @@ SCRATCH = HOME / "runs"
 HOST_PACKAGES = ("torch==2.11.0", "triton==3.6.0", "click", "rich", "numpy", "pandas", "pyarrow", "pytest",
                  "protobuf", "packaging", "requests", "tqdm", "nvidia-ml-py", "ninja", "einops", "tabulate",
                  "matplotlib", "regex")
-ABSENT_ON_HOST = ("polars", "ray", "ncuflow", "zstandard")
+ABSENT_ON_HOST = ("polars", "ray", "ncuflow", "zstandard", "re2")
 TOOL_LIMIT_S = 600  # the device tool's longest command
 CALL_TIMEOUT_S = 540  # the timeout_s the README gives the call
 MUST_END_S = 480
