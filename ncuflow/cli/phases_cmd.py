@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ncuflow.cli.params import FiniteFloatRange
+from ncuflow.phases.parse.registry import format_names
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import report_to_dict
 from ncuflow.phases.text import render_text
@@ -78,6 +79,13 @@ Examples:
     is_flag=True,
     help="Leave out unreadable scheduler lines (counted in the notes) instead of stopping.",
 )
+@click.option(
+    "--format",
+    "format_name",
+    type=click.Choice(format_names()),
+    default=None,
+    help="Read every input as this format instead of detecting it.",
+)
 def phases_command(
     inputs: tuple[Path, ...],
     as_json: bool,
@@ -87,6 +95,7 @@ def phases_command(
     labels: tuple[str, ...],
     batch_tolerance: float,
     skip_malformed: bool,
+    format_name: str | None,
 ) -> None:
     """Split serving traces into segments (one per #running-req plateau) with their admission
     ramp, warm-up, steady, mixed and drain phases, and reconcile the reported TPOT with
@@ -98,6 +107,7 @@ def phases_command(
         decode_log_interval=decode_log_interval,
         batch_tolerance=batch_tolerance,
         skip_malformed=skip_malformed,
+        format_name=format_name,
     )
     written: list[Path] = []
     if plot_path is not None:

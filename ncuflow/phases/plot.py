@@ -37,7 +37,7 @@ PHASE_NAMES = {
 NO_STEADY = {
     "retraction": ": the KV cache filled up and retractions saw-tooth the batch",
     "traceback": ": the run ends in a traceback while still admitting",
-    "vllm-windows": ": every 10-s vLLM window also processed prompts",
+    "windows": ": every {window}-s {server} window also processed prompts",
     "bursts": ": the batch rose and fell in bursts, holding no level",
     "admissions": ": requests were admitted between every two statistics lines",
 }
@@ -139,7 +139,7 @@ def _draw_ranks(
     """Batch size (and admissions) on top, per-token time below, one colour per rank."""
     colours = plt.get_cmap("tab10")
     thin = len(ranks) >= 4
-    admission_label = "Prefill line" if file.source_format.startswith("SGLang") else "admission"
+    admission_label = "Prefill line" if file.capabilities is not None and file.capabilities.prefill_lines else "admission"
     for index, rank in enumerate(ranks):
         colour = colours(index % 10)
         rank_runs = [r for r in runs if (r.rank or "") == rank]
@@ -326,6 +326,9 @@ def _title(name: str, file: FileReport) -> str:
     else:
         kinds = [r.no_steady_kind for r in file.runs if r.no_steady_kind]
         why = NO_STEADY.get(kinds[0], "") if kinds else ""
+        caps = file.capabilities
+        if caps is not None and caps.stats_window_s is not None:
+            why = why.format(window=f"{caps.stats_window_s:g}", server=caps.server)
         line += f"\nno steady decode phase{why} (see the text report)"
     return line
 

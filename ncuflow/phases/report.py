@@ -21,6 +21,7 @@ from ncuflow.phases.model import (
     Segment,
     Term,
 )
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.results import ServerRequests
 
 
@@ -101,6 +102,7 @@ class FileReport:
     bench_reconciliation: Reconciliation | None
     file_notes: tuple[str, ...]
     server_rows: tuple[ServerRow, ...] = ()
+    capabilities: Capabilities | None = None  # a server log's format; None for request traces
 
 
 @dataclass(frozen=True)

@@ -64,13 +64,15 @@ def _any_between(times: Sequence[float], low: float, high: float, *, inclusive: 
 def decode_intervals(
     samples: Sequence[BatchSample],
     *,
-    engine: str,
+    step_counted: bool,
     decode_log_interval: int,
     retraction_times: Sequence[float],
     lockstep_admissions: Sequence[float] = (),
 ) -> list[DecodeInterval]:
     """One interval per pair of consecutive Decode/stats lines of a run, in order
-    (``retraction_times`` and ``lockstep_admissions`` sorted)."""
+    (``retraction_times`` and ``lockstep_admissions`` sorted). ``step_counted``: the lines
+    come every ``decode_log_interval`` steps, so Δt / steps is a step time where a line
+    has no throughput."""
     intervals: list[DecodeInterval] = []
     previous: BatchSample | None = None
     prefill_since_previous = False
@@ -83,7 +85,7 @@ def decode_intervals(
                 _interval(
                     previous,
                     sample,
-                    engine=engine,
+                    step_counted=step_counted,
                     decode_log_interval=decode_log_interval,
                     own_prefill=prefill_since_previous,
                     retracted=_any_between(retraction_times, previous.time_s, sample.time_s, inclusive=True),
@@ -98,7 +100,7 @@ def _interval(
     previous: BatchSample,
     sample: BatchSample,
     *,
-    engine: str,
+    step_counted: bool,
     decode_log_interval: int,
     own_prefill: bool,
     retracted: bool,
@@ -109,7 +111,7 @@ def _interval(
     batch = (previous.running + sample.running) / 2 if previous.running > 0 else 0.0
     throughput = sample.gen_throughput
     per_token = batch / throughput if throughput and throughput > 0 and sample.running > 0 and batch > 0 else None
-    if per_token is None and engine == "sglang" and span > 0 and sample.running > 0:
+    if per_token is None and step_counted and span > 0 and sample.running > 0:
         per_token = span / (decode_log_interval * sample.lines) / (sample.accept_len or 1.0)
     tokens: float | None = None
     if throughput is not None:

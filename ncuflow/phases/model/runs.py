@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ncuflow.phases.model.capabilities import RunBoundary
 from ncuflow.phases.model.intervals import is_decode
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 
@@ -26,12 +27,13 @@ class ServerRun:
 def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
     """Cut a scheduler's lines into runs: a new run starts when the batch was empty.
 
-    SGLang: a Prefill line with ``#running-req: 0`` after any Decode line (or after a run
-    that already admitted requests and decoded) starts a new run. vLLM: a run is a stretch
-    of stats lines with running or waiting requests, closed by the first idle line.
+    ``ADMISSION_FROM_EMPTY`` (SGLang): a Prefill line with ``#running-req: 0`` (not the
+    continuation of a chunked prefill) starts a new run. ``BUSY_AFTER_IDLE`` (vLLM): a run
+    is a stretch of stats lines with running or waiting requests, closed by the first idle
+    line.
     """
     runs: list[list[BatchSample]] = []
-    if trace.engine == "vllm":
+    if trace.capabilities.run_boundary is RunBoundary.BUSY_AFTER_IDLE:
         current: list[BatchSample] = []
         for sample in trace.samples:
             busy = sample.running > 0 or (sample.queued or 0) > 0

@@ -171,7 +171,7 @@ def _run_segments(
     samples = run.samples
     intervals = decode_intervals(
         samples,
-        engine=trace.engine,
+        step_counted=trace.capabilities.step_counted_lines,
         decode_log_interval=settings.decode_log_interval,
         retraction_times=settings.retraction_times,
         lockstep_admissions=settings.lockstep_admissions,
@@ -225,7 +225,7 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
     return assemble_run(
         RunIdentity(
             trace.path,
-            f"{trace.engine} server log",
+            f"{trace.capabilities.name} server log",
             run.index,
             label.strip(),
             trace.rank,
@@ -326,7 +326,7 @@ def _run_timing(
         )
     on_plateau = [i for i in intervals if main.plateau.start_s < i.end_s <= main.plateau.end_s]
     method, step, method_notes = step_method(
-        trace.engine,
+        trace.capabilities,
         main,
         on_plateau,
         decode_log_interval=settings.decode_log_interval,
@@ -381,7 +381,7 @@ def _warmup_note(
         and interval_s
         and main.warmup.duration_s
         > interval_s * 1.05 + _prefill_duration(run_samples, main) + trace.time_resolution_s
-        and trace.engine == "sglang"
+        and trace.capabilities.prefill_lines
     ):
         return [
             "warm-up (last admission → first Decode line, its own column) longer than one "
@@ -403,7 +403,7 @@ def _unseen_timing(
     and (vLLM) any per-request time."""
     cannot = []
     last_decode = max((i.end_s for i in intervals), default=main.plateau.end_s)
-    if trace.engine == "sglang" and main.drain is None and main.plateau.end_s >= last_decode:
+    if trace.capabilities.step_counted_lines and main.drain is None and main.plateau.end_s >= last_decode:
         cannot.append(
             f"drain not visible: the run's last Decode line still shows {main.level} "
             f"running requests, so they all finished within one decode-log interval "
@@ -411,9 +411,10 @@ def _unseen_timing(
             + (f" ≈ {interval_s:.1f} s" if interval_s else "")
             + ") after it"
         )
-    if trace.engine == "vllm":
+    if not trace.capabilities.prefill_lines and trace.arrivals is None:
         cannot.append(
-            "vLLM stats lines carry no per-request times: admission span and TTFT are not measurable"
+            f"{trace.capabilities.server} stats lines carry no per-request times: admission span "
+            "and TTFT are not measurable"
         )
     return cannot
 

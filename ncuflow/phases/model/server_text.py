@@ -8,6 +8,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.intervals import DecodeInterval
 from ncuflow.phases.model.levels import Item
 from ncuflow.phases.model.results import PhaseSpan, Segment, ServerRequests
@@ -16,7 +17,7 @@ from ncuflow.phases.model.traces import BatchSample, ServerTrace
 
 
 def step_method(
-    engine: str,
+    capabilities: Capabilities,
     segment: Segment,
     on_plateau: Sequence[DecodeInterval],
     *,
@@ -30,8 +31,8 @@ def step_method(
         return "", None, []
     accept = segment.accept_len
     step = tokens.median * (accept or 1.0)
-    if engine == "vllm":
-        return _vllm_window_method(on_plateau), step, []
+    if capabilities.stats_window_s is not None:
+        return _window_method(capabilities, capabilities.stats_window_s, on_plateau), step, []
     if not with_throughput:
         return _line_interval_method(decode_log_interval, resolution_s), step, []
     method = (
@@ -49,10 +50,10 @@ def step_method(
     return method + cross_check, step, notes
 
 
-def _vllm_window_method(on_plateau: Sequence[DecodeInterval]) -> str:
+def _window_method(capabilities: Capabilities, window_s: float, on_plateau: Sequence[DecodeInterval]) -> str:
     method = (
-        "per-token time = Running / Avg generation throughput of each 10-s vLLM stats "
-        "window (a window average, not a step time)"
+        f"per-token time = Running / Avg generation throughput of each {window_s:g}-s "
+        f"{capabilities.server} stats window (a window average, not a step time)"
     )
     if any(i.cached_prompt for i in on_plateau):
         method += (
@@ -108,12 +109,11 @@ def _interval_cross_check(
     return clause, []
 
 
-def no_steady_reason(run: ServerRun, engine: str, segment: Segment, lockstep: bool) -> tuple[str, str]:
+def no_steady_reason(
+    run: ServerRun, capabilities: Capabilities, segment: Segment, lockstep: bool
+) -> tuple[str, str]:
     """(a word for why, the sentence) when a plateau has no steady stretch."""
-    admission = {
-        "sglang": "a Prefill line",
-        "vllm": "prompt throughput above 10 % of the generation throughput",
-    }.get(engine, "an admission")
+    admission = capabilities.admission_evidence
     if lockstep:
         admission += " or an admission on another DP rank"
     reason = (
@@ -129,9 +129,12 @@ def no_steady_reason(run: ServerRun, engine: str, segment: Segment, lockstep: bo
     elif aborted(run):
         kind = "traceback"
         reason += " (the run ends in a traceback while still admitting requests)"
-    elif engine == "vllm":
-        kind = "vllm-windows"
-        reason += " (vLLM prints one line per 10 s; every busy window here also processed prompts)"
+    elif capabilities.stats_window_s is not None:
+        kind = "windows"
+        reason += (
+            f" ({capabilities.server} prints one line per {capabilities.stats_window_s:g} s; every "
+            "busy window here also processed prompts)"
+        )
     if segment.mixed_token_s is not None:
         reason += (
             f"; the plateau at {segment.level} with admissions ('mixed', {segment.mixed_s:.1f} s) "
@@ -205,7 +208,8 @@ def _run_cannot(
     prefills: Sequence[BatchSample],
 ) -> list[str]:
     cannot: list[str] = []
-    if trace.engine == "sglang" and not prefills:
+    capabilities = trace.capabilities
+    if capabilities.prefill_lines and not prefills:
         cannot.append(
             "no Prefill lines in this run (e.g. a PD decode node): admissions are seen only as "
             "increases of #running-req between Decode lines (the ramp's waits are estimated "
@@ -215,11 +219,11 @@ def _run_cannot(
         cannot.append(
             f"only {len(decodes)} Decode line(s): the run is shorter than two decode-log "
             f"intervals ({settings.decode_log_interval} steps each), so no step time can be derived"
-            if trace.engine == "sglang"
+            if capabilities.step_counted_lines
             else f"only {len(decodes)} stats line(s) with running requests: too short for the "
             "10-s statistics window"
         )
-    if trace.engine == "sglang" and prefills:
+    if capabilities.prefill_lines and prefills:
         cannot.append("TTFT distribution: a server log has no per-request submit times")
     return cannot
 
@@ -257,7 +261,7 @@ def _run_notes(
             "DP attention: ranks step in lockstep, so an admission on any rank counts as an "
             "admission (a mixed interval) for this rank too"
         )
-    if trace.engine == "sglang" and not prefills and segments:
+    if trace.capabilities.prefill_lines and not prefills and segments:
         notes.append(
             "PD decode node: the ramp ends when #running-req reaches its plateau; requests still "
             "arriving by KV transfer (#transfer-req/#prealloc-req) at the plateau were prefilled "
@@ -293,7 +297,7 @@ def no_steady(
     if any(s.steady is not None for s in segments):
         return "", []
     if main is not None:
-        kind, reason = no_steady_reason(run, trace.engine, main, bool(settings.lockstep_admissions))
+        kind, reason = no_steady_reason(run, trace.capabilities, main, bool(settings.lockstep_admissions))
         return kind, ["no steady decode phase: " + reason]
     if decode_lines < 2:
         return "", []

@@ -233,3 +233,22 @@ class SampleStore:
                 continue
             out.append(sample)
         return out
+
+
+def folding_note(where: str, store: SampleStore) -> str:
+    parts = []
+    if store.folded:
+        parts.append(
+            f"{store.folded:,} statistics line(s){where} were folded into their neighbours "
+            "(equal-batch Decode lines into the next one, consecutive Prefill lines into one "
+            "admission); token counts and token-weighted per-token times stay exact, p10–p90 "
+            "are over the longer intervals"
+        )
+    if store.dropped_runs:
+        parts.append(f"{store.dropped_runs:,} run(s) of a single Prefill line and nothing else were left out")
+    if store.run_stride > 1:
+        parts.append(
+            f"the log holds {store.runs_seen:,} runs{where}: only every {store.run_stride}th was "
+            "analysed (runs are numbered as kept)"
+        )
+    return "the log is long, and kept in bounded memory: " + "; ".join(parts)
