@@ -8,6 +8,8 @@ from pathlib import Path
 
 import matplotlib
 
+from ncuflow.phases.model.results import SegmentKind
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
@@ -24,6 +26,7 @@ PHASE_COLOURS = {
     "steady": "#5b9e6b",
     "mixed": "#c9d98f",
     "burst": "#9b7fc8",
+    "overload": "#8c510a",
     "drain": "#b0b0b0",
 }
 PHASE_NAMES = {
@@ -32,9 +35,11 @@ PHASE_NAMES = {
     "steady": "steady decode",
     "mixed": "full batch + admissions",
     "burst": "burst (a peak not held: rise and peak)",
+    "overload": "overload (requests waiting at a full KV cache)",
     "drain": "drain (and tails)",
 }
 NO_STEADY = {
+    "overload": ": requests waited at a full KV cache (overload{pushed})",
     "retraction": ": the KV cache filled up and retractions saw-tooth the batch",
     "traceback": ": the run ends in a traceback while still admitting",
     "windows": ": every {window}-s {server} window also processed prompts",
@@ -78,9 +83,14 @@ def _spans(run: RunAnalysis) -> list[PhaseSpan]:
         return [s for s in (run.ramp, run.steady, run.mixed, run.drain) if s is not None]
     spans: list[PhaseSpan] = []
     for segment in run.segments:
-        if segment.kind == "burst":
+        if segment.kind is SegmentKind.BURST:
             start = segment.rise.start_s if segment.rise is not None else segment.plateau.start_s
             spans.append(PhaseSpan("burst", start, segment.plateau.end_s))
+            if segment.drain is not None:
+                spans.append(segment.drain)
+            continue
+        if segment.kind is SegmentKind.OVERLOAD:
+            spans.append(PhaseSpan("overload", segment.plateau.start_s, segment.plateau.end_s))
             if segment.drain is not None:
                 spans.append(segment.drain)
             continue
@@ -129,8 +139,25 @@ def plot_file(file: FileReport) -> plt.Figure:
     _mark_floor(bottom, with_timeline)
     _limit_per_token_axis(bottom, with_timeline)
     _mark_events(top, bottom, with_timeline, shade_runs)
-    _finish(figure, top, bottom, file, with_timeline, used, len(ranks))
+    queue = _draw_queue(top, with_timeline)
+    _finish(figure, top, bottom, file, with_timeline, used, len(ranks), queue)
     return figure
+
+
+def _draw_queue(top: Axes, runs: Sequence[RunAnalysis]) -> Axes | None:
+    """Requests waiting for admission (#queue-req, vLLM Waiting) on a right-hand axis of
+    their own, where any line shows a queue."""
+    points = sorted(
+        (p.time_s, p.queued) for r in runs for p in r.timeline if p.queued is not None and p.kind != "prefill"
+    )
+    if not any(q for _, q in points):
+        return None
+    axis = top.twinx()
+    axis.step([t for t, _ in points], [q for _, q in points], where="post", color="#555555",
+              lw=0.9, ls="--", label="waiting (queue, right axis)")
+    axis.set_ylabel("requests waiting", color="#555555")
+    axis.set_ylim(bottom=0)
+    return axis
 
 
 def _draw_ranks(
@@ -256,6 +283,7 @@ def _finish(
     runs: Sequence[RunAnalysis],
     used: set[str],
     ranks: int,
+    queue: Axes | None = None,
 ) -> None:
     top.set_ylabel("requests in batch")
     bottom.set_ylabel("per-token time (ms)")
@@ -268,12 +296,14 @@ def _finish(
     ]
     line_handles, _ = top.get_legend_handles_labels()
     line_handles += bottom.get_legend_handles_labels()[0]
+    if queue is not None:
+        line_handles += queue.get_legend_handles_labels()[0]
     if ranks > 8:
         handles.append(Patch(color="none", label=f"(+{ranks - 8} more ranks, unlabelled)"))
     top.legend(
         handles=line_handles + handles,
         loc="upper left",
-        bbox_to_anchor=(1.005, 1.0),
+        bbox_to_anchor=(1.07 if queue is not None else 1.005, 1.0),
         fontsize=8,
         framealpha=0.9,
     )
@@ -327,8 +357,13 @@ def _title(name: str, file: FileReport) -> str:
         kinds = [r.no_steady_kind for r in file.runs if r.no_steady_kind]
         why = NO_STEADY.get(kinds[0], "") if kinds else ""
         caps = file.capabilities
-        if caps is not None and caps.stats_window_s is not None:
-            why = why.format(window=f"{caps.stats_window_s:g}", server=caps.server)
+        if caps is not None:
+            pushed = sum(r.preempted for r in file.runs)
+            why = why.format(
+                window=f"{caps.stats_window_s or 0:g}",
+                server=caps.server,
+                pushed=f"; {pushed} requests pushed back: {caps.preemption_word}s" if pushed else "",
+            )
         line += f"\nno steady decode phase{why} (see the text report)"
     return line
 

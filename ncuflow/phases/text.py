@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ncuflow.phases.model import Distribution, PhaseSpan, Reconciliation, RunAnalysis, Segment, Term
+from ncuflow.phases.model.results import SegmentKind
 from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
 
 
@@ -25,6 +26,11 @@ def _span(span: PhaseSpan | None, resolution_s: float | None = None) -> str:
     if resolution_s is not None and resolution_s >= 0.5 and span.duration_s < resolution_s:
         return f"<{resolution_s:g} s"
     return _s(span.duration_s)
+
+
+def _warmup(span: PhaseSpan | None, excess_s: float | None, resolution_s: float | None) -> str:
+    """The warm-up column."""
+    return _span(span, resolution_s)
 
 
 def _dist_ms(dist: Distribution | None, flagged: bool = False, headline: float | None = None,
@@ -90,43 +96,55 @@ def reconciliation_line(rec: Reconciliation) -> str:
     )
 
 
+SegmentCell = Callable[[Segment, float | None], str]
+
+
+def _phase_cell(phase: str) -> SegmentCell:
+    """A segment's per-token time in one phase (flagged where below the lone-request time)."""
+
+    def cell(s: Segment, _: float | None) -> str:
+        return _dist_ms(getattr(s, f"{phase}_token_s"), phase in s.below_floor)
+
+    return cell
+
+
+def _steady_cell(s: Segment, _: float | None) -> str:
+    steady = s.steady_token_s if s.steady is not None else None
+    return _dist_ms(steady, "steady" in s.below_floor, s.headline_token_s, s.headline_method)
+
+
+# (header, the segment kinds that make the column appear (None: always), the cell)
+SEGMENT_COLUMNS: tuple[tuple[str, tuple[SegmentKind, ...] | None, SegmentCell], ...] = (
+    ("kind", (SegmentKind.BURST, SegmentKind.OVERLOAD), lambda s, r: str(s.kind)),
+    ("level", None, lambda s, r: str(s.level)),
+    ("ramp", None, lambda s, r: _span(s.ramp, r)),
+    ("warm-up", None, lambda s, r: _warmup(s.warmup, s.warmup_excess_s, r)),
+    ("steady", None, lambda s, r: _s(s.steady_s) if s.steady_s > 0 and s.steady is not None else "—"),
+    ("steady per-token", None, _steady_cell),
+    ("mixed", None, lambda s, r: _s(s.mixed_s) if s.mixed_s > 0 else "—"),
+    ("mixed per-token", None, _phase_cell("mixed")),
+    ("burst per-token", (SegmentKind.BURST,), _phase_cell("burst")),
+    ("overload", (SegmentKind.OVERLOAD,), lambda s, r: _s(s.overload_s) if s.overload_s > 0 else "—"),
+    ("overload per-token", (SegmentKind.OVERLOAD,), _phase_cell("overload")),
+    ("drain", None, lambda s, r: _span(s.drain, r)),
+    ("drain per-token", None, _phase_cell("drain")),
+    ("accept", None, lambda s, r: "—" if s.accept_len is None else f"{s.accept_len:.2f}"),
+)
+
+
 def _segment_rows(runs: Sequence[RunAnalysis], resolution_s: float | None) -> list[list[str]]:
-    bursts = any(s.kind == "burst" for run in runs for s in run.segments)
-    header = ["run", "seg"] + (["kind"] if bursts else []) + [
-        "level",
-        "ramp",
-        "warm-up",
-        "steady",
-        "steady per-token",
-        "mixed",
-        "mixed per-token",
-    ] + (["burst per-token"] if bursts else []) + ["drain", "drain per-token", "accept"]
-    rows = [header]
+    kinds = {s.kind for run in runs for s in run.segments}
+    columns = [c for c in SEGMENT_COLUMNS if c[1] is None or kinds & set(c[1])]
+    rows = [["run", "seg", *(header for header, _, _ in columns)]]
     for run in runs:
         shown = len(run.segments) > 1 or any(
-            s.mixed_s > 0 or s.drain_token_s is not None for s in run.segments
+            s.mixed_s > 0 or s.drain_token_s is not None or s.overload_s > 0 for s in run.segments
         )
         for segment in run.segments if shown else ():
-            rows.append(_segment_row(run.run_label, segment, resolution_s, bursts))
+            rows.append(
+                [run.run_label, str(segment.index), *(cell(segment, resolution_s) for _, _, cell in columns)]
+            )
     return rows
-
-
-def _segment_row(label: str, s: Segment, resolution_s: float | None, bursts: bool) -> list[str]:
-    flagged = set(s.below_floor)
-    steady = s.steady_token_s if s.steady is not None else None
-    return [label, str(s.index)] + ([s.kind] if bursts else []) + [
-        str(s.level),
-        _span(s.ramp, resolution_s),
-        _span(s.warmup, resolution_s),
-        _s(s.steady_s) if s.steady_s > 0 and s.steady is not None else "—",
-        _dist_ms(steady, "steady" in flagged, s.headline_token_s, s.headline_method),
-        _s(s.mixed_s) if s.mixed_s > 0 else "—",
-        _dist_ms(s.mixed_token_s, "mixed" in flagged),
-    ] + ([_dist_ms(s.burst_token_s, "burst" in flagged)] if bursts else []) + [
-        _span(s.drain, resolution_s),
-        _dist_ms(s.drain_token_s, "drain" in flagged),
-        "—" if s.accept_len is None else f"{s.accept_len:.2f}",
-    ]
 
 
 def _server_table(rows: Sequence[ServerRow]) -> list[str]:
@@ -212,7 +230,15 @@ def _main_flagged(run: RunAnalysis) -> bool:
     )
 
 
-def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool) -> list[str]:
+def _overload_cell(run: RunAnalysis) -> str:
+    """The run's overload stretches: their time and median per-token time."""
+    if run.overload_s <= 0:
+        return "—"
+    per_token = run.overload_token_s
+    return _s(run.overload_s) + (f", {_ms(per_token.median)}" if per_token is not None else "")
+
+
+def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool, with_overload: bool) -> list[str]:
     row = [
         run.run_label,
         "—" if run.start_s is None else f"t+{run.start_s:.0f}s",
@@ -226,6 +252,8 @@ def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool) -
         _ms(run.ttft_s.median, 0) if run.ttft_s else "—",
         _ms(run.harness_tpot_s),
     ]
+    if with_overload:
+        row.insert(-3, _overload_cell(run))
     if with_segment:
         main = f"{run.main_segment} of {len(run.segments)}" if run.main_segment and len(run.segments) > 1 else ""
         row.insert(1, main)
@@ -254,15 +282,22 @@ def _file_lines(file: FileReport) -> list[str]:
     out = [_header(file)]
     resolution = file.time_resolution_s
     with_segment = any(len(r.segments) > 1 for r in file.runs)
-    columns = [*RUN_COLUMNS[:1], "seg", *RUN_COLUMNS[1:]] if with_segment else RUN_COLUMNS
-    out.extend(_table([columns] + [_run_row(run, resolution, with_segment) for run in file.runs]))
+    with_overload = any(r.overload_s > 0 for r in file.runs)
+    columns = list(RUN_COLUMNS)
+    if with_overload:
+        columns.insert(-3, "overload (per-token)")
+    if with_segment:
+        columns.insert(1, "seg")
+    out.extend(_table([columns] + [_run_row(run, resolution, with_segment, with_overload) for run in file.runs]))
     if file.server_rows:
         out.extend(_server_table(file.server_rows))
     segment_rows = _segment_rows(file.runs, resolution)
     if len(segment_rows) > 1:
+        overload = any(r.overload_s > 0 for r in file.runs)
         out.append(
-            "  segments (one per #running-req plateau or burst; steady/mixed = time without/with "
-            "admissions):"
+            "  segments (one per #running-req plateau"
+            + (", burst or overload stretch" if overload else " or burst")
+            + "; steady/mixed = time without/with admissions):"
         )
         out.extend(_table(segment_rows, indent="    "))
     out.extend(_legend(file))

@@ -11,7 +11,7 @@ tokens, so the mean over requests is request-seconds of decoding per output toke
     TPOT_mean ≈ Σ_p share_p × t_p  +  Σ wait_i / R / (N − 1)  +  Σ T_warm-up × R_ramp / R / (N − 1)
 
 where p runs over steady, mixed (plateau intervals with admissions), burst (the rise and
-peak of a burst) and drain (and, on a
+peak of a burst), overload (requests waiting at a full KV cache) and drain (and, on a
 PD decode node, whose arrivals were prefilled elsewhere and start decoding at once, the
 ramp's own decode intervals instead of a wait), ``share_p``
 is the share of the output tokens generated in phase p and ``t_p`` its token-weighted
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from ncuflow.phases.model.results import Reconciliation, RunAnalysis, Term
 from ncuflow.phases.model.traces import BenchSummary
 
-PHASES = ("ramp decode", "steady", "mixed", "burst", "drain")
+PHASES = ("ramp decode", "steady", "mixed", "burst", "overload", "drain")
 
 
 def harness_reconciliation(
@@ -80,6 +80,7 @@ def _phase_totals(runs: Sequence[RunAnalysis]) -> dict[str, tuple[float, float]]
                 ("steady", segment.steady_tokens, segment.steady_weighted_s),
                 ("mixed", segment.mixed_tokens, segment.mixed_weighted_s),
                 ("burst", segment.burst_tokens, segment.burst_weighted_s),
+                ("overload", segment.overload_tokens, segment.overload_weighted_s),
                 ("drain", segment.drain_tokens, segment.drain_weighted_s),
             ):
                 if tokens and weighted:

@@ -8,9 +8,19 @@ know stays ``None`` ("missing is missing, never 0").
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
 from typing import Any
 
 from ncuflow.phases.model.stats import Distribution
+
+
+class SegmentKind(StrEnum):
+    """What a segment is (its JSON ``kind`` is the value): a level the batch held, a peak
+    it did not hold, or a stretch the KV cache set (requests waiting at a full cache)."""
+
+    PLATEAU = "plateau"
+    BURST = "burst"
+    OVERLOAD = "overload"
 
 
 @dataclass(frozen=True)
@@ -93,7 +103,9 @@ class Segment:
     A change of plateau starts a new segment: a closed-loop client sweeping c = 1, 2, 4
     without idle gaps gives three segments, each with its own per-token times. A burst
     (``kind == "burst"``: a peak the batch did not hold) has a ``rise`` (no ramp) and a
-    drain, its rise and peak intervals in ``burst_*``, and nothing steady.
+    drain, its rise and peak intervals in ``burst_*``, and nothing steady. An overload
+    stretch (``kind == "overload"``) likewise: a ``rise``, its intervals in ``overload_*``,
+    its drain.
     """
 
     index: int
@@ -120,7 +132,7 @@ class Segment:
     warmup_excess_s: float | None = None  # warm-up less the ordinary decode steps it holds
     ramp_tokens: float | None = None  # tokens decoded during the ramp (counted on PD nodes)
     ramp_weighted_s: float | None = None
-    kind: str = "plateau"  # or "burst"
+    kind: SegmentKind = SegmentKind.PLATEAU
     rise: PhaseSpan | None = None  # a burst's climb to its peak (a burst has no ramp)
     burst_token_s: Distribution | None = None  # a burst's rise and peak intervals
     burst_tokens: float | None = None
@@ -131,6 +143,42 @@ class Segment:
     headline_method: str = ""
     # phases whose per-token time is below the lone-request time (window-end bias)
     below_floor: tuple[str, ...] = ()
+    # an overload stretch (``kind == "overload"``: requests waiting at a full KV cache or
+    # pushed back to the queue): its time and per-token time, the largest queue and KV
+    # usage on its lines and the requests pushed back (``preemption_inferred``: vLLM V1,
+    # which logs no preemption: Running fell while Waiting rose at a full cache)
+    overload_s: float = 0.0
+    overload_token_s: Distribution | None = None
+    overload_tokens: float | None = None
+    overload_weighted_s: float | None = None
+    queued_max: int = 0
+    kv_usage_max: float | None = None
+    preempted: int = 0
+    preemption_inferred: bool = False
+
+
+@dataclass(frozen=True)
+class QueueCause:
+    """Time a run spent with requests waiting for admission, for one cause: the KV cache
+    full (overload), the batch at its cap with room in the cache, or admissions still
+    being prefilled."""
+
+    cause: str
+    duration_s: float
+    max_queued: int
+
+
+@dataclass(frozen=True)
+class RunOverload:
+    """A run's overload stretches together (``Segment.kind == "overload"``) and why its
+    requests waited."""
+
+    overload: PhaseSpan | None = None  # first overload stretch's start → last one's end
+    overload_s: float = 0.0  # the stretches' time
+    overload_token_s: Distribution | None = None  # their intervals' per-token times
+    overload_weighted_s: float | None = None
+    preempted: int = 0  # requests pushed back to the queue in them
+    queue_causes: tuple[QueueCause, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -271,6 +319,12 @@ class RunAnalysis:
     no_steady_kind: str = ""  # why there is no steady phase, as a word (for titles)
     server_requests: ServerRequests | None = None
     lone_request_token_s: float | None = None  # the log's lone-request per-token time
+    overload: PhaseSpan | None = None
+    overload_s: float = 0.0
+    overload_token_s: Distribution | None = None
+    overload_weighted_s: float | None = None
+    preempted: int = 0
+    queue_causes: tuple[QueueCause, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -292,7 +346,14 @@ class ServerLogFacts:
 
 
 RunPart = (
-    RunIdentity | RunPhases | RunAdmission | RunTiming | RunTokens | RunPlotData | ServerLogFacts
+    RunIdentity
+    | RunPhases
+    | RunAdmission
+    | RunTiming
+    | RunTokens
+    | RunPlotData
+    | ServerLogFacts
+    | RunOverload
 )
 
 
@@ -306,6 +367,7 @@ def assemble_run(
     findings: RunFindings | None = None,
     plot: RunPlotData | None = None,
     server: ServerLogFacts | None = None,
+    overload: RunOverload | None = None,
 ) -> RunAnalysis:
     """The one constructor of ``RunAnalysis``; parts not given are unknown (None).
 
@@ -321,6 +383,7 @@ def assemble_run(
         **_fields_by_name(tokens or RunTokens()),
         **_fields_by_name(plot or RunPlotData()),
         **_fields_by_name(server or ServerLogFacts()),
+        **_fields_by_name(overload or RunOverload()),
         cannot=tuple(dict.fromkeys(findings.cannot)),
         notes=tuple(dict.fromkeys(findings.notes)),
     )

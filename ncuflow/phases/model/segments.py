@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ncuflow.phases.model.intervals import DecodeInterval, is_decode
-from ncuflow.phases.model.levels import BURST, TAIL, Item
+from ncuflow.phases.model.levels import BURST, OVERLOAD, TAIL, Item
 from ncuflow.phases.model.results import PhaseSpan, Segment
 from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import BatchSample
@@ -81,6 +81,8 @@ def _segment(inputs: SegmentInputs, index: int, item: Item) -> Segment:
     base = _bare_segment(inputs, index, item, on)
     if item.kind == BURST:
         return _burst(base, [*rise, *on])
+    if item.kind == OVERLOAD:
+        return _overload(base, on)
     return _with_steady(base, inputs, item, rise, on)
 
 
@@ -119,6 +121,7 @@ def _bare_segment(
         mixed_weighted_s=None,
         drain_weighted_s=_weighted(falling),
         accept_len=statistics.fmean(accept) if accept else None,
+        queued_max=max((max(i.queued, i.start_queued) for i in on), default=0),
     )
 
 
@@ -134,6 +137,27 @@ def _burst(base: Segment, climb: Sequence[DecodeInterval]) -> Segment:
         burst_token_s=distribution([i.per_token_s for i in climb if i.per_token_s is not None]),
         burst_tokens=_tokens(climb),
         burst_weighted_s=_weighted(climb),
+    )
+
+
+def _overload(base: Segment, on: Sequence[DecodeInterval]) -> Segment:
+    """An overload stretch: like a burst, a rise and a drain; its own intervals in
+    ``overload_*``, with the queue, the cache and the requests pushed back."""
+    start, first_s = base.start_s, base.plateau.start_s
+    usage = [i.kv_usage for i in on if i.kv_usage is not None]
+    return replace(
+        base,
+        kind=OVERLOAD,
+        ramp=None,
+        warmup=None,
+        rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
+        overload_s=sum(i.duration_s for i in on),
+        overload_token_s=distribution([i.per_token_s for i in on if i.per_token_s is not None]),
+        overload_tokens=_tokens(on),
+        overload_weighted_s=_weighted(on),
+        kv_usage_max=max(usage) if usage else None,
+        preempted=sum(i.preempted for i in on),
+        preemption_inferred=any(i.preempted for i in on) and not any(i.retracted for i in on),
     )
 
 

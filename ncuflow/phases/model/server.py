@@ -21,6 +21,8 @@ from ncuflow.phases.model.intervals import (
     is_decode,
 )
 from ncuflow.phases.model.levels import TAIL, Item, run_shape
+from ncuflow.phases.model.overload import mark_overload, run_overload
+from ncuflow.phases.model.overload_text import overload_notes
 from ncuflow.phases.model.results import (
     PhaseSpan,
     RunAdmission,
@@ -31,6 +33,7 @@ from ncuflow.phases.model.results import (
     RunPlotData,
     RunTiming,
     Segment,
+    SegmentKind,
     ServerLogFacts,
     ServerRequests,
     TimelinePoint,
@@ -111,7 +114,7 @@ def _timeline(
 
 def _main_segment(segments: Sequence[Segment]) -> Segment | None:
     """The highest plateau with a steady stretch, else the highest plateau; never a burst."""
-    plateaus = [s for s in segments if s.kind != "burst"]
+    plateaus = [s for s in segments if s.kind is SegmentKind.PLATEAU]
     steady = [s for s in plateaus if s.steady is not None and s.steady_token_s is not None]
     pool = steady or plateaus
     return max(pool, key=lambda s: (s.level, s.plateau.duration_s)) if pool else None
@@ -175,7 +178,9 @@ def _run_segments(
         decode_log_interval=settings.decode_log_interval,
         retraction_times=settings.retraction_times,
         lockstep_admissions=settings.lockstep_admissions,
+        retracted_counts=trace.retracted_requests,
     )
+    intervals, overload = mark_overload(intervals)
     inputs = SegmentInputs.of(
         samples,
         intervals,
@@ -190,6 +195,7 @@ def _run_segments(
         resolution_s=trace.time_resolution_s,
         aborted=aborted(run),
         retractions=run.retractions > 0,
+        overload=overload,
     )
     return inputs.decodes, intervals, items, build_segments(inputs, items)
 
@@ -202,6 +208,8 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
     notes, cannot = run_findings(trace, run, settings, decodes, prefills, segments)
     notes.extend(shape_notes(segments, [i for i in items if i.kind == TAIL], decodes))
     peak = peak_batch(samples)
+    overload = run_overload(segments, intervals, peak)
+    notes.extend(overload_notes(trace.capabilities, segments, overload))
     admission, readmitted = _ramp_admissions(samples, main) if main else (RunAdmission(), 0)
     requests = summarise_requests(trace.requests, run.window)
     timing = _run_timing(trace, samples, settings, main, intervals, notes, cannot)
@@ -238,6 +246,7 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
         findings=RunFindings(tuple(cannot), tuple(notes)),
         plot=_plot_data(run, intervals, settings.retraction_times),
         server=ServerLogFacts(settings.stated_concurrency, kind, requests),
+        overload=overload,
     )
 
 

@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.intervals import DecodeInterval
 from ncuflow.phases.model.levels import Item
-from ncuflow.phases.model.results import PhaseSpan, Segment, ServerRequests
+from ncuflow.phases.model.overload_text import overload_reason
+from ncuflow.phases.model.results import PhaseSpan, Segment, SegmentKind, ServerRequests
 from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
 
@@ -273,16 +274,23 @@ def _run_notes(
 def _segments_note(segments: Sequence[Segment]) -> str:
     """The run's segments listed (the first 12), when there is more than one."""
     shown = ", ".join(
-        f"{s.level}{' (burst)' if s.kind == 'burst' else ''}" for s in segments[:12]
+        f"{s.level}{'' if s.kind is SegmentKind.PLATEAU else f' ({s.kind})'}" for s in segments[:12]
     ) + (", …" if len(segments) > 12 else "")
-    bursts = any(s.kind == "burst" for s in segments)
+    bursts = any(s.kind is SegmentKind.BURST for s in segments)
+    overload = any(s.kind is SegmentKind.OVERLOAD for s in segments)
     return (
         f"{len(segments)} segments (plateaus of #running-req"
         + (" and bursts" if bursts else "")
+        + (" and overload stretches" if overload else "")
         + f": {shown}): each has its own "
-        + ("ramp (a burst: its rise)" if bursts else "ramp")
+        + _ramp_words(bursts, overload)
         + ", per-token time and drain"
     )
+
+
+def _ramp_words(bursts: bool, overload: bool) -> str:
+    kinds = " or ".join(k for k, present in (("a burst", bursts), ("an overload stretch", overload)) if present)
+    return f"ramp ({kinds}: its rise)" if kinds else "ramp"
 
 
 def no_steady(
@@ -301,7 +309,10 @@ def no_steady(
         return kind, ["no steady decode phase: " + reason]
     if decode_lines < 2:
         return "", []
-    bursts = [s for s in segments if s.kind == "burst"]
+    overloaded = overload_reason(trace.capabilities, segments)
+    if overloaded is not None:
+        return overloaded[0], [overloaded[1]]
+    bursts = [s for s in segments if s.kind is SegmentKind.BURST]
     if bursts:
         peaks = ", ".join(str(s.level) for s in bursts[:8]) + (", …" if len(bursts) > 8 else "")
         return "bursts", [
@@ -318,7 +329,7 @@ def no_steady(
 def shape_notes(segments: Sequence[Segment], tails: Sequence[Item], decodes: Sequence[BatchSample]) -> list[str]:
     """Bursts and tails, said once each run, with the rule that made them."""
     notes = []
-    bursts = [s for s in segments if s.kind == "burst"]
+    bursts = [s for s in segments if s.kind is SegmentKind.BURST]
     if bursts:
         notes.append(
             f"{len(bursts)} burst(s) (the batch rose to a peak it did not hold for three Decode "
