@@ -17,11 +17,13 @@ from matplotlib.patches import Patch
 
 from ncuflow.files import OutputError, atomic_path, guard_output, png_recogniser
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import PhaseSpan, RunAnalysis
+from ncuflow.phases.model import PhaseSpan, RunAnalysis, Segment
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.report import FileReport, PhasesReport
 
 PHASE_COLOURS = {
     "ramp": "#f4a259",
+    "prefill": "#e9c46a",
     "warm-up": "#d1495b",
     "steady": "#5b9e6b",
     "mixed": "#c9d98f",
@@ -31,7 +33,8 @@ PHASE_COLOURS = {
 }
 PHASE_NAMES = {
     "ramp": "admission ramp",
-    "warm-up": "warm-up (last admission → first Decode line)",
+    "prefill": "the ramp's last admission: its own prefill",
+    "warm-up": "warm-up (left after that prefill and ordinary decode steps)",
     "steady": "steady decode",
     "mixed": "full batch + admissions",
     "burst": "burst (a peak not held: rise and peak)",
@@ -90,20 +93,36 @@ def _spans(run: RunAnalysis) -> list[PhaseSpan]:
                 spans.append(segment.drain)
             continue
         if segment.kind is SegmentKind.OVERLOAD:
+            if segment.rise is not None:
+                spans.append(PhaseSpan("ramp", segment.rise.start_s, segment.rise.end_s))
             spans.append(PhaseSpan("overload", segment.plateau.start_s, segment.plateau.end_s))
             if segment.drain is not None:
                 spans.append(segment.drain)
             continue
         if segment.ramp is not None:
             spans.append(segment.ramp)
-        if segment.warmup is not None:
-            spans.append(segment.warmup)
+        spans.extend(_warmup_spans(segment))
         if segment.mixed_s > 0:
             spans.append(PhaseSpan("mixed", segment.plateau.start_s, segment.plateau.end_s))
         if segment.steady is not None:
             spans.append(segment.steady)
         if segment.drain is not None:
             spans.append(segment.drain)
+    return spans
+
+
+def _warmup_spans(segment: Segment) -> list[PhaseSpan]:
+    """The warm-up interval as the reconciliation splits it: the last admission's own
+    prefill, then what is left after it and the ordinary decode steps (drawn red)."""
+    warmup = segment.warmup
+    if warmup is None:
+        return []
+    start = warmup.start_s
+    prefill = segment.warmup_prefill_s or 0.0
+    excess = segment.warmup_excess_s if segment.warmup_excess_s is not None else warmup.duration_s
+    spans = [PhaseSpan("prefill", start, start + prefill)] if prefill > 0 else []
+    if excess > 0:
+        spans.append(PhaseSpan("warm-up", start + prefill, min(start + prefill + excess, warmup.end_s)))
     return spans
 
 
@@ -358,14 +377,19 @@ def _title(name: str, file: FileReport) -> str:
         why = NO_STEADY.get(kinds[0], "") if kinds else ""
         caps = file.capabilities
         if caps is not None:
-            pushed = sum(r.preempted for r in file.runs)
-            why = why.format(
-                window=f"{caps.stats_window_s or 0:g}",
-                server=caps.server,
-                pushed=f"; {pushed} requests pushed back: {caps.preemption_word}s" if pushed else "",
-            )
+            why = why.format(window=f"{caps.stats_window_s or 0:g}", server=caps.server,
+                             pushed=_pushed_words(file, caps))
         line += f"\nno steady decode phase{why} (see the text report)"
     return line
+
+
+def _pushed_words(file: FileReport, caps: Capabilities) -> str:
+    pushed = sum(r.preempted for r in file.runs)
+    if not pushed:
+        return ""
+    if any(s.preemption_inferred for r in file.runs for s in r.segments):
+        return f"; at least {pushed} requests preempted, inferred"
+    return f"; {pushed} requests pushed back: {caps.preemption_word}s"
 
 
 def _printable(name: str) -> str:

@@ -29,8 +29,16 @@ def _span(span: PhaseSpan | None, resolution_s: float | None = None) -> str:
 
 
 def _warmup(span: PhaseSpan | None, excess_s: float | None, resolution_s: float | None) -> str:
-    """The warm-up column."""
-    return _span(span, resolution_s)
+    """The warm-up column: what is left of the interval from the ramp's last admission to
+    the first Decode line after its own prefill and the ordinary decode steps (the value
+    the reconciliation uses); "<1 s" where coarse timestamps cannot tell it."""
+    if span is None:
+        return "—"
+    value = span.duration_s if excess_s is None else excess_s
+    coarse = resolution_s is not None and resolution_s >= 0.5
+    if coarse and resolution_s is not None and (span.duration_s < resolution_s or value < resolution_s):
+        return f"<{resolution_s:g} s"
+    return _s(value)
 
 
 def _dist_ms(dist: Distribution | None, flagged: bool = False, headline: float | None = None,
@@ -230,6 +238,22 @@ def _main_flagged(run: RunAnalysis) -> bool:
     )
 
 
+def _ttft_cell(run: RunAnalysis) -> str:
+    """The server's own TTFT median, or the bounds the arrival lines give (``≤`` an upper one)."""
+    if run.ttft_s is not None:
+        return _ms(run.ttft_s.median, 0)
+    arrivals = run.arrivals
+    if arrivals is None or arrivals.ttft_high_s is None:
+        return "—"
+    high = arrivals.ttft_high_s.median
+    low = arrivals.ttft_low_s.median if arrivals.ttft_low_s is not None else None
+    scale, unit = (1000, "ms") if high < 10 else (1, "s")
+    digits = 0 if unit == "ms" else 1
+    if low is None:
+        return f"≤{high * scale:.{digits}f} {unit}"
+    return f"{low * scale:.{digits}f}–{high * scale:.{digits}f} {unit}"
+
+
 def _overload_cell(run: RunAnalysis) -> str:
     """The run's overload stretches: their time and median per-token time."""
     if run.overload_s <= 0:
@@ -245,11 +269,11 @@ def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool, w
         str(run.peak_batch) if run.peak_batch else "—",
         "—" if run.steady_batch is None else f"{run.steady_batch:g}",
         _span(run.ramp, resolution_s),
-        _span(run.warmup, resolution_s),
+        _warmup(run.warmup, run.warmup_excess_s, resolution_s),
         _span(run.steady, resolution_s),
         _dist_ms(run.steady_token_s, _main_flagged(run), run.headline_token_s, run.headline_method),
         "not seen" if any(c.startswith("drain not visible") for c in run.cannot) else _span(run.drain, resolution_s),
-        _ms(run.ttft_s.median, 0) if run.ttft_s else "—",
+        _ttft_cell(run),
         _ms(run.harness_tpot_s),
     ]
     if with_overload:
@@ -326,8 +350,8 @@ def _reconciliation_lines(file: FileReport) -> list[str]:
     if not recs and file.bench_reconciliation is None:
         return []
     out = [
-        "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, burst, drain)"
-        " + (ramp wait + warm-up)/(N − 1):"
+        "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, burst, overload, drain)"
+        " + (ramp wait + last prefill + warm-up)/(N − 1):"
     ]
     for label, rec in recs:
         assert rec is not None

@@ -1,8 +1,8 @@
 """Overload: stretches where the KV cache, not the client, sets the batch.
 
-An interval (two consecutive Decode/statistics lines) is *overloaded* when requests wait
-for admission (``#queue-req``, vLLM ``Waiting``) while the KV cache is full (usage at
-least ``KV_FULL`` on a line of the interval), or when requests are pushed back to the
+An interval (two consecutive Decode/statistics lines) is *overloaded* when requests still
+wait for admission at its end (``#queue-req``, vLLM ``Waiting``) while the KV cache is full
+(usage at least ``KV_FULL`` on a line of the interval), or when requests are pushed back to the
 queue inside it (SGLang retraction lines, vLLM V0 preemption warnings; vLLM V1 prints
 none, so a preemption is *inferred* where, at a full cache, ``Running`` fell while
 ``Waiting`` rose). The queue around an overloaded interval is the cache's too (SGLang
@@ -46,26 +46,32 @@ def queued(interval: DecodeInterval) -> bool:
 
 
 def _overloaded(interval: DecodeInterval) -> bool:
+    """Requests pushed back inside, or still waiting at its end line with the cache full."""
     if interval.retracted or interval.preempted:
         return True
-    return queued(interval) and interval.kv_usage is not None and interval.kv_usage >= KV_FULL
+    return interval.queued > 0 and interval.kv_usage is not None and interval.kv_usage >= KV_FULL
 
 
 def overload_stretches(intervals: Sequence[DecodeInterval]) -> list[tuple[int, int]]:
     """(first, last) indices of the intervals of each overload stretch, in order.
 
-    A stretch of consecutive queued intervals that holds an overloaded one is overload from
-    that interval on to the end of the queue (requests pushed back are readmitted while the
-    cache frees), and back over the queued intervals before it where the batch did not
-    rise (a rise with a queue is an admission ramp). Retractions with no queue count alone."""
+    A stretch of consecutive intervals ending with requests waiting that holds an
+    overloaded interval is overload from that interval on to where the queue empties
+    (requests pushed back are readmitted while the cache frees), and back over the
+    queued intervals before it where the batch did not rise (a rise with a queue is an
+    admission ramp). Retractions with no queue count alone."""
     stretches: list[tuple[int, int]] = []
     index = 0
+
+    def waiting(k: int) -> bool:
+        return intervals[k].queued > 0 or _overloaded(intervals[k])
+
     while index < len(intervals):
-        if not (queued(intervals[index]) or _overloaded(intervals[index])):
+        if not waiting(index):
             index += 1
             continue
         end = index
-        while end + 1 < len(intervals) and (queued(intervals[end + 1]) or _overloaded(intervals[end + 1])):
+        while end + 1 < len(intervals) and waiting(end + 1):
             end += 1
         hit = next((k for k in range(index, end + 1) if _overloaded(intervals[k])), None)
         if hit is not None:
@@ -94,15 +100,20 @@ def mark_overload(
 
 
 def queue_causes(intervals: Sequence[DecodeInterval], peak: int) -> tuple[QueueCause, ...]:
-    """Why requests waited, interval by interval: a full KV cache (overload), the batch at
-    its cap with room in the cache, or admissions still prefilling."""
+    """Why requests waited, interval by interval: a full KV cache (overload), the batch held
+    at its peak with requests waiting at both ends and room in the cache (its cap), or
+    admissions still prefilling (a ramp's queue)."""
     found: dict[str, list[float]] = {}
     for interval in intervals:
         if not queued(interval):
             continue
         if interval.overloaded:
             cause = KV
-        elif peak > 0 and interval.running >= CAP_SHARE * peak:
+        elif (
+            peak > 0
+            and min(interval.running, interval.start_running) >= CAP_SHARE * peak
+            and min(interval.queued, interval.start_queued) > 0
+        ):
             cause = CAP
         else:
             cause = PREFILL

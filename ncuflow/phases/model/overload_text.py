@@ -23,8 +23,8 @@ def pushed_back(capabilities: Capabilities, segments: Sequence[Segment]) -> str:
         return ""
     if any(s.preemption_inferred for s in stretches):
         return (
-            f"~{count} request(s) preempted (inferred: {capabilities.server} logs no preemption; "
-            "at a full cache the running batch fell while the queue rose)"
+            f"at least {count} request(s) preempted (inferred: {capabilities.server} logged no "
+            "preemption; at a full cache the running batch fell while the queue rose)"
         )
     return f"{count} request(s) pushed back to the queue ({capabilities.preemption_word}s)"
 

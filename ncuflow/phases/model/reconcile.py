@@ -18,7 +18,9 @@ is the share of the output tokens generated in phase p and ``t_p`` its token-wei
 per-token time (both from the Decode lines); ``wait_i`` is the time a request admitted
 during a ramp waits for the admissions after its own, summed over the ramp's requests and
 divided by *all* R requests the mean is over (not just the ramp's); the warm-up interval
-(last admission → first Decode line) delays the R_ramp requests of its ramp.
+(last admission → first Decode line) delays the R_ramp requests of its ramp: the last
+admission's own prefill ("last prefill", its tokens over the prefill throughput) and what
+is left after it and half a decode-log interval of ordinary steps ("warm-up").
 """
 
 from __future__ import annotations
@@ -39,12 +41,15 @@ def harness_reconciliation(
     admission_span_s: float,
     warmup_s: float | None,
     output_tokens: int,
+    prefill_s: float | None = None,
 ) -> Reconciliation:
     steps = output_tokens - 1
     terms = [
         Term("steady", steady_token_s, "steady per-token time (median)", 1.0, steady_token_s),
         Term("ramp", admission_span_s / steps, f"{admission_span_s:.2f} s/{steps}"),
     ]
+    if prefill_s is not None and prefill_s > 0:
+        terms.append(Term("last prefill", prefill_s / steps, f"{prefill_s:.2f} s/{steps}"))
     if warmup_s is not None and warmup_s > 0:
         terms.append(
             Term(
@@ -163,6 +168,17 @@ def _wait_terms(
                 "ramp",
                 total_wait / requests / steps,
                 f"{total_wait:.0f} request-s/{requests}/{steps}",
+            )
+        )
+    prefill_wait = sum(
+        (r.warmup_prefill_s or 0.0) * (r.requests_admitted or 0) for r in usable if r.requests_total
+    )
+    if prefill_wait > 0:
+        terms.append(
+            Term(
+                "last prefill",
+                prefill_wait / requests / steps,
+                f"{prefill_wait:.0f} request-s/{requests}/{steps}",
             )
         )
     warmup_wait = sum(

@@ -129,7 +129,12 @@ class Segment:
     mixed_weighted_s: float | None
     drain_weighted_s: float | None
     accept_len: float | None = None  # speculative decoding: mean acceptance length
-    warmup_excess_s: float | None = None  # warm-up less the ordinary decode steps it holds
+    # the warm-up interval less its last admission's own prefill and the ordinary decode
+    # steps it holds (``prefill``): what is left is warm-up
+    warmup_excess_s: float | None = None
+    warmup_prefill_s: float | None = None  # None where the log gives no prefill throughput
+    warmup_prefill_tokens: int = 0
+    warmup_decode_s: float | None = None
     ramp_tokens: float | None = None  # tokens decoded during the ramp (counted on PD nodes)
     ramp_weighted_s: float | None = None
     kind: SegmentKind = SegmentKind.PLATEAU
@@ -203,6 +208,7 @@ class RunPhases:
     drain: PhaseSpan | None = None
     warmup: PhaseSpan | None = None
     warmup_excess_s: float | None = None
+    warmup_prefill_s: float | None = None
     segments: tuple[Segment, ...] = ()
     main_segment: int | None = None  # index of the segment the run row shows
 
@@ -313,12 +319,14 @@ class RunAnalysis:
     requests_total: int | None = None
     stated_concurrency: int | None = None
     warmup_excess_s: float | None = None
+    warmup_prefill_s: float | None = None
     main_segment: int | None = None
     headline_token_s: float | None = None  # the steady per-token time the run is summed up by
     headline_method: str = ""
     no_steady_kind: str = ""  # why there is no steady phase, as a word (for titles)
     server_requests: ServerRequests | None = None
     lone_request_token_s: float | None = None  # the log's lone-request per-token time
+    arrivals: ArrivalTimes | None = None
     overload: PhaseSpan | None = None
     overload_s: float = 0.0
     overload_token_s: Distribution | None = None
@@ -336,13 +344,36 @@ class RunFindings:
 
 
 @dataclass(frozen=True)
+class ArrivalTimes:
+    """What the server's arrival lines (vLLM ``Received request``, SGLang ``Receive:``) say
+    about one run's requests. A request leaves the queue in arrival order (FIFO): at the
+    Prefill line that admits it (SGLang: its queue wait is exact to the timestamps), or
+    inside the statistics window where arrivals less ``Waiting`` first count it (vLLM:
+    bounds, the window's start and end). ``*_low_s`` are lower bounds (None where none
+    holds: preempted requests waiting again hide when a request was first admitted),
+    the others upper bounds."""
+
+    requests: int  # arrivals in the run
+    refused: int  # arrivals refused before the scheduler
+    arrival_span_s: float  # first arrival → last
+    admission_span_s: float | None  # first arrival → last admission (upper bound)
+    queue_wait_s: Distribution | None
+    queue_wait_low_s: Distribution | None
+    ttft_low_s: Distribution | None
+    ttft_high_s: Distribution | None
+    method: str  # how the admissions were placed, in words
+
+
+@dataclass(frozen=True)
 class ServerLogFacts:
     """What only a server-log run has: the benchmark's stated concurrency, why the run has no
-    steady phase (a word, for titles) and the server's own per-request timing lines."""
+    steady phase (a word, for titles), the server's own per-request timing lines and what
+    its arrival lines say."""
 
     stated_concurrency: int | None = None
     no_steady_kind: str = ""
     server_requests: ServerRequests | None = None
+    arrivals: ArrivalTimes | None = None
 
 
 RunPart = (

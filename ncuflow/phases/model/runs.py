@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ncuflow.phases.model.capabilities import RunBoundary
 from ncuflow.phases.model.intervals import is_decode
+from ncuflow.phases.model.prefill import PrefillRate
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 
 
@@ -27,8 +28,9 @@ class ServerRun:
 def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
     """Cut a scheduler's lines into runs: a new run starts when the batch was empty.
 
-    ``ADMISSION_FROM_EMPTY`` (SGLang): a Prefill line with ``#running-req: 0`` (not the
-    continuation of a chunked prefill) starts a new run. ``BUSY_AFTER_IDLE`` (vLLM): a run
+    ``ADMISSION_FROM_EMPTY`` (SGLang): a Prefill line with ``#running-req: 0`` starts a new
+    run, unless it continues a chunked prefill or requests were waiting on the line before
+    (the batch emptied while the queue did not: the server never went idle). ``BUSY_AFTER_IDLE`` (vLLM): a run
     is a stretch of stats lines with running or waiting requests, closed by the first idle
     line.
     """
@@ -48,13 +50,11 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
     else:
         current = []
         for sample in trace.samples:
-            continues_chunked_prefill = bool(current) and (current[-1].pending_tokens or 0) > 0
-            starts_new = (
-                sample.kind == "prefill"
-                and sample.running == 0
-                and bool(current)
-                and not continues_chunked_prefill
+            last = current[-1] if current else None
+            continues = last is not None and (
+                (last.pending_tokens or 0) > 0 or last.unfinished_seqs > 0 or (last.queued or 0) > 0
             )
+            starts_new = sample.kind == "prefill" and sample.running == 0 and bool(current) and not continues
             if starts_new:
                 runs.append(current)
                 current = []
@@ -93,6 +93,7 @@ class RunSettings:
     stated_concurrency: int | None
     run_label_prefix: str
     several_runs: bool
+    prefill_rate: PrefillRate | None = None  # the scheduler's prefill throughput
 
 
 def aborted(run: ServerRun) -> bool:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 
 from ncuflow.phases.model.intervals import DecodeInterval, is_decode
 from ncuflow.phases.model.levels import BURST, OVERLOAD, TAIL, Item
+from ncuflow.phases.model.prefill import PrefillRate, split_warmup
 from ncuflow.phases.model.results import PhaseSpan, Segment
 from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import BatchSample
@@ -41,6 +42,7 @@ class SegmentInputs:
     tolerance: float
     decode_log_interval: int
     decode_at: tuple[int, ...] = ()  # index in samples of each Decode line
+    prefill_rate: PrefillRate | None = None  # the scheduler's prefill throughput
 
     @staticmethod
     def of(
@@ -50,6 +52,7 @@ class SegmentInputs:
         resolution_s: float,
         tolerance: float,
         decode_log_interval: int,
+        prefill_rate: PrefillRate | None = None,
     ) -> SegmentInputs:
         decode_at = tuple(i for i, s in enumerate(samples) if is_decode(s))
         return SegmentInputs(
@@ -60,6 +63,7 @@ class SegmentInputs:
             tolerance,
             decode_log_interval,
             decode_at,
+            prefill_rate,
         )
 
 
@@ -188,7 +192,7 @@ def _with_steady(
         mixed_weighted_s=_weighted(mixed),
         ramp_tokens=_tokens(rise),
         ramp_weighted_s=_weighted(rise),
-        warmup_excess_s=_warmup_excess(base.warmup, headline, base.accept_len, inputs),
+        **_warmup_parts(base.warmup, _last_admission_tokens(inputs, item), headline, base.accept_len, inputs),
         headline_token_s=headline,
         headline_method=method,
     )
@@ -245,17 +249,35 @@ def _warmup(inputs: SegmentInputs, item: Item) -> PhaseSpan | None:
     return PhaseSpan("warm-up", inputs.samples[last].time_s, inputs.decodes[after].time_s)
 
 
-def _warmup_excess(
-    warmup: PhaseSpan | None, steady_token_s: float | None, accept: float | None, inputs: SegmentInputs
-) -> float | None:
-    """The warm-up interval less the ordinary decode steps it holds: the Decode-line
-    counter runs at an unknown phase, so on average half a decode-log interval of steps."""
+def _last_admission_tokens(inputs: SegmentInputs, item: Item) -> int:
+    """The new tokens of the ramp's last admission (its Prefill line)."""
+    lines = _ramp_lines(inputs, item)
+    last = next((i for i in reversed(lines) if inputs.samples[i].kind == "prefill"), None)
+    return (inputs.samples[last].new_tokens or 0) if last is not None else 0
+
+
+def _warmup_parts(
+    warmup: PhaseSpan | None,
+    tokens: int,
+    steady_token_s: float | None,
+    accept: float | None,
+    inputs: SegmentInputs,
+) -> dict[str, float | int | None]:
+    """The warm-up interval less the last admission's own prefill (its tokens over the
+    prefill throughput) and the ordinary decode steps it holds (the Decode-line counter
+    runs at an unknown phase, so on average half a decode-log interval of steps)."""
     if warmup is None:
-        return None
-    if steady_token_s is None:
-        return warmup.duration_s
-    ordinary = inputs.decode_log_interval / 2 * steady_token_s * (accept or 1.0)
-    return max(0.0, warmup.duration_s - ordinary)
+        return {"warmup_excess_s": None}
+    ordinary = 0.0
+    if steady_token_s is not None:
+        ordinary = inputs.decode_log_interval / 2 * steady_token_s * (accept or 1.0)
+    split = split_warmup(warmup.duration_s, tokens, inputs.prefill_rate, ordinary)
+    return {
+        "warmup_excess_s": split.excess_s,
+        "warmup_prefill_s": split.prefill_s,
+        "warmup_prefill_tokens": split.prefill_tokens,
+        "warmup_decode_s": split.decode_s,
+    }
 
 
 def _longest_steady(

@@ -13,8 +13,8 @@ import bisect
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
-from itertools import pairwise
 
+from ncuflow.phases.model.arrivals import arrival_windows, run_arrivals
 from ncuflow.phases.model.intervals import (
     DecodeInterval,
     decode_intervals,
@@ -23,6 +23,8 @@ from ncuflow.phases.model.intervals import (
 from ncuflow.phases.model.levels import TAIL, Item, run_shape
 from ncuflow.phases.model.overload import mark_overload, run_overload
 from ncuflow.phases.model.overload_text import overload_notes
+from ncuflow.phases.model.prefill import prefill_rate
+from ncuflow.phases.model.prefill_text import prefill_note, warmup_note
 from ncuflow.phases.model.results import (
     PhaseSpan,
     RunAdmission,
@@ -44,6 +46,7 @@ from ncuflow.phases.model.segments import SegmentInputs, build_segments
 from ncuflow.phases.model.server_harness import run_tokens, with_reconciliation
 from ncuflow.phases.model.server_requests import summarise_requests
 from ncuflow.phases.model.server_text import (
+    arrival_notes,
     concurrency_note,
     headline_note,
     no_steady,
@@ -84,8 +87,12 @@ def analyse_server_trace(
         else None,
         run_label_prefix=run_label_prefix,
         several_runs=len(runs) > 1,
+        prefill_rate=prefill_rate(trace.samples, trace.time_resolution_s),
     )
-    return tuple(_analyse_server_run(trace, run, settings) for run in runs)
+    windows = arrival_windows([run.samples[-1].time_s for run in runs])
+    return tuple(
+        _analyse_server_run(trace, run, settings, window) for run, window in zip(runs, windows, strict=True)
+    )
 
 
 def _timeline(
@@ -187,6 +194,7 @@ def _run_segments(
         resolution_s=trace.time_resolution_s,
         tolerance=settings.batch_tolerance,
         decode_log_interval=settings.decode_log_interval,
+        prefill_rate=settings.prefill_rate,
     )
     items = run_shape(
         inputs.decodes,
@@ -200,7 +208,9 @@ def _run_segments(
     return inputs.decodes, intervals, items, build_segments(inputs, items)
 
 
-def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSettings) -> RunAnalysis:
+def _analyse_server_run(
+    trace: ServerTrace, run: ServerRun, settings: RunSettings, arrival_window: tuple[float, float]
+) -> RunAnalysis:
     samples = run.samples
     prefills = [s for s in samples if s.kind == "prefill"]
     decodes, intervals, items, segments = _run_segments(trace, run, settings)
@@ -216,16 +226,12 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
     kind, reasons = no_steady(trace, run, main, segments, len(decodes), settings)
     cannot.extend(reasons)
     timing = _with_requests(timing, requests, intervals, notes, cannot)
-    if main is not None and settings.stated_concurrency is not None and peak > 1:
-        incoming = [s.running + s.incoming for s in decodes if s.incoming is not None]
-        in_flight = max(incoming) if incoming else None
-        notes.append(concurrency_note(peak, settings.stated_concurrency, in_flight))
-    if main is not None and readmitted:
-        notes.append(
-            f"{readmitted} request(s) were admitted while the batch stayed near {main.level} (a "
-            "closed loop refilling finished requests): those intervals mix prefill into decode "
-            f"and are counted as 'mixed' ({main.mixed_s:.0f} s), not steady"
-        )
+    arrivals = None
+    if trace.arrivals is not None:
+        pushed = next((i.start_s for i in intervals if i.preempted or i.retracted), None)
+        arrivals = run_arrivals(trace.arrivals, arrival_window, samples, trace.capabilities, pushed)
+        notes.extend(arrival_notes(arrivals, cannot))
+    notes.extend(_level_notes(decodes, settings, main, peak, readmitted))
     closed_loop = readmitted > 0 or len(segments) > 1
     tokens = run_tokens(settings, main, decodes, prefills, closed_loop, notes, cannot, requests)
     tokens = with_reconciliation(tokens, main, admission, timing)
@@ -245,9 +251,27 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
         tokens=tokens,
         findings=RunFindings(tuple(cannot), tuple(notes)),
         plot=_plot_data(run, intervals, settings.retraction_times),
-        server=ServerLogFacts(settings.stated_concurrency, kind, requests),
+        server=ServerLogFacts(settings.stated_concurrency, kind, requests, arrivals),
         overload=overload,
     )
+
+
+def _level_notes(
+    decodes: Sequence[BatchSample], settings: RunSettings, main: Segment | None, peak: int, readmitted: int
+) -> list[str]:
+    """The main segment's level against the stated concurrency, and its readmissions."""
+    notes = []
+    if main is not None and settings.stated_concurrency is not None and peak > 1:
+        incoming = [s.running + s.incoming for s in decodes if s.incoming is not None]
+        in_flight = max(incoming) if incoming else None
+        notes.append(concurrency_note(peak, settings.stated_concurrency, in_flight))
+    if main is not None and readmitted:
+        notes.append(
+            f"{readmitted} request(s) were admitted while the batch stayed near {main.level} (a "
+            "closed loop refilling finished requests): those intervals mix prefill into decode "
+            f"and are counted as 'mixed' ({main.mixed_s:.0f} s), not steady"
+        )
+    return notes
 
 
 def _run_phases(
@@ -278,6 +302,7 @@ def _run_phases(
         drain=main.drain if steady is not None else None,
         warmup=main.warmup,
         warmup_excess_s=main.warmup_excess_s,
+        warmup_prefill_s=main.warmup_prefill_s,
         segments=segments,
         main_segment=main.index,
     )
@@ -303,19 +328,6 @@ def _steady_batch(segment: Segment, intervals: Sequence[DecodeInterval]) -> floa
     assert steady is not None
     values = [i.running for i in intervals if steady.start_s < i.end_s <= steady.end_s]
     return float(statistics.median(values)) if values else float(segment.level)
-
-
-def _prefill_duration(samples: Sequence[BatchSample], segment: Segment) -> float:
-    """Typical time between consecutive Prefill lines of the ramp: the last admission's own
-    prefill runs after its line, inside the warm-up interval."""
-    start = segment.ramp.start_s if segment.ramp is not None else segment.plateau.start_s
-    times = [
-        s.time_s
-        for s in samples
-        if s.kind == "prefill" and start <= s.time_s <= segment.plateau.start_s
-    ]
-    gaps = [b - a for a, b in pairwise(times)]
-    return statistics.median(gaps) if gaps else 0.0
 
 
 def _run_timing(
@@ -347,7 +359,8 @@ def _run_timing(
     notes.extend(headline_note(main))
     notes.extend(_rough_timing_notes(main.steady_token_s.count, trace.time_resolution_s))
     interval_s = settings.decode_log_interval * step if step else None
-    notes.extend(_warmup_note(trace, run_samples, settings, main, interval_s))
+    notes.extend(warmup_note(trace, run_samples, settings.decode_log_interval, main, interval_s))
+    notes.extend(prefill_note(run_samples, settings.prefill_rate, interval_s))
     cannot.extend(_unseen_timing(trace, settings, main, intervals, interval_s))
     return RunTiming(
         step_method=method,
@@ -375,30 +388,6 @@ def _rough_timing_notes(steady_intervals: int, resolution_s: float) -> list[str]
             f"uncertain by ±{resolution_s:g} s"
         )
     return notes
-
-
-def _warmup_note(
-    trace: ServerTrace,
-    run_samples: Sequence[BatchSample],
-    settings: RunSettings,
-    main: Segment,
-    interval_s: float | None,
-) -> list[str]:
-    """A note where the SGLang warm-up lasts longer than one decode-log interval."""
-    if (
-        main.warmup is not None
-        and interval_s
-        and main.warmup.duration_s
-        > interval_s * 1.05 + _prefill_duration(run_samples, main) + trace.time_resolution_s
-        and trace.capabilities.prefill_lines
-    ):
-        return [
-            "warm-up (last admission → first Decode line, its own column) longer than one "
-            f"decode-log interval ({settings.decode_log_interval} steps): first-step warm-up or "
-            "graph capture; counted as its own reconciliation term, less half a decode-log "
-            "interval of ordinary steps"
-        ]
-    return []
 
 
 def _unseen_timing(

@@ -12,8 +12,15 @@ from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.intervals import DecodeInterval
 from ncuflow.phases.model.levels import Item
 from ncuflow.phases.model.overload_text import overload_reason
-from ncuflow.phases.model.results import PhaseSpan, Segment, SegmentKind, ServerRequests
+from ncuflow.phases.model.results import (
+    ArrivalTimes,
+    PhaseSpan,
+    Segment,
+    SegmentKind,
+    ServerRequests,
+)
 from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch
+from ncuflow.phases.model.stats import Distribution
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
 
 
@@ -388,3 +395,35 @@ def request_notes(requests: ServerRequests, decode_weighted_s: float | None) -> 
     if requests.ttft_s is not None:
         line += "; the TTFT column is server-side: queue + prefill, from these lines"
     return [line]
+
+
+def _between(low: Distribution | None, high: Distribution | None) -> str:
+    """A median between bounds, in seconds: "0.21–0.93 s", or "≤ 0.93 s" with no lower one."""
+    if high is None:
+        return "—"
+    if low is None:
+        return f"≤ {high.median:.2f} s"
+    if abs(high.median - low.median) < 0.0005:
+        return f"{high.median:.2f} s"
+    return f"{low.median:.2f}–{high.median:.2f} s"
+
+
+def arrival_notes(arrivals: ArrivalTimes | None, cannot: list[str]) -> list[str]:
+    """What the arrival lines say about a run; where they bound the TTFT, the "cannot
+    tell" that a server log has no submit times is taken back (``cannot`` is edited)."""
+    if arrivals is None:
+        return []
+    head = f"{arrivals.requests} request(s) arrived (the server's arrival lines) over {arrivals.arrival_span_s:.1f} s"
+    if arrivals.refused:
+        head += f"; {arrivals.refused} more were refused before the scheduler"
+    if arrivals.queue_wait_s is None:
+        if arrivals.requests:
+            head += "; they do not match the admissions the statistics lines count, so no queue wait is given"
+        return [head]
+    cannot[:] = [c for c in cannot if not c.startswith("TTFT distribution")]
+    return [
+        f"{head}; admitted within {arrivals.admission_span_s or 0.0:.1f} s of the first arrival; queue "
+        f"wait median {_between(arrivals.queue_wait_low_s, arrivals.queue_wait_s)} (p90 ≤ "
+        f"{arrivals.queue_wait_s.p90:.2f} s); TTFT median {_between(arrivals.ttft_low_s, arrivals.ttft_high_s)}: "
+        f"{arrivals.method}"
+    ]

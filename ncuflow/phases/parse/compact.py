@@ -121,7 +121,8 @@ class SampleStore:
         if last is None:
             return True
         if sample.kind == "prefill":
-            return sample.running == 0 and not (last.kind == "prefill" and (last.pending_tokens or 0) > 0)
+            continues = (last.kind == "prefill" and (last.pending_tokens or 0) > 0) or (last.queued or 0) > 0
+            return sample.running == 0 and not continues
         if sample.kind == "stats":
             return (sample.running > 0 or bool(sample.queued)) and _boundary(last)
         return False

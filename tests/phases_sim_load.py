@@ -1,0 +1,388 @@
+"""Step-level engines that write vLLM and SGLang server logs under load, with a known truth:
+a KV cache of fixed size (vLLM: blocks of 16 tokens, requests preempted when a running one
+needs a block; SGLang: retractions), a batch cap, a chunked-prefill token budget, the
+server's per-request lines (vLLM ``Received request`` / ``Added request``, SGLang
+``Receive: obj=``), uvicorn access lines and context-length refusals with their
+tracebacks, as the engines print them (vLLM 0.6–0.11 ``loggers.py`` statistics lines,
+SGLang 0.4–0.5 ``Prefill batch`` / ``Decode batch`` lines).
+
+Every request's token times are kept, so a test knows when each arrived, was admitted,
+got its first token and finished, and the step time at every batch size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+Step = Callable[[int, int], float]  # (decoding requests, prefill tokens) -> seconds
+
+
+def linear_step(base: float = 0.030, per_seq: float = 0.00006, per_prefill_token: float = 0.00008) -> Step:
+    """A step that grows with the batch and with the prefill tokens it carries."""
+    return lambda decoding, prefill: base + per_seq * decoding + per_prefill_token * prefill
+
+
+@dataclass
+class Arrival:
+    time_s: float
+    prompt: int
+    output: int
+    cached: int = 0  # prompt tokens a prefix cache would serve (SGLang #cached-token)
+
+
+@dataclass
+class SimRequest:
+    rid: str
+    arrival: Arrival
+    admitted_s: float | None = None
+    first_s: float | None = None
+    times: list[float] = field(default_factory=list)
+    computed: int = 0  # tokens in the KV cache (prompt prefilled + outputs)
+    preempted: int = 0
+    refused: bool = False
+
+    @property
+    def target_prefill(self) -> int:
+        """Tokens to prefill before the next output: the prompt, plus the outputs a
+        preemption threw away (recomputed)."""
+        return self.arrival.prompt + len(self.times)
+
+    @property
+    def done(self) -> bool:
+        return len(self.times) >= self.arrival.output
+
+
+@dataclass
+class EngineConfig:
+    kv_tokens: int
+    max_running: int = 1024
+    token_budget: int = 8192
+    step: Step = field(default_factory=linear_step)
+    max_model_len: int | None = None
+    block: int = 16
+    # SGLang admits a request only if its whole prompt and a share of its output fit in the
+    # cache (so it queues instead of being preempted); vLLM V1 only needs the chunk's blocks
+    reserve_output: float | None = None
+
+
+@dataclass
+class EngineLog:
+    lines: list[str]
+    requests: list[SimRequest]
+    windows: list[tuple[float, int, int, float]]  # vLLM: (time, running, waiting, kv usage)
+    decode_steps: list[tuple[float, int, float]] = field(default_factory=list)  # (t, batch, step s)
+
+
+class _Engine:
+    """The scheduling both engines share: FIFO admission under a token budget, a batch cap
+    and a KV cache; preemption (recompute) of the newest running request when a running
+    one needs cache it cannot get."""
+
+    def __init__(self, config: EngineConfig, arrivals: Sequence[Arrival]) -> None:
+        self.config = config
+        self.pending = sorted(arrivals, key=lambda a: a.time_s)
+        self.waiting: list[SimRequest] = []
+        self.running: list[SimRequest] = []
+        self.done: list[SimRequest] = []
+        self.t = 0.0
+        self.next_id = 0
+
+    def used(self) -> int:
+        block = self.config.block
+        return sum(math.ceil(r.computed / block) * block for r in self.running)
+
+    def arrive(self, on_arrival: Callable[[SimRequest], bool]) -> None:
+        while self.pending and self.pending[0].time_s <= self.t:
+            arrival = self.pending.pop(0)
+            request = SimRequest(f"{self.next_id:032x}", arrival)
+            self.next_id += 1
+            if on_arrival(request):
+                self.waiting.append(request)
+            else:
+                request.refused = True
+                self.done.append(request)
+
+    def make_room(self, on_preempt: Callable[[SimRequest], None]) -> None:
+        """Every running request gets its next token's cache; the newest are preempted."""
+        block = self.config.block
+        need = sum(
+            math.ceil((r.computed + 1) / block) * block for r in self.running if r.computed >= r.target_prefill
+        ) + sum(math.ceil(r.computed / block) * block for r in self.running if r.computed < r.target_prefill)
+        while self.running and need > self.config.kv_tokens:
+            victim = self.running.pop()
+            need -= math.ceil((victim.computed + 1) / block) * block
+            victim.computed = 0
+            victim.preempted += 1
+            self.waiting.insert(0, victim)
+            on_preempt(victim)
+
+    def admit(self) -> tuple[int, int]:
+        """Prefill chunks under the token budget: (prefill tokens of the step, requests that
+        got a chunk)."""
+        budget = self.config.token_budget
+        free = self.config.kv_tokens - self.used()
+        touched = 0
+        reserve = self.config.reserve_output
+        for r in self.running:  # chunks of prompts already started
+            if r.computed < r.target_prefill and budget > 0 and (free > 0 or reserve is not None):
+                chunk = min(r.target_prefill - r.computed, budget)
+                chunk = chunk if reserve is not None else min(chunk, free)
+                r.computed += chunk
+                budget, free, touched = budget - chunk, free - chunk, touched + 1
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_running:
+            r = self.waiting[0]
+            chunk = min(r.target_prefill, budget)
+            need = chunk if reserve is None else r.target_prefill + int(reserve * r.arrival.output)
+            if reserve is not None:  # what the running requests will still need
+                need += sum(int(reserve * (x.arrival.output - len(x.times))) + x.target_prefill - x.computed
+                            for x in self.running)
+            if need > free - self.config.block:
+                break
+            self.waiting.pop(0)
+            r.admitted_s = self.t if r.admitted_s is None else r.admitted_s
+            r.computed += chunk
+            budget, free, touched = budget - chunk, free - chunk, touched + 1
+            self.running.append(r)
+        return self.config.token_budget - budget, touched
+
+    def _token(self, r: SimRequest) -> None:
+        r.times.append(self.t)
+        r.computed += 1
+        if r.first_s is None:
+            r.first_s = self.t
+
+    def decode(self, prefill_tokens: int) -> tuple[int, float]:
+        """One step: every request whose prompt is in the cache makes a token (vLLM runs
+        prefill chunks and decodes in the same step)."""
+        decoding = [r for r in self.running if r.computed >= r.target_prefill]
+        step = self.config.step(len(decoding), prefill_tokens)
+        self.t += step
+        for r in decoding:
+            self._token(r)
+        return len(decoding), step
+
+    def prefill_only(self, prefill_tokens: int) -> None:
+        """An SGLang prefill batch, on its own: the requests whose prompt it completes make
+        their first token; the running batch waits."""
+        self.t += self.config.step(0, prefill_tokens)
+        for r in self.running:
+            if r.first_s is None and r.computed >= r.target_prefill:
+                self._token(r)
+
+    def finish(self) -> list[SimRequest]:
+        finished = [r for r in self.running if r.done]
+        for r in finished:
+            self.running.remove(r)
+            self.done.append(r)
+        return finished
+
+
+# --------------------------------------------------------------------------- vLLM
+
+
+VLLM_START = datetime(2025, 8, 12, 9, 0, 0)
+
+
+def _vllm_stamp(t: float, start: datetime = VLLM_START) -> str:
+    moment = start + timedelta(seconds=t)
+    return f"{moment:%m-%d %H:%M:%S}"
+
+
+def _vllm_refusal(stamp: str, request: SimRequest, limit: int) -> list[str]:
+    """What vLLM (0.9–0.10, OpenAI server) prints for a prompt past the context: the error
+    with its traceback, then the 400 access line."""
+    tokens = request.arrival.prompt
+    return [
+        f"(APIServer pid=1) ERROR {stamp} [serving_chat.py:222] Error in preprocessing prompt inputs",
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/serving_chat.py", line 206, in create_chat_completion',
+        "    ) = await self._preprocess_chat(",
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/openai/serving_engine.py", line 596, in _validate_input',
+        "    raise ValueError(",
+        f"ValueError: This model's maximum context length is {limit} tokens. However, your request has "
+        f"{tokens} input tokens. Please reduce the length of the input messages.",
+        '(APIServer pid=1) INFO:     127.0.0.1:51234 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request',
+    ]
+
+
+def simulate_vllm_engine(
+    arrivals: Sequence[Arrival],
+    config: EngineConfig,
+    *,
+    log_requests: bool = True,
+    window_s: float = 10.0,
+    start: datetime = VLLM_START,
+) -> EngineLog:
+    """A vLLM V1 engine: 10-s statistics lines (``Running`` and ``Waiting`` at the window's
+    end, throughputs over it, GPU KV cache usage), no preemption lines (V1 prints none),
+    ``Received request`` / ``Added request`` lines when ``log_requests``, access lines."""
+    engine = _Engine(config, arrivals)
+    events: list[tuple[float, int, str]] = []
+    windows: list[tuple[float, int, int, float]] = []
+    steps: list[tuple[float, int, float]] = []
+    counter = [0]
+
+    def emit(t: float, line: str) -> None:
+        counter[0] += 1
+        events.append((t, counter[0], line))
+
+    def on_arrival(r: SimRequest) -> bool:
+        stamp = _vllm_stamp(engine.t, start)
+        limit = config.max_model_len
+        if limit is not None and r.arrival.prompt + 1 > limit:
+            for line in _vllm_refusal(stamp, r, limit):
+                emit(engine.t, line)
+            return False
+        if log_requests:
+            emit(engine.t, f"(APIServer pid=1) INFO {stamp} [logger.py:43] Received request chatcmpl-{r.rid}: "
+                 f"prompt: '<|user|>{'x' * 40}', params: SamplingParams(n=1, temperature=0.0, "
+                 f"max_tokens={r.arrival.output}, ignore_eos=True), prompt_token_ids: None, "
+                 "prompt_embeds shape: None, lora_request: None.")
+            emit(engine.t, f"(APIServer pid=1) INFO {stamp} [async_llm.py:270] Added request chatcmpl-{r.rid}.")
+        return True
+
+    boundary, prompt_tokens, generated, last_active = window_s, 0, 0, False
+    while engine.pending or engine.waiting or engine.running:
+        engine.arrive(on_arrival)
+        if not engine.waiting and not engine.running:
+            engine.t = min(engine.pending[0].time_s, boundary) if engine.pending else boundary
+        else:
+            engine.make_room(lambda r: None)
+            prefill, _ = engine.admit()
+            produced, step = engine.decode(prefill)
+            steps.append((engine.t, len(engine.running), step))
+            prompt_tokens += prefill
+            generated += produced
+            for r in engine.finish():
+                emit(engine.t, '(APIServer pid=1) INFO:     127.0.0.1:51234 - "POST /v1/chat/completions '
+                     'HTTP/1.1" 200 OK')
+        while engine.t >= boundary:
+            usage = engine.used() / config.kv_tokens
+            active = bool(prompt_tokens or generated)
+            if active or last_active:  # vLLM logs idle windows at DEBUG only
+                emit(boundary, f"(APIServer pid=1) INFO {_vllm_stamp(boundary, start)} [loggers.py:123] Engine 000: "
+                     f"Avg prompt throughput: {prompt_tokens / window_s:.1f} tokens/s, Avg generation "
+                     f"throughput: {generated / window_s:.1f} tokens/s, Running: {len(engine.running)} reqs, "
+                     f"Waiting: {len(engine.waiting)} reqs, GPU KV cache usage: {usage * 100:.1f}%, "
+                     "Prefix cache hit rate: 0.0%")
+                windows.append((boundary, len(engine.running), len(engine.waiting), usage))
+            last_active = active
+            prompt_tokens = generated = 0
+            boundary += window_s
+    events.sort(key=lambda e: (e[0], e[1]))
+    return EngineLog([line for *_, line in events], engine.done, windows, steps)
+
+
+def vllm_burst_overload(requests: int = 400, seed: int = 5) -> EngineLog:
+    """A burst of ``requests`` at once whose outputs outgrow the KV cache: the batch peaks,
+    then at a full cache the engine preempts (Waiting rises while Running falls), then the
+    queue empties and the batch drains."""
+    import random
+
+    rng = random.Random(seed)
+    arrivals = [Arrival(0.0, 600, rng.randint(600, 2400)) for _ in range(requests)]
+    return simulate_vllm_engine(arrivals, EngineConfig(kv_tokens=requests * 900, max_running=1024))
+
+
+# --------------------------------------------------------------------------- SGLang
+
+
+SGLANG_START = datetime(2025, 9, 3, 14, 0, 0)
+
+
+def _sg_stamp(t: float, start: datetime = SGLANG_START) -> str:
+    moment = start + timedelta(seconds=t)
+    return f"[{moment:%Y-%m-%d %H:%M:%S}]"
+
+
+@dataclass
+class SglangLogOptions:
+    decode_log_interval: int = 40
+    log_requests: bool = False  # Receive: lines
+    access_lines: bool = True
+    retraction_text: str = "KV cache pool is full. Retract requests."
+    health_every_s: float | None = None
+    pending_token: bool = True  # newer SGLang: #pending-token on Prefill lines
+
+
+def simulate_sglang_engine(
+    arrivals: Sequence[Arrival],
+    config: EngineConfig,
+    options: SglangLogOptions | None = None,
+    *,
+    start: datetime = SGLANG_START,
+) -> EngineLog:
+    """An SGLang scheduler: a Prefill line per admitted batch (``#new-seq``, ``#new-token``,
+    ``#cached-token``, token usage, ``#running-req`` before it, ``#queue-req`` after it), a
+    Decode line every ``decode_log_interval`` decode steps, a retraction line when the cache
+    cannot hold the running batch's next tokens."""
+    options = options or SglangLogOptions()
+    engine = _Engine(config, arrivals)
+    lines: list[str] = []
+    steps: list[tuple[float, int, float]] = []
+    decode_ct, since_log, last_log = 0, 0, 0.0
+    retracted: list[SimRequest] = []
+
+    def on_arrival(r: SimRequest) -> bool:
+        if options.log_requests:
+            lines.append(f"{_sg_stamp(engine.t, start)} Receive: obj=GenerateReqInput(text='{'x' * 30}', "
+                         f"sampling_params={{'max_new_tokens': {r.arrival.output}}}, rid='{r.rid}', stream=True)")
+        return True
+
+    while engine.pending or engine.waiting or engine.running:
+        engine.arrive(on_arrival)
+        if not engine.waiting and not engine.running:
+            engine.t = engine.pending[0].time_s
+            continue
+        retracted.clear()
+        engine.make_room(retracted.append)
+        usage = engine.used() / config.kv_tokens
+        if retracted:
+            lines.append(f"{_sg_stamp(engine.t, start)} {options.retraction_text} #retracted_reqs: "
+                         f"{len(retracted)}, #new_token_ratio: 0.6500 -> 1.0000")
+        before = sum(1 for r in engine.running if r.computed >= r.target_prefill)
+        stamp = _sg_stamp(engine.t, start)
+        chunks_cached = sum(r.arrival.cached for r in engine.waiting[:1])
+        prefill, touched = engine.admit()
+        if prefill:
+            pending = sum(r.target_prefill - r.computed for r in engine.running)
+            lines.append(f"{stamp} Prefill batch, #new-seq: {touched}, #new-token: {prefill}, "
+                         f"#cached-token: {chunks_cached}, token usage: {engine.used() / config.kv_tokens:.2f}, "
+                         f"#running-req: {before}, #queue-req: {len(engine.waiting)}, "
+                         + (f"#pending-token: {pending}, " if options.pending_token else ""))
+            engine.prefill_only(prefill)
+            _finish_sglang(engine, lines, options, start)
+            continue
+        produced, step = engine.decode(0)
+        steps.append((engine.t, len(engine.running), step))
+        decode_ct += 1
+        since_log += produced
+        if decode_ct % options.decode_log_interval == 0:
+            usage = engine.used() / config.kv_tokens
+            lines.append(f"{_sg_stamp(engine.t, start)} Decode batch, #running-req: {len(engine.running)}, "
+                         f"#token: {engine.used()}, token usage: {usage:.2f}, cuda graph: True, gen throughput "
+                         f"(token/s): {since_log / max(engine.t - last_log, 1e-9):.2f}, #queue-req: {len(engine.waiting)}, ")
+            since_log, last_log = 0, engine.t
+        _finish_sglang(engine, lines, options, start)
+    return EngineLog(lines, engine.done, [], steps)
+
+
+def _finish_sglang(engine: _Engine, lines: list[str], options: SglangLogOptions, start: datetime) -> None:
+    for _ in engine.finish():
+        if options.access_lines:
+            lines.append(f'{_sg_stamp(engine.t, start)} INFO:     127.0.0.1:40000 - "POST /v1/chat/completions '
+                         'HTTP/1.1" 200 OK')
+
+
+def sglang_long_context(log_requests: bool = True) -> EngineLog:
+    """Two long prompts (24.3K and 22.7K tokens) sent together to a server whose KV pool
+    holds 25,169 tokens, chunked prefill of 8,192 tokens at ~12K tokens/s: the first is
+    prefilled in three chunks (~2 s) and decodes while the second waits (#queue-req 1,
+    token usage 0.97) for the cache it holds."""
+    arrivals = [Arrival(1.0, 24_300, 400), Arrival(1.0, 22_700, 400)]
+    step = linear_step(base=0.012, per_seq=0.0002, per_prefill_token=1 / 12_000)
+    config = EngineConfig(kv_tokens=25_169, max_running=64, token_budget=8192, step=step, reserve_output=0.3)
+    return simulate_sglang_engine(arrivals, config, SglangLogOptions(log_requests=log_requests))
