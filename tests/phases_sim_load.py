@@ -256,7 +256,7 @@ def simulate_vllm_engine(
             steps.append((engine.t, len(engine.running), step))
             prompt_tokens += prefill
             generated += produced
-            for r in engine.finish():
+            for _ in engine.finish():
                 emit(engine.t, '(APIServer pid=1) INFO:     127.0.0.1:51234 - "POST /v1/chat/completions '
                      'HTTP/1.1" 200 OK')
         while engine.t >= boundary:

@@ -50,9 +50,9 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
     else:
         current = []
         for sample in trace.samples:
-            last = current[-1] if current else None
-            continues = last is not None and (
-                (last.pending_tokens or 0) > 0 or last.unfinished_seqs > 0 or (last.queued or 0) > 0
+            before = current[-1] if current else None
+            continues = before is not None and (
+                (before.pending_tokens or 0) > 0 or before.unfinished_seqs > 0 or (before.queued or 0) > 0
             )
             starts_new = sample.kind == "prefill" and sample.running == 0 and bool(current) and not continues
             if starts_new:

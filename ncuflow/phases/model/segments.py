@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from ncuflow.phases.model.intervals import DecodeInterval, is_decode
 from ncuflow.phases.model.levels import BURST, OVERLOAD, TAIL, Item
-from ncuflow.phases.model.prefill import PrefillRate, split_warmup
+from ncuflow.phases.model.prefill import PrefillRate, WarmupSplit, split_warmup
 from ncuflow.phases.model.results import PhaseSpan, Segment
 from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import BatchSample
@@ -179,6 +179,7 @@ def _with_steady(
     mixed = [i for i in on if id(i) not in steady_ids]
     steady_tokens = distribution([i.per_token_s for i in steady if i.per_token_s is not None])
     headline, method = _headline(steady, steady_tokens)
+    split = _warmup_split(base.warmup, _last_admission_tokens(inputs, item), headline, base.accept_len, inputs)
     return replace(
         base,
         steady=_longest_steady(on, steady_ids, inputs.resolution_s),
@@ -192,9 +193,12 @@ def _with_steady(
         mixed_weighted_s=_weighted(mixed),
         ramp_tokens=_tokens(rise),
         ramp_weighted_s=_weighted(rise),
-        **_warmup_parts(base.warmup, _last_admission_tokens(inputs, item), headline, base.accept_len, inputs),
         headline_token_s=headline,
         headline_method=method,
+        warmup_excess_s=split.excess_s if split is not None else None,
+        warmup_prefill_s=split.prefill_s if split is not None else None,
+        warmup_prefill_tokens=split.prefill_tokens if split is not None else 0,
+        warmup_decode_s=split.decode_s if split is not None else None,
     )
 
 
@@ -256,28 +260,22 @@ def _last_admission_tokens(inputs: SegmentInputs, item: Item) -> int:
     return (inputs.samples[last].new_tokens or 0) if last is not None else 0
 
 
-def _warmup_parts(
+def _warmup_split(
     warmup: PhaseSpan | None,
     tokens: int,
     steady_token_s: float | None,
     accept: float | None,
     inputs: SegmentInputs,
-) -> dict[str, float | int | None]:
+) -> WarmupSplit | None:
     """The warm-up interval less the last admission's own prefill (its tokens over the
     prefill throughput) and the ordinary decode steps it holds (the Decode-line counter
     runs at an unknown phase, so on average half a decode-log interval of steps)."""
     if warmup is None:
-        return {"warmup_excess_s": None}
+        return None
     ordinary = 0.0
     if steady_token_s is not None:
         ordinary = inputs.decode_log_interval / 2 * steady_token_s * (accept or 1.0)
-    split = split_warmup(warmup.duration_s, tokens, inputs.prefill_rate, ordinary)
-    return {
-        "warmup_excess_s": split.excess_s,
-        "warmup_prefill_s": split.prefill_s,
-        "warmup_prefill_tokens": split.prefill_tokens,
-        "warmup_decode_s": split.decode_s,
-    }
+    return split_warmup(warmup.duration_s, tokens, inputs.prefill_rate, ordinary)
 
 
 def _longest_steady(
