@@ -11,6 +11,7 @@ from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.phases.parse.registry import format_names
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import report_to_dict
+from ncuflow.phases.selection import RunSelection
 from ncuflow.phases.text import render_text
 
 EPILOG = """\b
@@ -80,6 +81,15 @@ Examples:
     help="Leave out unreadable scheduler lines (counted in the notes) instead of stopping.",
 )
 @click.option(
+    "--runs",
+    "runs_text",
+    default=None,
+    metavar="all|none|LIST",
+    help="Runs shown in detail: all, none (the session summary alone) or run numbers such as "
+    "3,7-9. Default: every run, or for a log of more than 50 runs its summary and the runs "
+    "that stand out.",
+)
+@click.option(
     "--format",
     "format_name",
     type=click.Choice(format_names()),
@@ -95,11 +105,16 @@ def phases_command(
     labels: tuple[str, ...],
     batch_tolerance: float,
     skip_malformed: bool,
+    runs_text: str | None,
     format_name: str | None,
 ) -> None:
     """Split serving traces into segments (one per #running-req plateau) with their admission
     ramp, warm-up, steady, mixed and drain phases, and reconcile the reported TPOT with
     Σ share × per-token time + (ramp wait + warm-up) / (N − 1)."""
+    try:
+        selection = RunSelection.parse(runs_text)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--runs") from None
     report = build_report(
         inputs,
         labels=labels,
@@ -115,11 +130,11 @@ def phases_command(
 
         written = plot_report(report, plot_path)
     if as_json:
-        data = report_to_dict(report)
+        data = report_to_dict(report, selection)
         data["plots"] = [str(p) for p in written]
         click.echo(json.dumps(data, indent=2, default=str))
         return
-    click.echo(render_text(report), nl=False)
+    click.echo(render_text(report, selection), nl=False)
     for path in written:
         click.echo(f"timeline written to {path}")
 

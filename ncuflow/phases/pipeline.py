@@ -23,6 +23,8 @@ from ncuflow.phases.model import (
 )
 from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.floor import flag_below_floor
+from ncuflow.phases.model.session import summarise_session
+from ncuflow.phases.model.traces import ServiceCounts
 from ncuflow.phases.parse import registry
 from ncuflow.phases.report import (
     FileReport,
@@ -86,6 +88,7 @@ def analyse_file(
         file_notes=tuple(notes),
         server_rows=rows,
         capabilities=header.capabilities,
+        session=summarise_session(runs, header.service),
     )
 
 
@@ -99,6 +102,7 @@ class _FileHeader:
     time_resolution_s: float | None
     bench: BenchSummary | None
     capabilities: Capabilities | None
+    service: ServiceCounts
 
 
 def _file_header(traces: Sequence[Trace]) -> _FileHeader:
@@ -108,16 +112,18 @@ def _file_header(traces: Sequence[Trace]) -> _FileHeader:
     clock = ""
     source_format = ""
     capabilities = None
+    service = ServiceCounts()
     for trace in traces:
         clock = trace.clock_origin
         source_format = _source_format(trace)
         if isinstance(trace, ServerTrace):
             capabilities = trace.capabilities
+            service = trace.service
             bench = trace.bench
             resolution = trace.time_resolution_s
             if trace.rank:
                 ranks.append(trace.rank)
-    return _FileHeader(source_format, tuple(ranks), clock, resolution, bench, capabilities)
+    return _FileHeader(source_format, tuple(ranks), clock, resolution, bench, capabilities, service)
 
 
 def _source_format(trace: Trace) -> str:

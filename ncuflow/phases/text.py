@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ncuflow.phases.model import Distribution, PhaseSpan, Reconciliation, RunAnalysis, Segment, Term
 from ncuflow.phases.model.results import SegmentKind
 from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
+from ncuflow.phases.selection import RunSelection
+from ncuflow.phases.text_session import service_lines, session_lines
 
 
 def _ms(seconds: float | None, digits: int = 2) -> str:
@@ -195,10 +198,17 @@ def _itl_cross_check(file: FileReport) -> str | None:
     return line
 
 
-def render_text(report: PhasesReport) -> str:
+def render_text(report: PhasesReport, selection: RunSelection | None = None) -> str:
+    """The report as text; a log of many runs shows its summary and the runs ``selection``
+    picks (by default a few that stand out)."""
+    selection = selection or RunSelection()
     out: list[str] = []
     for file in report.files:
-        out.extend(_file_lines(file))
+        shown = selection.pick(file.runs)
+        out.append(_header(file))
+        out.extend(_summary_lines(file, selection, len(shown)))
+        if shown:
+            out.extend(_file_lines(replace(file, runs=shown))[1:])
         out.append("")
     out.extend(_amortization_lines(report))
     return "\n".join(out).rstrip() + "\n"
@@ -300,6 +310,19 @@ def _legend(file: FileReport) -> list[str]:
             "shrank inside those statistics intervals (window-end bias); a lower bound"
         )
     return lines
+
+
+def _summary_lines(file: FileReport, selection: RunSelection, shown: int) -> list[str]:
+    """A session's summary (or, for a log of a few runs, what its server refused)."""
+    session = file.session
+    if session is None:
+        return []
+    if selection.is_session(file.runs):
+        return session_lines(session, shown, selection.words())
+    service = session.service
+    if service.rejections or service.errors or any(status >= 400 for status, _ in service.http_status):
+        return service_lines(service)
+    return []
 
 
 def _file_lines(file: FileReport) -> list[str]:
