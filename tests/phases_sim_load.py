@@ -386,3 +386,46 @@ def sglang_long_context(log_requests: bool = True) -> EngineLog:
     step = linear_step(base=0.012, per_seq=0.0002, per_prefill_token=1 / 12_000)
     config = EngineConfig(kv_tokens=25_169, max_running=64, token_budget=8192, step=step, reserve_output=0.3)
     return simulate_sglang_engine(arrivals, config, SglangLogOptions(log_requests=log_requests))
+
+
+def sglang_session(requests: int = 1000, seed: int = 11) -> EngineLog:
+    """One user's six hours: ``requests`` conversational turns one at a time (each sent
+    some 20 s after the last one began), prompts that grow with the conversation and are
+    mostly served by the prefix cache, 100–500 output tokens."""
+    import random
+
+    rng = random.Random(seed)
+    arrivals, t, history = [], 0.0, 0
+    for k in range(requests):
+        if k % 25 == 0:
+            history = 0  # a new conversation
+        new = rng.randint(60, 900)
+        arrivals.append(Arrival(t, new, rng.randint(100, 500), cached=history))
+        history += new
+        t += rng.uniform(8.0, 34.0)
+    step = linear_step(base=0.0135, per_seq=0.0001, per_prefill_token=1 / 20_000)
+    config = EngineConfig(kv_tokens=400_000, max_running=64, token_budget=8192, step=step, reserve_output=0.3)
+    return simulate_sglang_engine(arrivals, config, SglangLogOptions(log_requests=False))
+
+
+def vllm_debate(requests: int = 350, seed: int = 7) -> EngineLog:
+    """Two agents debating through one vLLM server, turn after turn, over two days: every
+    turn's prompt is the debate so far, so a long debate outgrows the 8,192-token context
+    and its next turns are refused (HTTP 400, with vLLM's traceback); a new debate then
+    starts. Half the turns come the next day."""
+    import random
+
+    rng = random.Random(seed)
+    arrivals, t, history = [], 5.0, 0
+    for k in range(requests):
+        if k == requests // 2:
+            t += 86_400.0  # the next day
+        if history > 9_000 or (history > 8_000 and rng.random() < 0.5):
+            history = 0  # the operator starts a new debate
+        answer = rng.randint(150, 600)
+        arrivals.append(Arrival(t, history + rng.randint(40, 120), answer))
+        history += answer + 80
+        t += rng.uniform(3.0, 40.0)
+    config = EngineConfig(kv_tokens=200_000, max_running=256, max_model_len=8192,
+                          step=linear_step(base=0.011, per_seq=0.0001, per_prefill_token=1 / 30_000))
+    return simulate_vllm_engine(arrivals, config)

@@ -30,9 +30,10 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
 
     ``ADMISSION_FROM_EMPTY`` (SGLang): a Prefill line with ``#running-req: 0`` starts a new
     run, unless it continues a chunked prefill or requests were waiting on the line before
-    (the batch emptied while the queue did not: the server never went idle). ``BUSY_AFTER_IDLE`` (vLLM): a run
-    is a stretch of stats lines with running or waiting requests, closed by the first idle
-    line.
+    (the batch emptied while the queue did not: the server never went idle).
+    ``BUSY_AFTER_IDLE`` (vLLM): a run is a stretch of stats lines with running or waiting
+    requests, closed by the first idle line; an idle line whose window had output on its
+    own is a run of one line (requests that came and went inside one window).
     """
     runs: list[list[BatchSample]] = []
     if trace.capabilities.run_boundary is RunBoundary.BUSY_AFTER_IDLE:
@@ -45,6 +46,8 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
                 current.append(sample)  # the idle line closes the run (its window had output)
                 runs.append(current)
                 current = []
+            elif (sample.gen_throughput or 0) > 0 or (sample.prompt_throughput or 0) > 0:
+                runs.append([sample])  # requests that came and went inside one window
         if current:
             runs.append(current)
     else:

@@ -174,6 +174,12 @@ def _ramp_admissions(samples: Sequence[BatchSample], segment: Segment) -> tuple[
     )
 
 
+def _admitted(samples: Sequence[BatchSample]) -> RunAdmission:
+    """A run with no plateau: only how many requests its Prefill lines admitted."""
+    total = sum(s.admitted_seqs for s in samples if s.kind == "prefill")
+    return RunAdmission(requests_total=total or None)
+
+
 def _run_segments(
     trace: ServerTrace, run: ServerRun, settings: RunSettings
 ) -> tuple[tuple[BatchSample, ...], list[DecodeInterval], list[Item], tuple[Segment, ...]]:
@@ -220,7 +226,7 @@ def _analyse_server_run(
     peak = peak_batch(samples)
     overload = run_overload(segments, intervals, peak)
     notes.extend(overload_notes(trace.capabilities, segments, overload))
-    admission, readmitted = _ramp_admissions(samples, main) if main else (RunAdmission(), 0)
+    admission, readmitted = _ramp_admissions(samples, main) if main else (_admitted(samples), 0)
     requests = summarise_requests(trace.requests, run.window)
     timing = _run_timing(trace, samples, settings, main, intervals, notes, cannot)
     kind, reasons = no_steady(trace, run, main, segments, len(decodes), settings)

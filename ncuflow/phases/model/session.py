@@ -30,7 +30,7 @@ class LevelTiming:
 
 @dataclass(frozen=True)
 class SessionSummary:
-    runs: int
+    runs: int  # busy stretches (a DP-attention log's ranks' runs of one wave are one)
     start_s: float | None
     end_s: float | None
     busy_s: float  # Σ run durations
@@ -51,6 +51,19 @@ class SessionSummary:
 
     def rejections(self) -> tuple[Rejection, ...]:
         return self.service.rejections
+
+
+def busy_stretches(runs: Sequence[RunAnalysis]) -> list[tuple[float, float]]:
+    """The stretches of time during which the server was busy: the runs' spans, those that
+    overlap (the DP ranks' runs of one wave) merged."""
+    spans = sorted((r.start_s, r.end_s) for r in runs if r.start_s is not None and r.end_s is not None)
+    merged: list[tuple[float, float]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def _requests(runs: Sequence[RunAnalysis], service: ServiceCounts) -> tuple[int | None, str]:
@@ -92,11 +105,12 @@ def summarise_session(runs: Sequence[RunAnalysis], service: ServiceCounts) -> Se
     ]
     values += [gap for r in runs if not r.timeline for _, gap in r.token_gaps]
     requests, source = _requests(runs, service)
+    stretches = busy_stretches(runs)
     return SessionSummary(
-        runs=len(runs),
+        runs=len(stretches) or len(runs),
         start_s=min(starts) if starts else None,
         end_s=max(ends) if ends else None,
-        busy_s=sum((r.end_s or 0.0) - (r.start_s or 0.0) for r in runs if r.start_s is not None),
+        busy_s=sum(end - start for start, end in stretches),
         requests=requests,
         requests_source=source,
         runs_with_steady=sum(1 for r in runs if r.steady is not None),
