@@ -429,3 +429,25 @@ def vllm_debate(requests: int = 350, seed: int = 7) -> EngineLog:
     config = EngineConfig(kv_tokens=200_000, max_running=256, max_model_len=8192,
                           step=linear_step(base=0.011, per_seq=0.0001, per_prefill_token=1 / 30_000))
     return simulate_vllm_engine(arrivals, config)
+
+
+def jsonl_waves(requests: int = 16, concurrency: int = 8, output: int = 256, step_s: float = 0.00656,
+                prefill_s: float = 0.05, jitter: float = 0.02, seed: int = 3) -> list[dict[str, object]]:
+    """A closed loop at ``concurrency`` whose requests all have one length: each slot sends
+    its next request when its last one ends, and since they all end together the batch
+    fills, holds and empties once per generation (a wave), with no idle gap between
+    waves. Records as ``phases-record`` writes them."""
+    import random
+
+    rng = random.Random(seed)
+    records: list[dict[str, object]] = []
+    free = [1_700_000_000.0 + 0.002 * k for k in range(concurrency)]  # when each slot sends
+    for index in range(requests):
+        slot = index % concurrency
+        submit = free[slot]
+        chunks = [submit + prefill_s]
+        for _ in range(output - 1):
+            chunks.append(chunks[-1] + step_s * (1 + rng.uniform(-jitter, jitter)))
+        records.append({"request_id": f"r{index}", "submit_time": submit, "chunk_times": chunks})
+        free[slot] = chunks[-1]
+    return records

@@ -370,6 +370,12 @@ def _file_lines(file: FileReport) -> list[str]:
 
 def _reconciliation_lines(file: FileReport) -> list[str]:
     recs = [(r.run_label, r.reconciliation) for r in file.runs if r.reconciliation is not None]
+    recs += [
+        (f"{r.run_label} seg {s.index}", s.reconciliation)
+        for r in file.runs
+        for s in r.segments
+        if s.reconciliation is not None
+    ]
     if not recs and file.bench_reconciliation is None:
         return []
     out = [

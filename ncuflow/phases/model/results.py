@@ -160,6 +160,9 @@ class Segment:
     kv_usage_max: float | None = None
     preempted: int = 0
     preemption_inferred: bool = False
+    # a wave of a per-request trace (``waves``): its own harness-style TPOT, reconciled
+    harness_tpot_s: float | None = None
+    reconciliation: Reconciliation | None = None
 
 
 @dataclass(frozen=True)
