@@ -208,6 +208,24 @@ def _vllm_refusal(stamp: str, request: SimRequest, limit: int) -> list[str]:
     ]
 
 
+def _v0_stats(stamp: str, prompt: float, generated: float, running: int, waiting: int, usage: float) -> str:
+    """vLLM 0.6's statistics line (V0 engine, ``metrics.py``)."""
+    return (
+        f"INFO {stamp} metrics.py:351] Avg prompt throughput: {prompt:.1f} tokens/s, Avg generation "
+        f"throughput: {generated:.1f} tokens/s, Running: {running} reqs, Swapped: 0 reqs, Pending: "
+        f"{waiting} reqs, GPU KV cache usage: {usage * 100:.1f}%, CPU KV cache usage: 0.0%."
+    )
+
+
+def _v0_preempted(stamp: str, rid: str, total: int) -> str:
+    return (
+        f"WARNING {stamp} scheduler.py:1481] Sequence group chatcmpl-{rid} is preempted by "
+        "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect "
+        "the end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to "
+        f"provide more KV cache memory. total_num_cumulative_preemption={total}"
+    )
+
+
 def simulate_vllm_engine(
     arrivals: Sequence[Arrival],
     config: EngineConfig,
@@ -215,10 +233,12 @@ def simulate_vllm_engine(
     log_requests: bool = True,
     window_s: float = 10.0,
     start: datetime = VLLM_START,
+    v0: bool = False,
 ) -> EngineLog:
     """A vLLM V1 engine: 10-s statistics lines (``Running`` and ``Waiting`` at the window's
     end, throughputs over it, GPU KV cache usage), no preemption lines (V1 prints none),
-    ``Received request`` / ``Added request`` lines when ``log_requests``, access lines."""
+    ``Received request`` / ``Added request`` lines when ``log_requests``, access lines.
+    ``v0``: vLLM 0.6's lines instead, and its warning at every 50th preemption."""
     engine = _Engine(config, arrivals)
     events: list[tuple[float, int, str]] = []
     windows: list[tuple[float, int, int, float]] = []
@@ -244,13 +264,20 @@ def simulate_vllm_engine(
             emit(engine.t, f"(APIServer pid=1) INFO {stamp} [async_llm.py:270] Added request chatcmpl-{r.rid}.")
         return True
 
+    preemptions = [0]
+
+    def on_preempt(r: SimRequest) -> None:
+        preemptions[0] += 1
+        if v0 and preemptions[0] % 50 == 1:
+            emit(engine.t, _v0_preempted(_vllm_stamp(engine.t, start), r.rid, preemptions[0]))
+
     boundary, prompt_tokens, generated, last_active = window_s, 0, 0, False
     while engine.pending or engine.waiting or engine.running:
         engine.arrive(on_arrival)
         if not engine.waiting and not engine.running:
             engine.t = min(engine.pending[0].time_s, boundary) if engine.pending else boundary
         else:
-            engine.make_room(lambda r: None)
+            engine.make_room(on_preempt)
             prefill, _ = engine.admit()
             produced, step = engine.decode(prefill)
             steps.append((engine.t, len(engine.running), step))
@@ -262,7 +289,11 @@ def simulate_vllm_engine(
         while engine.t >= boundary:
             usage = engine.used() / config.kv_tokens
             active = bool(prompt_tokens or generated)
-            if active or last_active:  # vLLM logs idle windows at DEBUG only
+            if v0 and (active or last_active):
+                emit(boundary, _v0_stats(_vllm_stamp(boundary, start), prompt_tokens / window_s,
+                                         generated / window_s, len(engine.running), len(engine.waiting), usage))
+                windows.append((boundary, len(engine.running), len(engine.waiting), usage))
+            elif active or last_active:  # vLLM logs idle windows at DEBUG only
                 emit(boundary, f"(APIServer pid=1) INFO {_vllm_stamp(boundary, start)} [loggers.py:123] Engine 000: "
                      f"Avg prompt throughput: {prompt_tokens / window_s:.1f} tokens/s, Avg generation "
                      f"throughput: {generated / window_s:.1f} tokens/s, Running: {len(engine.running)} reqs, "
@@ -276,7 +307,7 @@ def simulate_vllm_engine(
     return EngineLog([line for *_, line in events], engine.done, windows, steps)
 
 
-def vllm_burst_overload(requests: int = 400, seed: int = 5) -> EngineLog:
+def vllm_burst_overload(requests: int = 400, seed: int = 5, v0: bool = False) -> EngineLog:
     """A burst of ``requests`` at once whose outputs outgrow the KV cache: the batch peaks,
     then at a full cache the engine preempts (Waiting rises while Running falls), then the
     queue empties and the batch drains."""
@@ -284,7 +315,7 @@ def vllm_burst_overload(requests: int = 400, seed: int = 5) -> EngineLog:
 
     rng = random.Random(seed)
     arrivals = [Arrival(0.0, 600, rng.randint(600, 2400)) for _ in range(requests)]
-    return simulate_vllm_engine(arrivals, EngineConfig(kv_tokens=requests * 900, max_running=1024))
+    return simulate_vllm_engine(arrivals, EngineConfig(kv_tokens=requests * 900, max_running=1024), v0=v0)
 
 
 # --------------------------------------------------------------------------- SGLang
