@@ -228,3 +228,36 @@ def test_a_single_generation_keeps_its_harness_tpot(tmp_path: Path) -> None:
     records = load.jsonl_waves(8, 8)
     (run,) = analyse(write(tmp_path, "one.jsonl", [json.dumps(r) for r in records])).runs
     assert run.segments == () and run.harness_tpot_s is not None
+
+
+# --------------------------------------------------------------------------- hostile lines
+
+
+def test_request_lines_that_attack_the_reader_cost_linear_time(tmp_path: Path) -> None:
+    """Lines of 60,000 characters shaped against each new pattern (access lines, preemption
+    warnings, exception lines inside an open traceback, arrival lines with huge ids), and
+    50,000 arrivals whose "Added" line never comes: read in seconds, in bounded memory,
+    nothing taken as data that is not."""
+    import time
+
+    sim = load.vllm_burst_overload(40)
+    attacks = [
+        '(APIServer pid=1) INFO:     ' + '"POST /v1/completions' * 3000 + ' HTTP/1.1" ',
+        "WARNING 08-12 09:00:12 scheduler.py:1] " + "is preempted by " * 4000,
+        "Traceback (most recent call last):",
+        "a." * 30_000,
+        "(APIServer pid=1) INFO 08-12 09:00:12 [logger.py:43] Received request " + "x" * 60_000 + ": prompt: ''",
+    ]
+    flood = [
+        f"(APIServer pid=1) INFO 08-12 09:00:13 [logger.py:43] Received request flood-{k}: prompt: 'x'"
+        for k in range(50_000)
+    ]
+    lines = sim.lines[:6] + attacks + flood + sim.lines[6:]
+    path = write(tmp_path, "hostile.log", lines)
+    began = time.process_time()
+    (report,) = build_report([path]).files
+    assert time.process_time() - began < 10  # 2 s here; a quadratic reader took minutes
+    session = report.session
+    assert session is not None and session.service.errors <= 1
+    arrivals = report.runs[0].arrivals
+    assert arrivals is not None and arrivals.refused >= 50_000 - 4096  # never added: refused

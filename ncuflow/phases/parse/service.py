@@ -45,9 +45,10 @@ REFUSAL_CAUSES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
 )
-EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception)\b")
 CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
-ACCESS = re.compile(r'"(?P<method>POST|GET|PUT|DELETE) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})\b')
+# the path cannot cross a quote or a space: one pass over the line, whatever it holds
+ACCESS = re.compile(r'"(?P<method>POST|GET|PUT|DELETE) (?P<path>[^\s"]{1,2048}) HTTP/[\d.]{1,8}" (?P<status>\d{3})\b')
+MAX_ID = 200  # characters of a request id kept to match its "Added request" line
 GENERATION_PATHS = ("completions", "/generate", "/responses", "/messages")
 PROCESS_PREFIX = re.compile(r"^\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker\w*)[^)]*\)\s*")
 VLLM_ARRIVAL = "Received request "
@@ -62,6 +63,13 @@ def refusal_cause(text: str) -> str | None:
         if any(marker in lowered for marker in markers):
             return cause
     return None
+
+
+def is_exception_line(text: str) -> bool:
+    """``ValueError: …``, ``vllm.v1.engine.exceptions.EngineDeadError: …``: a dotted name
+    ending in Error or Exception, then a colon or the end (no pattern: linear time)."""
+    head = text[:200].split(":", 1)[0].strip()
+    return head.endswith(("Error", "Exception")) and head.replace(".", "_").isidentifier()
 
 
 def without_process_prefix(text: str) -> str:
@@ -147,7 +155,7 @@ class ServiceLog:
         if any(stripped.startswith(c) for c in CHAINED):
             self.chained = True
             return True
-        if EXCEPTION.match(stripped):
+        if is_exception_line(stripped):
             found.exception = found.exception or stripped[:160]
             found.cause = found.cause or refusal_cause(stripped)
             self.chained = False
@@ -186,14 +194,14 @@ class ServiceLog:
         at = text.find(VLLM_ADDED)
         if at >= 0:
             self.added_lines = True
-            key = text[at + len(VLLM_ADDED) :].strip().removesuffix(".")
+            key = text[at + len(VLLM_ADDED) :].strip().removesuffix(".")[:MAX_ID]
             found = self.pending.pop(key, None)
             if found is not None:
                 self._keep(*found)
             return True
         at = text.find(VLLM_ARRIVAL)
         if at >= 0:
-            key = text[at + len(VLLM_ARRIVAL) :].partition(":")[0].strip()
+            key = text[at + len(VLLM_ARRIVAL) : at + len(VLLM_ARRIVAL) + MAX_ID + 1].partition(":")[0].strip()[:MAX_ID]
             self.pending[key] = (time_s, number)
             self._judge_pending(time_s)
             return True
@@ -211,12 +219,12 @@ class ServiceLog:
                     self._keep(time_s, line)
                 self.pending.clear()
             return
-        if len(self.pending) <= MAX_PENDING and next(iter(self.pending.values()))[0] > now - PENDING_S:
-            return
-        for key, (time_s, _) in list(self.pending.items()):
-            if time_s <= now - PENDING_S or len(self.pending) > MAX_PENDING:
-                del self.pending[key]
-                self._refuse_arrival(time_s)
+        while self.pending:  # the oldest first (a dict keeps its order): amortized O(1)
+            key, (time_s, _) = next(iter(self.pending.items()))
+            if time_s > now - PENDING_S and len(self.pending) <= MAX_PENDING:
+                break
+            del self.pending[key]
+            self._refuse_arrival(time_s)
 
     def _refuse_arrival(self, time_s: float) -> None:
         self.refused += 1

@@ -39,7 +39,7 @@ KV_USAGE = re.compile(rf"GPU KV cache usage: (?P<kv>{NUMBER})%")
 HIT_RATE = re.compile(rf"[Pp]refix cache hit rate: (?P<rate>{NUMBER})%")
 # vLLM V0 warns every 50th preemption: "Sequence group X is preempted by PreemptionMode.RECOMPUTE
 # mode because there is not enough KV cache space. … total_num_cumulative_preemption=N"
-PREEMPTED = re.compile(r"is preempted by .*total_num_cumulative_preemption=(?P<total>\d{1,12})")
+PREEMPTED = "total_num_cumulative_preemption="
 MARKER = "Avg prompt throughput:"
 SPEC = "SpecDecoding metrics:"
 ACCEPT = "Mean acceptance length: "
@@ -177,11 +177,13 @@ class VllmReader:
             self.events.append(_traceback_event(time_s, line, shutting_down=self.shutting_down))
 
     def _preemption(self, number: int, line: str) -> None:
-        found = PREEMPTED.search(line)
+        at = line.find(PREEMPTED)
+        digits = line[at + len(PREEMPTED) : at + len(PREEMPTED) + 12] if at >= 0 else ""
+        digits = digits[: len(digits) - len(digits.lstrip("0123456789"))]
         time_s = self._time_of_line(line)
-        if found is None or time_s is None:
+        if not digits or time_s is None:
             return
-        total = int(found.group("total"))
+        total = int(digits)
         self.preemptions.append(time_s)
         self.preempted.append(max(total - self.preempted_total, 1))
         self.preempted_total = total
