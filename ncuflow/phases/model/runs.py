@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from ncuflow.phases.model.capabilities import RunBoundary
 from ncuflow.phases.model.intervals import is_decode
+from ncuflow.phases.model.overload import KV_FULL
 from ncuflow.phases.model.prefill import PrefillRate
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 
@@ -29,8 +30,8 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
     """Cut a scheduler's lines into runs: a new run starts when the batch was empty.
 
     ``ADMISSION_FROM_EMPTY`` (SGLang): a Prefill line with ``#running-req: 0`` starts a new
-    run, unless it continues a chunked prefill or requests were waiting on the line before
-    (the batch emptied while the queue did not: the server never went idle).
+    run, unless it continues a chunked prefill or requests were waiting on the line before at
+    a full KV cache (the batch emptied to make room for them: the server never went idle).
     ``BUSY_AFTER_IDLE`` (vLLM): a run is a stretch of stats lines with running or waiting
     requests, closed by the first idle line; an idle line whose window had output on its
     own is a run of one line (requests that came and went inside one window).
@@ -55,7 +56,7 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
         for sample in trace.samples:
             before = current[-1] if current else None
             continues = before is not None and (
-                (before.pending_tokens or 0) > 0 or before.unfinished_seqs > 0 or (before.queued or 0) > 0
+                (before.pending_tokens or 0) > 0 or before.unfinished_seqs > 0 or _waiting_for_cache(before)
             )
             starts_new = sample.kind == "prefill" and sample.running == 0 and bool(current) and not continues
             if starts_new:
@@ -83,6 +84,13 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
             )
         )
     return tuple(result)
+
+
+def _waiting_for_cache(sample: BatchSample) -> bool:
+    """Requests still queued at a full KV cache: the batch empties to make room for them,
+    the server does not go idle (an emptied batch with a queue and room to spare was
+    cancelled)."""
+    return bool(sample.queued) and sample.kv_usage is not None and sample.kv_usage >= KV_FULL
 
 
 @dataclass(frozen=True)
