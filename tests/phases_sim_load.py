@@ -482,3 +482,14 @@ def jsonl_waves(requests: int = 16, concurrency: int = 8, output: int = 256, ste
         records.append({"request_id": f"r{index}", "submit_time": submit, "chunk_times": chunks})
         free[slot] = chunks[-1]
     return records
+
+
+def vllm_burst_that_never_holds(requests: int = 600, seed: int = 2) -> EngineLog:
+    """A burst whose requests (60–2,400 output tokens) start finishing before the cache
+    fills: the batch falls window after window from its peak, then the cache fills and the
+    engine preempts, then the batch drains."""
+    import random
+
+    rng = random.Random(seed)
+    arrivals = [Arrival(0.0, 600, rng.randint(60, 2400)) for _ in range(requests)]
+    return simulate_vllm_engine(arrivals, EngineConfig(kv_tokens=requests * 950, max_running=1024))

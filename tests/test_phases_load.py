@@ -261,3 +261,17 @@ def test_request_lines_that_attack_the_reader_cost_linear_time(tmp_path: Path) -
     assert session is not None and session.service.errors <= 1
     arrivals = report.runs[0].arrivals
     assert arrivals is not None and arrivals.refused >= 50_000 - 4096  # never added: refused
+
+
+def test_a_batch_that_falls_window_after_window_held_no_level(tmp_path: Path) -> None:
+    """588 → 572 → 539 → 490 (each window lower, within 10 % of the last): a burst and its
+    fall, never 'steady at 555' nor tails 'held' at each level."""
+    sim = load.vllm_burst_that_never_holds()
+    (run,) = analyse(write(tmp_path, "vllm.log", sim.lines)).runs
+    kinds = [s.kind for s in run.segments]
+    assert kinds == [SegmentKind.BURST, SegmentKind.OVERLOAD]
+    assert run.steady is None and not any("tail" in n for n in run.notes)
+    burst = run.segments[0]
+    assert burst.burst_token_s is not None
+    peak_steps = [s for t, batch, s in sim.decode_steps if 30 < t <= 50 and s]
+    assert burst.burst_token_s.median == pytest.approx(statistics.fmean(peak_steps), rel=0.1)

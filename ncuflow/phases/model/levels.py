@@ -4,7 +4,9 @@ into and falls out of each. One rule, the same everywhere in a run:
 - a *plateau* is a stretch of Decode lines whose batch stays within ``2 × batch_tolerance``
   of its level (a one-line dip does not end it) and is *held*: at least three lines (two
   intervals); the run's top level also counts with two lines a timestamp step apart. A run
-  cut short by a traceback needs four lines for every level;
+  cut short by a traceback needs four lines for every level. A stretch whose batch falls
+  line after line (never rising, falling on two thirds of its intervals) is no level held,
+  however slowly it falls: requests finishing;
 - a held plateau that the batch *fell* to from the item before it, without dipping below
   it on the way and with no admission while on it, is a *tail*: the last requests of what
   came before finishing. A tail is no segment: the drain of the item before it runs on
@@ -108,6 +110,15 @@ def raw_plateaus(running: Sequence[int], band: float) -> list[Plateau]:
     return found
 
 
+def falling(values: Sequence[int]) -> bool:
+    """The batch fell line after line (never rising, falling on at least two thirds of its
+    intervals): requests finishing, not a level it held."""
+    steps = list(itertools.pairwise(values))
+    if not steps or any(b > a for a, b in steps):
+        return False
+    return 3 * sum(1 for a, b in steps if b < a) >= 2 * len(steps)
+
+
 def held_plateaus(
     decodes: Sequence[BatchSample], running: Sequence[int], *, band: float, resolution_s: float,
     aborted: bool,
@@ -121,6 +132,8 @@ def held_plateaus(
 
     def held(p: Plateau) -> bool:
         lines = p.last - p.first + 1
+        if falling(running[p.first : p.last + 1]):
+            return False
         if aborted:
             return lines >= 4
         if lines >= 3:

@@ -130,15 +130,19 @@ def _bare_segment(
 
 
 def _burst(base: Segment, climb: Sequence[DecodeInterval]) -> Segment:
-    """A burst: its climb to the peak is its rise (no ramp, no warm-up, nothing steady)."""
+    """A burst: its climb to the peak is its rise (no ramp, no warm-up, nothing steady). Its
+    per-token time is that of its intervals without an admission where it has any (a vLLM
+    window that prefilled a burst of prompts says more about the prefill than the batch);
+    its tokens and token-weighted time count every interval (the reconciliation's shares)."""
     start, first_s = base.start_s, base.plateau.start_s
+    shown = [i for i in climb if not i.admitting] or list(climb)
     return replace(
         base,
         kind=BURST,
         ramp=None,
         warmup=None,
         rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
-        burst_token_s=distribution([i.per_token_s for i in climb if i.per_token_s is not None]),
+        burst_token_s=distribution([i.per_token_s for i in shown if i.per_token_s is not None]),
         burst_tokens=_tokens(climb),
         burst_weighted_s=_weighted(climb),
     )
