@@ -275,3 +275,18 @@ def test_a_batch_that_falls_window_after_window_held_no_level(tmp_path: Path) ->
     assert burst.burst_token_s is not None
     peak_steps = [s for t, batch, s in sim.decode_steps if 30 < t <= 50 and s]
     assert burst.burst_token_s.median == pytest.approx(statistics.fmean(peak_steps), rel=0.1)
+
+
+@pytest.mark.parametrize("rewrite", ["suffix", "other"])
+def test_added_lines_whose_ids_differ_do_not_refuse_arrivals(tmp_path: Path, rewrite: str) -> None:
+    """An engine that adds a suffix to the request id, or logs another id altogether: every
+    arrival is still an arrival (none refused for want of a matching 'Added' line)."""
+    sim = load.vllm_burst_overload(400)
+    lines = []
+    for k, line in enumerate(sim.lines):
+        if "Added request chatcmpl-" in line:
+            head, _, rid = line.partition("Added request ")
+            line = head + "Added request " + (rid.removesuffix(".") + "-9f3a2c1b." if rewrite == "suffix" else f"{k}.")
+        lines.append(line)
+    (run,) = analyse(write(tmp_path, "vllm.log", lines)).runs
+    assert run.arrivals is not None and run.arrivals.requests == 400 and run.arrivals.refused == 0

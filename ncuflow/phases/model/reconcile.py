@@ -170,26 +170,10 @@ def _wait_terms(
                 f"{total_wait:.0f} request-s/{requests}/{steps}",
             )
         )
-    prefill_wait = sum(
-        (r.warmup_prefill_s or 0.0) * (r.requests_admitted or 0) for r in usable if r.requests_total
-    )
-    if prefill_wait > 0:
-        terms.append(
-            Term(
-                "last prefill",
-                prefill_wait / requests / steps,
-                f"{prefill_wait:.0f} request-s/{requests}/{steps}",
-            )
-        )
-    warmup_wait = sum(
-        (r.warmup_excess_s or 0.0) * (r.requests_admitted or 0) for r in usable if r.requests_total
-    )
-    if warmup_wait > 0:
-        terms.append(
-            Term(
-                "warm-up",
-                warmup_wait / requests / steps,
-                f"{warmup_wait:.0f} request-s/{requests}/{steps}",
-            )
-        )
+    for name, part in (("last prefill", "warmup_prefill_s"), ("warm-up", "warmup_excess_s")):
+        # the warm-up interval delays every request of its ramp: its last admission's
+        # own prefill, then what is left after it and the ordinary decode steps
+        wait = sum((getattr(r, part) or 0.0) * (r.requests_admitted or 0) for r in usable if r.requests_total)
+        if wait > 0:
+            terms.append(Term(name, wait / requests / steps, f"{wait:.0f} request-s/{requests}/{steps}"))
     return terms

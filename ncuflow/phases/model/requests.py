@@ -116,17 +116,7 @@ def _analyse_timeline(
         cannot.append(generations)
     else:
         tokens = _harness(tokens, timing, admission, end_s - min(r.chunk_times_s[0] for r in requests))
-    return assemble_run(
-        RunIdentity(
-            trace.path, trace.source_format, run_index, trace.run, None, trace.clock_origin
-        ),
-        phases,
-        admission=admission,
-        timing=timing,
-        tokens=tokens,
-        findings=RunFindings(tuple(cannot), tuple(notes)),
-        plot=RunPlotData(timeline=_timeline(requests), token_gaps=_token_gaps(requests)),
-    )
+    return _assemble(trace, run_index, phases, (admission, timing, tokens), RunFindings(tuple(cannot), tuple(notes)))
 
 
 def _generations_note(requests: Sequence[RequestRecord], best: tuple[float, float] | None) -> str:
@@ -183,14 +173,26 @@ def _analyse_waves(
     ]
     timing = replace(timing, steady_token_s=main.steady_token_s,
                      steady_step_s=main.steady_token_s.median if main.steady_token_s else None)
+    return _assemble(trace, run_index, phases, (admission, timing, tokens), RunFindings(tuple(cannot), tuple(notes)))
+
+
+def _assemble(
+    trace: RequestTrace,
+    run_index: int,
+    phases: RunPhases,
+    parts: tuple[RunAdmission, RunTiming, RunTokens],
+    findings: RunFindings,
+) -> RunAnalysis:
+    """A request trace's run, with its timeline and token gaps for the plot."""
+    admission, timing, tokens = parts
     return assemble_run(
         RunIdentity(trace.path, trace.source_format, run_index, trace.run, None, trace.clock_origin),
         phases,
         admission=admission,
         timing=timing,
         tokens=tokens,
-        findings=RunFindings(tuple(cannot), tuple(notes)),
-        plot=RunPlotData(timeline=_timeline(requests), token_gaps=_token_gaps(requests)),
+        findings=findings,
+        plot=RunPlotData(timeline=_timeline(trace.requests), token_gaps=_token_gaps(trace.requests)),
     )
 
 

@@ -23,6 +23,7 @@ Everything is counted in bounded memory: arrivals are kept in columns (thinned b
 
 from __future__ import annotations
 
+import itertools
 import re
 from array import array
 from collections.abc import Callable
@@ -109,6 +110,7 @@ class ServiceLog:
     first_error_line: int = 0
     pending: dict[str, tuple[float, int]] = field(default_factory=dict)
     added_lines: bool = False
+    matched: int = 0  # "Added request" lines matched to an arrival
     traceback: _Traceback | None = None
     chained: bool = False
     last_refusal: tuple[float | None, str] = (None, "")
@@ -195,8 +197,9 @@ class ServiceLog:
         if at >= 0:
             self.added_lines = True
             key = text[at + len(VLLM_ADDED) :].strip().removesuffix(".")[:MAX_ID]
-            found = self.pending.pop(key, None)
+            found = self.pending.pop(key, None) or self._related(key)
             if found is not None:
+                self.matched += 1
                 self._keep(*found)
             return True
         at = text.find(VLLM_ARRIVAL)
@@ -210,10 +213,19 @@ class ServiceLog:
         self._keep(time_s, number)
         return True
 
+    def _related(self, key: str) -> tuple[float, int] | None:
+        """An arrival whose id the engine's id extends or shortens (a version that adds a
+        suffix or a prefix): the oldest few pending are looked at."""
+        for pending in list(itertools.islice(self.pending, 8)):
+            if key.startswith(pending) or pending.startswith(key) or key.endswith(pending):
+                return self.pending.pop(pending)
+        return None
+
     def _judge_pending(self, now: float) -> None:
         """Arrivals that waited too long for an ``Added request`` line were refused; in a
-        log with no such lines every arrival counts."""
-        if not self.added_lines:
+        log with no such lines, or whose ``Added`` ids never match an arrival's, every
+        arrival counts."""
+        if not self.added_lines or not self.matched:
             if len(self.pending) > MAX_PENDING:
                 for time_s, line in self.pending.values():
                     self._keep(time_s, line)
@@ -247,7 +259,7 @@ class ServiceLog:
         if self.traceback is not None:
             self._close_traceback()
         for time_s, line in self.pending.values():
-            if self.added_lines:
+            if self.added_lines and self.matched:
                 self._refuse_arrival(time_s)
             else:
                 self._keep(time_s, line)
