@@ -25,9 +25,13 @@ Inputs (format detected per file):
 \b
 SGLang prints a Decode line every --decode-log-interval steps; per-token time comes from
 #running-req / gen throughput on each line, cross-checked against the timestamps. A change
-of the #running-req plateau (a concurrency sweep) starts a new segment.
+of the #running-req plateau (a concurrency sweep) starts a new segment; requests waiting at
+a full KV cache (or preempted) make an overload segment; a log of many runs opens with a
+session summary.
 Examples:
   ncuflow phases server.log --plot timeline.png
+  ncuflow phases session.log --runs 3,7-9         # a long session: these runs in detail
+  ncuflow phases trace.json --format jsonl         # skip format detection
   ncuflow phases ps1_out96.jsonl ps1_out512.jsonl ps128_out96.jsonl ps128_out512.jsonl \\
       --label ps1 --label ps1 --label ps128 --label ps128
 """

@@ -32,7 +32,7 @@ NUMBER = r"\d+(?:\.\d+)?"
 STATS_TAIL = re.compile(
     rf"Avg prompt throughput: (?P<prompt>{NUMBER}) tokens/s, "
     rf"Avg generation throughput: (?P<gen>{NUMBER}) tokens/s, Running: (?P<running>\d+) reqs?"
-    r"(?:, Swapped: \d+ reqs?)?, (?:Waiting|Pending): (?P<waiting>\d+) reqs?"
+    r"(?:, Swapped: (?P<swapped>\d+) reqs?)?, (?:Waiting|Pending): (?P<waiting>\d+) reqs?"
 )
 STATS_HINT = re.compile(r"Running: \d+ reqs?")
 KV_USAGE = re.compile(rf"GPU KV cache usage: (?P<kv>{NUMBER})%")
@@ -227,7 +227,9 @@ class VllmReader:
             kind="stats",
             running=count_value("Running", tail.group("running")),
             line=number,
-            queued=count_value("Waiting", tail.group("waiting")),
+            # V0's requests swapped out to the CPU for want of KV cache wait as well
+            queued=count_value("Waiting", tail.group("waiting"))
+            + (count_value("Swapped", tail.group("swapped")) if tail.group("swapped") else 0),
             gen_throughput=rate_value("Avg generation throughput", tail.group("gen")),
             prompt_throughput=rate_value("Avg prompt throughput", tail.group("prompt")),
             kv_usage=rate_value("GPU KV cache usage", kv.group("kv")) / 100 if kv else None,
