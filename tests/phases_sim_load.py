@@ -408,14 +408,15 @@ def _finish_sglang(engine: _Engine, lines: list[str], options: SglangLogOptions,
                          'HTTP/1.1" 200 OK')
 
 
-def sglang_long_context(log_requests: bool = True) -> EngineLog:
+def sglang_long_context(log_requests: bool = True, chunk: int = 8192) -> EngineLog:
     """Two long prompts (24.3K and 22.7K tokens) sent together to a server whose KV pool
     holds 25,169 tokens, chunked prefill of 8,192 tokens at ~12K tokens/s: the first is
     prefilled in three chunks (~2 s) and decodes while the second waits (#queue-req 1,
-    token usage 0.97) for the cache it holds."""
+    token usage 0.97) for the cache it holds. ``chunk`` above the prompts: one Prefill line
+    each (no chunked prefill), so the log gives no prefill throughput."""
     arrivals = [Arrival(1.0, 24_300, 400), Arrival(1.0, 22_700, 400)]
     step = linear_step(base=0.012, per_seq=0.0002, per_prefill_token=1 / 12_000)
-    config = EngineConfig(kv_tokens=25_169, max_running=64, token_budget=8192, step=step, reserve_output=0.3)
+    config = EngineConfig(kv_tokens=25_169, max_running=64, token_budget=chunk, step=step, reserve_output=0.3)
     return simulate_sglang_engine(arrivals, config, SglangLogOptions(log_requests=log_requests))
 
 

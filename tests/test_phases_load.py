@@ -138,6 +138,17 @@ def test_a_long_prefill_is_not_warm_up_and_its_queue_is_named(tmp_path: Path) ->
     assert "not warm-up" in prefill
 
 
+def test_a_long_prefill_without_a_prefill_throughput_is_still_no_warm_up(tmp_path: Path) -> None:
+    sim = load.sglang_long_context(chunk=32_768)  # one Prefill line per prompt: no chains
+    path = write(tmp_path, "sglang.log", sim.lines)
+    (run,) = analyse(path).runs
+    text = render_text(build_report([path]))
+    assert "graph capture" not in text and "first-step warm-up" not in text
+    prefill = next(n for n in run.notes if n.startswith("prefill:"))
+    assert "24,300 tokens" in prefill and "up to that much prefill" in prefill
+    assert any("cannot be told apart" in n for n in run.notes)
+
+
 def test_warm_up_column_agrees_with_the_reconciliation(serving_logs_dir: Path) -> None:
     path = serving_logs_dir / "shun8686_qwen3-next-80b_mamba_c80.log"
     if not path.exists():

@@ -107,7 +107,7 @@ def queue_causes(intervals: Sequence[DecodeInterval], peak: int) -> tuple[QueueC
     for interval in intervals:
         if not queued(interval):
             continue
-        if interval.overloaded:
+        if interval.overloaded or (interval.kv_usage is not None and interval.kv_usage >= KV_FULL):
             cause = KV
         elif (
             peak > 0

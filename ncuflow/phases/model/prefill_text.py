@@ -55,34 +55,48 @@ def warmup_note(
     ]
 
 
-def _admissions(samples: Sequence[BatchSample]) -> list[tuple[int, int]]:
-    """(tokens, Prefill lines) of every admission, a prompt cut into chunks as one."""
-    found: list[tuple[int, int]] = []
+def _admissions(samples: Sequence[BatchSample]) -> list[tuple[int, int, float]]:
+    """(tokens, Prefill lines, time to the next line) of every admission, a prompt cut into
+    chunks as one (the time from its first chunk's line to the line after its last)."""
+    found: list[tuple[int, int, float]] = []
     carried = False
-    for sample in samples:
+    start = 0.0
+    for index, sample in enumerate(samples):
         if sample.kind != "prefill":
             carried = False
             continue
+        following = samples[index + 1].time_s if index + 1 < len(samples) else sample.time_s
         tokens = sample.new_tokens or 0
         if carried and found:
-            found[-1] = (found[-1][0] + tokens, found[-1][1] + 1)
+            found[-1] = (found[-1][0] + tokens, found[-1][1] + 1, following - start)
         else:
-            found.append((tokens, 1))
+            start = sample.time_s
+            found.append((tokens, 1, following - start))
         carried = sample.unfinished_seqs > 0 or bool(sample.pending_tokens)
     return found
 
 
 def prefill_note(samples: Sequence[BatchSample], rate: PrefillRate | None, interval_s: float | None) -> list[str]:
     """The run's longest admission where its prefill outlasts a decode-log interval (or a
-    second): prefill, with its time from the scheduler's prefill throughput."""
+    second): prefill, with its time from the scheduler's prefill throughput, or where the
+    log gives none, the time until the next line (at most that much prefill)."""
     admissions = _admissions(samples)
-    if rate is None or not admissions:
+    if not admissions:
         return []
-    tokens, lines = max(admissions)
-    seconds = tokens / rate.tokens_per_s
-    if seconds < max(interval_s or 0.0, 1.0):
-        return []
+    tokens, lines, until_next = max(admissions)
     chunks = f" in {lines} chunks" if lines > 1 else ""
+    floor = max(interval_s or 0.0, 1.0)
+    if rate is None:
+        if tokens < LONG_ADMISSION_TOKENS or until_next < floor:
+            return []
+        return [
+            f"prefill: the run's longest admission, {tokens:,} tokens{chunks}, is followed by the next "
+            f"line {until_next:.1f} s later: up to that much prefill (the log gives no prefill "
+            "throughput), not warm-up"
+        ]
+    seconds = tokens / rate.tokens_per_s
+    if seconds < floor:
+        return []
     return [
         f"prefill: the scheduler prefills ≈ {rate.tokens_per_s:,.0f} tokens/s (from {rate.chains} run(s) "
         f"of back-to-back Prefill lines, {rate.tokens:,.0f} tokens over {rate.seconds:.1f} s); the run's "
