@@ -76,10 +76,13 @@ def _admissions(samples: Sequence[BatchSample]) -> list[tuple[int, int, float]]:
     return found
 
 
-def prefill_note(samples: Sequence[BatchSample], rate: PrefillRate | None, interval_s: float | None) -> list[str]:
+def prefill_note(
+    samples: Sequence[BatchSample], rate: PrefillRate | None, interval_s: float | None, resolution_s: float
+) -> list[str]:
     """The run's longest admission where its prefill outlasts a decode-log interval (or a
     second): prefill, with its time from the scheduler's prefill throughput, or where the
-    log gives none, the time until the next line (at most that much prefill)."""
+    log gives none, the time until the next line (at most that much prefill; two
+    timestamp steps at least, so that a rounding is not read as a prefill)."""
     admissions = _admissions(samples)
     if not admissions:
         return []
@@ -87,7 +90,7 @@ def prefill_note(samples: Sequence[BatchSample], rate: PrefillRate | None, inter
     chunks = f" in {lines} chunks" if lines > 1 else ""
     floor = max(interval_s or 0.0, 1.0)
     if rate is None:
-        if tokens < LONG_ADMISSION_TOKENS or until_next < floor:
+        if tokens < LONG_ADMISSION_TOKENS or until_next < max(floor, 2 * resolution_s):
             return []
         return [
             f"prefill: the run's longest admission, {tokens:,} tokens{chunks}, is followed by the next "

@@ -188,11 +188,11 @@ def _assemble(
     return assemble_run(
         RunIdentity(trace.path, trace.source_format, run_index, trace.run, None, trace.clock_origin),
         phases,
-        admission=admission,
-        timing=timing,
-        tokens=tokens,
+        admission,
+        timing,
+        tokens,
+        RunPlotData(timeline=_timeline(trace.requests), token_gaps=_token_gaps(trace.requests)),
         findings=findings,
-        plot=RunPlotData(timeline=_timeline(trace.requests), token_gaps=_token_gaps(trace.requests)),
     )
 
 

@@ -394,30 +394,28 @@ RunPart = (
 def assemble_run(
     identity: RunIdentity,
     phases: RunPhases,
-    *,
-    admission: RunAdmission | None = None,
-    timing: RunTiming | None = None,
-    tokens: RunTokens | None = None,
+    *parts: RunAdmission | RunTiming | RunTokens | RunPlotData | ServerLogFacts | RunOverload,
     findings: RunFindings | None = None,
-    plot: RunPlotData | None = None,
-    server: ServerLogFacts | None = None,
-    overload: RunOverload | None = None,
 ) -> RunAnalysis:
     """The one constructor of ``RunAnalysis``; parts not given are unknown (None).
 
-    Every field of a part has the name of the ``RunAnalysis`` field it fills; repeated
-    findings are kept once, in order.
+    Every field of a part has the name of the ``RunAnalysis`` field it fills; a part is
+    known by its type (one of each at most); repeated findings are kept once, in order.
     """
+    given = {type(part): part for part in parts}
+    if len(given) != len(parts):
+        raise ValueError("assemble_run takes one part of each kind")
     findings = findings or RunFindings()
+    timing = given.get(RunTiming)
     return RunAnalysis(
         **_fields_by_name(identity),
         **_fields_by_name(phases),
-        **_fields_by_name(admission or RunAdmission()),
-        **_fields_by_name(_with_default_headline(timing or RunTiming())),
-        **_fields_by_name(tokens or RunTokens()),
-        **_fields_by_name(plot or RunPlotData()),
-        **_fields_by_name(server or ServerLogFacts()),
-        **_fields_by_name(overload or RunOverload()),
+        **_fields_by_name(given.get(RunAdmission) or RunAdmission()),
+        **_fields_by_name(_with_default_headline(timing if isinstance(timing, RunTiming) else RunTiming())),
+        **_fields_by_name(given.get(RunTokens) or RunTokens()),
+        **_fields_by_name(given.get(RunPlotData) or RunPlotData()),
+        **_fields_by_name(given.get(ServerLogFacts) or ServerLogFacts()),
+        **_fields_by_name(given.get(RunOverload) or RunOverload()),
         cannot=tuple(dict.fromkeys(findings.cannot)),
         notes=tuple(dict.fromkeys(findings.notes)),
     )

@@ -252,13 +252,13 @@ def _analyse_server_run(
             trace.clock_origin,
         ),
         _run_phases(samples, peak, main, segments, intervals, readmitted),
-        admission=admission,
-        timing=timing,
-        tokens=tokens,
+        admission,
+        timing,
+        tokens,
+        _plot_data(run, intervals, settings.retraction_times),
+        ServerLogFacts(settings.stated_concurrency, kind, requests, arrivals),
+        overload,
         findings=RunFindings(tuple(cannot), tuple(notes)),
-        plot=_plot_data(run, intervals, settings.retraction_times),
-        server=ServerLogFacts(settings.stated_concurrency, kind, requests, arrivals),
-        overload=overload,
     )
 
 
@@ -366,7 +366,7 @@ def _run_timing(
     notes.extend(_rough_timing_notes(main.steady_token_s.count, trace.time_resolution_s))
     interval_s = settings.decode_log_interval * step if step else None
     notes.extend(warmup_note(trace, run_samples, settings.decode_log_interval, main, interval_s))
-    notes.extend(prefill_note(run_samples, settings.prefill_rate, interval_s))
+    notes.extend(prefill_note(run_samples, settings.prefill_rate, interval_s, trace.time_resolution_s))
     cannot.extend(_unseen_timing(trace, settings, main, intervals, interval_s))
     return RunTiming(
         step_method=method,
