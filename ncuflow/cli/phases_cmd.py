@@ -8,8 +8,10 @@ from pathlib import Path
 import click
 
 from ncuflow.cli.params import FiniteFloatRange
+from ncuflow.phases.parse.registry import format_names
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import report_to_dict
+from ncuflow.phases.selection import RunSelection
 from ncuflow.phases.text import render_text
 
 EPILOG = """\b
@@ -23,9 +25,13 @@ Inputs (format detected per file):
 \b
 SGLang prints a Decode line every --decode-log-interval steps; per-token time comes from
 #running-req / gen throughput on each line, cross-checked against the timestamps. A change
-of the #running-req plateau (a concurrency sweep) starts a new segment.
+of the #running-req plateau (a concurrency sweep) starts a new segment; requests waiting at
+a full KV cache (or preempted) make an overload segment; a log of many runs opens with a
+session summary.
 Examples:
   ncuflow phases server.log --plot timeline.png
+  ncuflow phases session.log --runs 3,7-9         # a long session: these runs in detail
+  ncuflow phases trace.json --format jsonl         # skip format detection
   ncuflow phases ps1_out96.jsonl ps1_out512.jsonl ps128_out96.jsonl ps128_out512.jsonl \\
       --label ps1 --label ps1 --label ps128 --label ps128
 """
@@ -78,6 +84,22 @@ Examples:
     is_flag=True,
     help="Leave out unreadable scheduler lines (counted in the notes) instead of stopping.",
 )
+@click.option(
+    "--runs",
+    "runs_text",
+    default=None,
+    metavar="all|none|LIST",
+    help="Runs shown in detail: all, none (the session summary alone) or run numbers such as "
+    "3,7-9. Default: every run, or for a log of more than 50 runs its summary and the runs "
+    "that stand out.",
+)
+@click.option(
+    "--format",
+    "format_name",
+    type=click.Choice(format_names()),
+    default=None,
+    help="Read every input as this format instead of detecting it.",
+)
 def phases_command(
     inputs: tuple[Path, ...],
     as_json: bool,
@@ -87,10 +109,16 @@ def phases_command(
     labels: tuple[str, ...],
     batch_tolerance: float,
     skip_malformed: bool,
+    runs_text: str | None,
+    format_name: str | None,
 ) -> None:
     """Split serving traces into segments (one per #running-req plateau) with their admission
     ramp, warm-up, steady, mixed and drain phases, and reconcile the reported TPOT with
     Σ share × per-token time + (ramp wait + warm-up) / (N − 1)."""
+    try:
+        selection = RunSelection.parse(runs_text)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--runs") from None
     report = build_report(
         inputs,
         labels=labels,
@@ -98,6 +126,7 @@ def phases_command(
         decode_log_interval=decode_log_interval,
         batch_tolerance=batch_tolerance,
         skip_malformed=skip_malformed,
+        format_name=format_name,
     )
     written: list[Path] = []
     if plot_path is not None:
@@ -105,14 +134,15 @@ def phases_command(
 
         written = plot_report(report, plot_path)
     if as_json:
-        data = report_to_dict(report)
+        data = report_to_dict(report, selection)
         data["plots"] = [str(p) for p in written]
         click.echo(json.dumps(data, indent=2, default=str))
         return
     from ncuflow.files.safe_text import safe_text
 
     # a log's run labels and values reach the terminal escaped (each line, its breaks kept)
-    click.echo("".join(safe_text(line, limit=None) + "\n" for line in render_text(report).splitlines()), nl=False)
+    text = render_text(report, selection)
+    click.echo("".join(safe_text(line, limit=None) + "\n" for line in text.splitlines()), nl=False)
     for path in written:
         click.echo(f"timeline written to {path}")
 

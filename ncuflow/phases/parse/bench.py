@@ -21,6 +21,7 @@ from typing import Any
 
 from ncuflow.phases import TraceError
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
+from ncuflow.phases.parse.format import JsonFormat, JsonObjects
 
 
 def is_bench_object(obj: Any) -> bool:
@@ -104,3 +105,23 @@ def _bench_label(line: int, obj: dict[str, Any]) -> str:
         if obj.get(key) is not None:
             label_parts.append(f"{key}={obj[key]}")
     return ", ".join(label_parts)
+
+
+def _read(path: Path, lines: list[str], objects: JsonObjects) -> tuple[RequestTrace, ...]:
+    bad = next((n for n, o in objects if not is_bench_object(o)), None)
+    if bad is not None:
+        raise TraceError(
+            f"{path}:{bad}: a bench_serving result line without 'ttfts'/'itls'.",
+            "",
+            "Run bench_serving with --output-details, or pass only such results.",
+        )
+    return parse_bench_json(path, objects)
+
+
+FORMAT = JsonFormat(
+    name="bench-json",
+    title="bench_serving --output-details JSON",
+    claims=lambda objects: bool(objects) and is_bench_object(objects[0][1]),
+    read=_read,
+    describe="bench_serving --output-details JSON",
+)

@@ -29,6 +29,7 @@ from typing import Any
 
 from ncuflow.phases import TraceError
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
+from ncuflow.phases.parse.format import JsonFormat, JsonObjects
 
 FIX = (
     "Each line must be one JSON object with 'submit_time' (seconds) and 'chunk_times' (list of "
@@ -198,3 +199,18 @@ def _check_runs_do_not_overlap(path: Path, by_run: dict[str, list[RequestRecord]
                 "Record each run on its own (one after the other), or give requests of one run the "
                 "same 'run' value.",
             )
+
+
+def _claims(objects: JsonObjects) -> bool:
+    """Per-request lines: anything but one JSON object without 'submit_time' (which is no
+    trace of any format ncuflow reads)."""
+    return not (len(objects) == 1 and isinstance(objects[0][1], dict) and "submit_time" not in objects[0][1])
+
+
+FORMAT = JsonFormat(
+    name="jsonl",
+    title="per-request streaming trace (JSONL)",
+    claims=_claims,
+    read=lambda path, lines, objects: parse_request_jsonl(path, lines),
+    describe="per-request streaming timestamps as JSONL ('submit_time' and 'chunk_times' per line)",
+)
