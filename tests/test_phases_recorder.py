@@ -125,7 +125,7 @@ from ncuflow.errors import NcuflowError  # noqa: E402
 from ncuflow.phases.recorder import RecorderSettings  # noqa: E402
 from ncuflow.phases.recorder_endpoint import RecorderError, parse_endpoint  # noqa: E402
 from ncuflow.phases.recorder_events import MalformedEvent, read_event  # noqa: E402
-from tests.sse_server import SseServer, good_reply, reply_with, usage_event  # noqa: E402
+from tests.sse_server import DONE, Reply, SseServer, good_reply, reply_with, text_event, usage_event  # noqa: E402
 
 # Every shape an event can take that is no completion chunk, with what the failure says.
 MALFORMED_EVENTS: list[tuple[str, bytes, str]] = [
@@ -147,10 +147,10 @@ MALFORMED_EVENTS: list[tuple[str, bytes, str]] = [
     ("output tokens 2.5", usage_event(2.5), "'usage.completion_tokens' is the number 2.5"),
     ("nested 100k deep", b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n", "JSON nested deeper than 32 levels"),
     ("nested objects", b'data: ' + b'{"a":' * 50_000 + b"\n\n", "JSON nested deeper than 32 levels"),
-    ("a 5000-digit integer", b'data: {"choices":[],"n":' + b"9" * 5000 + b"}\n\n", "an integer of 5000 digits"),
-    ("not JSON", b"data: {not json\n\n", "not JSON (Expecting property name"),
-    ("cut short", b'data: {"choices":[{"text":"x"\n\n', "not JSON"),
-    ("bytes that are not UTF-8", b"data: \xff\xfe\x00\n\n", "not JSON"),
+    ("a 5000-digit integer", b'data: {"choices":[],"n":' + b"9" * 5000 + b"}\n\n", "an integer of 5,000 digits"),
+    ("not JSON", b"data: {not json\n\n", "not valid JSON (Expecting property name"),
+    ("cut short", b'data: {"choices":[{"text":"x"\n\n', "not valid JSON"),
+    ("bytes that are not UTF-8", b"data: \xff\xfe\x00\n\n", "not valid JSON"),
     ("NaN", b"data: NaN\n\n", "the number nan, not a JSON object"),
 ]
 
@@ -170,8 +170,20 @@ def test_a_malformed_event_fails_its_request_and_keeps_the_others(tmp_path: Path
     assert "chunk_times" not in failed[0] and "output_tokens" not in failed[0]
     assert all(len(r["chunk_times"]) == 6 and r["output_tokens"] == 6 for r in records if "error" not in r)
     assert "3 requests recorded, 1 failed" in result.output
-    (trace,) = load_traces(out)  # phases reads what the recorder kept: the failed request left out
-    assert isinstance(trace, RequestTrace) and len(trace.requests) == 3
+    traces = load_traces(out)  # phases reads what the recorder kept: the failed request left out
+    assert sum(len(t.requests) for t in traces if isinstance(t, RequestTrace)) == 3
+
+
+def test_a_usage_count_the_stream_did_not_carry_fails_its_request(tmp_path: Path) -> None:
+    out = tmp_path / "trace.jsonl"
+    reply = Reply((text_event("a"), text_event("b"), usage_event(1_000_000), DONE))
+    with SseServer(lambda i: reply) as server:
+        result = CliRunner().invoke(record_command, [server.url, "--model", "m", "--out", str(out), "--requests", "1",
+                                                     "--max-tokens", "4"])
+    assert result.exit_code == 1
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["error"] == ("'usage.completion_tokens' is 1,000,000 for 2 text chunk(s), more than 64 tokens "
+                               "a chunk")
 
 
 def test_a_server_error_event_is_the_requests_failure_with_control_characters_escaped(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ncuflow.cli.params import FiniteFloatRange
+from ncuflow.phases.parse.values import MAX_COUNT
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import report_to_dict
 from ncuflow.phases.text import render_text
@@ -54,7 +55,7 @@ Examples:
 @click.option(
     "--output-tokens",
     "output_tokens",
-    type=click.IntRange(min=2),
+    type=click.IntRange(2, MAX_COUNT),
     multiple=True,
     help="Output tokens per request (N) when the trace does not say; once for all inputs "
     "or once per input.",

@@ -11,8 +11,8 @@ from ncuflow.cli.progress import progress_bar
 from ncuflow.files import guard_output, os_errors_as_messages, output_target, text_recogniser
 from ncuflow.phases.recorder import (
     MAX_CONCURRENCY,
-    MAX_TOKEN_BUDGET,
     MAX_REQUESTS,
+    MAX_TOKEN_BUDGET,
     RecorderSettings,
     Recording,
     TraceWriter,

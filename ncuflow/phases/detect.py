@@ -11,7 +11,6 @@ first non-blank line is JSON is a per-request trace or a bench_serving result, r
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -20,7 +19,13 @@ from ncuflow.files import InputFileError, open_regular_file
 from ncuflow.phases import TraceError
 from ncuflow.phases.model import LogEvent, RequestTrace, ServerTrace
 from ncuflow.phases.parse.bench import is_bench_object, parse_bench_json
-from ncuflow.phases.parse.jsonl import parse_request_jsonl
+from ncuflow.phases.parse.json_values import BadJson, loads
+from ncuflow.phases.parse.jsonl import (
+    file_lines,
+    listed_lines,
+    looks_like_request_jsonl,
+    parse_request_jsonl,
+)
 from ncuflow.phases.parse.lines import LineCounts, numbered_lines
 from ncuflow.phases.parse.sglang import SglangReader, claims_sglang, looks_like_sglang
 from ncuflow.phases.parse.vllm import VllmReader, claims_vllm, looks_like_vllm, strip_ansi
@@ -111,8 +116,8 @@ def _empty(path: Path) -> TraceError:
 def _json_objects(path: Path, lines: list[str]) -> list[tuple[int, Any]]:
     whole = "\n".join(lines)
     try:
-        obj = json.loads(whole)
-    except (json.JSONDecodeError, RecursionError):
+        obj = loads(whole)
+    except BadJson:
         pass
     else:
         if isinstance(obj, list):
@@ -123,18 +128,12 @@ def _json_objects(path: Path, lines: list[str]) -> list[tuple[int, Any]]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            objects.append((number, json.loads(line)))
-        except json.JSONDecodeError as error:
+            objects.append((number, loads(line)))
+        except BadJson as error:
             raise TraceError(
-                f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno}).",
+                f"{path}:{number}: {error}.",
                 "A JSONL trace needs one complete JSON object per line.",
-                "Fix or remove the line (a recorder killed mid-write leaves a truncated last line).",
-            ) from None
-        except RecursionError:
-            raise TraceError(
-                f"{path}:{number}: JSON nested too deeply to read.",
-                "A per-request trace holds flat objects with lists of numbers.",
-                "Pass the trace as the recorder or bench_serving wrote it.",
+                "Fix or remove the line, or pass the trace as the recorder or bench_serving wrote it.",
             ) from None
     return objects
 
@@ -158,7 +157,7 @@ def _json_traces(path: Path, lines: list[str]) -> tuple[Trace, ...]:
             "",
             f"Pass {FORMATS}.",
         )
-    return parse_request_jsonl(path, lines)
+    return parse_request_jsonl(path, listed_lines(lines))
 
 
 def load_traces(path: Path, *, skip_malformed: bool = False) -> tuple[Trace, ...]:
@@ -170,6 +169,8 @@ def load_traces(path: Path, *, skip_malformed: bool = False) -> tuple[Trace, ...
         if _json_like(first[1]):
             size = handle.seek(0, 2)
             handle.seek(0)
+            if size <= MAX_JSON_BYTES and looks_like_request_jsonl(first[1]):
+                return parse_request_jsonl(path, file_lines(path, handle))  # streamed
             if size <= MAX_JSON_BYTES:
                 text = handle.read().decode("utf-8", "replace")
                 lines = [line.removesuffix("\r") for line in text.split("\n")]

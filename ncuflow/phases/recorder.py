@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ncuflow.phases.parse.json_values import MAX_TOKENS_PER_CHUNK
 from ncuflow.phases.recorder_endpoint import Endpoint, RecorderError
 from ncuflow.phases.recorder_events import MalformedEvent, printable, read_event
 
@@ -272,6 +273,9 @@ def record_one(settings: RecorderSettings, index: int, clock: _Clock, watchdog: 
                         f"{len(stream.chunk_times)} text chunk(s) had arrived")
     elif stream.error is None and not stream.chunk_times:
         stream.error = "the stream carried no text"
+    elif stream.error is None and (stream.output_tokens or 0) > MAX_TOKENS_PER_CHUNK * len(stream.chunk_times):
+        stream.error = (f"'usage.completion_tokens' is {stream.output_tokens:,} for {len(stream.chunk_times):,} "
+                        f"text chunk(s), more than {MAX_TOKENS_PER_CHUNK} tokens a chunk")
     if stream.error is not None:
         record["error"] = stream.error
         return record

@@ -3,7 +3,7 @@
 A ``data:`` payload is ``[DONE]`` or a JSON object: ``choices`` a list (or absent/null)
 whose first entry is an object with ``text`` (completions) or ``delta.content`` /
 ``delta.reasoning_content`` (chat) as a string or null; ``usage`` an object or null whose
-``completion_tokens`` is a count from 1 to ``MAX_TOKENS``; ``error`` an object or text the
+``completion_tokens`` is a count from 1 to ``MAX_COUNT``; ``error`` an object or text the
 server sends instead of a chunk. Anything else (``[1,2,3]``, ``5``, ``null``,
 ``{"choices":5}``, ``{"choices":{"a":1}}``, JSON nested deeper than ``MAX_DEPTH``, an
 integer of thousands of digits, ``completion_tokens`` of −5 or ``true``, text that is no
@@ -14,13 +14,13 @@ checked (a logprob of ``-Infinity`` is the server's business).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-MAX_DEPTH = 32  # an OpenAI chunk nests 7 levels at most (tool calls)
-MAX_DIGITS = 40  # integers longer than this are no count or id of a completion
-MAX_TOKENS = 1_000_000_000
+from ncuflow.phases.parse.json_values import BadJson, loads
+from ncuflow.phases.parse.values import MAX_COUNT
+
+MAX_DEPTH = 32  # an OpenAI chunk nests 7 levels at most (tool calls); checked before json reads it
 DONE = "[DONE]"
 
 
@@ -70,12 +70,6 @@ def _nesting(text: str) -> int:
     return deepest
 
 
-def _integer(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_DIGITS:
-        raise MalformedEvent(f"an integer of {len(text)} digits")
-    return int(text)
-
-
 def _kind(value: Any) -> str:
     names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
     return names.get(type(value), f"the number {value!r}" if isinstance(value, int | float) else type(value).__name__)
@@ -85,13 +79,9 @@ def _decode(payload: str) -> dict[str, Any]:
     if _nesting(payload) > MAX_DEPTH:
         raise MalformedEvent(f"JSON nested deeper than {MAX_DEPTH} levels")
     try:
-        value = json.loads(payload, parse_int=_integer)
-    except MalformedEvent:
-        raise
-    except json.JSONDecodeError as error:
-        raise MalformedEvent(f"not JSON ({error.msg} at column {error.colno}): '{printable(payload, 60)}'") from None
-    except (ValueError, RecursionError) as error:  # what json itself refuses beyond syntax
-        raise MalformedEvent(f"JSON that cannot be read ({printable(str(error), 80)})") from None
+        value = loads(payload)
+    except BadJson as error:
+        raise MalformedEvent(f"{error}: '{printable(payload, 60)}'") from None
     if not isinstance(value, dict):
         raise MalformedEvent(f"{_kind(value)}, not a JSON object")
     return value
@@ -136,8 +126,8 @@ def _completion_tokens(event: dict[str, Any]) -> int | None:
     tokens = usage.get("completion_tokens")
     if tokens is None:
         return None
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= MAX_TOKENS:
-        raise MalformedEvent(f"'usage.completion_tokens' is {_kind(tokens)}, not a count from 1 to {MAX_TOKENS:,}")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= MAX_COUNT:
+        raise MalformedEvent(f"'usage.completion_tokens' is {_kind(tokens)}, not a count from 1 to {MAX_COUNT:,}")
     return tokens
 
 
