@@ -477,6 +477,7 @@ def test_a_run_too_large_to_analyse_is_refused_not_a_memory_error(tmp_path: Path
     assert "run 'big' (from line 1) holds 200 requests and 600 chunk times" in error and "Split the trace" in error
 
 
+@pytest.mark.slow
 def test_400k_one_request_runs_in_bounded_memory(tmp_path: Path) -> None:
     """Issue 31: a 41-MB JSONL of 400,000 one-request runs took 1.9 GB (every run analysed and
     printed); now the file is read twice in arrays and 6,250 runs (every 64th) are analysed."""

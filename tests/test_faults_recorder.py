@@ -77,6 +77,7 @@ def test_a_server_that_never_ends_a_request_is_cut_off_at_its_bound(tmp_path: Pa
     SEEN["slowest_bounded_request_s_x100"] = max(SEEN["slowest_bounded_request_s_x100"], int(ran.seconds * 100))
 
 
+@pytest.mark.slow
 def test_a_thousand_requests_in_flight(tmp_path: Path) -> None:
     """--concurrency 1000 under 2 GiB of address space (8-MiB thread stacks needed 8 GiB: "can't
     start new thread"); the server sees 1,000 requests at once."""
@@ -168,3 +169,26 @@ def test_a_recorder_output_that_is_a_link_or_special(tmp_path: Path) -> None:
             refused = run_limited(["phases-record", server.url, "--model", "m", "--out", str(target)],
                                   case="recorder output special")
             assert refused.paragraph() and "not a regular file" in refused.stderr, refused.output
+
+
+def test_a_disk_that_fills_mid_recording_keeps_what_was_written(tmp_path: Path) -> None:
+    """One page free on a real tmpfs: the records that fit are whole lines phases reads (a line
+    cut by the full disk is left out with a note), the command says the disk is full and stops."""
+    from tests.test_faults_io import fill, tmpfs
+
+    with tmpfs(tmp_path / "fs") as fs, sse.SseServer(lambda i: sse.good_reply(4, step_s=0.001)) as server:
+        spare = fs / "spare"
+        spare.write_bytes(b"\0" * 4096)
+        filler = fill(fs)
+        spare.unlink()  # 4 KiB left: about 20 records of 60
+        out = fs / "trace.jsonl"
+        ran = run_limited(["phases-record", server.url, "--model", "m", "--out", str(out), "--requests", "60",
+                           "--concurrency", "4", "--max-tokens", "4"], case="recorder on a full disk")
+        assert ran.paragraph() and "full" in ran.stderr and str(out) in ran.stderr, ran.output
+        text = out.read_text()
+        whole = text.count("\n")
+        assert 5 < whole < 60
+        traces = load_traces(out)
+        assert sum(len(t.requests) for t in traces) == whole
+        SEEN["full_disk_records_kept"] = whole
+        filler.unlink()

@@ -234,7 +234,7 @@ def test_urls_that_are_good() -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [("requests", 0), ("concurrency", 0), ("concurrency", 100_000), ("max_tokens", 0), ("timeout_s", float("nan")),
-     ("timeout_s", 0.0), ("prompts", ()), ("requests", True)],
+     ("timeout_s", 0.0), ("prompts", ()), ("requests", True), ("run", "x" * 201)],
 )
 def test_the_api_checks_what_the_cli_checks(field: str, value: object) -> None:
     good = {"endpoint": parse_endpoint("http://127.0.0.1:1", chat=False), "model": "m", "prompts": ("p",),

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ncuflow.phases.parse.json_values import MAX_TOKENS_PER_CHUNK
+from ncuflow.phases.parse.json_values import MAX_TOKENS_PER_CHUNK, shown
+from ncuflow.phases.parse.jsonl import MAX_LABEL
 from ncuflow.phases.recorder_endpoint import Endpoint, RecorderError
 from ncuflow.phases.recorder_events import MalformedEvent, printable, read_event
 
@@ -66,7 +67,7 @@ class RecorderSettings:
 
     def __post_init__(self) -> None:
         problems = [
-            f"{name} is {value!r}, not {want}"
+            f"{name} is {shown(value)}, not {want}"
             for name, value, ok, want in (
                 ("requests", self.requests, _whole(self.requests, 1, MAX_REQUESTS), f"from 1 to {MAX_REQUESTS:,}"),
                 ("concurrency", self.concurrency, _whole(self.concurrency, 1, MAX_CONCURRENCY),
@@ -75,12 +76,14 @@ class RecorderSettings:
                  f"from 1 to {MAX_TOKEN_BUDGET:,}"),
                 ("timeout_s", self.timeout_s, _positive_finite(self.timeout_s), "a finite number of seconds above 0"),
                 ("prompts", len(self.prompts), bool(self.prompts), "at least one prompt"),
+                ("run", self.run, self.run is None or len(self.run) <= MAX_LABEL,
+                 f"a label of at most {MAX_LABEL} characters (what phases reads)"),
             )
             if not ok
         ]
         if problems:
             raise RecorderError(f"Cannot record: {'; '.join(problems)}.", "",
-                                "Give at least one request, a concurrency, a token budget and a timeout in range.")
+                                "Give each setting a value in its range.")
 
     @property
     def max_chunks(self) -> int:
