@@ -449,8 +449,8 @@ def _one_request_runs(path: Path, runs: int) -> None:
     with path.open("w") as out:
         for k in range(runs):
             t = 1_700_000_000.0 + 10.0 * k
-            out.write(json.dumps({"request_id": f"request-{k:07d}", "submit_time": t,
-                                  "chunk_times": [t + 0.1, t + 0.12, t + 0.14], "output_tokens": 3}) + "\n")
+            out.write(json.dumps({"request_id": f"r{k}", "submit_time": t,
+                                  "chunk_times": [t + 0.1, t + 0.12, t + 0.14]}) + "\n")
 
 
 def test_a_jsonl_of_many_short_runs_is_thinned_like_a_server_log(tmp_path: Path,

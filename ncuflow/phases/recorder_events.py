@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ncuflow.files.inputs import deepest_nesting
 from ncuflow.phases.parse.json_values import BadJson, loads
 from ncuflow.phases.parse.values import MAX_COUNT
 
@@ -47,27 +48,10 @@ def printable(text: str, limit: int = 300) -> str:
 
 
 def _nesting(text: str) -> int:
-    """The deepest nesting of ``[``/``{`` outside strings (linear in the length)."""
+    """How deep ``text`` nests, when it could nest past ``MAX_DEPTH`` (0 when it cannot)."""
     if text.count("[") + text.count("{") <= MAX_DEPTH:
         return 0
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
+    return deepest_nesting(text)
 
 
 def _kind(value: Any) -> str:
