@@ -93,6 +93,21 @@ def test_a_thousand_requests_in_flight(tmp_path: Path) -> None:
     assert len(trace.requests) == 1000
 
 
+def test_more_workers_than_the_memory_limit_allows_is_one_paragraph_before_any_request(tmp_path: Path) -> None:
+    """--concurrency 4096 under 2 GiB of address space: 4096 stacks of 512 KiB do not fit."""
+    out = tmp_path / "trace.jsonl"
+    with sse.SseServer(lambda i: sse.good_reply(4, step_s=0.5)) as server:
+        ran = run_limited(["phases-record", server.url, "--model", "m", "--out", str(out), "--requests", "4096",
+                           "--concurrency", "4096", "--max-tokens", "8", "--timeout", "50"],
+                          case="recorder --concurrency 4096")
+        arrived = server.arrived
+    if ran.code == 0:  # a machine whose limits allow it: then every request is recorded
+        assert len(_records(out)) == 4096
+        return
+    assert ran.paragraph() and "Could start only" in ran.stderr and "Nothing was sent" in ran.stderr, ran.output
+    assert arrived == 0 and not out.exists()  # refused before the output was touched
+
+
 def _recording(url: str, out: Path, requests: int, concurrency: int) -> subprocess.Popen[str]:
     import resource
 

@@ -366,7 +366,8 @@ class _Loop:
             self.go.set()
             raise RecorderError(
                 f"Could start only {started} of the {count} workers --concurrency {count} needs ({error}).",
-                "The recorder runs one thread per request in flight; the system allows no more. Nothing was sent.",
+                "The recorder runs one thread per request in flight; the system's limit on threads or memory "
+                "allows no more. Nothing was sent.",
                 f"Lower --concurrency (below {max(1, started)}), or raise the limit on threads.",
             ) from None
         finally:
