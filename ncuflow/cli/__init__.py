@@ -36,7 +36,7 @@ COMMANDS: dict[str, str] = {
     "summary": "ncuflow.cli.summary_cmd:summary_command",
     "roofline": "ncuflow.cli.roofline_cmd:roofline_command",
     "phases": "ncuflow.cli.phases_cmd:phases_command",
-    "phases-record": "ncuflow.cli.phases_cmd:record_command",
+    "phases-record": "ncuflow.cli.record_cmd:record_command",
     "store": "ncuflow.cli.store_cmd:store_group",
     "passes": "ncuflow.cli.passes_cmd:passes_command",
 }

@@ -9,6 +9,7 @@ import click
 
 from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.phases.parse.registry import format_names
+from ncuflow.phases.parse.values import MAX_COUNT
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import report_to_dict
 from ncuflow.phases.selection import RunSelection
@@ -60,7 +61,7 @@ Examples:
 @click.option(
     "--output-tokens",
     "output_tokens",
-    type=click.IntRange(min=2),
+    type=click.IntRange(2, MAX_COUNT),
     multiple=True,
     help="Output tokens per request (N) when the trace does not say; once for all inputs "
     "or once per input.",
@@ -146,82 +147,3 @@ def phases_command(
     for path in written:
         click.echo(f"timeline written to {path}")
 
-
-@click.command("phases-record")
-@click.argument("base_url")
-@click.option("--model", required=True, help="Model name the server expects.")
-@click.option(
-    "--out",
-    "out_path",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="JSONL file to write (one line per request).",
-)
-@click.option("--requests", "n_requests", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--concurrency", type=click.IntRange(min=1), default=32, show_default=True)
-@click.option("--max-tokens", type=click.IntRange(min=2), default=96, show_default=True)
-@click.option(
-    "--prompt", default="Write a long story about a lighthouse keeper.", show_default=True
-)
-@click.option("--chat", is_flag=True, help="Use /v1/chat/completions instead of /v1/completions.")
-@click.option(
-    "--ignore-eos", is_flag=True, help="Ask SGLang/vLLM to ignore EOS (fixed output length)."
-)
-@click.option("--run", "run_label", default=None, help="Value of the 'run' field of every record.")
-@click.option("--timeout", "timeout_s", type=FiniteFloatRange(min=0, min_open=True), default=600.0, show_default=True)
-def record_command(
-    base_url: str,
-    model: str,
-    out_path: Path,
-    n_requests: int,
-    concurrency: int,
-    max_tokens: int,
-    prompt: str,
-    chat: bool,
-    ignore_eos: bool,
-    run_label: str | None,
-    timeout_s: float,
-) -> None:
-    """Record per-request streaming timestamps from an OpenAI-compatible server at BASE_URL
-    (closed loop: CONCURRENCY requests in flight) for `ncuflow phases`."""
-    from ncuflow.phases import TraceError
-    from ncuflow.phases.recorder import RecorderSettings, record_requests, to_jsonl
-
-    settings = RecorderSettings(
-        base_url=base_url,
-        model=model,
-        prompts=tuple(prompt for _ in range(n_requests)),
-        concurrency=concurrency,
-        max_tokens=max_tokens,
-        chat=chat,
-        ignore_eos=ignore_eos,
-        run=run_label,
-        timeout_s=timeout_s,
-    )
-    from ncuflow.files import OutputError, atomic_write_text, guard_output, text_recogniser
-
-    try:  # checked before any request is sent
-        guard_output(out_path, kind="a request trace (JSONL)", recognise=text_recogniser('{"'),
-                     option="--out")
-    except OutputError as error:
-        raise TraceError(error.what, error.why, error.fix) from None
-    records = record_requests(settings)
-    try:
-        atomic_write_text(out_path, to_jsonl(records))
-    except OutputError as error:
-        raise TraceError(error.what, error.why, error.fix) from None
-    failed = [r for r in records if "error" in r]
-    click.echo(
-        f"{len(records) - len(failed)} requests recorded, {len(failed)} failed -> {out_path}"
-    )
-    if failed:
-        from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
-
-        click.echo(f"first failure: {safe_text(failed[0]['error'], limit=SENTENCE_CHARS)}", err=True)
-        click.echo(
-            f"ncuflow: {len(failed)} of {len(records)} requests failed; the trace holds them "
-            "as records with an 'error' field. Check the server and --model, then record again.",
-            err=True,
-        )
-        raise click.exceptions.Exit(1)
-    click.echo(f"analyse with: ncuflow phases {out_path}")

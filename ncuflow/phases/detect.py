@@ -11,7 +11,6 @@ by the first JSON format that claims it. ``format_name`` (``--format``) skips de
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -19,8 +18,9 @@ from typing import Any, BinaryIO
 from ncuflow.files import InputFileError, open_regular_file
 from ncuflow.phases import TraceError
 from ncuflow.phases.model import LogEvent, RequestTrace, ServerTrace
-from ncuflow.phases.parse import registry
+from ncuflow.phases.parse import jsonl, registry
 from ncuflow.phases.parse.format import JsonFormat, LineFormat, LineReader
+from ncuflow.phases.parse.json_values import BadJson, loads
 from ncuflow.phases.parse.lines import LineCounts, numbered_lines
 from ncuflow.phases.parse.vllm import strip_ansi
 
@@ -103,8 +103,8 @@ def _empty(path: Path) -> TraceError:
 def _json_objects(path: Path, lines: list[str]) -> list[tuple[int, Any]]:
     whole = "\n".join(lines)
     try:
-        obj = json.loads(whole)
-    except (json.JSONDecodeError, RecursionError):
+        obj = loads(whole)
+    except BadJson:
         pass
     else:
         if isinstance(obj, list):
@@ -115,18 +115,12 @@ def _json_objects(path: Path, lines: list[str]) -> list[tuple[int, Any]]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            objects.append((number, json.loads(line)))
-        except json.JSONDecodeError as error:
+            objects.append((number, loads(line)))
+        except BadJson as error:
             raise TraceError(
-                f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno}).",
+                f"{path}:{number}: {error}.",
                 "A JSONL trace needs one complete JSON object per line.",
-                "Fix or remove the line (a recorder killed mid-write leaves a truncated last line).",
-            ) from None
-        except RecursionError:
-            raise TraceError(
-                f"{path}:{number}: JSON nested too deeply to read.",
-                "A per-request trace holds flat objects with lists of numbers.",
-                "Pass the trace as the recorder or bench_serving wrote it.",
+                "Fix or remove the line, or pass the trace as the recorder or bench_serving wrote it.",
             ) from None
     return objects
 
@@ -174,16 +168,18 @@ def load_traces(
         if isinstance(forced, LineFormat):
             return read_server_log(path, handle, skip_malformed=skip_malformed, forced=forced)
         if isinstance(forced, JsonFormat) or _json_like(first[1]):
-            return _json_file(path, handle, skip_malformed, forced)
+            return _json_file(path, handle, skip_malformed, forced, first[1])
         return read_server_log(path, handle, skip_malformed=skip_malformed)
 
 
 def _json_file(
-    path: Path, handle: BinaryIO, skip_malformed: bool, forced: JsonFormat | None
+    path: Path, handle: BinaryIO, skip_malformed: bool, forced: JsonFormat | None, first_line: str
 ) -> tuple[Trace, ...]:
     """A file that starts like JSON: read whole as JSON unless it is a server log after all."""
     size = handle.seek(0, 2)
     handle.seek(0)
+    if size <= MAX_JSON_BYTES and forced in (None, jsonl.FORMAT) and jsonl.looks_like_request_jsonl(first_line):
+        return jsonl.parse_request_jsonl(path, jsonl.file_lines(path, handle))  # streamed, in bounded memory
     if size <= MAX_JSON_BYTES:
         text = handle.read().decode("utf-8", "replace")
         lines = [line.removesuffix("\r") for line in text.split("\n")]

@@ -160,6 +160,7 @@ def _analyse_traces(
                     notes.append(event.text)
         else:
             assert isinstance(trace, RequestTrace)
+            notes.extend(note for note in trace.notes if note not in notes)
             runs.append(
                 analyse_request_trace(
                     trace,

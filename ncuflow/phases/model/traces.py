@@ -219,3 +219,4 @@ class RequestTrace:
     has_start_times: bool = True
     clock_origin: str = ""
     reported_mean_tpot_ms: float | None = None
+    notes: tuple[str, ...] = ()  # what reading the file left out or thinned
