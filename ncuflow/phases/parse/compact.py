@@ -252,7 +252,13 @@ def folding_note(where: str, store: SampleStore) -> str:
         parts.append(f"{store.dropped_runs:,} run(s) of a single Prefill line and nothing else were left out")
     if store.run_stride > 1:
         parts.append(
-            f"the log holds {store.runs_seen:,} runs{where}: only every {store.run_stride}th was "
+            f"the log holds {store.runs_seen:,} runs{where}: only every {ordinal(store.run_stride)} was "
             "analysed (runs are numbered as kept)"
         )
     return "the log is long, and kept in bounded memory: " + "; ".join(parts)
+
+
+def ordinal(number: int) -> str:
+    """2nd, 3rd, 11th, 64th: how a note names every N-th run kept."""
+    suffix = "th" if number % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"

@@ -38,7 +38,7 @@ from typing import Any, BinaryIO
 
 from ncuflow.phases import TraceError
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
-from ncuflow.phases.parse.compact import RUNS
+from ncuflow.phases.parse.compact import RUNS, ordinal
 from ncuflow.phases.parse.format import JsonFormat, JsonObjects
 from ncuflow.phases.parse.json_values import (
     MAX_TOKENS_PER_CHUNK,
@@ -265,17 +265,12 @@ def _kept_records(path: Path, source: LineSource, index: _Index, kept: set[int],
 def _notes(index: _Index, runs: int, stride: int) -> tuple[str, ...]:
     notes = []
     if stride > 1:
-        notes.append(f"the trace holds {runs:,} runs: only every {_ordinal(stride)} was analysed, in time order "
+        notes.append(f"the trace holds {runs:,} runs: only every {ordinal(stride)} was analysed, in time order "
                      "(kept in bounded memory)")
     if index.cut_last_line:
         notes.append(f"the last line ({index.cut_last_line}) is cut short, as a recorder stopped mid-write "
                      "leaves it: left out")
     return tuple(notes)
-
-
-def _ordinal(number: int) -> str:
-    suffix = "th" if number % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
-    return f"{number}{suffix}"
 
 
 def _object(path: Path, number: int, text: str) -> dict[str, Any]:
