@@ -186,3 +186,21 @@ def test_perfworks_puts_every_unit_of_every_chip_in_the_class_of_its_term() -> N
             for counter in breakdowns.counters(chip, top):
                 metric = f"{counter}.avg.pct_of_peak_sustained_elapsed"
                 assert category_of(breakdown_group(metric) or "") == category, (chip, counter)
+
+
+def test_nvidias_figures_leave_a_launch_undecided_where_an_uncollected_unit_could_bind() -> None:
+    """The H200 copy of 16 MiB: its terms reach u 0.41, NVIDIA's memory figure 42.9 %: decided
+    (latency either way). Were the memory figure 70 %, a memory unit the report lacks would be on a
+    wall: tier 2 must be collected; were the compute figure the larger while ours is memory, too."""
+    from ncuflow.analyze.classify import undecided
+
+    report = next(H200.glob("copy_bandwidth/*mib16-*/*/report.ncu-rep"))
+    launch = next(iter(iter_launches(report)))
+    assert not undecided(classify(launch)) and classify(launch).bound == "latency"
+    hidden_wall = replace(launch, values={**launch.values, "memory_throughput_pct": 70.0})
+    assert undecided(classify(hidden_wall)) and classify(hidden_wall).bound == "latency"
+    big = next(H200.glob("copy_bandwidth/*mib4096*/*/report.ncu-rep"))
+    dram_bound = next(iter(iter_launches(big)))
+    assert classify(dram_bound).bound == "dram" and not undecided(classify(dram_bound))
+    other_class = replace(dram_bound, values={**dram_bound.values, "sm_throughput_pct": 95.0})
+    assert undecided(classify(other_class))

@@ -14,7 +14,7 @@ from ncuflow.cells.contract import CellSpec
 from ncuflow.cli import cli
 from ncuflow.output.export import SCHEMA_VERSION, metrics_path_for, read_schema_version
 from ncuflow.output.render import ROW_KEYS
-from ncuflow.terms import BOUNDS
+from ncuflow.terms import BOUND_NAMES as BOUNDS
 
 from .corpus import read_sources
 
