@@ -73,6 +73,8 @@ def note_lines(launches: Sequence[Launch]) -> list[str]:
                          f"{len(launch.not_numbers)} of its counters as NaN, so {len(unread)} fields are not "
                          f"measured ({', '.join(unread[:4])}{', …' if len(unread) > 4 else ''})")
         for name, note in launch.notes.items():
+            if name in STAND_INS and launch.value(STAND_INS[name]) is not None:
+                continue  # its column shows the stand-in, marked; --evidence says why
             if name not in unread or len(unread) <= 2:
                 shared.setdefault(f"{name}: {note}", []).append(launch.action_index)
     for text, actions in shared.items():
