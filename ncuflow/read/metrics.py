@@ -357,9 +357,10 @@ def _tier_metrics(tier: int) -> tuple[str, ...]:
 # throughputs that fit in the same passes; no SASS patching. NVIDIA's SOL top-levels are
 # left out: sm__throughput alone costs 8 passes on GH100, the memory one 5. Tier 2: the
 # units that hold their term's maximum on the corpus's full-set reports and do not fit in
-# tier 1 (math pipes, L1 and L2 ports, the MIO queue), and lts__throughput with every unit
-# of it, so that ncu's "L2 Cache Throughput" is settled by its own parts; collected only for
-# launches tier 1 leaves undecided (``ncuflow.analyze.classify.undecided``).
+# tier 1 (math pipes, L1 ports, the MIO queue), and every L2 unit that moves data (ports,
+# data banks, fills, atomics, the link between the partitions), the L2 term's own parts;
+# collected only for launches tier 1 leaves undecided (``ncuflow.analyze.classify.undecided``).
+# lts__throughput itself (3 passes more on GH100) is the GPU study's (``STUDY_METRICS``).
 DECISIVE_TIER1_METRICS: tuple[str, ...] = _tier_metrics(1)
 DECISIVE_TIER2_METRICS: tuple[str, ...] = _tier_metrics(2)
 
