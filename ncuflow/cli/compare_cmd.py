@@ -105,9 +105,9 @@ def _print_kernel(console: Any, k: Any, colour: str, states: dict[str, str]) -> 
                       f.delta_text() if f.state != "missing" else "—",
                       f"[{states[f.state]}]{f.state}[/{states[f.state]}]", safe_text(f.reason, "rich", limit=SENTENCE_CHARS))
     console.print(table)
-    missing = [f.field for f in k.judged.fields if f.state == "missing"]
+    missing = [f.field for f in k.judged.fields if f.state == "missing" and not f.reason.endswith("both sides")]
     if missing:
-        console.print(f"  missing on at least one side: {', '.join(missing)}")
+        console.print(f"  missing on one side: {', '.join(missing)}")
     if k.judged.reasons:
         console.print("  why: " + safe_text("; ".join(k.judged.reasons), "rich", limit=SENTENCE_CHARS), highlight=False)
     if k.how != "matched":
@@ -151,7 +151,7 @@ def bytes_text(value: float | None) -> str:
 def totals_line(k: object) -> str:
     """The work of a reconfigured (or --pair) kernel per run in total: launches, time, instructions, bytes."""
     from ncuflow.analyze.compare import KernelComparison
-    from ncuflow.analyze.fields import duration_text, format_value
+    from ncuflow.analyze.fields import HEADLINE_WORK, duration_text, format_value
 
     assert isinstance(k, KernelComparison)
     per_base, per_new = k.launches_per_run
@@ -159,7 +159,7 @@ def totals_line(k: object) -> str:
     for total in k.totals:
         if total.base is None or total.new is None:
             continue
-        if total.field != "duration_ns" and total.field not in ("inst_executed", "dram_bytes", "global_ld_inst"):
+        if total.field != "duration_ns" and total.field not in HEADLINE_WORK:
             continue
         show = duration_text if total.field == "duration_ns" else bytes_text if total.field == "dram_bytes" else format_value
         ratio = f" (×{total.ratio:.3g})" if total.ratio is not None else ""

@@ -31,7 +31,7 @@ def roofline_command(paths: tuple[Path, ...], output: Path, per: str, as_json: b
     peak metrics at the launches' clocks. Each point is coloured by the max model's
     verdict; kernels without FLOP counts, or with none, are named under the chart.
     """
-    from ncuflow.analyze.roofline import describe_point, point_groups, rooflines
+    from ncuflow.analyze.roofline import describe_point, panels, point_groups, rooflines
     from ncuflow.files import guard_output, png_recogniser
     from ncuflow.read.pool import resolve_jobs
 
@@ -45,9 +45,10 @@ def roofline_command(paths: tuple[Path, ...], output: Path, per: str, as_json: b
     from ncuflow.output.roofline_plot import plot_rooflines
 
     plot_rooflines(lines, output)
-    if len(lines) > 6:
-        click.echo(f"ncuflow: note: {len(lines)} GPUs; the PNG shows the first 6 "
-                   f"({', '.join(safe_text(r.device) for r in lines[6:])} left out): narrow PATHS or --kernel.", err=True)
+    _, left_out = panels(lines)
+    if left_out:
+        click.echo(f"ncuflow: note: {len(lines)} GPUs; the PNG shows the {len(lines) - len(left_out)} with the most to "
+                   f"draw ({', '.join(safe_text(r.device) for r in left_out)} left out): narrow PATHS or --kernel.", err=True)
     if as_json:
         from ncuflow.output.roofline_doc import rooflines_document
 

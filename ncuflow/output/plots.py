@@ -28,6 +28,7 @@ from ncuflow.analyze.point import format_param
 from ncuflow.analyze.study import PointSummary
 from ncuflow.files import atomic_path
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
+from ncuflow.terms import BOUND_COLORS
 
 VERDICT_COLORS: dict[str, str] = {
     "baseline": "#444444",
@@ -45,13 +46,7 @@ VERDICT_LABELS: dict[str, str] = {
     "time_without_work": "time without counted work",
     "ambiguous": "ambiguous",
 }
-TERM_COLORS: dict[str, str] = {
-    "dram": "#08519c",
-    "l2": "#3182bd",
-    "l1": "#9ecae1",
-    "issue": "#e6550d",
-    "math": "#fdae6b",
-}
+TERM_COLORS = BOUND_COLORS  # the one theme (``ncuflow.terms``)
 WORK_PLOT_FIELDS: tuple[str, ...] = PLOT_WORK_FIELDS  # the field table's choice
 
 
@@ -150,7 +145,8 @@ def _duration_panel(ax: Any, explained: GroupExplanation, labels: list[str], thr
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)
 
 
-_WORK_STYLES = [("o", 9, "-"), ("s", 7.5, "--"), ("^", 6.5, "-."), ("D", 5, ":"), ("v", 4, "-")]
+_WORK_STYLES = [("o", 9, "-"), ("s", 7.5, "--"), ("^", 6.5, "-."), ("D", 5, ":"), ("v", 4, "-"), ("P", 6, "--"),
+                ("X", 5, "-."), ("*", 7, ":")]  # at least one per plotted row of the counter table
 
 
 def _work_panel(ax: Any, explained: GroupExplanation) -> None:
@@ -158,7 +154,7 @@ def _work_panel(ax: Any, explained: GroupExplanation) -> None:
     points, base = explained.group.points, explained.baseline
     ratios_all: list[float] = []
     missing: list[str] = []
-    for name, (marker, size, line) in zip(WORK_PLOT_FIELDS, _WORK_STYLES, strict=True):
+    for name, (marker, size, line) in zip(WORK_PLOT_FIELDS, _WORK_STYLES[:len(WORK_PLOT_FIELDS)], strict=True):
         base_median = base.stats(name).median
         ys = [] if not base_median else [(p.stats(name).median or math.nan) / base_median for p in points]
         if all(math.isnan(y) for y in ys):

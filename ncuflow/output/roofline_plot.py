@@ -32,18 +32,12 @@ from ncuflow.analyze.roofline import (
     Ceiling,
     Roofline,
     describe_point,
+    panels,
 )
 from ncuflow.files.safe_text import safe_text
 from ncuflow.output.plots import save_figure
+from ncuflow.terms import BOUND_COLORS, BOUND_LABELS
 
-BOUND_COLORS: dict[str, str] = {
-    "dram": "#d62728", "l2": "#9467bd", "l1": "#e377c2", "issue": "#ff7f0e", "math": "#8c564b",
-    "latency": "#17becf", "unknown": "#7f7f7f",
-}
-BOUND_LABELS: dict[str, str] = {
-    "dram": "DRAM-bound", "l2": "L2-bound", "l1": "L1-bound", "issue": "issue-bound", "math": "math-bound",
-    "latency": "latency-bound", "unknown": "unknown",
-}
 LEVEL_MARKERS: dict[str, str] = {"dram": "o", "l2": "s", "l1": "^"}
 LineStyle = Literal["-", "--", ":"]
 LEVEL_STYLES: dict[str, LineStyle] = {"dram": "-", "l2": "--", "l1": ":"}
@@ -58,9 +52,10 @@ def _si(value: float, unit: str) -> str:
 
 
 def _roofs(line: Roofline) -> list[Ceiling]:
-    """The compute roofs to draw: the precisions the points count (all the report holds when none)."""
-    counted = line.counted
-    return [c for c in line.compute if c.name in counted] if counted else list(line.compute)
+    """The compute roofs to draw: the precisions the points executed (those counted where none
+    executed any, all the reports hold where none counted any)."""
+    wanted = line.executed or line.counted
+    return [c for c in line.compute if c.name in wanted] if wanted else list(line.compute)
 
 
 def _limits(line: Roofline) -> tuple[float, float, float, float]:
@@ -246,8 +241,9 @@ GAP_BETWEEN_PANELS = 0.9
 
 
 def plot_rooflines(lines: Sequence[Roofline], path: Path, *, title: str | None = None) -> Path:
-    """One panel per GPU (at most 6; the caller names the rest) with its table of points."""
-    shown = list(lines)[:6]
+    """One panel per GPU (at most 6, chosen by what they hold: ``panels``; the caller names the
+    rest) with its table of points."""
+    shown = list(panels(lines)[0])
     bars = any(not line.points and line.without_flops for line in shown)
     width = 120 if bars else 165
     tables = [_table_lines(line, width) for line in shown]

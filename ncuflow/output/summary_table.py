@@ -11,9 +11,8 @@ from ncuflow.analyze.fields import duration_text
 from ncuflow.analyze.summary import ReportSummary, summary_rows
 from ncuflow.files import make_console
 from ncuflow.files.safe_text import safe_text
+from ncuflow.terms import BOUND_STYLES
 
-_BOUND_STYLE = {"dram": "red", "l2": "magenta", "l1": "magenta", "issue": "yellow", "math": "yellow",
-                "latency": "cyan", "unknown": "dim"}
 CSV_COLUMNS: tuple[str, ...] = (
     "report", "label", "device", "rank", "short_name", "grid_size", "block_size", "launches", "total_ns",
     "median_ns", "share", "bound", "verdicts", "binding_term", "binding_u", "kernel", "function",
@@ -46,7 +45,7 @@ def print_summaries(summaries: Sequence[ReportSummary], console: Any = None) -> 
             table.add_column(header, justify=justify, no_wrap=header != "kernel",  # type: ignore[arg-type]
                              max_width=64 if header == "kernel" else None, overflow="fold")
         for rank, k in enumerate(summary.kernels, start=1):
-            style = _BOUND_STYLE.get(k.bound, "")
+            style = BOUND_STYLES.get(k.bound, "")
             verdicts = safe_text(k.verdict_text(), "rich") or "—"
             table.add_row(str(rank), safe_text(k.short_name, "rich"), k.config, f"{k.launches:,}", duration_text(k.total_ns),
                           duration_text(k.median_ns), share_text(k.share),
