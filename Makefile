@@ -62,7 +62,7 @@ gpu-bundle:
 
 # The README's device command rehearsed on a host-like CPU environment (Python 3.12, torch 2.11,
 # triton 3.6, no polars/Ray, ncuflow not installed; .gpu-rehearsal/, ignored) with the fake ncu in
-# three modes (normal, slow, refused), checking what comes back under a scratch $OUT. Needs
+# four modes (normal, slow, refused, old-ncu), checking what comes back under a scratch $OUT. Needs
 # .gpu-bundle (make gpu-bundle). Run it before the one device call.
 gpu-rehearsal:
 	$(PYTHON) analysis/gpu_rehearsal.py

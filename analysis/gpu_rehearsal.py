@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`make gpu-rehearsal`: the README's device command, run here as the GPU host would run it.
 
-    python3 analysis/gpu_rehearsal.py              # all three modes (about 12 minutes)
+    python3 analysis/gpu_rehearsal.py              # all four modes (about 10 minutes)
     python3 analysis/gpu_rehearsal.py --mode slow  # one mode
     python3 analysis/gpu_rehearsal.py --dry-run-only   # the cheap part: the dry run on Python 3.12
 
@@ -16,7 +16,9 @@ command between the README's ``device-command`` markers under the tool's own lim
 - ``slow``: each profile takes ~15 s and one point never ends: the budget runs out, the call
   must end by itself before 480 s with plan(), one run of each cell, the cost pair and a summary;
 - ``refused``: ncu is refused the counters (ERR_NVGPUCTRPERM): the ncu-free parts still come
-  back, the refusal named.
+  back, the refusal named;
+- ``old-ncu``: ncu does not know one of the sweeps' extra metrics: the study goes on with the
+  decisive collection alone, the refused metric named.
 
 Each mode then checks what came back under ``$OUT`` against the device tool's limits (at most
 8 files, 16 MiB each, two folders deep, plain names) and against what the call must return.
@@ -303,8 +305,18 @@ def expect_refused(summary: dict[str, Any], runs: dict[str, list[str]]) -> list[
     return problems
 
 
+def expect_unknown_metric(summary: dict[str, Any], runs: dict[str, list[str]]) -> list[str]:
+    problems = expect_normal(summary, runs)
+    if "breakdown:lts__throughput" not in summary.get("extra_metrics_refused", ""):
+        problems.append("the refused extra metric is not named in the summary (extra_metrics_refused)")
+    return problems
+
+
 MODES = (
     Mode("normal", {"FAKE_NCU_MODE": "ok"}, expect_normal, "ncu answers at once"),
+    Mode("old-ncu", {"FAKE_NCU_MODE": "ok",
+                     "FAKE_NCU_BAD_METRICS": "breakdown:lts__throughput.avg.pct_of_peak_sustained_elapsed"},
+         expect_unknown_metric, "this ncu does not know the sweeps' breakdown metric: the decisive collection alone"),
     Mode("slow", {"FAKE_NCU_MODE": "ok", "FAKE_NCU_SLEEP": "12", "FAKE_NCU_HANG_ON": "page=32"}, expect_slow,
          "each profile ~15 s, every page=32 point hangs"),
     Mode("refused", {"FAKE_NCU_MODE": "perm"}, expect_refused, "ncu is refused the counters (ERR_NVGPUCTRPERM)"),

@@ -35,6 +35,7 @@ from study_flashinfer import (
 )
 
 from ncuflow.profile.ncu_errors import COUNTER_PERMISSION_CODE as COUNTER_REFUSAL
+from ncuflow.profile.ncu_errors import UNKNOWN_METRIC_WORDS as UNKNOWN_METRIC
 
 WORK = Path("/tmp/ncuflow-gpu-bundle")
 PROFILE_TIMEOUT_S = 90.0  # one profile on the H200: ~10 s; a hung one is stopped here
@@ -54,6 +55,7 @@ class Call:
     env: dict[str, str]
     left_out: dict[str, str] = field(default_factory=dict)  # cell -> why (its first point failed)
     ncu_refused: str = ""
+    extras_refused: str = ""  # this ncu refused the sweeps' extra metrics: which, in its words
     seconds_per_profile: float = SECONDS_PER_PROFILE
 
     def ncuflow(self, args: list[str], deadline: float, *, capture: bool = False) -> Finished:
@@ -203,20 +205,29 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML form for {value!r}")
 
 
-def one_point_sweep(path: Path, folder: Path) -> Path:
-    """SWEEP reduced to its first point, with the sweep's own name and [ncu]: the sweep later finds it done."""
+def rewritten_sweep(path: Path, folder: Path, *, first_point: bool, extra_metrics: bool = True) -> Path:
+    """SWEEP with its own name and [ncu]: reduced to its first point (the sweep later finds it
+    done), or without its extra metrics (when this ncu refused them)."""
     data = read_sweep(path)
-    top = {k: v for k, v in data.items() if not isinstance(v, dict)} | {"name": data.get("name", path.stem), "replicas": 1}
+    top = {k: v for k, v in data.items() if not isinstance(v, dict)} | {"name": data.get("name", path.stem)}
+    if first_point:
+        top["replicas"] = 1
     lines = [f"{k} = {_toml_value(v)}" for k, v in top.items()]
     for table in ("fixed", "axes", "ncu"):
-        values = data.get(table, {})
-        if table == "axes":
+        values = dict(data.get(table, {}))
+        if table == "axes" and first_point:
             values = {name: [axis[0]] for name, axis in values.items()}
+        if table == "ncu" and not extra_metrics:
+            values.pop("metrics", None)
         lines += ["", f"[{table}]", *(f"{k} = {_toml_value(v)}" for k, v in values.items())]
-    target = folder / f"first-{path.stem}.toml"
+    target = folder / f"{'first-' if first_point else ''}{path.stem}.toml"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text("\n".join(lines) + "\n")
     return target
+
+
+def one_point_sweep(path: Path, folder: Path, *, extra_metrics: bool = True) -> Path:
+    return rewritten_sweep(path, folder, first_point=True, extra_metrics=extra_metrics)
 
 
 def first_points(call: Call, deadline: float) -> Outcome:
@@ -232,10 +243,12 @@ def first_points(call: Call, deadline: float) -> Outcome:
         if cell in call.left_out:
             result[cell] = f"left out: {call.left_out[cell]}"
             continue
-        sweep = one_point_sweep(path, WORK / "first-points")
         point = spec_text(cell, sweep_points(path)[0])
-        done = call.ncuflow(["sweep", str(sweep), "--store", str(call.store), "--timeout",
-                             call.profile_timeout(deadline), *call.ncu], deadline)
+        done = _first_point(call, path, deadline)
+        if UNKNOWN_METRIC in done.tail and not call.extras_refused and "metrics" in read_sweep(path).get("ncu", {}):
+            # this ncu refused the study's extra metrics: the decisive collection alone, from here on
+            call.extras_refused = " ".join(done.tail.split(UNKNOWN_METRIC, 1)[1].split()[:12])[:400]
+            done = _first_point(call, path, deadline)
         call.note_refusal(done)
         result[cell] = {"point": point, "exit": done.code, "seconds": round(done.seconds, 1)}
         if done.ok and _has_run(call.store, cell, point):
@@ -249,6 +262,12 @@ def first_points(call: Call, deadline: float) -> Outcome:
     status = Status.OK if not causes else Status.FAILED
     return Outcome("one point of each cell", status, time.monotonic() - started, "ncuflow sweep <first point>",
                    " | ".join(causes), result)
+
+
+def _first_point(call: Call, path: Path, deadline: float) -> Finished:
+    sweep = one_point_sweep(path, WORK / "first-points", extra_metrics=not call.extras_refused)
+    return call.ncuflow(["sweep", str(sweep), "--store", str(call.store), "--timeout",
+                         call.profile_timeout(deadline), *call.ncu], deadline)
 
 
 def _has_run(store: Path, cell: str, spec: str) -> bool:
@@ -327,7 +346,8 @@ def sweeps(call: Call, deadline: float) -> Outcome:
         if cell in call.left_out:
             result[path.stem] = f"left out: {call.left_out[cell]}"
             continue
-        done = call.ncuflow(["sweep", str(path.relative_to(REPO)), "--store", str(call.store), "--keep-going",
+        run = rewritten_sweep(path, WORK / "sweeps", first_point=False, extra_metrics=False) if call.extras_refused else path
+        done = call.ncuflow(["sweep", str(run), "--store", str(call.store), "--keep-going",
                              "--timeout", call.profile_timeout(deadline), *call.ncu], deadline)
         call.note_refusal(done)
         result[path.stem] = {"exit": done.code, "seconds": round(done.seconds, 1), "points": len(sweep_points(path))}
@@ -435,7 +455,7 @@ def run_steps(store: Path, bundle: Path, budget_s: float, ncu: list[str], out: P
             outcome = Outcome(step.name, Status.FAILED, 0.0, cause=f"{type(error).__name__}: {error}")
         record.add(outcome, budget)
     record.facts.update({"runs_in_store": runs_in_store(store), "left_out": call.left_out,
-                         "ncu_refused": call.ncu_refused, "seconds_per_profile": round(call.seconds_per_profile, 1)})
+                         "ncu_refused": call.ncu_refused, "extra_metrics_refused": call.extras_refused, "seconds_per_profile": round(call.seconds_per_profile, 1)})
     record.write(budget)
     print("\n==== summary ====\n" + json.dumps(record.summary(budget), indent=2), flush=True)
     return 0 if all(o.status in (Status.OK, Status.SKIPPED) for o in record.outcomes) else 1

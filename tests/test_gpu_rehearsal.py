@@ -137,6 +137,17 @@ def test_the_first_point_sweep_keeps_the_sweeps_settings(tmp_path: Path) -> None
             tomllib.loads(path.read_text())["ncu"]
 
 
+def test_a_sweep_without_its_extra_metrics_keeps_everything_else(tmp_path: Path) -> None:
+    from ncuflow.profile.sweep import load_sweep
+
+    path = study_flashinfer.sweep_files()[0]
+    whole = load_sweep(path)
+    plain = load_sweep(study_steps.rewritten_sweep(path, tmp_path, first_point=False, extra_metrics=False))
+    assert whole.options.extra_metrics and not plain.options.extra_metrics
+    assert [p.content_key for p in plain.points] == [p.content_key for p in whole.points]
+    assert plain.options.metric_set == whole.options.metric_set and plain.name == whole.name
+
+
 def test_the_bare_command_writes_elsewhere_and_over_its_last_report(tmp_path: Path) -> None:
     command = ["ncu", "--export", "/store/report.ncu-rep", "python3", "-m", "ncuflow.cells.cellrun", "x",
                "--representation-out", "/store/rep.json"]
