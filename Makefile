@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 CELL_PINS := torch==2.13.0 triton==3.6.0
 CORPUS ?= $(or $(NCUFLOW_CORPUS),../shared/ncu-reports)
 
-.PHONY: setup setup-test demo test lint bench clean gpu-bundle
+.PHONY: setup setup-test demo test lint bench clean gpu-bundle gpu-rehearsal
 
 # A set-up is done once: each install leaves a stamp in the venv, remade only when
 # pyproject.toml (or this Makefile's pins) is newer, so a second `make demo` / `make test`
@@ -59,6 +59,13 @@ bench: $(PASSES_STAMP)
 # host's one call carries (analysis/run_study_on_gpu.py --part flashinfer). See the README.
 gpu-bundle:
 	$(PYTHON) analysis/gpu_bundle.py build
+
+# The README's device command rehearsed on a host-like CPU environment (Python 3.12, torch 2.11,
+# triton 3.6, no polars/Ray, ncuflow not installed; .gpu-rehearsal/, ignored) with the fake ncu in
+# four modes (normal, slow, refused, old-ncu), checking what comes back under a scratch $OUT. Needs
+# .gpu-bundle (make gpu-bundle). Run it before the one device call.
+gpu-rehearsal:
+	$(PYTHON) analysis/gpu_rehearsal.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

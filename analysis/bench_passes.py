@@ -28,8 +28,10 @@ from ncuflow.read.extract import iter_launches
 from ncuflow.read.metrics import decisive_metric_names
 from ncuflow.read.reportfile import find_reports
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.corpus import full_set_reports
+
 TABLE_CHIPS: tuple[str, ...] = ("gh100", "ga100", "ga102", "ad102", "tu104", "gb202")
-FULL_COVERAGE = 0.85  # a "full-set" report holds at least this share of the tiers' names
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class ReportInfo:
 
 
 def survey(corpus: Path, library: perfworks.Perfworks) -> Iterator[ReportInfo]:
-    tiers = (*decisive_metric_names(1), *decisive_metric_names(2))
+    full_sets = set(full_set_reports(corpus))  # how each report was collected, as SOURCES.tsv records it
     for path in find_reports([corpus]):
         try:
             info = passes.read_report_collection(path)
@@ -53,10 +55,7 @@ def survey(corpus: Path, library: perfworks.Perfworks) -> Iterator[ReportInfo]:
             continue
         with library.evaluator(info.chip) as evaluator:
             predicted = passes.predict(evaluator, info.metrics, "report")
-            known = [m for m in tiers if evaluator.raw_dependencies(m) is not None]
-        held = set(info.metrics)
-        coverage = sum(m in held for m in known) / max(len(known), 1)
-        yield ReportInfo(path, info, predicted, coverage >= FULL_COVERAGE and not info.counter_only)
+        yield ReportInfo(path, info, predicted, path in full_sets and not info.counter_only)
 
 
 def passes_table(library: perfworks.Perfworks, reports: list[ReportInfo]) -> list[str]:

@@ -11,10 +11,11 @@ printf 'import torch\nx = torch.ones(1 << 24, device="cuda")\ntorch.cuda.synchro
 for tier in 1 2 fields; do
   metrics=$(python3 -c "
 import sys
-from ncuflow.ncu import NcuOptions
-from ncuflow.metrics import decisive_metric_names, field_metric_names
+from ncuflow.profile.ncu import NcuOptions
+from ncuflow.profile.history import FIRST_DECISIVE_METRICS
+from ncuflow.read.metrics import decisive_metric_names
 from ncuflow.profile.precheck import check_passes, metric_list
-names = field_metric_names() if '$tier' == 'fields' else decisive_metric_names(int('$tier'))
+names = FIRST_DECISIVE_METRICS if '$tier' == 'fields' else decisive_metric_names(int('$tier'))
 c = check_passes(NcuOptions(metric_set='none', extra_metrics=names), 'gh100')
 keep = [n for n in names if n not in c.dropped]
 from ncuflow.profile import passes, perfworks

@@ -6,6 +6,7 @@ orchestration (`analysis/gpu_bundle.py`, standard library only) calls it as a sc
 
     python analysis/gpu_bundle_flashinfer.py compile OUT_DIR     # build every module, copy each .so
     python analysis/gpu_bundle_flashinfer.py probe RECORD.json   # load them with JIT off, reach plan()
+    python analysis/gpu_bundle_flashinfer.py load RECORD.json    # on the GPU host: load each, keep each error
 
 The module list is the cells' (kernels/_flashinfer.py, kernels/xqa_cells.py): fp16, head_dim
 128, GQA group 4 (32 query heads over 8 KV heads), as the study's shapes. Each spec comes from
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
@@ -141,8 +143,52 @@ def probe(record_path: Path) -> int:
     return 0
 
 
+class _LoadWarnings(logging.Handler):
+    """FlashInfer's "Failed to load AOT artifact PATH: REASON" lines (the cause it then hides)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage()[:1000])
+
+
+def load(record_path: Path) -> int:
+    """Load every module the cells use through FlashInfer's own loader (JIT off), each error verbatim.
+
+    Unlike ``probe`` it never calls plan(): on the GPU host the cells themselves do that.
+    Exit 0 when every module loaded, 1 otherwise; the record says which and why.
+    """
+    from flashinfer.jit import core
+
+    warnings = _LoadWarnings()
+    core.logger.addHandler(warnings)
+    modules: dict[str, Any] = {}
+    for spec, purpose in module_specs():
+        warnings.lines.clear()
+        try:
+            spec.build_and_load()
+            modules[spec.name] = {"loaded": True, "purpose": purpose}
+        except Exception as error:  # FlashInfer's own words are the point of this record
+            modules[spec.name] = {"loaded": False, "purpose": purpose, "error": f"{type(error).__name__}: {error}"[:1000],
+                                  "flashinfer_log": list(warnings.lines)}
+    result = {"flashinfer": _version(), "jit_disabled": bool(os.environ.get("FLASHINFER_DISABLE_JIT")),
+              "modules": modules}
+    record_path.parent.mkdir(parents=True, exist_ok=True)
+    record_path.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0 if all(m["loaded"] for m in modules.values()) else 1
+
+
+def _version() -> str:
+    import flashinfer
+
+    return str(getattr(flashinfer, "__version__", "unknown"))
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in {"compile", "probe"}:
+    if len(argv) != 2 or argv[0] not in {"compile", "probe", "load"}:
         print(__doc__, file=sys.stderr)
         return 2
     if argv[0] == "compile":
@@ -150,6 +196,8 @@ def main(argv: list[str]) -> int:
         records = compile_all(out)
         (out / "modules.json").write_text(json.dumps(records, indent=2) + "\n")
         return 0
+    if argv[0] == "load":
+        return load(Path(argv[1]))
     return probe(Path(argv[1]))
 
 

@@ -16,21 +16,26 @@ Steps, each an ordinary `ncuflow` command printed before it runs:
    parameter's baseline and extremes), and writes STORE/../stability-<gpu>.md.
 4. A short table: `ncuflow explain STORE --vary PARAM` for the study's parameters.
 
-It imports nothing but the standard library (no polars, no torch): the commands it runs
-need only what `pip install ncuflow[cells]` brings. Afterwards commit STORE and run
-`python analysis/rebuild_study.py` anywhere (no GPU) for the report and plots.
+It needs no install: it puts the checkout first on the path of itself and of every command
+it runs (the GPU host has no network to install from), and imports nothing beyond the
+standard library and ncuflow's profiling path (no polars, no Ray). Afterwards commit STORE
+and run `python analysis/rebuild_study.py` anywhere (no GPU) for the report and plots.
 
 The second part, `--part flashinfer` (analysis/study_flashinfer.py), profiles the seed's
 own kernels (FlashInfer's decode and plan(), XQA) from the GPU bundle that `make gpu-bundle`
-builds on a CPU machine (`--bundle`, default .gpu-bundle), within `--budget-s`:
+builds on a CPU machine (`--bundle`, default .gpu-bundle), step by step within `--budget-s`,
+each step's results written under `--out` (the device call's $OUT) as it lands:
 
-    python3 analysis/run_study_on_gpu.py --part flashinfer --dry-run   # points, passes, modules
-    python3 analysis/run_study_on_gpu.py --part flashinfer --budget-s 450
+    python3 analysis/run_study_on_gpu.py --part flashinfer --dry-run   # steps, points, passes, modules
+    python3 analysis/run_study_on_gpu.py --part flashinfer --budget-s 420 --out "$OUT"
+
+`make gpu-rehearsal` runs the README's device command on a host-like CPU environment first.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import subprocess
 import sys
@@ -38,6 +43,10 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+# The checkout's ncuflow, whatever is installed (the GPU host has none installed): first on
+# this process's path and on every command's (PYTHONPATH), and the scripts beside this one.
+sys.path[:0] = [str(REPO), str(REPO / "analysis")]
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH"))))
 SWEEPS = REPO / "analysis" / "sweeps"
 DEFAULT_STORE = REPO / "profiles" / "reference" / "h200"
 # The study's swept parameters, for the closing table.
@@ -60,6 +69,13 @@ def run(args: list[str], *, dry_run: bool, check: bool = True) -> int:
     return returncode
 
 
+def _seconds(text: str) -> float:
+    value = float(text)
+    if not 30 <= value <= 3600:  # nan fails both comparisons
+        raise argparse.ArgumentTypeError(f"{text!r}: give between 30 and 3600 seconds")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Profile the study's sweeps and headline replicas on this GPU.")
     parser.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"profile store (default {DEFAULT_STORE.relative_to(REPO)})")
@@ -72,14 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", choices=("triton", "flashinfer"), default="triton",
                         help="triton: the stand-in cells (default); flashinfer: FlashInfer and XQA from the GPU bundle")
     parser.add_argument("--bundle", type=Path, default=REPO / ".gpu-bundle", help="the GPU bundle (--part flashinfer)")
-    parser.add_argument("--budget-s", type=float, default=450.0, help="seconds the flashinfer part may take (default 450)")
+    parser.add_argument("--budget-s", type=_seconds, default=420.0,
+                        help="seconds the flashinfer part may take, its close included (default 420)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="--part flashinfer: write the running summary and the runs here after every step ($OUT)")
     args = parser.parse_args(argv)
     if args.part == "flashinfer":
-        sys.path.insert(0, str(REPO / "analysis"))
         from study_flashinfer import run_part
 
-        return run_part(args.store, args.bundle, args.budget_s, ["--ncu", args.ncu] if args.ncu else [],
-                        dry_run=args.dry_run)
+        return run_part(args.store.resolve(), args.bundle, args.budget_s, ["--ncu", args.ncu] if args.ncu else [],
+                        dry_run=args.dry_run, out=args.out)
 
     ncu = ["--ncu", args.ncu] if args.ncu else []
     sweeps = sorted(SWEEPS.glob("*.toml"))

@@ -3,13 +3,16 @@
 ``PagedKv`` is the KV cache both FlashInfer cells and XQA read: ``[physical_pages, page,
 kv_heads, head_dim]`` for K and for V, and each request's list of physical page ids (page 1:
 token slots). ``loading_flashinfer`` turns FlashInfer's "no prebuilt module and JIT is off"
-into one paragraph naming the GPU bundle.
+into one paragraph: FlashInfer's own load failure when the module is there but does not
+load, else the GPU bundle's shapes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -36,22 +39,70 @@ def flashinfer_version() -> str:
     return str(getattr(flashinfer, "__version__", "unknown"))
 
 
+class _LoadFailures(logging.Handler):
+    """FlashInfer's own words when a prebuilt module is there but will not load.
+
+    FlashInfer logs "Failed to load AOT artifact PATH: REASON" (on its ``flashinfer.jit``
+    logger) and then, with JIT off, raises the same "not found in the JIT cache" error as
+    when no module exists at all: the reason (``libcuda.so.1: cannot open shared object
+    file``, an undefined symbol, a wrong architecture) is only in that log line.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "Failed to load AOT artifact" in text:  # module paths shortened to their file names
+            reason = re.sub(r"/\S+/([^/\s]+\.so)\b", r"\1", text.split(". Trying another provider")[0])
+            self.lines.append(reason[:800])
+
+
+def _jit_logger() -> logging.Logger | None:
+    try:  # flashinfer.jit.core.logger is its own Logger instance, not logging.getLogger's
+        from flashinfer.jit import core
+    except ImportError:
+        return None
+    found = getattr(core, "logger", None)
+    return found if isinstance(found, logging.Logger) else None
+
+
 @contextlib.contextmanager
 def loading_flashinfer(what: str) -> Iterator[None]:
-    """FlashInfer's missing-module error (JIT off, no prebuilt .so) as one paragraph."""
+    """FlashInfer's missing-module error (JIT off) as one paragraph, with FlashInfer's own reason."""
+    failures, logger = _LoadFailures(), _jit_logger()
+    if logger is not None:
+        logger.addHandler(failures)
     try:
         yield
     except RuntimeError as error:
         text = str(error)
         if "JIT" not in text and "jit" not in text:
             raise
-        raise NcuflowError(
-            f"FlashInfer has no prebuilt module for {what} here, and it may not compile one.",
-            text.splitlines()[0][:400],
-            "The GPU bundle (`make gpu-bundle`) carries fp16, head_dim 128, 32 query heads over 8 KV "
-            "heads (XQA: pages 16/32/64/128): use those shapes, or add the shape to "
-            "analysis/gpu_bundle_flashinfer.py and rebuild it.",
-        ) from None
+        raise _module_error(what, text, failures.lines) from None
+    finally:
+        if logger is not None:
+            logger.removeHandler(failures)
+
+
+def _module_error(what: str, text: str, load_failures: list[str]) -> NcuflowError:
+    if load_failures:
+        return NcuflowError(
+            f"FlashInfer found its prebuilt module for {what} but could not load it: {load_failures[-1]}",
+            "With JIT off FlashInfer then reports the module as missing; the load failure above is "
+            "the cause (a library the module needs is not on the loader's path, or it was built "
+            "for another driver or architecture).",
+            "On a GPU host the driver's libcuda.so.1 must be loadable (`ldconfig -p | grep libcuda`); "
+            "`python3 analysis/gpu_bundle.py check` lists each module's needed libraries.",
+        )
+    return NcuflowError(
+        f"FlashInfer has no prebuilt module for {what} here, and it may not compile one.",
+        text.splitlines()[0][:400],
+        "The GPU bundle (`make gpu-bundle`) carries fp16, head_dim 128, 32 query heads over 8 KV "
+        "heads (XQA: pages 16/32/64/128): use those shapes, or add the shape to "
+        "analysis/gpu_bundle_flashinfer.py and rebuild it.",
+    )
 
 
 class PagedKv:

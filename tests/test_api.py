@@ -49,9 +49,9 @@ def test_the_worked_example_of_the_docs_runs(corpus_dir: Path, monkeypatch: pyte
     exec(compile(code, str(DOC), "exec"), {"__name__": "docs_api_example"})
     printed = capsys.readouterr().out
     shown = DOC.read_text().split("What it printed")[1]
-    for line in ("generate_encoded_signal          94.3 GFLOP/s  I_dram 251  issue",
+    for line in ("generate_encoded_signal          94.3 GFLOP/s  I_dram 251  pipe",
                  "reconfigured warptiling [grid=64, block=256] → warptiling [grid=64, block=128] - ambiguous",
-                 "7 only in base, 0 only in new", "(18, 181)"):
+                 "7 only in base, 0 only in new", "(18, 199)"):
         assert line in printed and line in shown
 
 

@@ -92,14 +92,32 @@ def test_a_run_folder_against_a_point_folder_and_a_store_against_itself() -> Non
     assert {k.base.runs for k in comparison.matched} == {1} and {k.new.runs for k in comparison.matched} == {3}
     for pair in comparison.matched:  # one replica against the three it is one of
         states = {f.field: f.state for f in pair.judged.fields}
-        assert states["inst_executed"] == states["global_ld_inst"] == "unchanged"  # identical counts
+        assert states["inst_executed"] == states["ldg_inst"] == "unchanged"  # identical counts
         assert "changed" not in states.values()
         # one side measured once: a near-exact or byte counter a little apart cannot be called unchanged
         assert pair.judged.verdict == "ambiguous" and "re-profile with replicas" in " ".join(pair.judged.reasons)
     store = load_paths([H200])
     itself = compare_loaded(store, store)
     assert not itself.only_base and not itself.only_new and len(itself.matched) == 31
-    assert all(f.state != "changed" for k in itself.matched for f in k.judged.fields)
+    assert all(k.judged.verdict == "no_effect" for k in itself.matched)
+    assert all(f.state in ("unchanged", "missing") for k in itself.matched for f in k.judged.fields)
+
+
+def test_compare_x_x_is_unchanged_for_every_kernel_of_every_report(corpus_dir: Path) -> None:
+    """Each shared report against itself: identical durations and counters are unchanged, and a
+    kernel whose report holds no work counter is the same work by being the same launches."""
+    from ncuflow.read.reportfile import find_reports
+
+    kernels = 0
+    for report in find_reports([corpus_dir]):
+        loaded = load_paths([report])
+        comparison = compare_loaded(loaded, loaded)
+        assert not comparison.only_base and not comparison.only_new, report.name
+        for pair in comparison.matched:
+            kernels += 1
+            assert pair.judged.verdict == "no_effect", (report.name, pair.label, pair.judged.reasons)
+            assert all(f.state in ("unchanged", "missing") for f in pair.judged.fields), (report.name, pair.label)
+    assert kernels >= 120
 
 
 def test_compare_refuses_a_bad_threshold(corpus_dir: Path) -> None:
@@ -118,7 +136,7 @@ def test_a_reconfigured_h200_copy_is_paired_and_its_work_compared_in_total() -> 
     assert pair["verdict"] == "critical_path"
     totals = pair["totals_per_run"]
     assert totals["inst_executed"]["ratio"] == pytest.approx(16.0)
-    assert totals["global_ld_inst"]["ratio"] == pytest.approx(16.0)
+    assert totals["ldg_inst"]["ratio"] == pytest.approx(16.0)
     assert pair["launches_per_run"] == {"base": 1.0, "new": 1.0}
     text = CliRunner().invoke(cli, ["compare", str(base), str(new)]).output
     assert "reconfigured: copy_kernel [grid=1,024, block=128] → copy_kernel [grid=16,384, block=128]" in text

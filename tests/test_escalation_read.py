@@ -19,17 +19,19 @@ from ncuflow.read.escalation import EscalationWarning, read_run_launches, with_t
 from ncuflow.read.extract import read_launches
 from ncuflow.read.runs import load_paths
 from ncuflow.store import tiers
+from tests.report_edit import drop_metrics
 
 FAKE = Path(__file__).resolve().parent / "fake_ncu" / "ncu"
-TIER1 = "Syswea__cuda-fused-linear-layer__profile_report.ncu-rep"  # 3 launches, 2 of them undecided
+TIER1 = "Syswea__cuda-fused-linear-layer__profile_report.ncu-rep"  # 3 launches, 2 of them undecided: escalated
 TIER2 = "AlpriElse__cs599k__rms_norm_matrix_ncu-reports_2025-04-21_v1.ncu-rep"  # 3 launches with DRAM bytes
 
 
 @pytest.fixture()
 def escalated_store(corpus_dir: Path, tmp_path: Path) -> Path:
-    """A store profiled with the fake ncu: one tier-1 run, escalated to one tier-2 run whose
-    report is then swapped for another 3-launch report, so that the merge is visible
-    (tier 1 has no DRAM byte counts; the stand-in for tier 2 has them)."""
+    """A store profiled with the fake ncu: one tier-1 run, escalated to one tier-2 run; then both
+    reports are swapped for one 3-launch report of one GPU, tier 1's without its DRAM counters
+    (``tests.report_edit.drop_metrics``), so that the merge is visible: the same launches on the
+    same device, tier 1 without DRAM byte counts, tier 2 with them."""
     root = tmp_path / "store"
     env = {**os.environ, "NCU": str(FAKE), "COLUMNS": "200", "FAKE_NCU_REPORT": str(corpus_dir / TIER1)}
     done = subprocess.run([sys.executable, "-m", "ncuflow", "profile", "copy_bandwidth:mib=16", "--store", str(root),
@@ -37,7 +39,9 @@ def escalated_store(corpus_dir: Path, tmp_path: Path) -> Path:
     assert done.returncode == 0, done.stderr
     assert "leaves 2 of 3 launches undecided" in done.stdout
     (tier2,) = store.iter_runs(root / ".tier2")
+    (tier1,) = store.iter_runs(root)
     shutil.copyfile(corpus_dir / TIER2, tier2.report_path)
+    drop_metrics(corpus_dir / TIER2, tier1.report_path, lambda name: name.startswith("dram__"))
     return root
 
 

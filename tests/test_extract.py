@@ -50,8 +50,12 @@ def test_values_equal_the_raw_metric_they_name(corpus_dir: Path) -> None:
     launch = next(iter_launches(path))
     assert launch.provenance["duration_ns"] == "gpu__time_duration.sum"
     assert launch.values["duration_ns"] == _raw(path, 0, "gpu__time_duration.sum")
-    assert launch.provenance["global_ld_inst"] == "smsp__sass_inst_executed_op_global_ld.sum"
-    assert launch.values["global_ld_inst"] == _raw(path, 0, "smsp__sass_inst_executed_op_global_ld.sum")
+    assert launch.provenance["ldg_sass_inst"] == "smsp__sass_inst_executed_op_global_ld.sum"
+    assert launch.values["ldg_sass_inst"] == _raw(path, 0, "smsp__sass_inst_executed_op_global_ld.sum")
+    # the total of the kinds an H100 has: LDG, LDGSTS and TMA loads, each read as counted
+    assert launch.provenance["global_ld_sass_inst"] == "ldg_sass_inst + ldgsts_sass_inst + tma_ld_sass_inst (LDG, LDGSTS (cp.async), TMA loads)"
+    assert launch.values["global_ld_sass_inst"] == sum(
+        _raw(path, 0, f"smsp__sass_inst_executed_op_{kind}.sum") or 0 for kind in ("global_ld", "ldgsts", "tma_ld"))
     sectors = _raw(path, 0, "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum")
     requests = _raw(path, 0, "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum")
     assert sectors and requests
@@ -66,8 +70,8 @@ def test_values_equal_the_raw_metric_they_name(corpus_dir: Path) -> None:
 def test_2022_full_set_takes_the_older_sass_name(corpus_dir: Path) -> None:
     path = corpus_dir / "Swagatam1812__hpca-gpu-memory-profiling__naive.ncu-rep"
     launch = next(iter_launches(path))
-    assert launch.provenance["global_ld_inst"] == "sass__inst_executed_global_loads"
-    assert launch.values["global_ld_inst"] == _raw(path, 0, "sass__inst_executed_global_loads")
+    assert launch.provenance["ldg_sass_inst"] == "sass__inst_executed_global_loads"
+    assert launch.values["ldg_sass_inst"] == _raw(path, 0, "sass__inst_executed_global_loads")
 
 
 def test_legacy_format_resolves_through_old_names(corpus_dir: Path) -> None:
@@ -77,8 +81,8 @@ def test_legacy_format_resolves_through_old_names(corpus_dir: Path) -> None:
     assert launch.values["duration_ns"] == _raw(path, 0, "gpu__time_duration")
     assert launch.provenance["dram_bytes_read"] == "dram__read_bytes"
     assert launch.provenance["l2_hit_rate_pct"] == "lts__request_total_sectors_hitrate_pct"
-    assert launch.provenance["global_ld_inst"] == "sass__inst_executed_global_loads"
-    assert launch.values["global_ld_inst"] == _raw(path, 0, "sass__inst_executed_global_loads")
+    assert launch.provenance["ldg_sass_inst"] == "sass__inst_executed_global_loads"
+    assert launch.values["global_ld_sass_inst"] == _raw(path, 0, "sass__inst_executed_global_loads")  # sm_61: LDG only
     assert launch.ncu_version is None  # legacy files do not store the writer's version
     assert launch.device.name == "GeForce GTX 1080"
 
@@ -89,8 +93,8 @@ def test_reports_without_sass_metrics_name_what_is_missing(corpus_dir: Path) -> 
     launches = list(iter_launches(path))
     assert len(launches) == 105
     for launch in launches:
-        assert launch.values["global_ld_inst"] is None
-        assert "global_ld_inst" in launch.missing
+        assert launch.values["global_ld_inst"] is None and launch.values["global_ld_sass_inst"] is None
+        assert "global_ld_inst" in launch.missing and "global_ld_sass_inst" in launch.missing
         assert launch.values["duration_ns"] is not None and launch.values["duration_ns"] > 0
 
 

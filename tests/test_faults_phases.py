@@ -329,3 +329,165 @@ def test_millions_of_short_runs_are_thinned_not_held(tmp_path: Path, monkeypatch
     assert 128 <= len(report.runs) <= 256
     assert any("holds 3,000 runs: only every 16th was analysed" in n for n in report.file_notes)
     assert all(r.peak_batch == 1 for r in report.runs)
+
+
+# ----------------------------------------------------------------------------- issue 31: values of JSON traces
+
+from collections import Counter  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+
+from ncuflow.phases.detect import load_traces  # noqa: E402
+from ncuflow.phases.model import RequestTrace  # noqa: E402
+from tests.hostile import FIGURES, figures_line, run_limited  # noqa: E402
+
+SEEN: Counter[str] = Counter()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_figures() -> Iterator[None]:
+    yield
+    print(figures_line("phases input figures", SEEN), figures_line("fault suite so far", FIGURES))
+
+
+def _bench(**changes: object) -> str:
+    """A bench_serving --output-details result of three requests, with ``changes``."""
+    result: dict[str, object] = {"ttfts": [0.1, 0.12, 0.11], "itls": [[0.02] * 7] * 3, "output_lens": [8, 8, 8],
+                                 "errors": ["", "", ""], "mean_tpot_ms": 20.0, "max_concurrency": 3}
+    result.update(changes)
+    return json.dumps(result) + "\n"  # json writes NaN, Infinity and 1e308 as Python does
+
+
+def _request(submit: float = 100.0, **changes: object) -> str:
+    record: dict[str, object] = {"submit_time": submit, "chunk_times": [submit + 0.1, submit + 0.12, submit + 0.14],
+                                 "output_tokens": 3}
+    record.update(changes)
+    return json.dumps(record) + "\n"
+
+
+GOOD_REQUEST = _request(200.0)
+NAN = float("nan")
+HOSTILE_JSON_VALUES = [
+    ("bench ttfts NaN", _bench(ttfts=[0.1, NAN, 0.11]), ":1: ttfts[1] is nan, not a finite number of seconds"),
+    ("bench ttfts all NaN", _bench(ttfts=[NAN] * 3), ":1: ttfts[0] is nan"),
+    ("bench ttfts 1e308", _bench(ttfts=[0.1, 1e308, 0.11]), "ttfts[1] is 1e+308"),
+    ("bench ttfts Infinity", _bench(ttfts=[0.1, float("inf"), 0.11]), "ttfts[1] is inf"),
+    ("bench ttfts negative", _bench(ttfts=[0.1, -0.5, 0.11]), "ttfts[1] is -0.5"),
+    ("bench itls NaN", _bench(itls=[[0.02] * 7, [0.02, NAN], [0.02] * 7]), "itls[1][1] is nan"),
+    ("bench itls 1e308", _bench(itls=[[1e308] * 7] * 3), "itls[0][0] is 1e+308"),
+    ("bench itls text", _bench(itls=[[0.02] * 7, "fast", [0.02] * 7]), "itls[1] is 'fast', not a list"),
+    ("bench output_lens 10^30", _bench(output_lens=[8, 10**30, 8]), "output_lens[1] is 1000000000000000000000000000000"),
+    ("bench output_lens beyond its tokens", _bench(output_lens=[8, 5000, 8]), "more than 64 a streamed token time"),
+    ("bench output_lens true", _bench(output_lens=[8, True, 8]), "output_lens[1] is True"),
+    ("bench mean_tpot_ms NaN", _bench(mean_tpot_ms=NAN), "'mean_tpot_ms' is nan, not a finite number of milliseconds"),
+    ("bench mean_tpot_ms 1e308", _bench(mean_tpot_ms=1e308), "'mean_tpot_ms' is 1e+308"),
+    ("bench a 5000-digit integer", _bench()[:-2] + ', "n": ' + "9" * 5000 + "}\n", "an integer of 5,000 digits"),
+    ("jsonl submit_time 1e308", _request(submit_time=1e308, chunk_times=[1e308]) + GOOD_REQUEST,
+     ":1: 'submit_time' is 1e+308, not a finite number of seconds"),
+    ("jsonl submit_time NaN", GOOD_REQUEST + _request(submit_time=NAN), ":2: 'submit_time' is nan"),
+    ("jsonl chunk_times Infinity", _request(chunk_times=[100.1, float("inf")]), "'chunk_times' is inf"),
+    ("jsonl a 5000-digit integer", '{"submit_time": ' + "9" * 5000 + ', "chunk_times": [1]}\n',
+     ":1: an integer of 5,000 digits"),
+    ("jsonl a 40-digit integer", '{"submit_time": ' + "9" * 40 + ', "chunk_times": [1]}\n', "not a finite number"),
+    ("jsonl output_tokens 10^30", _request(output_tokens=10**30), "'output_tokens' is 1000000000000000000000000000000"),
+    ("jsonl output_tokens -5", _request(output_tokens=-5), "'output_tokens' is -5, not a whole number"),
+    ("jsonl output_tokens true", _request(output_tokens=True), "'output_tokens' is True"),
+    ("jsonl output_tokens beyond its chunks", _request(output_tokens=10**9),
+     "'output_tokens' is 1,000,000,000 for 3 streamed chunk(s), more than 64 tokens a chunk"),
+    ("jsonl chunk_tokens NaN", _request(chunk_tokens=[1, NAN, 1]), "'chunk_tokens' must be a list of whole numbers"),
+    ("jsonl run a list", _request(run=[1, 2]), "'run' is a list of 2 item(s), not a label"),
+    ("jsonl nested 100k deep", '{"submit_time": 1, "chunk_times": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+     "nested too deeply"),
+]
+
+
+@pytest.mark.parametrize(("case", "content", "said"), HOSTILE_JSON_VALUES, ids=[c[0] for c in HOSTILE_JSON_VALUES])
+def test_a_json_value_that_is_no_data_is_refused_where_it_enters(tmp_path: Path, case: str, content: str,
+                                                                 said: str) -> None:
+    """Each as its own process under the limits, with --json and --plot: one paragraph naming
+    the line and field; never "nan ms", "inf ms", "+nan%", a bare NaN in JSON or a traceback."""
+    path = tmp_path / ("trace.json" if case.startswith("bench") else "trace.jsonl")
+    path.write_text(content)
+    for extra in ([], ["--json"], ["--plot", str(tmp_path / "p.png")]):
+        ran = run_limited(["phases", str(path), *extra], case=f"phases {case}")
+        assert ran.paragraph() and said in ran.stderr, ran.output[-1500:]
+        assert ran.code == 2 and not ran.stdout and f"{path}" in ran.stderr
+        SEEN["values_refused"] += 1
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_good_values_beside_the_bounds_are_read(tmp_path: Path) -> None:
+    """What the bounds let through: inf request_rate in the label, a failed request's NaN TTFT,
+    64 tokens a chunk, a time of 1e10 s."""
+    bench = tmp_path / "bench.json"
+    bench.write_text(_bench(ttfts=[0.1, 0.0, 0.11], errors=["", "timed out", ""], output_lens=[8, 0, 448],
+                            request_rate=float("inf")))
+    result = CliRunner().invoke(cli, ["phases", str(bench), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "NaN" not in result.output and "Infinity" not in result.output
+    run = json.loads(result.output)["files"][0]["runs"][0]
+    assert "request_rate=inf" in run["run_label"] and run["requests_admitted"] == 2
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(_request(submit_time=9.9e9, chunk_times=[9.9e9 + 1, 9.9e9 + 2], output_tokens=128))
+    assert CliRunner().invoke(cli, ["phases", str(trace)]).exit_code == 0
+
+
+def test_a_trace_cut_short_by_a_killed_recorder_keeps_its_complete_lines(tmp_path: Path) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(_request() + _request(100.05) + '{"submit_time": 100.1, "chunk_ti')
+    result = CliRunner().invoke(cli, ["phases", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert "the last line (3) is cut short, as a recorder stopped mid-write leaves it: left out" in data["files"][0]["notes"]
+    (trace,) = load_traces(path)
+    assert isinstance(trace, RequestTrace) and len(trace.requests) == 2
+    path.write_text(_request() + '{"submit_time": 100.1, "chunk_ti\n' + _request(100.05))
+    assert ":2: not valid JSON" in str(refused(path))  # a broken line inside the file is no cut
+
+
+def _one_request_runs(path: Path, runs: int) -> None:
+    """``runs`` requests, one at a time with idle gaps: each its own run (a quiet server)."""
+    with path.open("w") as out:
+        for k in range(runs):
+            t = 1_700_000_000.0 + 10.0 * k
+            out.write(json.dumps({"request_id": f"r{k}", "submit_time": t,
+                                  "chunk_times": [t + 0.1, t + 0.12, t + 0.14]}) + "\n")
+
+
+def test_a_jsonl_of_many_short_runs_is_thinned_like_a_server_log(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import ncuflow.phases.parse.jsonl as jsonl
+
+    monkeypatch.setattr(jsonl, "RUNS", 16)
+    path = tmp_path / "quiet.jsonl"
+    _one_request_runs(path, 100)
+    (report,) = build_report([path]).files
+    assert [r.run_label for r in report.runs] == [f"quiet #{k}" for k in range(1, 101, 8)]
+    assert "the trace holds 100 runs: only every 8th was analysed, in time order (kept in bounded memory)" in \
+        report.file_notes
+
+
+def test_a_run_too_large_to_analyse_is_refused_not_a_memory_error(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import ncuflow.phases.parse.jsonl as jsonl
+
+    monkeypatch.setattr(jsonl, "MAX_HELD_BYTES", 100_000)
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(_request(100.0 + k * 0.001) for k in range(200)))
+    error = str(refused(path))
+    assert "run 'big' (from line 1) holds 200 requests and 600 chunk times" in error and "Split the trace" in error
+
+
+@pytest.mark.slow
+def test_400k_one_request_runs_in_bounded_memory(tmp_path: Path) -> None:
+    """Issue 31: a 41-MB JSONL of 400,000 one-request runs took 1.9 GB (every run analysed and
+    printed); now the file is read twice in arrays and 6,250 runs (every 64th) are analysed."""
+    path = tmp_path / "quiet.jsonl"
+    _one_request_runs(path, 400_000)
+    size_mb = path.stat().st_size / 1e6
+    ran = run_limited(["phases", str(path)], case="phases 400k one-request runs", timeout=180)
+    assert ran.code == 0 and not ran.traceback, ran.output[-2000:]
+    assert "the trace holds 400,000 runs: only every 64th was analysed" in ran.stdout
+    assert ran.peak_mib < 200, ran.peak_mib
+    SEEN["jsonl_400k_runs_mb"] = int(size_mb)
+    SEEN["jsonl_400k_runs_peak_mib"] = int(ran.peak_mib)
+    SEEN["jsonl_400k_runs_seconds"] = int(ran.seconds)

@@ -92,7 +92,7 @@ def test_h200_headline_cells_are_stable_where_the_physics_says_so(h200) -> None:
         assert point.runs == 3 and group.source == "replicas"
         issued = group.field("inst_issued")
         assert issued.minimum != issued.maximum and issued.verdict == "stable"  # near-exact, not identical
-        for exact in ("inst_executed", "global_ld_inst", "global_ld_requests", "global_ld_sectors"):
+        for exact in ("inst_executed", "ldg_inst", "global_ld_requests", "global_ld_sectors"):
             assert group.field(exact).spread == 0.0
         shared_split = point.param("kv") == "shared" and point.function == "paged_decode_split_kernel"
         if shared_split:
@@ -163,8 +163,8 @@ def test_measurements_group_replicas_and_carry_their_statistics(h200) -> None:  
     found = measurements(h200.runs, split_content_keys=True)
     assert found == points_of(h200, split_content_keys=True)
     copy = next(m for m in found if m.spec() == "copy_bandwidth:impl=triton,mib=4096,seed=0")
-    stats = copy.stats("global_ld_inst")
-    assert copy.stats("global_ld_inst") is stats  # computed once
+    stats = copy.stats("ldg_inst")
+    assert copy.stats("ldg_inst") is stats  # computed once
     assert (stats.n, stats.median, stats.spread) == (3, 8_388_608.0, 0.0)
     assert copy.model() is copy.model() and copy.model().bound == "dram"
     assert copy.model(0.95).bound == "latency"  # u_dram 0.85 is below a 0.95 wall
@@ -272,3 +272,55 @@ def test_a_hung_nvidia_smi_or_ncu_never_hangs_the_command(monkeypatch: pytest.Mo
         for pid in pids.read_text().split():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(pid), signal.SIGKILL)
+
+
+# ----------------------------------------------------------------------------- one row per counter
+
+
+def test_a_counter_is_one_row(tmp_path: Path) -> None:
+    """The diff docs/ARCHITECTURE.md shows for a new counter, applied to a copy of the package:
+    every list, class, column and check follows from that one row."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    doc = (root / "docs" / "ARCHITECTURE.md").read_text()
+    diff = doc.split("```diff\n", 1)[1].split("```", 1)[0].splitlines()
+    added = [line.strip()[1:] for line in diff if line.strip().startswith("+") and not line.strip().startswith("+++")]
+    anchor = next(line.strip() for line in diff if line.strip() and not line.strip().startswith(("+", "-", "@")))
+    assert added and anchor == "*LOAD_FIELDS,"
+    shutil.copytree(root / "ncuflow", tmp_path / "ncuflow")
+    metrics = tmp_path / "ncuflow" / "read" / "metrics.py"
+    text = metrics.read_text()
+    at = text.index("    *LOAD_FIELDS,\n    CanonicalField(\n        \"inst_executed\"") + len("    *LOAD_FIELDS,\n")
+    metrics.write_text(text[:at] + "".join(f"    {line}\n" for line in added) + text[at:])
+    probe = r'''
+import json
+from ncuflow.analyze import fields
+from ncuflow.read import metrics
+from ncuflow.read.launch import DeviceInfo, KernelName, Launch
+import polars as pl
+from ncuflow.output.export import launches_schema
+values = {f.name: None for f in metrics.FIELDS}
+odd = Launch("r", 0, 0, KernelName("k", "k", "k"), (), DeviceInfo(None, "9.0", 132), None,
+             {**values, "global_st_inst": 1.5}, {"global_st_inst": "smsp__inst_executed_op_global_st.sum"}, ())
+print(json.dumps({
+    "tier1": "smsp__inst_executed_op_global_st.sum" in metrics.decisive_metric_names(1),
+    "class": fields.FIELD_CLASSES.get("global_st_inst"),
+    "work": "global_st_inst" in fields.WORK_FIELDS,
+    "evidence": fields.EVIDENCE_ORDER[-1] == "global_st_inst",
+    "count": metrics.FIELDS_BY_NAME["global_st_inst"].is_count,
+    "int64": launches_schema()["global_st_inst"] == pl.Int64,
+    "refused": odd.value("global_st_inst") is None and "whole number" in odd.notes["global_st_inst"],
+    "label": fields.spec_of("global_st_inst").label,
+}))
+'''
+    env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    found = json.loads(out.stdout)
+    assert found == {"tier1": True, "class": "exact", "work": True, "evidence": True, "count": True, "int64": True,
+                     "refused": True, "label": "gst inst"}, found

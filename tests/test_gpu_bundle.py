@@ -92,7 +92,7 @@ def test_the_dry_run_lists_every_point_without_a_gpu() -> None:
     out = done.stdout
     assert out.count("  flashinfer_decode:") == 11 and out.count("  xqa_decode:") == 8
     assert out.count("  flashinfer_plan:") == 5 and "18 profiled points" in out
-    assert "$ pytest -m gpu" in out and "$ ncuflow stability" in out
+    assert "pytest -m gpu: tests/test_flashinfer_gpu.py" in out and "headline re-profiles (the sweeps' corners)" in out
     from ncuflow.profile import perfworks
 
     try:
@@ -165,3 +165,37 @@ def test_the_cells_call_flashinfer_as_its_installed_api_says() -> None:
     assert result["k_cache"] == [12, 32, 8, 128] and result["last_page_len"] == 100 - 3 * 32
     assert result["shared_rows_equal"] and result["shared_pages"] == 4
     assert result["unique_kv_bytes"] == 64 * 2 * 8 * 128 * 2  # one prefix of 64 tokens, K and V, fp16
+
+
+LOAD_ERROR_CHECK = r'''
+import json, torch
+from flashinfer.xqa import get_xqa_module
+from ncuflow.errors import NcuflowError
+from ncuflow.kernels._flashinfer import loading_flashinfer
+
+said = {}
+for head_dim in (128, 64):  # in the bundle but unloadable here (no libcuda.so.1), and not in the bundle at all
+    try:
+        with loading_flashinfer(f"XQA head_dim {head_dim}"):
+            get_xqa_module(torch.float16, torch.float16, 16, head_dim, 4, False, torch.float16, 1)
+        said[head_dim] = "loaded"
+    except NcuflowError as error:
+        said[head_dim] = str(error)
+print(json.dumps(said))
+'''
+
+
+@pytest.mark.skipif(not BUILT, reason="no built GPU bundle here (make gpu-bundle)")
+def test_a_module_that_will_not_load_is_named_with_flashinfers_reason(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    gpu_bundle.unpack(REPO / ".gpu-bundle", site)
+    env = {"PYTHONPATH": f"{site}:{REPO}", "PATH": "/usr/bin:/bin", "FLASHINFER_DISABLE_JIT": "1",
+           "FLASHINFER_CUDA_ARCH_LIST": gpu_bundle.ARCH_LIST,
+           "FLASHINFER_WORKSPACE_BASE": str(tmp_path / "workspace"), "HOME": str(tmp_path)}
+    done = subprocess.run([str(gpu_bundle.venv_python()), "-c", LOAD_ERROR_CHECK], capture_output=True, text=True,
+                          timeout=300, check=False, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "found its prebuilt module for XQA head_dim 128 but could not load it" in said["128"]
+    assert "libcuda.so.1: cannot open shared object file" in said["128"]  # FlashInfer's own reason, kept
+    assert said["64"].startswith("FlashInfer has no prebuilt module for XQA head_dim 64")

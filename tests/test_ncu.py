@@ -281,3 +281,13 @@ def test_app_output_mentioning_driver_is_not_a_driver_error() -> None:
 def test_fake_ncu_is_executable() -> None:
     assert os.access(FAKE_NCU, os.X_OK)
     assert FAKE_NCU.read_text().startswith("#!/usr/bin/env python3")
+
+
+def test_an_unknown_breakdown_request_is_named_with_its_prefix() -> None:
+    """ncu's `breakdown:` syntax (the GPU study asks for lts__throughput's units so): the name
+    ncu refused is the whole request, not the word before the colon."""
+    from ncuflow.profile.ncu_errors import parse_log
+
+    line = ("==ERROR== Failed to find metric regex:^breakdown:lts__throughput\\.avg\\.pct_of_peak_sustained_elapsed"
+            "(\\.(sum|min|max|avg|pct|ratio|max_rate))?$")
+    assert parse_log(line).failed_metrics == ("breakdown:lts__throughput.avg.pct_of_peak_sustained_elapsed",)

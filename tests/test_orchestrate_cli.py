@@ -53,8 +53,8 @@ def test_dry_run_prints_the_ncu_command_for_every_gpu_cell(cell: str, tmp_path: 
     assert argv[argv.index("--metrics") + 1].split(",") == [m for m in decisive_metric_names() if m not in dropped_names]
     assert argv[argv.index("--replay-mode") + 1] == "kernel"
     tail = argv[argv.index("--force-overwrite") + 1:]
-    assert tail[1:4] == ["-m", "ncuflow.cells.cellrun", spec.text()]
-    assert tail[4] == "--representation-out"
+    assert tail[1:5] == ["-P", "-m", "ncuflow.cells.cellrun", spec.text()]  # -P: not the cwd's ncuflow/
+    assert tail[5] == "--representation-out"
     export = Path(argv[argv.index("--export") + 1])
     assert export.parent.parent.name == f"{spec.slug()}-{spec.content_key()[:8]}"
     assert not (tmp_path / "p").exists()

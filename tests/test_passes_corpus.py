@@ -15,6 +15,7 @@ from ncuflow.profile import asif, passes
 from ncuflow.read.extract import iter_launches
 from ncuflow.read.metrics import decisive_metric_names
 from ncuflow.read.reportfile import find_reports
+from tests.corpus import full_set_reports
 from tests.test_passes import perfworks_or_skip
 
 
@@ -22,7 +23,7 @@ from tests.test_passes import perfworks_or_skip
 def surveyed(corpus_dir: Path) -> list[tuple[passes.ReportCollection, passes.PassPrediction | None, bool]]:
     """Every corpus report: what it collected, the prediction for it, and whether it is a full set."""
     library = perfworks_or_skip()
-    tiers = (*decisive_metric_names(1), *decisive_metric_names(2))
+    full_sets = set(full_set_reports(corpus_dir))  # as SOURCES.tsv records how each was collected
     rows: list[tuple[passes.ReportCollection, passes.PassPrediction | None, bool]] = []
     for path in find_reports([corpus_dir]):
         info = passes.read_report_collection(path)
@@ -31,10 +32,7 @@ def surveyed(corpus_dir: Path) -> list[tuple[passes.ReportCollection, passes.Pas
             continue
         with library.evaluator(info.chip) as evaluator:
             prediction = passes.predict(evaluator, info.metrics, "report")
-            known = [m for m in tiers if evaluator.raw_dependencies(m) is not None]
-        held = set(info.metrics)
-        full = not info.counter_only and sum(m in held for m in known) >= 0.85 * len(known)
-        rows.append((info, prediction, full))
+        rows.append((info, prediction, not info.counter_only and path in full_sets))
     return rows
 
 

@@ -123,6 +123,11 @@ def test_profile_with_the_real_ncu_is_one_paragraph_about_the_driver(real_ncu: s
     assert list(store.iter_runs(tmp_path / "p")) == []  # nothing stored as complete
 
 
+def _ncu_year(real_ncu: str) -> int:
+    found = re.search(r"Version (20\d\d)\.", _run([real_ncu, "--version"]).stdout)
+    return int(found.group(1)) if found else 0
+
+
 def _ncu_chips(real_ncu: str) -> list[str]:
     done = _run([real_ncu, "--list-chips"])
     return [c.strip() for c in done.stdout.replace("\n", ",").split(",") if c.strip()]
@@ -147,4 +152,7 @@ def test_the_names_offered_on_each_chip_are_known_to_ncu_for_it(real_ncu: str) -
                      "--metrics", ",".join(bases)])
         assert done.returncode == 0, done.stdout + done.stderr
         listed = {line.split()[0] for line in done.stdout.splitlines() if line and not line.startswith((" ", "-"))}
-        assert [n for n in names if n not in listed] == [], chip
+        # Hopper's TMA counters came to ncu after its first GH100 support: an older ncu (Debian's
+        # 2022.3) does not list smsp__inst_executed_op_tma_ld, and a profile drops it and retries
+        newer = {n for n in names if "tma" in n} if _ncu_year(real_ncu) < 2023 else set()
+        assert [n for n in names if n not in listed and n not in newer] == [], chip

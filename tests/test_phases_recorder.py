@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ncuflow.cli.phases_cmd import record_command
+from ncuflow.cli.record_cmd import record_command
 from ncuflow.phases.detect import load_traces
 from ncuflow.phases.model import RequestTrace, analyse_request_trace
 
@@ -117,3 +117,139 @@ def test_recorder_reports_failed_requests(loopback_server: str, tmp_path: Path) 
     assert result.exit_code == 1  # failed requests are a failure, even though the trace is written
     assert "0 requests recorded, 2 failed" in result.output
     assert all("HTTP 404" in json.loads(line)["error"] for line in out.read_text().splitlines())
+
+
+# ----------------------------------------------------------------------------- issue 31: hostile servers and inputs
+
+from ncuflow.errors import NcuflowError  # noqa: E402
+from ncuflow.phases.recorder import RecorderSettings  # noqa: E402
+from ncuflow.phases.recorder_endpoint import RecorderError, parse_endpoint  # noqa: E402
+from ncuflow.phases.recorder_events import MalformedEvent, read_event  # noqa: E402
+from tests.sse_server import DONE, Reply, SseServer, good_reply, reply_with, text_event, usage_event  # noqa: E402
+
+# Every shape an event can take that is no completion chunk, with what the failure says.
+MALFORMED_EVENTS: list[tuple[str, bytes, str]] = [
+    ("a list", b"data: [1,2,3]\n\n", "a list, not a JSON object"),
+    ("a number", b"data: 5\n\n", "the number 5, not a JSON object"),
+    ("null", b"data: null\n\n", "null, not a JSON object"),
+    ("a string", b'data: "text"\n\n', "a string, not a JSON object"),
+    ("choices a number", b'data: {"choices":5}\n\n', "'choices' is the number 5, not a list"),
+    ("choices an object", b'data: {"choices":{"a":1}}\n\n', "'choices' is an object, not a list"),
+    ("a choice that is a number", b'data: {"choices":[5]}\n\n', "'choices[0]' is the number 5"),
+    ("a choice that is null", b'data: {"choices":[null]}\n\n', "'choices[0]' is null"),
+    ("text a number", b'data: {"choices":[{"text":5}]}\n\n', "'choices[0].text' is the number 5, not text"),
+    ("delta a list", b'data: {"choices":[{"delta":[1]}]}\n\n', "'choices[0].delta' is a list"),
+    ("content a list", b'data: {"choices":[{"delta":{"content":[1]}}]}\n\n', "'choices[0].delta.content' is a list"),
+    ("usage a number", b'data: {"usage":5}\n\n', "'usage' is the number 5"),
+    ("output tokens -5", usage_event(-5), "'usage.completion_tokens' is the number -5"),
+    ("output tokens true", usage_event(True), "'usage.completion_tokens' is a boolean"),
+    ("output tokens 10^30", usage_event(10**30), "'usage.completion_tokens' is the number 1000000000000000000000000000000"),
+    ("output tokens 2.5", usage_event(2.5), "'usage.completion_tokens' is the number 2.5"),
+    ("nested 100k deep", b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n", "JSON nested deeper than 32 levels"),
+    ("nested objects", b'data: ' + b'{"a":' * 50_000 + b"\n\n", "JSON nested deeper than 32 levels"),
+    ("a 5000-digit integer", b'data: {"choices":[],"n":' + b"9" * 5000 + b"}\n\n", "an integer of 5,000 digits"),
+    ("not JSON", b"data: {not json\n\n", "not valid JSON (Expecting property name"),
+    ("cut short", b'data: {"choices":[{"text":"x"\n\n', "not valid JSON"),
+    ("bytes that are not UTF-8", b"data: \xff\xfe\x00\n\n", "not valid JSON"),
+    ("NaN", b"data: NaN\n\n", "the number nan, not a JSON object"),
+]
+
+
+@pytest.mark.parametrize(("shape", "event", "said"), MALFORMED_EVENTS, ids=[c[0] for c in MALFORMED_EVENTS])
+def test_a_malformed_event_fails_its_request_and_keeps_the_others(tmp_path: Path, shape: str, event: bytes,
+                                                                  said: str) -> None:
+    out = tmp_path / "trace.jsonl"
+    with SseServer(lambda i: reply_with(event) if i == 1 else good_reply(6)) as server:
+        result = CliRunner().invoke(record_command, [server.url, "--model", "m", "--out", str(out), "--requests", "4",
+                                                     "--concurrency", "2", "--max-tokens", "6"])
+    assert result.exit_code == 1, result.output
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    failed = [r for r in records if "error" in r]
+    assert len(records) == 4 and len(failed) == 1, records
+    assert said in failed[0]["error"], failed[0]["error"]
+    assert "chunk_times" not in failed[0] and "output_tokens" not in failed[0]
+    assert all(len(r["chunk_times"]) == 6 and r["output_tokens"] == 6 for r in records if "error" not in r)
+    assert "3 requests recorded, 1 failed" in result.output
+    traces = load_traces(out)  # phases reads what the recorder kept: the failed request left out
+    assert sum(len(t.requests) for t in traces if isinstance(t, RequestTrace)) == 3
+
+
+def test_a_usage_count_the_stream_did_not_carry_fails_its_request(tmp_path: Path) -> None:
+    out = tmp_path / "trace.jsonl"
+    reply = Reply((text_event("a"), text_event("b"), usage_event(1_000_000), DONE))
+    with SseServer(lambda i: reply) as server:
+        result = CliRunner().invoke(record_command, [server.url, "--model", "m", "--out", str(out), "--requests", "1",
+                                                     "--max-tokens", "4"])
+    assert result.exit_code == 1
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["error"] == ("'usage.completion_tokens' is 1,000,000 for 2 text chunk(s), more than 64 tokens "
+                               "a chunk")
+
+
+def test_a_server_error_event_is_the_requests_failure_with_control_characters_escaped(tmp_path: Path) -> None:
+    out = tmp_path / "trace.jsonl"
+    event = b'data: {"error": {"message": "\\u001b]0;owned\\u0007 overloaded", "code": 503}}\n\n'
+    with SseServer(lambda i: reply_with(event)) as server:
+        result = CliRunner().invoke(record_command, [server.url, "--model", "m", "--out", str(out), "--requests", "1",
+                                                     "--max-tokens", "4"])
+    assert result.exit_code == 1
+    assert "the server sent an error: \\x1b]0;owned\\x07 overloaded" in result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("http://127.0.0.1:99999", "the port 99999 is not from 1 to 65535"),
+        ("http://[::1", "an IPv6 address must be written whole in brackets"),
+        ("http://127.0.0.1:abc", "the port 'abc' is not a number"),
+        ("http://127.0.0.1 :8000", "holds a space or a control character"),
+        ("http://127.0.0.1:0", "the port 0 is not from 1 to 65535"),
+        ("http://127.0.0.1:-1", "the port '-1' is not a number"),
+        ("http://:8000", "it names no host"),
+        ("127.0.0.1:8000", "it has no http:// or https://"),
+        ("ftp://127.0.0.1", "the scheme is 'ftp'"),
+        ("http://127.0.0.1:8000/v1?x=1", "a query or a fragment"),
+        ("http://user:pw@127.0.0.1:8000", "credentials"),
+        ("http://127.0.0.1:8000\x1b[2J", "a control character"),
+        ("", "it is empty"),
+    ],
+)
+def test_a_bad_url_is_refused_with_one_paragraph_before_any_file(tmp_path: Path, url: str, said: str) -> None:
+    out = tmp_path / "trace.jsonl"
+    result = CliRunner().invoke(record_command, [url, "--model", "m", "--out", str(out)])
+    assert isinstance(result.exception, RecorderError), result.output
+    assert said in str(result.exception) and "\x1b" not in str(result.exception)
+    assert not out.exists()
+
+
+def test_urls_that_are_good() -> None:
+    assert parse_endpoint("http://127.0.0.1:30000", chat=False).path == "/v1/completions"
+    assert parse_endpoint("https://h.example/v1/", chat=True).url == "https://h.example:443/v1/chat/completions"
+    ipv6 = parse_endpoint("http://[::1]:8000/api", chat=False)
+    assert (ipv6.host, ipv6.port, ipv6.path) == ("::1", 8000, "/api/v1/completions")
+    assert parse_endpoint("HTTP://Localhost", chat=False).port == 80
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("requests", 0), ("concurrency", 0), ("concurrency", 100_000), ("max_tokens", 0), ("timeout_s", float("nan")),
+     ("timeout_s", 0.0), ("prompts", ()), ("requests", True), ("run", "x" * 201)],
+)
+def test_the_api_checks_what_the_cli_checks(field: str, value: object) -> None:
+    good = {"endpoint": parse_endpoint("http://127.0.0.1:1", chat=False), "model": "m", "prompts": ("p",),
+            "requests": 1, "concurrency": 1, "max_tokens": 4}
+    with pytest.raises(NcuflowError, match=field):
+        RecorderSettings(**{**good, field: value})  # type: ignore[arg-type]
+
+
+def test_events_that_are_completion_chunks() -> None:
+    assert read_event('{"choices":[{"text":"a"}]}').text == "a"
+    assert read_event('{"choices":[{"delta":{"role":"assistant"}}]}').text == ""  # role-only: no token
+    assert read_event('{"choices":[{"delta":{"reasoning_content":"r","content":null}}]}').text == "r"
+    assert read_event('{"choices":[],"usage":{"completion_tokens":7}}').completion_tokens == 7
+    assert read_event('{"choices":null,"usage":null}').text == ""
+    assert read_event('{"choices":[{"text":"a","logprobs":{"x":-Infinity}}]}').text == "a"  # unused fields unchecked
+    assert read_event("[DONE]").done
+    with pytest.raises(MalformedEvent):
+        read_event('{"choices":[{"text":"a"}],"usage":{"completion_tokens":0}}')

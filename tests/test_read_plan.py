@@ -76,6 +76,7 @@ class _Row(NamedTuple):
     name: str
     sources: tuple[Source, ...]
     unit: str = "byte"
+    positive: bool = False
 
 
 def test_a_plan_takes_any_table_of_named_chains() -> None:
@@ -85,6 +86,7 @@ def test_a_plan_takes_any_table_of_named_chains() -> None:
         _Row("bytes", (*single_sources("a.sum"), *single_sources("b.sum", scale=32.0))),
         _Row("ratio", (Source(("a.sum", "c.sum"), "ratio"),)),
         _Row("absent", single_sources("z.sum")),
+        _Row("peak", (*single_sources("x"), *single_sources("c.sum")), positive=True),
     )
     metrics = layout_of(("c.sum", "b.sum", "x"))
     plan = plan_reading(metrics, table)
@@ -92,9 +94,11 @@ def test_a_plan_takes_any_table_of_named_chains() -> None:
     assert [(s.indices, s.source.scale, s.source.text) for s in by_name["bytes"].sources] == [((1,), 32.0, "b.sum × 32")]
     assert by_name["ratio"].sources == () and by_name["absent"].sources == ()  # a.sum is lacking: nothing to read
     assert plan.lacking == {"a.sum", "z.sum"}
-    raw = {0: 4.0, 1: 3.0}
+    raw = {0: 4.0, 1: 3.0, 2: 0.0}
     values, provenance, missing = resolve_planned(plan, raw.get)
-    assert values == {"bytes": 96.0, "ratio": None, "absent": None} and provenance == {"bytes": "b.sum × 32"}
+    # a peak of 0 is passed over for the next source, as chains.resolve does
+    assert values == {"bytes": 96.0, "ratio": None, "absent": None, "peak": 4.0}
+    assert provenance == {"bytes": "b.sum × 32", "peak": "c.sum"}
     assert missing == ["ratio", "absent"]
 
 

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from ncuflow.analyze.roofline import NO_FLOPS, attainable, point_groups, rooflines
+from ncuflow.analyze.roofline import (
+    NO_FLOPS,
+    attainable,
+    compute_roof,
+    panels,
+    point_groups,
+    rooflines,
+)
 from ncuflow.analyze.selection import ALL
 from ncuflow.cli import cli
 from ncuflow.errors import NcuflowError
@@ -94,3 +101,41 @@ def test_the_notes_say_how_to_collect_flops_under_that_reason(corpus_dir: Path) 
         hint = next(i for i, text in enumerate(notes) if "to collect them" in text)
         reason = max(i for i, text in enumerate(notes[:hint]) if text.startswith("not drawn:"))
         assert "no FLOP count" in notes[reason]
+
+
+# ----------------------------------------------------------------------------- roofs of the work executed
+
+
+def test_a_point_is_held_against_the_roofs_of_the_precisions_it_executed(corpus_dir: Path) -> None:
+    """Swagatam's variant 3 on an RTX A6000 executes FP32 only, while the full set counts FP64 too
+    (0 FLOP): it is held against the FP32 peak (32 % of it), not the FP64 one (it read 1486 %)."""
+    (line,) = rooflines(point_groups(ALL.load([corpus_dir / "Swagatam1812__hpca-gpu-memory-profiling__variant3.ncu-rep"]).runs))
+    (point,) = line.points
+    assert point.counted == ("fp64", "fp32") and point.executed == ("fp32",)
+    assert compute_roof(point, line) == pytest.approx(line.ceiling("fp32").value)  # type: ignore[union-attr]
+    roof = attainable(point, line)
+    assert roof is not None and point.flop_rate / roof == pytest.approx(0.32, abs=0.01)
+
+
+def test_no_point_of_the_corpus_or_the_h200_store_is_above_the_roof_above_it(corpus_dir: Path) -> None:
+    shares = []
+    for root in (corpus_dir, REFERENCE / "h200"):
+        for line in rooflines(point_groups(ALL.load([root]).runs, "launch")):
+            for point in line.points:
+                roof = attainable(point, line)
+                if roof:
+                    shares.append(point.flop_rate / roof)
+    assert len(shares) >= 30 and max(shares) <= 1.10
+
+
+def test_panels_are_chosen_by_what_they_hold(corpus_dir: Path) -> None:
+    """29 GPUs in the corpus: the six panels drawn are GPUs with points, never an empty panel
+    while a GPU with something to draw is left out (they were the first six in file order)."""
+    lines = rooflines(point_groups(ALL.load([corpus_dir]).runs))
+    shown, left_out = panels(lines)
+    assert len(lines) > 6 and len(shown) == 6 and len(left_out) == len(lines) - 6
+    assert all(line.points for line in shown)
+    fewest = min(len(line.points) for line in shown)
+    assert all(len(line.points) <= fewest for line in left_out)
+    order = [line.device for line in lines]
+    assert [line.device for line in shown] == sorted((line.device for line in shown), key=order.index)

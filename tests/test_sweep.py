@@ -256,3 +256,17 @@ def test_sweep_cli_dry_run_lists_points(tmp_path: Path) -> None:
     assert "mib=16" in result.output and "mib=256" in result.output
     assert "3 points, 6 profiles to run" in result.output
     assert not (tmp_path / "p").exists()
+
+
+def test_every_study_sweep_collects_what_settles_l2_throughput() -> None:
+    """The GPU study's sweeps (the H200 reference cells and FlashInfer/XQA) collect the decisive
+    tier 1 and ncu's "L2 Cache Throughput" with every unit of it (``STUDY_METRICS``), and escalate."""
+    from ncuflow.profile.escalation import escalates
+    from ncuflow.read.metrics import STUDY_METRICS
+
+    files = sorted(SWEEPS.glob("*.toml")) + sorted((SWEEPS / "flashinfer").glob("*.toml"))
+    assert len(files) == 7
+    for path in files:
+        options = load_sweep(path).options
+        assert options.metric_set == "decisive" and options.extra_metrics == STUDY_METRICS, path.name
+        assert escalates(options), path.name

@@ -23,6 +23,7 @@ from ncuflow.profile.sweep import load_sweep
 from ncuflow.profile.sweep_run import SweepOutcome, run_sweep
 from ncuflow.store.manifest import Escalation
 from ncuflow.store.tiers import TIER2_FOLDER, tier2_runs_of
+from ncuflow.terms import MODEL_VERSION
 
 FAKE = Path(__file__).parent / "fake_ncu" / "ncu"
 UNDECIDED = "Syswea__cuda-fused-linear-layer__profile_report.ncu-rep"  # 2 of its 3 launches undecided
@@ -77,7 +78,8 @@ def test_a_sweep_profiles_tier_two_for_undecided_runs_and_a_resume_finishes_what
     assert len(outcome.profiled) == 2 and len(outcome.escalated) == 2
     assert len(runs) == 2 and len(tier2) == 2 and _tier2_profiles(calls) == 2
     assert "tier 1 leaves 2 of 3 launches undecided" in text
-    assert all(r.manifest.provenance.escalation == Escalation(tier=1, undecided=2, launches=3) for r in runs)
+    assert all(r.manifest.provenance.escalation == Escalation(tier=1, undecided=2, launches=3, model=MODEL_VERSION)
+               for r in runs)
     assert {r.manifest.provenance.escalation.of_run for r in tier2 if r.manifest.provenance.escalation} == {
         r.run_id for r in runs}
     assert all(r.manifest.provenance.sweep and r.manifest.provenance.replica == 0 for r in tier2)
@@ -108,17 +110,22 @@ def test_runs_are_judged_when_stored_so_a_later_sweep_reads_no_report(
     _sweep(tmp_path, escalate=False)
     root = tmp_path / "store"
     runs = list(store.iter_runs(root))
-    assert [r.manifest.provenance.escalation for r in runs] == [Escalation(tier=1, undecided=0, launches=2)] * 2
+    assert [r.manifest.provenance.escalation for r in runs] == [
+        Escalation(tier=1, undecided=0, launches=2, model=MODEL_VERSION)] * 2
 
     def never(*args: object) -> None:
         raise AssertionError("a run judged when stored was read again")
 
-    monkeypatch.setattr(escalation, "undecided_in_report", never)
-    outcome, _ = _sweep(tmp_path)  # the first escalating sweep takes the judgement: nothing to profile
+    with monkeypatch.context() as patched:
+        patched.setattr(escalation, "undecided_in_report", never)
+        outcome, _ = _sweep(tmp_path)  # the first escalating sweep takes the judgement: nothing to profile
     assert not outcome.escalated and _tier2_profiles(calls) == 0
     assert not (root / TIER2_FOLDER).exists()
     rows = json.loads(CliRunner().invoke(cli, ["classify", str(root), "--json", "--jobs", "0"]).output)
     assert len(rows) == 4
+    # a judgement made by another version of the model is made again (the report read anew)
+    monkeypatch.setattr(escalation, "MODEL_VERSION", MODEL_VERSION + 1)
+    assert all(escalation.needs_tier2(run) is None for run in runs)
 
 
 def test_a_run_stored_without_a_judgement_is_read_and_judged_by_the_next_sweep(

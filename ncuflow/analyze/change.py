@@ -1,24 +1,24 @@
 """Did a field change between two points? Judged against the noise band, never against zero.
 
 Per-field rule (``compare_field``). ``t`` is the field's stability tolerance (the field
-table, ``ncuflow.analyze.fields``: exact counters 0, inst_issued 0.5 %, bytes 0.2 % of
+table, ``ncuflow.analyze.fields``: exact counters 0, near-exact 0.5 %, bytes 0.2 % of
 the launch's DRAM bytes, rates 2 %, duration 2 %); ``s`` the scale it applies to (the
-baseline median of the field, or of its noise reference); ``band`` = max(t·s, floor) the
+baseline median of the field, or of its noise reference); ``floor`` the field's absolute
+floor (320 ns, 1 percentage point, 4 KiB of bytes); ``band`` = max(t·s, floor) the
 field's noise band; ``far`` = max(max(5·t, 1 %)·s, floor) the difference that counts as
 a change even without replicas; ``w`` the larger absolute range (max - min) of the two
 sides; ``d`` = |median_value - median_baseline|; ``Δ`` = d relative to the baseline
-median (shown); the noise is w relative to s.
+median (shown), or, for a percentage, d in percentage points (judged and shown so).
 
+* **identical** values (every value of both sides the same), or the same values on both
+  sides: ``unchanged``, for every field (``compare X X``).
 * **known noise** (both sides measured at least twice):
   ``changed`` when the two ranges do not overlap and d > w and d > band;
   else ``ambiguous`` when w exceeds ``far`` (the replicas disagree);
   else ``unchanged`` when d ≤ max(band, w) (inside the noise band);
   else ``ambiguous`` (the ranges overlap but the medians differ by more than the band).
-* **unknown noise** (one side measured once):
-  ``unchanged`` only for a counter (exact, near-exact or bytes) whose values are
-  identical on both sides (integer counts do not coincide by chance);
-  ``changed`` when d > max(far, w of the side that has replicas), and, for DRAM
-  bytes, d ≥ 4 KiB (tiny kernels move a few sectors between replays);
+* **unknown noise** (one side measured once, the values not identical):
+  ``changed`` when d > max(far, w of the side that has replicas);
   else ``ambiguous`` ("re-profile with replicas").
 * ``missing`` when either side lacks the field: named, never read as 0.
 """
@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ncuflow.analyze.fields import FIELD_CLASSES, format_pct, spec_of
+from ncuflow.analyze.fields import format_pct, spec_of
 from ncuflow.analyze.stability import DEFAULT_TOLERANCES, Tolerances
 
 FieldState = Literal["changed", "unchanged", "ambiguous", "missing"]
@@ -43,9 +43,6 @@ class NoiseRules:
 
     far_factor: float = 5.0
     far_floor: float = 0.01
-    # Without replicas, a DRAM byte count must also move by this much (128 sectors): tiny
-    # kernels read a few sectors more or less from one replay to the next.
-    min_bytes: float = 4096.0
 
     def far(self, tolerance: float) -> float:
         """The relative difference that counts without replicas (before the field's absolute floor)."""
@@ -67,15 +64,29 @@ class FieldChange:
     reason: str
 
     @property
+    def in_points(self) -> bool:
+        """A percentage (0–100 scale): its change is said in percentage points."""
+        return spec_of(self.field).in_points
+
+    @property
+    def points(self) -> float | None:
+        """value - baseline of a percentage, in percentage points (None for other fields)."""
+        if not self.in_points or self.baseline is None or self.value is None:
+            return None
+        return self.value - self.baseline
+
+    @property
     def ratio(self) -> float | None:
         if self.baseline is None or self.value is None or self.baseline == 0:
             return None
         return self.value / self.baseline
 
     def delta_text(self) -> str:
-        """'×2.38' for large ratios, '+9.6 %' otherwise."""
+        """'×2.38' for large ratios, '+9.6 %' otherwise; '+8.5 points' for a percentage."""
         if self.baseline is None or self.value is None:
             return "not measured"
+        if self.points is not None:
+            return points_text(self.points, signed=True)
         ratio = self.ratio
         if ratio is None:
             return "0 → " + _short(self.value) if self.value != 0 else "0 → 0"
@@ -89,6 +100,12 @@ class FieldChange:
             return "±0 %"
         change = ratio - 1.0
         return f"{change * 100:+.1f} %" if abs(change) >= 0.001 else format_pct(change, signed=True)
+
+
+def points_text(value: float, signed: bool = False) -> str:
+    """A difference of percentages: '+8.45 points', '1 point'."""
+    text = f"{value:{'+' if signed else ''}.2f}" if value else "0"
+    return f"{text} point{'' if text.lstrip('+-') in ('1', '1.00') else 's'}"
 
 
 def _short(value: float) -> str:
@@ -113,11 +130,11 @@ def compare_field(
     reference (``Measurement.noise_scale``); by default the field's own baseline median.
     """
     tolerance = tolerances.of(field_name)
-    cls = FIELD_CLASSES.get(field_name, "rate")
-    floor = spec_of(field_name).noise_floor
+    spec = spec_of(field_name)
+    floor = spec.noise_floor
     if not baseline or not value:
-        side = "baseline" if not baseline else "value"
-        return FieldChange(field_name, "missing", None, None, None, None, tolerance, f"{field_name} not measured on the {side} side")
+        side = "both sides" if not baseline and not value else "the baseline side" if not baseline else "the value side"
+        return FieldChange(field_name, "missing", None, None, None, None, tolerance, f"{field_name} not measured on {side}")
     mb, mv = statistics.median(baseline), statistics.median(value)
     d = abs(mv - mb)
     if scale is None or scale == 0:
@@ -133,24 +150,28 @@ def compare_field(
     def relative(amount: float) -> float:
         return amount / scale if scale else (0.0 if amount == 0 else math.inf)
 
+    def said(amount: float) -> str:
+        """An absolute difference as the field is judged: points for a percentage, else relative."""
+        return points_text(amount) if spec.in_points else format_pct(relative(amount))
+
     def result(state: FieldState, noise: float | None, reason: str) -> FieldChange:
         return FieldChange(field_name, state, mb, mv, signed_delta, noise, tolerance, reason)
 
+    if min(baseline) == max(baseline) == min(value) == max(value):
+        return result("unchanged", relative(width) if ranges else None, "identical values")
+    if sorted(baseline) == sorted(value):
+        return result("unchanged", relative(width), "the same values on both sides")
     if len(baseline) >= 2 and len(value) >= 2:
         noise = relative(width)
         if disjoint and d > width and d > band:
-            return result("changed", noise, f"{format_pct(delta)} apart, outside both replica ranges (noise {format_pct(noise)})")
+            return result("changed", noise, f"{said(d)} apart, outside both replica ranges (noise {said(width)})")
         if width > far:
-            return result("ambiguous", noise, f"replicas disagree: spread {format_pct(noise)} exceeds {format_pct(relative(far))}")
+            return result("ambiguous", noise, f"replicas disagree: spread {said(width)} exceeds {said(far)}")
         if d <= max(band, width):
-            return result("unchanged", noise, f"{format_pct(delta)} is inside the noise band {format_pct(relative(max(band, width)))}")
-        return result("ambiguous", noise, f"{format_pct(delta)} exceeds the noise band but the replica ranges overlap")
+            return result("unchanged", noise, f"{said(d)} is inside the noise band {said(max(band, width))}")
+        return result("ambiguous", noise, f"{said(d)} exceeds the noise band but the replica ranges overlap")
     known = relative(width) if ranges else None
-    if cls in ("exact", "near_exact", "bytes") and min(baseline) == max(baseline) == min(value) == max(value):
-        return result("unchanged", known, "identical counts")
     threshold = max(far, width)
-    if cls == "bytes" and d < rules.min_bytes and d > threshold:
-        return result("ambiguous", known, f"{d:,.0f} B apart, under {rules.min_bytes:,.0f} B with unknown noise")
     if d > threshold:
-        return result("changed", known, f"{format_pct(delta)} exceeds {format_pct(relative(threshold))} (no replicas on one side)")
-    return result("ambiguous", known, f"{format_pct(delta)} with unknown noise (one side measured once): re-profile with replicas")
+        return result("changed", known, f"{said(d)} exceeds {said(threshold)} (no replicas on one side)")
+    return result("ambiguous", known, f"{said(d)} with unknown noise (one side measured once): re-profile with replicas")

@@ -1,37 +1,63 @@
 """The critical-path max model: which wall binds a kernel launch, with the evidence.
 
-Each term is a lower bound on kernel time from one resource, expressed as its
-utilization u = T / D of the measured duration D:
+Each term is a lower bound on kernel time from one kind of hardware unit, read as its
+utilization u = T / D of the measured duration D (``ncuflow.terms`` has one row per term):
 
-    u_dram  = dram_bytes / dram_peak_bw / D
-    u_l2    = max of NVIDIA's L2 (lts__) speed-of-light breakdown metrics
-    u_l1    = max of NVIDIA's L1/TEX (l1tex__) breakdown metrics
-    u_issue = inst_issued / (SMSPs × sm_clock × D), or the issue breakdown metrics
-    u_math  = max of the FP / ALU / tensor pipe breakdown metrics
+    u_dram  = NVIDIA's gpu__dram_throughput / 100 where the report holds it, else
+              dram_bytes / dram_peak_bw / D (the peak named: rated for HBM, measured for GDDR)
+    u_l2    = max of the L2 units that move data (every L2 unit of NVIDIA's memory figure)
+    u_l1    = max of the L1/TEX units (l1tex__throughput where no unit is in the report)
+    u_issue = issue slots: sm__issue_active / sm__inst_issued / sm__inst_executed % of peak,
+              else inst_issued / (SMSPs × sm_clock × D)
+    u_pipe  = max of the SM's memory-side pipes (LSU, ADU, TEX, MIO, IDC, TMA, CBU)
+    u_math  = max of the arithmetic pipes (FMA, ALU, FP16, FP64, XU, tensor)
 
-The largest u names the bound; when even that is below the on-wall threshold
-(default 0.6, NVIDIA's own "latency issues" line) the launch is ``latency``-bound.
-A term that cannot be computed is carried as unavailable with the metric it lacks.
-Pure functions over ``Launch`` records: no I/O, no ncu_report, no polars.
+A unit's % of peak is the exact utilization of that unit, so a term read from the units
+a report holds is a lower bound of the term. The units are NVIDIA's speed-of-light
+breakdowns, so dram/l2/l1 together are NVIDIA's memory figure and issue/pipe/math its
+compute figure. The largest u names the bound; below the on-wall threshold (default 0.6,
+NVIDIA's own "latency issues" line) the launch is ``latency``-bound. Where the largest
+memory and compute terms tie (an L1 unit and an SM pipe reading one piece of hardware, the
+LSU) the verdict says so and follows NVIDIA's class: compute where
+``sm__throughput >= gpu__compute_memory_throughput`` (its rule's own test), or where the
+report holds neither. Pure functions over ``Launch`` records: no I/O, no polars.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ncuflow.analyze.l2 import L2Reading, read_l2
+from ncuflow.analyze.nvidia import NvidiaComparison, compare_with_nvidia, nvidia_category
+from ncuflow.analyze.term import Term
 from ncuflow.errors import UsageError
 from ncuflow.read.launch import Launch
-from ncuflow.read.metrics import first_choice
+from ncuflow.read.metrics import TERM_FIELDS, first_choice
+from ncuflow.read.throughputs import THROUGHPUTS_BY_METRIC, is_wall, unit_label, unit_term
+from ncuflow.terms import (
+    BOUND_NAMES,
+    COMPUTE_TERMS,
+    MEMORY_TERMS,
+    MODEL_VERSION,
+    TERM_NAMES,
+    TERMS_BY_NAME,
+    category_of,
+)
+
+__all__ = [
+    "BOUNDS", "COMPUTE_TERMS", "DEFAULT_THRESHOLD", "MEMORY_TERMS", "MODEL_VERSION", "TERM_NAMES", "NvidiaComparison",
+    "Term", "Verdict", "bound_of", "breakdown_group", "classify", "nvidia_category", "undecided",
+]
 
 DEFAULT_THRESHOLD = 0.6
-
-TERM_NAMES: tuple[str, ...] = ("dram", "l2", "l1", "issue", "math")
-BOUNDS: tuple[str, ...] = (*TERM_NAMES, "latency", "unknown")
-MEMORY_TERMS = frozenset({"dram", "l2", "l1"})
-COMPUTE_TERMS = frozenset({"issue", "math"})
+BOUNDS: tuple[str, ...] = BOUND_NAMES
+# Two terms whose u differ by less than this (relative) tie: "to six decimals".
+TIE = 1e-6
+# ... and two read from one hardware unit (l1tex__lsuin_requests, sm__inst_executed_pipe_lsu)
+# tie within the rounding of their peaks.
+SAME_UNIT_TIE = 1e-3
 
 
 class ThresholdError(UsageError, ValueError):
@@ -51,36 +77,15 @@ def check_threshold(threshold: object) -> float:
 
 
 @dataclass(frozen=True)
-class Term:
-    """One term of the max model for one launch."""
-
-    name: str
-    utilization: float | None
-    source: str | None  # the metric or formula the value came from
-    unavailable: str | None = None  # why it is None: the metric(s) missing
-
-    @property
-    def available(self) -> bool:
-        return self.utilization is not None
-
-
-@dataclass(frozen=True)
-class NvidiaComparison:
-    """NVIDIA's SOLBottleneck rule result next to ours."""
-
-    title: str  # the rule's own title, e.g. "Latency Issue"
-    category: str  # "memory" / "compute" / "latency" / "balanced"
-    ours: str  # our verdict mapped the same way
-    agrees: bool
-    reason: str | None  # why they disagree, in words; None when they agree
-
-
-@dataclass(frozen=True)
 class Verdict:
     bound: str  # one of BOUNDS
     terms: tuple[Term, ...]
     threshold: float
     nvidia: NvidiaComparison | None
+    tie: str | None = None  # the tie the verdict broke, and how
+    l2: L2Reading | None = None  # lts__throughput and the unit that sets it, where the report holds it
+    figures: Figures | None = None  # NVIDIA's two speed-of-light figures, where the report holds them
+    model: int = MODEL_VERSION
 
     def term(self, name: str) -> Term:
         for term in self.terms:
@@ -100,42 +105,29 @@ class Verdict:
         return tuple(t.name for t in self.terms if not t.available)
 
     def evidence(self) -> str:
-        """One line: the terms compared, their sources, and what could not be computed."""
-        parts = [
-            f"u_{t.name}={t.utilization:.2f} ({t.source})" for t in self.terms if t.utilization is not None
-        ]
-        missing = [f"u_{t.name} unavailable ({t.unavailable})" for t in self.terms if t.utilization is None]
+        """One line: the terms compared, their sources, what could not be computed, the rule."""
+        parts = [t.text() for t in self.terms if t.available]
+        missing = [t.text() for t in self.terms if not t.available]
         rule = f"max u vs on-wall threshold {self.threshold:.2f}"
         return "; ".join([*parts, *missing, rule])
 
+    def evidence_lines(self) -> list[str]:
+        """What ``--evidence`` prints under the terms: the tie broken, and the L2 reading."""
+        return [line for line in (self.tie, self.l2.text() if self.l2 else None) if line]
+
 
 # ---------------------------------------------------------------------------
-# breakdown grouping: NVIDIA's per-unit throughput metrics -> our terms
-
-_MATH_PIPES = re.compile(
-    r"^sm__(pipe_(fma|fmaheavy|fmalite|alu|aluheavy|fp16|fp64|tensor|shared|dmma|hmma|imma)"
-    r"|inst_executed_pipe_(fp16|fp64|xu|fma|alu|tensor))"
-)
+# units -> terms
 
 
 @functools.lru_cache(maxsize=4096)
 def breakdown_group(metric: str) -> str | None:
-    """Which term one speed-of-light breakdown metric belongs to (None: none of ours)."""
-    if metric.startswith(("dram__", "fbpa__")):
-        return "dram"
-    if metric.startswith("lts__"):
-        return "l2"
-    if metric.startswith("l1tex__") or metric.startswith("sm__pipe_tma"):
-        return "l1"
-    if _MATH_PIPES.match(metric):
-        return "math"
-    if metric.startswith(("sm__", "smsp__", "idc__")):
-        return "issue"
-    return None
+    """Which term one unit throughput feeds (None: none, or a unit that is no wall)."""
+    return unit_term(metric) if is_wall(metric) else None
 
 
 def group_maxima(breakdown: Mapping[str, float]) -> dict[str, tuple[float, str]]:
-    """Per term, the largest breakdown metric of its group: (% of peak, metric)."""
+    """Per term, the largest unit throughput of its group that is a wall: (% of peak, metric)."""
     best: dict[str, tuple[float, str]] = {}
     for metric, pct in breakdown.items():
         group = breakdown_group(metric)
@@ -144,8 +136,8 @@ def group_maxima(breakdown: Mapping[str, float]) -> dict[str, tuple[float, str]]
     return best
 
 
-# ---------------------------------------------------------------------------
-# the terms
+def _unit_text(metric: str) -> str | None:
+    return unit_label(metric) if metric in THROUGHPUTS_BY_METRIC else None
 
 
 def _missing_text(launch: Launch, *fields: str) -> str:
@@ -153,151 +145,145 @@ def _missing_text(launch: Launch, *fields: str) -> str:
     return ", ".join(f"{f} ({launch.notes.get(f) or 'first choice ' + first_choice(f)})" for f in absent) or "no source"
 
 
+def _from_unit(name: str, best: tuple[float, str]) -> Term:
+    return Term(name, best[0] / 100.0, best[1], unit=_unit_text(best[1]))
+
+
 def _dram_term(launch: Launch, maxima: Mapping[str, tuple[float, str]]) -> Term:
-    duration = launch.value("duration_ns")
-    dram_bytes = launch.value("dram_bytes")
-    peak = launch.value("dram_peak_bw")
-    if duration and dram_bytes is not None and peak:
-        return Term("dram", dram_bytes / peak / (duration * 1e-9), "dram_bytes / dram_peak_bw / duration")
     pct = launch.value("dram_throughput_pct")
     if pct is not None:
         return Term("dram", pct / 100.0, launch.provenance.get("dram_throughput_pct"))
-    best = maxima.get("dram")
-    if best is not None:
-        return Term("dram", best[0] / 100.0, best[1])
-    return Term("dram", None, None, _missing_text(launch, "duration_ns", "dram_bytes", "dram_peak_bw", "dram_throughput_pct"))
+    if "dram" in maxima:
+        return _from_unit("dram", maxima["dram"])
+    duration, dram_bytes, peak = launch.value("duration_ns"), launch.value("dram_bytes"), launch.value("dram_peak_bw")
+    if duration and dram_bytes is not None and peak:
+        return Term("dram", dram_bytes / peak / (duration * 1e-9),
+                    f"dram_bytes / dram_peak_bw / duration, peak = {launch.provenance.get('dram_peak_bw')}")
+    return Term("dram", None, None, _missing_text(launch, "dram_throughput_pct", "duration_ns", "dram_bytes",
+                                                  "dram_peak_bw"))
 
 
-def _breakdown_term(
-    launch: Launch, maxima: Mapping[str, tuple[float, str]], name: str, fallback_field: str
-) -> Term:
-    best = maxima.get(name)
-    if best is not None:
-        return Term(name, best[0] / 100.0, best[1])
-    pct = launch.value(fallback_field)
-    if pct is not None:
-        return Term(name, pct / 100.0, launch.provenance.get(fallback_field))
-    return Term(name, None, None, f"no SpeedOfLight breakdown and {_missing_text(launch, fallback_field)}")
+def _unit_term(launch: Launch, maxima: Mapping[str, tuple[float, str]], name: str, fallback: str | None) -> Term:
+    if name in maxima:
+        return _from_unit(name, maxima[name])
+    pct = launch.value(fallback) if fallback else None
+    if fallback and pct is not None:
+        return Term(name, pct / 100.0, launch.provenance.get(fallback))
+    fields = ", ".join(f for f in TERM_FIELDS[name] if f != fallback and launch.value(f) is not None)
+    lacking = f"no {TERMS_BY_NAME[name].hardware} unit in the report" + (f" ({fallback} missing too)" if fallback else "")
+    return Term(name, None, None, lacking + (f"; the report holds {fields}" if fields else ""))
 
 
 def _issue_term(launch: Launch, maxima: Mapping[str, tuple[float, str]]) -> Term:
-    candidates: list[Term] = []
-    issued = launch.value("inst_issued")
-    sm_count = launch.value("sm_count")
-    schedulers = launch.value("schedulers_per_sm")
-    clock = launch.value("sm_clock_hz")
-    duration = launch.value("duration_ns")
+    measured: list[Term] = []
+    if "issue" in maxima:
+        measured.append(_from_unit("issue", maxima["issue"]))
+    pct = launch.value("issue_active_pct")
+    if pct is not None:
+        measured.append(Term("issue", pct / 100.0, launch.provenance.get("issue_active_pct"), unit="issue slots used"))
+    if measured:
+        return max(measured, key=lambda t: t.utilization or 0.0)
+    issued, sm_count = launch.value("inst_issued"), launch.value("sm_count")
+    schedulers, clock, duration = launch.value("schedulers_per_sm"), launch.value("sm_clock_hz"), launch.value("duration_ns")
     if issued is not None and sm_count and schedulers and clock and duration:
         slots = sm_count * schedulers * clock * duration * 1e-9
-        candidates.append(Term("issue", issued / slots, "inst_issued / (SMSPs × sm_clock × duration)"))
-    best = maxima.get("issue")
-    if best is not None:
-        candidates.append(Term("issue", best[0] / 100.0, best[1]))
-    if not candidates:
-        pct = launch.value("issue_active_pct")
-        if pct is not None:
-            return Term("issue", pct / 100.0, launch.provenance.get("issue_active_pct"))
-        return Term(
-            "issue", None, None,
-            _missing_text(launch, "inst_issued", "sm_clock_hz", "duration_ns", "issue_active_pct"),
-        )
-    return max(candidates, key=lambda t: t.utilization or 0.0)
+        return Term("issue", issued / slots, "inst_issued / (SMSPs × sm_clock × duration)", unit="issue slots used")
+    return Term("issue", None, None, _missing_text(launch, "issue_active_pct", "inst_issued", "sm_clock_hz", "duration_ns"))
 
 
 def model_terms(launch: Launch) -> tuple[Term, ...]:
     maxima = group_maxima(launch.breakdown)
-    return (
-        _dram_term(launch, maxima),
-        _breakdown_term(launch, maxima, "l2", "l2_throughput_pct"),
-        _breakdown_term(launch, maxima, "l1", "l1_throughput_pct"),
-        _issue_term(launch, maxima),
-        _breakdown_term(launch, maxima, "math", "tensor_pipe_pct"),
-    )
-
-
-def bound_of(terms: tuple[Term, ...], threshold: float) -> str:
-    available = [t for t in terms if t.utilization is not None]
-    if not available:
-        return "unknown"
-    top = max(available, key=lambda t: t.utilization or 0.0)
-    assert top.utilization is not None
-    return top.name if top.utilization >= threshold else "latency"
+    found = {
+        "dram": _dram_term(launch, maxima),
+        "l2": _unit_term(launch, maxima, "l2", None),
+        "l1": _unit_term(launch, maxima, "l1", "l1_throughput_pct"),
+        "issue": _issue_term(launch, maxima),
+        "pipe": _unit_term(launch, maxima, "pipe", None),
+        "math": _unit_term(launch, maxima, "math", "tensor_pipe_pct"),
+    }
+    return tuple(found[name] for name in TERM_NAMES)
 
 
 # ---------------------------------------------------------------------------
-# NVIDIA's SOLBottleneck rule, mapped the same way
+# the bound
 
 
-def nvidia_category(title: str) -> str | None:
-    """Map the SOLBottleneck rule's title to memory / compute / latency / balanced."""
-    text = title.strip().lower()
-    if text in ("latency issue", "latency issues", "small grid", ""):
-        return "latency"
-    if "memory" in text:
-        return "memory"
-    if "compute" in text:
-        return "compute"
-    if "balanced" in text or text == "high throughput":
-        return "balanced"
-    return None
+@dataclass(frozen=True)
+class Figures:
+    """NVIDIA's two speed-of-light figures (% of peak), where the report holds both."""
+
+    compute: float
+    memory: float
+
+    @classmethod
+    def of(cls, launch: Launch) -> Figures | None:
+        sm, mem = launch.value("sm_throughput_pct"), launch.value("memory_throughput_pct")
+        return cls(sm, mem) if sm is not None and mem is not None else None
+
+    def category(self) -> str:
+        """NVIDIA's class: its rule tests sm >= mem (compute) first."""
+        return "compute" if self.compute >= self.memory else "memory"
 
 
-def our_category(bound: str) -> str:
-    if bound in MEMORY_TERMS:
-        return "memory"
-    if bound in COMPUTE_TERMS:
-        return "compute"
-    return bound
+def _best(terms: tuple[Term, ...], names: frozenset[str]) -> Term | None:
+    found = [t for t in terms if t.name in names and t.utilization is not None]
+    return max(found, key=lambda t: t.utilization or 0.0, default=None)
 
 
-def _disagreement_reason(launch: Launch, verdict_bound: str, terms: tuple[Term, ...], threshold: float, nvidia: str) -> str:
-    sm_pct = launch.value("sm_throughput_pct")
-    mem_pct = launch.value("memory_throughput_pct")
-    top = max((t for t in terms if t.utilization is not None), key=lambda t: t.utilization or 0.0, default=None)
-    nvidia_figures = (
-        f"NVIDIA's figures: compute {sm_pct:.1f} %, memory {mem_pct:.1f} %"
-        if sm_pct is not None and mem_pct is not None
-        else "NVIDIA's figures are not in the report"
-    )
-    if top is None or top.utilization is None:
-        return f"no term of the model could be computed; {nvidia_figures}"
-    ours = f"largest term u_{top.name}={top.utilization:.2f} from {top.source}"
-    if nvidia == "latency":
-        if sm_pct is not None and mem_pct is not None and max(sm_pct, mem_pct) / 100 < threshold <= top.utilization:
-            return (
-                f"{ours} is above the on-wall threshold {threshold:.2f}, but it is not one of the "
-                f"figures NVIDIA's rule compares ({nvidia_figures})"
-            )
-        return f"NVIDIA's rule saw a latency issue (e.g. a grid too small to fill the device) while {ours} is on a wall; {nvidia_figures}"
-    if verdict_bound == "latency":
-        return (
-            f"{ours} is below the on-wall threshold {threshold:.2f}; NVIDIA's rule compares compute "
-            f"against memory and fired on their imbalance ({nvidia_figures})"
-        )
-    return (
-        f"{ours}; NVIDIA compares its compute and memory figures only ({nvidia_figures}), and its "
-        f"memory figure includes units our split assigns elsewhere"
-    )
+def _same_unit(a: Term, b: Term) -> str | None:
+    rows = [THROUGHPUTS_BY_METRIC.get(t.source or "") for t in (a, b)]
+    ids = {row.unit_id for row in rows if row is not None}
+    return ids.pop() if len(ids) == 1 and None not in ids and all(rows) else None
 
 
-def compare_with_nvidia(launch: Launch, bound: str, terms: tuple[Term, ...], threshold: float) -> NvidiaComparison | None:
-    if launch.nvidia_sol is None:
+def _tie(memory: Term, compute: Term) -> str | None:
+    """The unit two tying terms both read ("LSU"), "" for a plain tie, None when they do not tie."""
+    u, v = memory.utilization or 0.0, compute.utilization or 0.0
+    unit = _same_unit(memory, compute)
+    limit = SAME_UNIT_TIE if unit else TIE
+    if abs(u - v) > limit * max(u, v):
         return None
-    category = nvidia_category(launch.nvidia_sol)
-    if category is None:
-        return None
-    ours = our_category(bound)
-    agrees = ours in ("memory", "compute") if category == "balanced" else ours == category
-    reason = None if agrees else _disagreement_reason(launch, bound, terms, threshold, category)
-    return NvidiaComparison(launch.nvidia_sol, category, ours, agrees, reason)
+    return unit or ""
+
+
+def bound_of(terms: tuple[Term, ...], threshold: float, figures: Figures | None = None) -> str:
+    """The binding term (the largest u; at a tie between the classes, NVIDIA's class), or latency."""
+    return _decide(terms, threshold, figures)[0]
+
+
+def _decide(terms: tuple[Term, ...], threshold: float, figures: Figures | None) -> tuple[str, str | None]:
+    available = [t for t in terms if t.utilization is not None]
+    if not available:
+        return "unknown", None
+    top = max(available, key=lambda t: t.utilization or 0.0)
+    assert top.utilization is not None
+    if top.utilization < threshold:
+        return "latency", None
+    memory, compute = _best(terms, MEMORY_TERMS), _best(terms, COMPUTE_TERMS)
+    if memory is None or compute is None:
+        return top.name, None
+    unit = _tie(memory, compute)
+    if unit is None:
+        return top.name, None
+    category = figures.category() if figures else "compute"
+    chosen = compute if category == "compute" else memory
+    read = f"both read the {unit} ({memory.source}, {compute.source})" if unit else "a tie"
+    why = (f"sm__throughput {figures.compute:.1f} % {'≥' if category == 'compute' else '<'} "
+           f"gpu__compute_memory_throughput {figures.memory:.1f} %" if figures
+           else "its rule tests sm__throughput >= gpu__compute_memory_throughput first")
+    note = (f"tie: u_{memory.name} = u_{compute.name} = {chosen.utilization:.4f}, {read}: the verdict follows "
+            f"NVIDIA's class, {category} ({why})")
+    return chosen.name, note
 
 
 def classify(launch: Launch, threshold: float = DEFAULT_THRESHOLD) -> Verdict:
     """The verdict of the max model for one launch, with every term and its source."""
     threshold = check_threshold(threshold)
     terms = model_terms(launch)
-    bound = bound_of(terms, threshold)
-    return Verdict(bound, terms, threshold, compare_with_nvidia(launch, bound, terms, threshold))
+    figures = Figures.of(launch)
+    bound, tie = _decide(terms, threshold, figures)
+    nvidia = compare_with_nvidia(launch, category_of(bound), terms, threshold)
+    return Verdict(bound, terms, threshold, nvidia, tie, read_l2(launch, terms), figures)
 
 
 # Tier 1 leaves a launch undecided when its largest lower bound is below the on-wall
@@ -307,8 +293,10 @@ ESCALATION_BAND = 0.75
 
 
 def undecided(verdict: Verdict, band: float = ESCALATION_BAND) -> bool:
-    """The verdict is not decided by what was collected: no term computed, or the largest just
-    below the threshold (``ncuflow.profile.escalation`` then collects tier 2).
+    """The verdict is not decided by what was collected: no term computed, the largest just
+    below the threshold, or NVIDIA's figures (where the report holds them) showing a unit the
+    report lacks on the other side of the threshold or in the other class
+    (``ncuflow.profile.escalation`` then collects tier 2).
 
     A lower bound at or above the threshold already proves the launch is on a wall; far
     below it, the corpus shows the terms tier 1 does not see never lift it over.
@@ -317,4 +305,12 @@ def undecided(verdict: Verdict, band: float = ESCALATION_BAND) -> bool:
     if not available:
         return True
     top = max(available)
+    figures = verdict.figures
+    if figures is not None:
+        upper = max(figures.compute, figures.memory) / 100.0
+        if (upper >= verdict.threshold) != (top >= verdict.threshold):
+            return True
+        if top >= verdict.threshold and figures.category() != category_of(verdict.bound) \
+                and abs(figures.compute - figures.memory) > 100.0 * TIE:
+            return True
     return verdict.threshold * band <= top < verdict.threshold

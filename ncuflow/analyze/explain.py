@@ -35,7 +35,7 @@ from typing import Literal
 from ncuflow.analyze.change import DEFAULT_RULES, FieldChange, NoiseRules, compare_field
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
 from ncuflow.analyze.fields import EVIDENCE_ORDER, WORK_FIELDS, WORK_TERMS, format_pct
-from ncuflow.analyze.measurement import merge
+from ncuflow.analyze.measurement import identical_launches, merge
 from ncuflow.analyze.point import Point, PointModel, format_param, sort_key
 from ncuflow.analyze.stability import DEFAULT_TOLERANCES, Tolerances
 from ncuflow.errors import UsageError
@@ -74,9 +74,10 @@ def _work_condition(fields: Sequence[FieldChange]) -> tuple[Condition, list[str]
     if undecided:
         reasons += [f"{f.field}: {f.reason}" for f in undecided]
         return "unknown", reasons
-    absent = [f.field for f in work if f.state == "missing"]
+    # a counter one side holds and the other lacks (a collection the other did not make)
+    absent = [f.field for f in work if f.state == "missing" and not f.reason.endswith("on both sides")]
     if absent:
-        reasons.append(f"work judged on {len(measured)} counters; not measured: {', '.join(absent)}")
+        reasons.append(f"work judged on {len(measured)} counters; not measured on one side: {', '.join(absent)}")
     return "no", reasons
 
 
@@ -240,6 +241,9 @@ def judge(
         raise UsageError("explain needs duration_ns among its fields.", "The time condition is judged on it.", "Keep duration_ns in the field list.")
     changes = compare_points(baseline, other, fields, tolerances=tolerances, rules=rules)
     verdict, work, time, reasons = work_time_verdict(changes)
+    if "unknown" in (work, time) and identical_launches(baseline, other):
+        work, time = ("no" if work == "unknown" else work), ("no" if time == "unknown" else time)
+        reasons, verdict = ["the two sides hold identical launches: nothing can have changed"], _combine(work, time)
     base_model = baseline.model(threshold)
     value_model = other.model(threshold)
     if baseline.device != other.device:

@@ -285,3 +285,14 @@ def merge(parts: Sequence[Measurement]) -> Measurement:
         runs=sum(p.runs for p in parts),
         content_keys=tuple(sorted({k for p in parts for k in p.content_keys})),
     )
+
+
+def identical_launches(baseline: Measurement, other: Measurement) -> bool:
+    """Whether both sides hold the same launches: one kernel, one GPU, the same value of every
+    field, launch by launch (``compare X X``, or a copy of X)."""
+    if len(baseline.launches) != len(other.launches) or not baseline.launches:
+        return False
+    return all(
+        a.kernel == b.kernel and a.device == b.device and dict(a.values) == dict(b.values)
+        for a, b in zip(baseline.launches, other.launches, strict=True)
+    )

@@ -9,7 +9,11 @@ why, as is a point with no floating-point work (0 FLOP: no place on log axes).
 
 The ceilings are the chip's own, per GPU: the median over its launches of each peak
 field (DRAM, L2 and L1 bandwidth, the peak FLOP/s of each precision) at the clocks the
-launches ran at. Pure functions over ``Launch`` records; no I/O, no plotting.
+launches ran at. A point is held against the roofs of the work it executed: the compute
+roof above it is its FLOPs over the time each executed precision needs at its own peak
+(a kernel of FP32 work only meets the FP32 peak, whatever FP64 roof the report holds; a
+mix meets their time-weighted harmonic mean). Pure functions over ``Launch`` records;
+no I/O, no plotting.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, check_threshold, classify
 from ncuflow.analyze.measurement import Measurement, RunLaunches
@@ -57,6 +61,12 @@ class RooflinePoint:
     bound: str
     share: float  # of the GPU time of the points drawn on this GPU
     tensor_uncounted: bool = False
+    per_precision: Mapping[str, float] = field(default_factory=dict)  # FLOPs of each precision counted
+
+    @property
+    def executed(self) -> tuple[str, ...]:
+        """The precisions whose work the point executed (counted, more than 0 FLOP)."""
+        return tuple(p for p in PRECISIONS if self.per_precision.get(p, 0.0) > 0)
 
     @property
     def flop_rate(self) -> float:
@@ -93,6 +103,17 @@ class Roofline:
     def counted(self) -> tuple[str, ...]:
         """The precisions counted in at least one point."""
         return tuple(p for p in PRECISIONS if any(p in point.counted for point in self.points))
+
+    @property
+    def executed(self) -> tuple[str, ...]:
+        """The precisions some point executed: the compute roofs worth drawing."""
+        return tuple(p for p in PRECISIONS if any(p in point.executed for point in self.points))
+
+    @property
+    def holds(self) -> tuple[int, int]:
+        """What a panel of this GPU would show: (points with FLOPs, kernels with bandwidth only)."""
+        bandwidth = sum(1 for b in self.without_flops if any(rate for rate in b.rates.values()))
+        return len(self.points), bandwidth
 
     def ceiling(self, name: str) -> Ceiling | None:
         return next((c for c in (*self.bandwidth, *self.compute) if c.name == name), None)
@@ -164,11 +185,12 @@ def _point(group: PointGroup, threshold: float) -> tuple[RooflinePoint | Bandwid
         level_bytes[level] = None if any(v is None for v in values) else math.fsum(v or 0.0 for v in values)
     bound = Counter(classify(x, threshold).bound for x in used).most_common(1)[0][0]
     counted = tuple(p for p in PRECISIONS if all(p in c for _, _, c in with_flops))
+    per_precision = {p: math.fsum(x.value(f"flops_{p}") or 0.0 for x in used) for p in counted}
     tensor_uncounted = "tensor" not in counted and any(
         (x.value("tensor_pipe_pct") or 0.0) >= TENSOR_ACTIVE_PCT for x in used)
     used_seconds = math.fsum((x.value("duration_ns") or 0.0) for x in used) * 1e-9
     point = RooflinePoint(group.label, group.kernel, group.group, len(used), flops, used_seconds, counted,
-                          level_bytes, bound, 0.0, tensor_uncounted)
+                          level_bytes, bound, 0.0, tensor_uncounted, per_precision)
     return point, None, seconds
 
 
@@ -192,11 +214,23 @@ def roofline(device: str, groups: Sequence[PointGroup], threshold: float = DEFAU
     total = math.fsum(seconds for _, seconds in drawn) or 1.0
     points = tuple(
         RooflinePoint(p.label, p.kernel, p.group, p.launches, p.flops, p.seconds, p.counted, p.level_bytes,
-                      p.bound, seconds / total, p.tensor_uncounted)
+                      p.bound, seconds / total, p.tensor_uncounted, p.per_precision)
         for p, seconds in sorted(drawn, key=lambda item: -item[1])
     )
     return Roofline(device, statistics.median(clocks) if clocks else None, bandwidth, compute, points,
                     tuple(left_out), tuple(without))
+
+
+def panels(lines: Sequence[Roofline], most: int = 6) -> tuple[tuple[Roofline, ...], tuple[Roofline, ...]]:
+    """(the rooflines a picture of at most ``most`` panels shows, those it leaves out): panels
+    chosen by what they hold (GPUs with FLOP points first, by their number, then GPUs with
+    bandwidth only), never an empty panel while a GPU with something to draw is left out; the
+    shown ones keep their order."""
+    ranked = sorted(range(len(lines)), key=lambda i: (-lines[i].holds[0], -lines[i].holds[1], i))
+    chosen = sorted(ranked[:most])
+    if len(lines) > most:
+        chosen = sorted(i for i in ranked[:most] if any(lines[i].holds)) or chosen
+    return tuple(lines[i] for i in chosen), tuple(lines[i] for i in range(len(lines)) if i not in chosen)
 
 
 def rooflines(groups: Sequence[PointGroup], threshold: float = DEFAULT_THRESHOLD) -> tuple[Roofline, ...]:
@@ -213,15 +247,30 @@ def ridge_intensity(bandwidth: Ceiling, compute: Ceiling) -> float:
     return compute.value / bandwidth.value
 
 
+def compute_roof(point: RooflinePoint, line: Roofline) -> float | None:
+    """The compute roof of the work the point executed: its FLOPs over the time each executed
+    precision needs at its own peak (None where a precision it executed has no peak in the reports)."""
+    seconds_at_peak = 0.0
+    for precision in point.executed:
+        peak = line.ceiling(precision)
+        if peak is None or peak.value <= 0:
+            return None
+        seconds_at_peak += point.per_precision[precision] / peak.value
+    return point.flops / seconds_at_peak if seconds_at_peak > 0 else None
+
+
 def attainable(point: RooflinePoint, line: Roofline) -> float | None:
-    """The lowest roof above the point: each level's bandwidth × its intensity, and the peaks it counts."""
+    """The lowest roof above the point: each level's bandwidth × its intensity, and the compute
+    roof of the precisions it executed."""
     roofs = []
     for level in LEVELS:
         bandwidth = line.ceiling(level)
         intensity = point.intensity(level)
         if bandwidth is not None and intensity is not None:
             roofs.append(intensity * bandwidth.value)
-    roofs += [c.value for c in line.compute if c.name in point.counted]
+    roof = compute_roof(point, line)
+    if roof is not None:
+        roofs.append(roof)
     return min(roofs) if roofs else None
 
 

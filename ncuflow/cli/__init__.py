@@ -18,6 +18,7 @@ import click
 
 from ncuflow import __version__
 from ncuflow.errors import NcuflowError
+from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
 # command name -> "module:attribute" of its click command
 COMMANDS: dict[str, str] = {
@@ -35,7 +36,7 @@ COMMANDS: dict[str, str] = {
     "summary": "ncuflow.cli.summary_cmd:summary_command",
     "roofline": "ncuflow.cli.roofline_cmd:roofline_command",
     "phases": "ncuflow.cli.phases_cmd:phases_command",
-    "phases-record": "ncuflow.cli.phases_cmd:record_command",
+    "phases-record": "ncuflow.cli.record_cmd:record_command",
     "store": "ncuflow.cli.store_cmd:store_group",
     "passes": "ncuflow.cli.passes_cmd:passes_command",
 }
@@ -105,7 +106,7 @@ def _store_warnings_as_lines() -> None:
             previous(message, category, filename, lineno, file, line)
         elif str(message) not in shown:
             shown.add(str(message))
-            click.echo(f"ncuflow: warning: {message}", err=True)
+            click.echo(f"ncuflow: warning: {safe_text(message, limit=SENTENCE_CHARS)}", err=True)
 
     show.ncuflow_lines = True  # type: ignore[attr-defined]
     warnings.showwarning = show
@@ -148,8 +149,8 @@ def main(argv: list[str] | None = None) -> Any:
     _streams_never_fail()
     try:
         return cli.main(args=argv, prog_name="ncuflow", standalone_mode=False)
-    except NcuflowError as error:
-        click.echo(f"ncuflow: {error}", err=True)
+    except NcuflowError as error:  # a paragraph may quote a kernel name or a file's content: shown safe
+        click.echo(f"ncuflow: {safe_text(error, limit=SENTENCE_CHARS)}", err=True)
         sys.exit(error.exit_code)
     except OSError as error:  # the last net: an OS error is a paragraph, never a traceback
         from ncuflow.files import os_error

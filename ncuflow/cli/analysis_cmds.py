@@ -23,6 +23,7 @@ from ncuflow.cli.options import (
 )
 from ncuflow.cli.selection import nvtx_option, selection_from
 from ncuflow.errors import UsageError
+from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 from ncuflow.profile.ncu import CLOCK_CONTROLS
 from ncuflow.read.jobs import resolve_jobs
 
@@ -64,9 +65,9 @@ def cell_defaults() -> dict[str, dict[str, object]]:
 def _echo_notes(notes: Sequence[str], damaged: Sequence[str] = ()) -> None:
     """Notes, and each damaged run skipped as a warning line."""
     for line in damaged:
-        click.echo(f"ncuflow: warning: {line}", err=True)
+        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
     for note in notes:
-        click.echo(f"ncuflow: note: {note}", err=True)
+        click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
 
 
 # ---------------------------------------------------------------------------
@@ -74,7 +75,6 @@ def _echo_notes(notes: Sequence[str], damaged: Sequence[str] = ()) -> None:
 
 
 def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], tolerances: Tolerances) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from ncuflow.analyze.fields import FIELD_UNITS, format_value
@@ -86,12 +86,12 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
     for group in flat(groups):
         style = styles[group.verdict]
         console.print(
-            f"[bold]{escape(group.label)}[/bold] — [{style}]{group.verdict_text}[/{style}] "
+            f"[bold]{safe_text(group.label, 'rich')}[/bold] — [{style}]{group.verdict_text}[/{style}] "
             f"({group.source}: {_plural(group.launches, 'launch', 'launches')}, {_plural(group.runs, 'run', 'runs')}"
-            + (f", {escape(group.device)}" if group.device else "") + ")"
+            + (f", {safe_text(group.device, 'rich')}" if group.device else "") + ")", highlight=False,
         )
         if group.verdict == "different_work":  # its parts follow, each judged on its own
-            console.print(f"  → {escape(group.summary())}\n")
+            console.print(f"  → {safe_text(group.summary(), 'rich', limit=SENTENCE_CHARS)}\n", highlight=False)
             continue
         table = Table()
         for column, justify in (("field", "left"), ("class", "left"), ("tolerance", "left"), ("n", "right"),
@@ -112,11 +112,11 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
             console.print(f"  not measured: {', '.join(group.missing_fields)}")
         for note in group.notes:
             if note not in shown_notes:
-                console.print(f"  note: {escape(note)}")
+                console.print(f"  note: {safe_text(note, 'rich', limit=SENTENCE_CHARS)}", highlight=False)
                 shown_notes.add(note)
-        console.print(f"  → {escape(group.summary())}\n")
+        console.print(f"  → {safe_text(group.summary(), 'rich', limit=SENTENCE_CHARS)}\n", highlight=False)
     if singles:
-        console.print(escape(f"Launched once, no spread: {', '.join(singles)}"))
+        console.print(f"Launched once, no spread: {', '.join(safe_text(s, 'rich') for s in singles)}", highlight=False)
     console.print(f"Tolerances used: {tolerances.describe()}.")
     console.print(stability_count_line(groups))
 
@@ -239,19 +239,22 @@ def _reprofiler(given: dict[str, Any], replicas: int) -> Any:
 
 def _write_stability(findings: Any, request: Any, markdown_path: Path | None, parquet_path: Path | None,
                      inputs: Sequence[Path]) -> None:
+    """The Markdown and the parquet asked for, as one pair carrying one id (``output.stability_pair``)."""
+    if markdown_path is None and parquet_path is None:
+        return
+    from ncuflow.analyze.stability import stability_frame
+    from ncuflow.output.markdown import stability_markdown
+    from ncuflow.output.stability_pair import write_stability_pair
+
+    text = None
     if markdown_path is not None:
-        from ncuflow.output.markdown import stability_markdown, write_markdown
-
-        text = "\n".join(stability_markdown(findings.groups, request.tolerances, findings.singles))
-        write_markdown("# ncuflow stability\n\n" + text + "\n", markdown_path, title="stability", inputs=inputs)
-        click.echo(f"wrote {markdown_path}", err=True)
-    if parquet_path is not None:
-        from ncuflow.analyze.stability import stability_frame
-        from ncuflow.output.export import write_parquet
-
-        write_parquet(stability_frame(findings.groups), parquet_path, table="stability", inputs=inputs,
-                      option="--parquet")
-        click.echo(f"wrote {parquet_path}", err=True)
+        text = "# ncuflow stability\n\n" + "\n".join(stability_markdown(findings.groups, request.tolerances,
+                                                                        findings.singles)) + "\n"
+    frame = stability_frame(findings.groups) if parquet_path is not None else None
+    write_stability_pair(text, frame, markdown_path=markdown_path, parquet_path=parquet_path, inputs=inputs)
+    for path in (markdown_path, parquet_path):
+        if path is not None:
+            click.echo(f"wrote {path}", err=True)
 
 
 # ---------------------------------------------------------------------------
@@ -305,14 +308,14 @@ def explain_command(
 
 
 def _print_explained(explained: Sequence[Any], param: str, tolerances: Tolerances) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     console = _console()
     for ge in explained:
         g = ge.group
         table = Table(
-            title=f"{escape(g.label())} — baseline {escape(param)}={escape(str(ge.baseline.param(param)))} "
+            title=f"{safe_text(g.label(), 'rich')} — baseline {safe_text(param, 'rich')}="
+                  f"{safe_text(ge.baseline.param(param), 'rich')} "
                   f"({len(ge.baseline.launches)} launches, {ge.baseline.runs} runs)",
             title_justify="left",
         )
@@ -322,8 +325,9 @@ def _print_explained(explained: Sequence[Any], param: str, tolerances: Tolerance
                    "time_without_work": "yellow", "ambiguous": "bright_black"}
         for row in ge.rows:
             colour = colours[row.verdict]
-            table.add_row(escape(str(row.value)), f"[{colour}]{escape(row.verdict_text)}[/{colour}]", row.work, row.time,
-                          escape(row.deltas), escape("; ".join(row.reasons) or "—"))
+            table.add_row(safe_text(row.value, "rich"), f"[{colour}]{safe_text(row.verdict_text, 'rich')}[/{colour}]",
+                          row.work, row.time, safe_text(row.deltas, "rich", limit=SENTENCE_CHARS),
+                          safe_text("; ".join(row.reasons) or "—", "rich", limit=SENTENCE_CHARS))
         console.print(table)
     console.print(f"Tolerances used: {tolerances.describe()}. Without replicas a difference counts only beyond max(5 × tolerance, 1 %).")
 

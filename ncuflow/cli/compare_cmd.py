@@ -10,6 +10,7 @@ import click
 
 from ncuflow.cli.options import jobs_option, threshold_option, tolerance_options, tolerances_from
 from ncuflow.cli.selection import nvtx_option, selection_from
+from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
 
 @click.command("compare")
@@ -53,9 +54,9 @@ def compare_command(
     loaded_base = selection.load([base], jobs=resolve_jobs(jobs))
     loaded_new = selection.load([new], jobs=resolve_jobs(jobs))
     for line in dict.fromkeys((*loaded_base.damaged, *loaded_new.damaged)):
-        click.echo(f"ncuflow: warning: {line}", err=True)
+        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
     for note in (*loaded_base.notes, *loaded_new.notes):
-        click.echo(f"ncuflow: note: {note}", err=True)
+        click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
     comparison = compare_loaded(loaded_base, loaded_new, base_label=str(base), new_label=str(new),
                                 tolerances=tolerances, threshold=threshold, pairs=named_pairs)
     if markdown_path is not None:
@@ -70,8 +71,6 @@ def compare_command(
 
 def _print_comparison(comparison: Any, tolerances: Any) -> None:
     """Each matched kernel's table (fields, change, state, why), then what matched nothing."""
-    from rich.markup import escape
-
     from ncuflow.files import make_console
 
     console = make_console()
@@ -82,18 +81,18 @@ def _print_comparison(comparison: Any, tolerances: Any) -> None:
         _print_kernel(console, k, colours[k.judged.verdict], states)
     for title, items in (("only in base", comparison.only_base), ("only in new", comparison.only_new)):
         if items:
-            console.print(f"{title}: " + escape(", ".join(f"{m.kernel} ({m.spec()}; {measured_time(m)})" for m in items)))
+            console.print(f"{title}: " + ", ".join(f"{safe_text(m.kernel, 'rich')} ({safe_text(m.spec(), 'rich')}; "
+                                                   f"{measured_time(m)})" for m in items), highlight=False)
     _print_counts(console, comparison, tolerances)
 
 
 def _print_kernel(console: Any, k: Any, colour: str, states: dict[str, str]) -> None:
-    from rich.markup import escape
     from rich.table import Table
 
     from ncuflow.analyze.fields import FIELD_TABLE
 
     how = {"reconfigured": "reconfigured: ", "paired": "paired by --pair: "}.get(k.how, "")
-    table = Table(title=f"{escape(how + k.label)} — [{colour}]{escape(k.verdict_text)}[/{colour}]; bound "
+    table = Table(title=f"{safe_text(how + k.label, 'rich')} — [{colour}]{safe_text(k.verdict_text, 'rich')}[/{colour}]; bound "
                         f"{k.judged.baseline_model.bound} → {k.judged.value_model.bound} "
                         f"({len(k.base.launches)} vs {len(k.new.launches)} launches)", title_justify="left")
     for column in ("field", "base", "new", "change", "state", "why"):
@@ -104,15 +103,15 @@ def _print_kernel(console: Any, k: Any, colour: str, states: dict[str, str]) -> 
         spec = FIELD_TABLE[f.field]
         table.add_row(f.field, spec.format(f.baseline), spec.format(f.value),
                       f.delta_text() if f.state != "missing" else "—",
-                      f"[{states[f.state]}]{f.state}[/{states[f.state]}]", escape(f.reason))
+                      f"[{states[f.state]}]{f.state}[/{states[f.state]}]", safe_text(f.reason, "rich", limit=SENTENCE_CHARS))
     console.print(table)
-    missing = [f.field for f in k.judged.fields if f.state == "missing"]
+    missing = [f.field for f in k.judged.fields if f.state == "missing" and not f.reason.endswith("both sides")]
     if missing:
-        console.print(f"  missing on at least one side: {', '.join(missing)}")
+        console.print(f"  missing on one side: {', '.join(missing)}")
     if k.judged.reasons:
-        console.print("  why: " + escape("; ".join(k.judged.reasons)))
+        console.print("  why: " + safe_text("; ".join(k.judged.reasons), "rich", limit=SENTENCE_CHARS), highlight=False)
     if k.how != "matched":
-        console.print("  " + escape(totals_line(k)), highlight=False)
+        console.print("  " + safe_text(totals_line(k), "rich", limit=SENTENCE_CHARS), highlight=False)
 
 
 def _print_counts(console: Any, comparison: Any, tolerances: Any) -> None:
@@ -152,7 +151,7 @@ def bytes_text(value: float | None) -> str:
 def totals_line(k: object) -> str:
     """The work of a reconfigured (or --pair) kernel per run in total: launches, time, instructions, bytes."""
     from ncuflow.analyze.compare import KernelComparison
-    from ncuflow.analyze.fields import duration_text, format_value
+    from ncuflow.analyze.fields import HEADLINE_WORK, duration_text, format_value
 
     assert isinstance(k, KernelComparison)
     per_base, per_new = k.launches_per_run
@@ -160,7 +159,7 @@ def totals_line(k: object) -> str:
     for total in k.totals:
         if total.base is None or total.new is None:
             continue
-        if total.field != "duration_ns" and total.field not in ("inst_executed", "dram_bytes", "global_ld_inst"):
+        if total.field != "duration_ns" and total.field not in HEADLINE_WORK:
             continue
         show = duration_text if total.field == "duration_ns" else bytes_text if total.field == "dram_bytes" else format_value
         ratio = f" (×{total.ratio:.3g})" if total.ratio is not None else ""

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ncuflow.analyze.arguments import checked_jobs
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD
 from ncuflow.analyze.fields import CLASS_TOLERANCES, STABILITY_FIELDS, Tolerances
 from ncuflow.cli.params import FiniteFloatRange
@@ -120,8 +121,10 @@ def jobs_bound() -> tuple[int, str]:
 
 
 def _bounded_jobs(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    """``--jobs`` where it enters: more workers than cores (or than memory holds) only wait for
-    one another and multiply memory, so a larger value is lowered to the bound, with one line."""
+    """``--jobs`` where it enters: checked as the API checks ``jobs=`` (``checked_jobs``); more
+    workers than cores (or than memory holds) only wait for one another and multiply memory, so
+    a larger value is lowered to the bound, with one line."""
+    value = checked_jobs(value, "--jobs")
     if value == 0:
         return value
     if value is None:  # the pool's own default, which the bound never exceeds
@@ -155,11 +158,12 @@ def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
     ``ncuflow.read.pool``) and ``--reader`` (``reader_option``)."""
     return reader_option(click.option(
         "--jobs", "-j",
-        type=click.IntRange(min=0),
+        type=int,
         default=None,
         callback=_bounded_jobs,
         help="Read reports in N worker processes besides this one [default: one fewer than the usable "
              "cores; through ncu_report (--reader ncu_report, the units of --metrics-long): the usable "
              "cores, a worker per report, this process reading none]; at most the usable cores, and one "
-             "per 512 MiB of available memory. 0 reads everything in this process.",
+             "per 512 MiB of available memory. 0 reads everything in this process (through ncu_report, one "
+             "worker still: ncu_report can abort its process on a damaged file).",
     )(function))

@@ -14,6 +14,7 @@ import click
 from ncuflow.analyze.classify import classify
 from ncuflow.cli.options import jobs_option, threshold_option
 from ncuflow.cli.selection import selection_from, selection_options
+from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 from ncuflow.read.jobs import resolve_jobs
 from ncuflow.read.runs import Sources, prestart_reading, read_sources, sources
 
@@ -29,7 +30,7 @@ def _warnings_to_stderr() -> Iterator[None]:
             yield
         finally:
             for warning in caught:
-                click.echo(f"ncuflow: warning: {warning.message}", err=True)
+                click.echo(f"ncuflow: warning: {safe_text(warning.message, limit=SENTENCE_CHARS)}", err=True)
 
 
 @click.command("classify")
@@ -75,7 +76,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         for source, read, notes in read_sources(found, jobs=jobs, strict=True,
                                                 progress=step):
             for note in notes:  # what the reader said (an escalation not used, a damaged last action)
-                click.echo(f"ncuflow: warning: {note}", err=True)
+                click.echo(f"ncuflow: warning: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
             launches = [x for x in read or () if keep(x)]  # strict: an unreadable report raises
             if launches:
                 per_report.append((_title_of(source), launches, [classify(x, threshold) for x in launches]))
@@ -93,7 +94,8 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         device = first.device.name or "unknown GPU"
         cc = f" (sm_{first.device.compute_capability.replace('.', '')})" if first.device.compute_capability else ""
         version = f", ncu {first.ncu_version}" if first.ncu_version else ""
-        title = f"{heading}\n{device}{cc}{version}, {len(launches)} launch{'es' if len(launches) != 1 else ''}"
+        title = (f"{safe_text(heading, 'rich')}\n{safe_text(device, 'rich')}{cc}{safe_text(version, 'rich')}, "
+                 f"{len(launches)} launch{'es' if len(launches) != 1 else ''}")
         print_launch_table(launches, verdicts, console, title=title, evidence=evidence)
 
 
@@ -108,7 +110,7 @@ def _title_of(source: Any) -> str:
 def _echo_damaged(found: Sources) -> None:
     """Each damaged run the paths hold, as one warning line (the run is not read)."""
     for line in found.damaged:
-        click.echo(f"ncuflow: warning: {line}", err=True)
+        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
 
 
 def _nothing_selected(selection: object) -> None:

@@ -9,6 +9,7 @@ import click
 
 from ncuflow.cli.options import jobs_option, threshold_option
 from ncuflow.cli.selection import selection_from, selection_options
+from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
 
 @click.command("roofline")
@@ -30,28 +31,32 @@ def roofline_command(paths: tuple[Path, ...], output: Path, per: str, as_json: b
     peak metrics at the launches' clocks. Each point is coloured by the max model's
     verdict; kernels without FLOP counts, or with none, are named under the chart.
     """
-    from ncuflow.analyze.roofline import describe_point, point_groups, rooflines
+    from ncuflow.analyze.roofline import describe_point, panels, point_groups, rooflines
     from ncuflow.files import guard_output, png_recogniser
     from ncuflow.read.jobs import resolve_jobs
 
     guard_output(output, kind="an ncuflow plot", recognise=png_recogniser, inputs=paths, option="-o/--output")
     loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs))
+    for line in loaded.damaged:  # each damaged or unreadable run skipped, named once
+        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
     for note in loaded.notes:
-        click.echo(f"ncuflow: note: {note}", err=True)
+        click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
     lines = rooflines(point_groups(loaded.runs, per), threshold)
     from ncuflow.output.roofline_plot import plot_rooflines
 
     plot_rooflines(lines, output)
-    if len(lines) > 6:
-        click.echo(f"ncuflow: note: {len(lines)} GPUs; the PNG shows the first 6 "
-                   f"({', '.join(r.device for r in lines[6:])} left out): narrow PATHS or --kernel.", err=True)
+    _, left_out = panels(lines)
+    if left_out:
+        click.echo(f"ncuflow: note: {len(lines)} GPUs; the PNG shows the {len(lines) - len(left_out)} with the most to "
+                   f"draw ({', '.join(safe_text(r.device) for r in left_out)} left out): narrow PATHS or --kernel.", err=True)
     if as_json:
         from ncuflow.output.roofline_doc import rooflines_document
 
         click.echo(json.dumps(rooflines_document(lines), indent=1))
     else:
         for line in lines:
-            click.echo(f"{line.device}: {len(line.points)} points, {len(line.left_out)} not drawn")
+            click.echo(f"{safe_text(line.device)}: {len(line.points)} points, {len(line.left_out)} not drawn")
             for number, point in enumerate(line.points, start=1):
-                click.echo(f"  {number:>2}. {point.label} [{point.group}] {point.bound}: {describe_point(point, line)}")
+                click.echo(f"  {number:>2}. {safe_text(point.label)} [{safe_text(point.group)}] {point.bound}: "
+                           f"{safe_text(describe_point(point, line), limit=SENTENCE_CHARS)}")
     click.echo(f"wrote {output}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -22,29 +23,57 @@ def check_command(store: Path, repair: bool) -> None:
 
     A damaged run is a run folder whose manifest.json does not validate (truncated
     JSON, a required field missing, a field of the wrong type) or whose report is
-    missing. Runs written by a newer ncuflow are listed but never moved. Exits 1 when
-    damaged runs remain (none found, or all moved with --repair: 0).
+    missing. Runs written by a newer ncuflow, and runs this user cannot read (no permission),
+    are listed but never moved. Exits 1 when damaged runs remain or runs cannot be read (none
+    found, or all damaged ones moved with --repair: 0).
     """
+    from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
     from ncuflow.store.check import check_store, move_aside
 
     result = check_store(store)
     for run in result.damaged:
-        kind = "newer" if run.newer else "damaged"
-        click.echo(f"{kind}\t{run.path}\t{run.problem}")
-        if repair and not run.newer:
+        kind = "unreadable" if run.unreadable else "newer" if run.newer else "damaged"
+        click.echo(f"{kind}\t{safe_text(run.path, limit=None)}\t{safe_text(run.problem, limit=SENTENCE_CHARS)}")
+        if repair and run.movable:
             target = move_aside(run)
-            click.echo(f"moved\t{run.path} -> {target.name}")
+            click.echo(f"moved\t{safe_text(run.path, limit=None)} -> {safe_text(target.name, limit=None)}")
+    unmerged = _unmerged_escalations(result.runs)
+    for run, problem in unmerged:
+        click.echo(f"tier2\t{safe_text(run.path, limit=None)}\t{safe_text(problem, limit=SENTENCE_CHARS)}")
     repairable = len(result.repairable)
     summary = f"{result.complete} complete runs, {repairable} damaged"
-    if len(result.damaged) > repairable:
-        summary += f", {len(result.damaged) - repairable} written by a newer ncuflow"
+    newer = len(result.damaged) - repairable - len(result.unreadable)
+    if newer:
+        summary += f", {newer} written by a newer ncuflow"
+    if result.unreadable:
+        summary += f", {len(result.unreadable)} cannot be read by this user (not moved: fix their permissions)"
+    if unmerged:
+        summary += (f", {len(unmerged)} whose tier-2 escalation is not of the same launches or device (read as "
+                    "tier 1 alone; profile the point again to escalate it anew)")
     if repair and repairable:
         summary += f"; {repairable} moved aside"
     elif repairable:
         summary += f"; `ncuflow store check {store} --repair` moves them aside"
     click.echo(summary, err=True)
-    if repairable and not repair:
+    if (repairable and not repair) or result.unreadable or unmerged:
         raise click.exceptions.Exit(1)
+
+
+def _unmerged_escalations(runs: Any) -> list[tuple[Any, str]]:
+    """The complete runs whose tier-2 escalation readers do not merge, and why (its launches read)."""
+    from ncuflow.errors import NcuflowError
+    from ncuflow.read.escalation import tier2_problem
+    from ncuflow.store.tiers import tier2_runs_of
+
+    found = []
+    for run in runs:
+        try:
+            has_tier2 = bool(tier2_runs_of(run))
+        except NcuflowError:  # a sidecar that cannot be read: tier2_problem names it
+            has_tier2 = True
+        if has_tier2 and (problem := tier2_problem(run)) is not None:
+            found.append((run, problem))
+    return found
 
 
 store_group.add_command(check_command)

@@ -7,13 +7,15 @@ from pathlib import Path
 
 import click
 
+from ncuflow.analyze.arguments import checked_top
 from ncuflow.cli.options import jobs_option, threshold_option
 from ncuflow.cli.selection import selection_from, selection_options
+from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
 
 @click.command("summary")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
-@click.option("--top", type=click.IntRange(min=1), default=None, metavar="N",
+@click.option("--top", type=int, default=None, metavar="N", callback=lambda ctx, param, value: checked_top(value, "--top"),
               help="Show the N kernels with the most GPU time per report; the rest is one 'other' row.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summaries as one JSON object (full kernel names).")
 @click.option("--csv", "as_csv", is_flag=True, help="Print one CSV row per kernel of every report.")
@@ -37,8 +39,10 @@ def summary_command(paths: tuple[Path, ...], top: int | None, as_json: bool, as_
     if as_json and as_csv:
         raise UsageError("--json and --csv both ask for the whole output.", "", "Pass one of them.")
     loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs))
+    for line in loaded.damaged:  # each damaged or unreadable run skipped, named once
+        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
     for note in loaded.notes:
-        click.echo(f"ncuflow: note: {note}", err=True)
+        click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
     summaries = summarize(loaded.runs, threshold=threshold, top=top)
     from ncuflow.output.summary_table import print_summaries, summaries_csv, summaries_document
 

@@ -4,7 +4,8 @@ A FIFO (which would wait for a writer forever), a device such as /dev/zero (whic
 ends), a socket or a folder is refused with one paragraph; the check is made on the opened
 descriptor, so a file swapped between a check and the open cannot slip through. Manifests,
 sweep files, escalation sidecars (``read_small_file``) and serving logs
-(``open_regular_file``) are read through here.
+(``open_regular_file``) are read through here. ``deepest_nesting`` says how deep JSON text
+nests before ``json`` reads it (past its limit, ``json`` recurses into the C stack).
 """
 
 from __future__ import annotations
@@ -129,3 +130,25 @@ def open_regular_file(path: Path, *, kind: str, max_bytes: int | None = None) ->
     except BaseException:
         os.close(fd)
         raise
+
+
+def deepest_nesting(text: str) -> int:
+    """How deep ``[`` and ``{`` nest in JSON text (brackets inside strings not counted)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest

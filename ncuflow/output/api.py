@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 
+from ncuflow.analyze.arguments import checked_jobs, checked_per, checked_threshold, checked_top
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD
 from ncuflow.analyze.classify import classify as classify_launch
 from ncuflow.analyze.compare import Comparison, compare_loaded
@@ -46,8 +47,11 @@ def _paths(paths: PathsLike) -> list[Path]:
     return [Path(p) for p in paths]
 
 
-def _load(paths: PathsLike, kernel: str | None, nvtx: str | None, jobs: int | None) -> Loaded:
-    return Selection(kernel=kernel, nvtx=nvtx).load(_paths(paths), jobs=jobs)
+def _load(paths: PathsLike, kernel: str | None, nvtx: str | None, jobs: int | None,
+          threshold: float = DEFAULT_THRESHOLD) -> Loaded:
+    """The selected launches, every argument checked first by the rule its option has (``arguments``)."""
+    checked_threshold(threshold)
+    return Selection(kernel=kernel, nvtx=nvtx).load(_paths(paths), jobs=checked_jobs(jobs))
 
 
 def launches(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = None,
@@ -57,7 +61,7 @@ def launches(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = 
     from ncuflow.output.export import launches_schema
     from ncuflow.output.launch_rows import launch_record, run_identity
 
-    loaded = _load(paths, kernel, nvtx, jobs)
+    loaded = _load(paths, kernel, nvtx, jobs, threshold)
     records = []
     for run in loaded.runs:
         identity = run_identity(run.ref)
@@ -71,7 +75,7 @@ def classify(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = 
     configuration and the binding term with its utilization."""
     from ncuflow.output.render import ROW_KEYS, binding_utilization, launch_row
 
-    loaded = _load(paths, kernel, nvtx, jobs)
+    loaded = _load(paths, kernel, nvtx, jobs, threshold)
     rows = []
     for run in loaded.runs:
         for launch in run.launches:
@@ -94,7 +98,8 @@ def classify(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = 
 def summaries(paths: PathsLike, *, top: int | None = None, kernel: str | None = None, nvtx: str | None = None,
               threshold: float = DEFAULT_THRESHOLD, jobs: int | None = None) -> tuple[ReportSummary, ...]:
     """``ncuflow summary`` as frozen records: one ``ReportSummary`` per report, its kernels by time."""
-    return summarize(_load(paths, kernel, nvtx, jobs).runs, threshold=threshold, top=top)
+    top = checked_top(top)
+    return summarize(_load(paths, kernel, nvtx, jobs, threshold).runs, threshold=threshold, top=top)
 
 
 def summary(paths: PathsLike, *, top: int | None = None, kernel: str | None = None, nvtx: str | None = None,
@@ -111,7 +116,7 @@ def compare(base: PathsLike, new: PathsLike, *, pairs: Sequence[tuple[str, str]]
     """``ncuflow compare`` as a frozen ``Comparison``: ``matched`` (each with ``how``: matched,
     reconfigured or paired, the judged fields and per-run totals), ``only_base``, ``only_new``."""
     base_paths, new_paths = _paths(base), _paths(new)
-    return compare_loaded(_load(base_paths, kernel, nvtx, jobs), _load(new_paths, kernel, nvtx, jobs),
+    return compare_loaded(_load(base_paths, kernel, nvtx, jobs, threshold), _load(new_paths, kernel, nvtx, jobs),
                           base_label=", ".join(map(str, base_paths)), new_label=", ".join(map(str, new_paths)),
                           tolerances=tolerances, threshold=threshold, pairs=tuple(pairs))
 
@@ -119,4 +124,5 @@ def compare(base: PathsLike, new: PathsLike, *, pairs: Sequence[tuple[str, str]]
 def roofline(paths: PathsLike, *, per: str = "kernel", kernel: str | None = None, nvtx: str | None = None,
              threshold: float = DEFAULT_THRESHOLD, jobs: int | None = None) -> tuple[Roofline, ...]:
     """The hierarchical roofline per GPU as frozen records (ceilings, points, what was left out)."""
-    return rooflines(point_groups(_load(paths, kernel, nvtx, jobs).runs, per), threshold)
+    per = checked_per(per)
+    return rooflines(point_groups(_load(paths, kernel, nvtx, jobs, threshold).runs, per), threshold)

@@ -45,7 +45,9 @@ from ncuflow.read.escalation import EscalationWarning
 from ncuflow.read.metrics import FIELDS, is_count
 from ncuflow.read.runs import Sources, sources
 
-SCHEMA_VERSION = "1"
+# 2 (issue 30): global_ld_inst is the hardware total of the load kinds the chip has (LDG, LDGSTS,
+# TMA), beside its SASS-patched counterpart and each kind; u_pipe; l2_throughput_pct is lts__throughput.
+SCHEMA_VERSION = "2"
 # The launches table is written as it is read (``ncuflow.output.stream``). What it holds
 # beyond the process's fixed cost: a batch of rows (a launch row is ~10 KiB as Python objects,
 # ~3.7 KiB in a polars frame: 181 columns), the queued frames, the row group being filled, and

@@ -13,15 +13,22 @@ from ncuflow.analyze.point import format_param
 from ncuflow.analyze.stability import GroupStability, Tolerances, flat
 from ncuflow.analyze.study import Analysis
 from ncuflow.files import atomic_write_text, guard_output, text_recogniser
+from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text, shortened
 
 
-def _md_escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def _md(text: object, limit: int | None = SENTENCE_CHARS) -> str:
+    """Text from a report, a log or a store as Markdown shows it (``safe_text``); names are
+    shortened by the caller (``_name``), sentences that hold them kept to ``SENTENCE_CHARS``."""
+    return safe_text(text, "markdown", limit=limit)
+
+
+def _name(text: object) -> str:
+    return shortened(str(text))
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
     return lines
 
 
@@ -36,12 +43,13 @@ def stability_markdown(groups: Sequence[GroupStability], tolerances: Tolerances,
              "max − min in percentage points.", ""]
     lines += _table(
         ["group", "source", "launches", "runs", "verdict"],
-        [[g.label, g.source, str(g.launches), str(g.runs), g.summary()] for g in groups],
+        [[_name(g.label), g.source, str(g.launches), str(g.runs), g.summary()] for g in groups],
     )
     for g in groups:
         if g.launches < 2 or g.verdict == "different_work":
             continue
-        lines += ["", f"**{g.label}** — {g.verdict_text}" + (f" ({g.device})" if g.device else ""), ""]
+        lines += ["", f"**{_md(_name(g.label))}** — {_md(g.verdict_text)}"
+                  + (f" ({_md(_name(g.device))})" if g.device else ""), ""]
         lines += _table(
             ["field", "class", "tolerance", "n", "median", "min", "max", "spread", "verdict"],
             [
@@ -52,11 +60,11 @@ def stability_markdown(groups: Sequence[GroupStability], tolerances: Tolerances,
             ],
         )
         if g.missing_fields:
-            lines += ["", "Not measured: " + ", ".join(g.missing_fields) + "."]
+            lines += ["", "Not measured: " + _md(", ".join(g.missing_fields)) + "."]
         for note in g.notes:
-            lines += ["", f"Note: {note}."]
+            lines += ["", f"Note: {_md(note)}."]
     if singles:
-        lines += ["", f"Launched once (no spread): {', '.join(singles)}."]
+        lines += ["", f"Launched once (no spread): {', '.join(_md(_name(s)) for s in singles)}."]
     return lines
 
 
@@ -66,7 +74,7 @@ def explain_markdown(explained: Sequence[GroupExplanation]) -> list[str]:
         g = ge.group
         lines += [
             "",
-            f"**{g.label()}**; baseline {g.param}={format_param(ge.baseline.param(g.param))} "
+            f"**{_md(_name(g.label()))}**; baseline {_md(g.param)}={_md(format_param(ge.baseline.param(g.param)))} "
             f"({len(ge.baseline.launches)} launches, {ge.baseline.runs} runs)",
             "",
         ]
@@ -87,7 +95,7 @@ def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None, 
     lines = [
         "# ncuflow report",
         "",
-        f"Source: {', '.join(analysis.paths) or analysis.source} ({analysis.source}); "
+        f"Source: {_md(', '.join(analysis.paths) or analysis.source)} ({analysis.source}); "
         f"{len(analysis.points)} points (cell × parameters × kernel); generated {analysis.created_utc}.",
         "",
         "Verdicts use the critical-path max model T ≈ max(T_DRAM, T_L2, T_L1, T_issue, T_math): the term "
@@ -101,7 +109,8 @@ def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None, 
         ["cell", "kernel", "GPU", "runs", "launches", "duration (median)", "bound",
          *[f"u_{t}" for t in TERM_NAMES], "stability"],
         [
-            [s.point.spec(), s.point.kernel, s.point.device or "—", str(s.point.runs), str(len(s.point.launches)),
+            [_name(s.point.spec()), _name(s.point.kernel), _name(s.point.device or "—"), str(s.point.runs),
+             str(len(s.point.launches)),
              duration_text(s.duration_median), s.model.bound, *[_u(s.model.u(t)) for t in TERM_NAMES], s.stability.verdict_text]
             for s in analysis.points
         ],
@@ -119,17 +128,17 @@ def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None, 
         "`(?)` marks a difference the noise cannot decide.",
     ] if analysis.sweeps else []
     for param, explained in analysis.sweeps.items():
-        lines += ["", f"### {param}"]
+        lines += ["", f"### {_md(param)}"]
         if not explained:
-            lines += ["", f"No two runs differ only in {param}."]
+            lines += ["", f"No two runs differ only in {_md(param)}."]
         lines += explain_markdown(explained)
         for index, ge in enumerate(explained):
             key = f"sweep:{param}:{index}"
             if key in plots:
-                lines += ["", f"![{ge.group.label()}]({plots[key]})"]
+                lines += ["", f"![{_md(_name(ge.group.label()))}]({plots[key]})"]
     lines += list(extra)
     if analysis.notes:
-        lines += ["", "## Notes", ""] + [f"- {_md_escape(n)}" for n in analysis.notes]
+        lines += ["", "## Notes", ""] + [f"- {_md(n)}" for n in analysis.notes]
     return "\n".join(lines) + "\n"
 
 
@@ -138,19 +147,20 @@ def compare_markdown(comparison: Comparison) -> list[str]:
     from ncuflow.analyze.fields import FIELD_TABLE
 
     lines = [
-        f"Base: `{comparison.base}`; new: `{comparison.new}`. Each field is judged against its noise band "
+        f"Base: {_md(comparison.base)}; new: {_md(comparison.new)}. Each field is judged against its noise band "
         f"({comparison.tolerances.describe()}); verdicts as in explain.",
         "",
     ]
     lines += _table(
         ["kernel", "verdict", "work", "time", "bound base → new", "evidence"],
-        [[k.label, k.verdict_text, k.judged.work, k.judged.time,
+        [[_name(k.label), k.verdict_text, k.judged.work, k.judged.time,
           f"{k.judged.baseline_model.bound} → {k.judged.value_model.bound}", k.judged.deltas]
          for k in comparison.matched],
     ) if comparison.matched else ["No kernel matches by name and launch configuration."]
     for k in comparison.matched:
-        lines += ["", f"**{k.label}** — {k.verdict_text}"
-                  + (f" ({k.base.device} → {k.new.device})" if k.base.device != k.new.device else f" ({k.base.device})"), ""]
+        lines += ["", f"**{_md(_name(k.label))}** — {_md(k.verdict_text)}"
+                  + (f" ({_md(_name(k.base.device))} → {_md(_name(k.new.device))})" if k.base.device != k.new.device
+                     else f" ({_md(_name(k.base.device))})"), ""]
         lines += _table(
             ["field", "base", "new", "change", "state", "why"],
             [[f.field, FIELD_TABLE[f.field].format(f.baseline), FIELD_TABLE[f.field].format(f.value),
@@ -159,12 +169,12 @@ def compare_markdown(comparison: Comparison) -> list[str]:
         )
         missing = [f.field for f in k.judged.fields if f.state == "missing"]
         if missing:
-            lines += ["", "Missing on at least one side: " + ", ".join(missing) + "."]
+            lines += ["", "Missing on at least one side: " + _md(", ".join(missing)) + "."]
         if k.judged.reasons:
-            lines += ["", "Why: " + "; ".join(k.judged.reasons) + "."]
+            lines += ["", "Why: " + _md("; ".join(k.judged.reasons)) + "."]
     for title, items in (("Only in base", comparison.only_base), ("Only in new", comparison.only_new)):
         if items:
-            lines += ["", f"{title}: " + ", ".join(f"{m.kernel} ({m.spec()})" for m in items) + "."]
+            lines += ["", f"{title}: " + ", ".join(f"{_md(_name(m.kernel))} ({_md(_name(m.spec()))})" for m in items) + "."]
     return lines
 
 

@@ -27,6 +27,8 @@ from ncuflow.analyze.fields import PLOT_WORK_FIELDS
 from ncuflow.analyze.point import format_param
 from ncuflow.analyze.study import PointSummary
 from ncuflow.files import atomic_path
+from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
+from ncuflow.terms import BOUND_COLORS
 
 VERDICT_COLORS: dict[str, str] = {
     "baseline": "#444444",
@@ -44,13 +46,7 @@ VERDICT_LABELS: dict[str, str] = {
     "time_without_work": "time without counted work",
     "ambiguous": "ambiguous",
 }
-TERM_COLORS: dict[str, str] = {
-    "dram": "#08519c",
-    "l2": "#3182bd",
-    "l1": "#9ecae1",
-    "issue": "#e6550d",
-    "math": "#fdae6b",
-}
+TERM_COLORS = BOUND_COLORS  # the one theme (``ncuflow.terms``)
 WORK_PLOT_FIELDS: tuple[str, ...] = PLOT_WORK_FIELDS  # the field table's choice
 
 
@@ -73,10 +69,11 @@ def _title(explained: GroupExplanation, width_inches: float) -> str:
     group = explained.group
     chars = max(40, int(width_inches * 13))
     fixed = ", ".join(f"{k}={format_param(v)}" for k, v in group.fixed)
-    lines = [f"{group.cell}: {group.param} sweep"]
+    lines = [safe_text(f"{group.cell}: {group.param} sweep", "plot")]
     if fixed:
-        lines += textwrap.wrap(f"at {fixed}", chars)
-    lines += textwrap.wrap(textwrap.shorten(f"kernel {group.kernel}", width=3 * chars, placeholder=" …"), chars)
+        lines += textwrap.wrap(safe_text(f"at {fixed}", "plot", limit=SENTENCE_CHARS), chars)
+    lines += textwrap.wrap(textwrap.shorten(f"kernel {safe_text(group.kernel, 'plot')}", width=3 * chars,
+                                            placeholder=" …"), chars)
     return "\n".join(lines)
 
 
@@ -102,14 +99,14 @@ def plot_sweep(explained: GroupExplanation, path: Path, threshold: float = DEFAU
 def sweep_figure(explained: GroupExplanation, threshold: float = DEFAULT_THRESHOLD) -> Figure:
     """The figure of ``plot_sweep``: the duration panel above the work panel."""
     group = explained.group
-    labels = [format_param(p.param(group.param)) for p in group.points]
+    labels = [safe_text(format_param(p.param(group.param)), "plot") for p in group.points]
     width_inches = max(8.5, 1.3 * len(group.points) + 4.5)  # the legends stand to the right
     fig, (ax_time, ax_work) = plt.subplots(2, 1, figsize=(width_inches, 7.6), sharex=True, layout="constrained")
     _duration_panel(ax_time, explained, labels, threshold)
     _work_panel(ax_work, explained)
     ax_work.set_xticks(list(range(len(labels))), labels)
     ax_work.set_xlim(-0.5, len(labels) - 0.5)
-    ax_work.set_xlabel(group.param)
+    ax_work.set_xlabel(safe_text(group.param, "plot"))
     fig.suptitle(_title(explained, width_inches), fontsize=9)
     return fig
 
@@ -148,7 +145,8 @@ def _duration_panel(ax: Any, explained: GroupExplanation, labels: list[str], thr
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8)
 
 
-_WORK_STYLES = [("o", 9, "-"), ("s", 7.5, "--"), ("^", 6.5, "-."), ("D", 5, ":"), ("v", 4, "-")]
+_WORK_STYLES = [("o", 9, "-"), ("s", 7.5, "--"), ("^", 6.5, "-."), ("D", 5, ":"), ("v", 4, "-"), ("P", 6, "--"),
+                ("X", 5, "-."), ("*", 7, ":")]  # at least one per plotted row of the counter table
 
 
 def _work_panel(ax: Any, explained: GroupExplanation) -> None:
@@ -156,7 +154,7 @@ def _work_panel(ax: Any, explained: GroupExplanation) -> None:
     points, base = explained.group.points, explained.baseline
     ratios_all: list[float] = []
     missing: list[str] = []
-    for name, (marker, size, line) in zip(WORK_PLOT_FIELDS, _WORK_STYLES, strict=True):
+    for name, (marker, size, line) in zip(WORK_PLOT_FIELDS, _WORK_STYLES[:len(WORK_PLOT_FIELDS)], strict=True):
         base_median = base.stats(name).median
         ys = [] if not base_median else [(p.stats(name).median or math.nan) / base_median for p in points]
         if all(math.isnan(y) for y in ys):
@@ -222,8 +220,9 @@ def differing_params(summaries: Sequence[PointSummary]) -> dict[str, tuple[str, 
 def term_label(summary: PointSummary, shown: Sequence[str]) -> str:
     """A bar group's label: cell, the parameters that differ within the cell, kernel, bound."""
     point = summary.point
-    params = [f"{name}={format_param(point.param(name))}" for name in shown]
-    return "\n".join([point.cell, *params, _short_label(point.function, 26), f"→ {summary.model.bound}"])
+    params = [safe_text(f"{name}={format_param(point.param(name))}", "plot") for name in shown]
+    return "\n".join([safe_text(point.cell, "plot"), *params, _short_label(safe_text(point.function, "plot"), 26),
+                      f"→ {summary.model.bound}"])
 
 
 def plot_terms(summaries: Sequence[PointSummary], path: Path, threshold: float = DEFAULT_THRESHOLD,

@@ -10,12 +10,21 @@ from ncuflow.analyze.classify import TERM_NAMES, Verdict
 from ncuflow.analyze.fields import CLASSIFY_FIELDS, FIELD_TABLE, duration_text
 from ncuflow.analyze.summary import config_text
 from ncuflow.files import make_console
+from ncuflow.files.safe_text import safe_text, shortened
 from ncuflow.read.deep_metrics import DEEP_FIELD_NAMES
 from ncuflow.read.launch import Launch
+from ncuflow.read.metrics import FIELDS
+from ncuflow.read.sanity import parts_on
+from ncuflow.terms import BOUND_STYLES
 
+# What a classify column shows, marked, where its own field is missing (the rows' ``stand_in``).
+STAND_INS: dict[str, str] = {
+    name: stand_in for name in CLASSIFY_FIELDS if (stand_in := FIELD_TABLE[name].canonical.display.stand_in)
+}
 # The keys of `ncuflow classify --json`, in order (the fields' JSON keys from the field table).
 ROW_KEYS: tuple[str, ...] = (
     "report", "range", "action", "kernel", *(FIELD_TABLE[name].json_key for name in CLASSIFY_FIELDS),
+    *(FIELD_TABLE[name].json_key for name in STAND_INS.values()),
     *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing", "notes",
 )
 
@@ -30,7 +39,7 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
         "action": launch.action_index,
         "kernel": launch.kernel.function,
     }
-    for name in CLASSIFY_FIELDS:
+    for name in (*CLASSIFY_FIELDS, *STAND_INS.values()):
         row[FIELD_TABLE[name].json_key] = launch.value(name)
     for name in TERM_NAMES:
         row[f"u_{name}"] = verdict.utilization(name)
@@ -60,15 +69,42 @@ def note_lines(launches: Sequence[Launch]) -> list[str]:
     for launch in launches:
         unread = [name for name, note in launch.notes.items() if "as NaN" in note]
         if len(unread) > 2:
-            lines.append(f"#{launch.action_index} {launch.kernel.function}: ncu stored "
+            lines.append(f"#{launch.action_index} {shortened(launch.kernel.function)}: ncu stored "
                          f"{len(launch.not_numbers)} of its counters as NaN, so {len(unread)} fields are not "
                          f"measured ({', '.join(unread[:4])}{', …' if len(unread) > 4 else ''})")
         for name, note in launch.notes.items():
+            if name in STAND_INS and launch.value(STAND_INS[name]) is not None:
+                continue  # its column shows the stand-in, marked; --evidence says why
             if name not in unread or len(unread) <= 2:
                 shared.setdefault(f"{name}: {note}", []).append(launch.action_index)
     for text, actions in shared.items():
         lines.append(f"{text} (#{', #'.join(str(a) for a in actions[:8])}{', …' if len(actions) > 8 else ''})")
     return lines
+
+
+def cell_text(launch: Launch, name: str) -> str:
+    """A classify column's cell: its field, or where that is missing its stand-in marked ˢ (SASS)."""
+    value = launch.value(name)
+    stand_in = STAND_INS.get(name)
+    if value is None and stand_in is not None and launch.value(stand_in) is not None:
+        return FIELD_TABLE[name].format(launch.value(stand_in)) + "ˢ"
+    return FIELD_TABLE[name].format(value)
+
+
+def load_line(launch: Launch) -> str | None:
+    """Global loads by kind, each family the report counts: 'hardware: LDG 16,384, LDGSTS —, TMA —;
+    total — (…)'; None where it counts no kind."""
+    parts = []
+    for total in (row for row in FIELDS if row.parts):
+        kinds = [(part, launch.value(part.field)) for part in parts_on(total, launch.device.compute_capability)]
+        if all(value is None for _, value in kinds):
+            continue
+        counted = ", ".join(f"{part.kind.split()[0]} {FIELD_TABLE[part.field].format(value)}" for part, value in kinds)
+        note = launch.notes.get(total.name)
+        family = "SASS-patched" if "sass" in total.name else "hardware"
+        parts.append(f"{family}: {counted}; total {FIELD_TABLE[total.name].format(launch.value(total.name))}"
+                     + (f" ({note})" if note else ""))
+    return "global loads, " + " | ".join(parts) if parts else None
 
 
 def _u(value: float | None) -> str:
@@ -77,9 +113,6 @@ def _u(value: float | None) -> str:
 
 def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-_BOUND_STYLE = {"dram": "red", "l2": "magenta", "l1": "magenta", "issue": "yellow", "math": "yellow", "latency": "cyan", "unknown": "dim"}
 
 
 def print_launch_table(
@@ -91,7 +124,6 @@ def print_launch_table(
     evidence: bool = False,
 ) -> None:
     """A readable rich table, one row per launch, NVIDIA's verdict beside ours."""
-    from rich.markup import escape
     from rich.table import Table
 
     console = console or make_console()
@@ -110,30 +142,34 @@ def print_launch_table(
             nvidia = f"{mark} {verdict.nvidia.category}"
             if not verdict.nvidia.agrees:
                 notes.append(f"{Path(launch.report).name} #{launch.action_index}: NVIDIA says {verdict.nvidia.category}, ncuflow {verdict.bound}: {verdict.nvidia.reason}")
-        style = _BOUND_STYLE.get(verdict.bound, "")
+        style = BOUND_STYLES.get(verdict.bound, "")
         term, u = binding_utilization(verdict)
         table.add_row(
             str(launch.action_index),
-            _short(launch.kernel.function, 44),
+            safe_text(launch.kernel.function, "rich", limit=44),
             config_text(launch.value("grid_size"), launch.value("block_size")),
-            *(FIELD_TABLE[name].format(launch.value(name)) for name in CLASSIFY_FIELDS),
+            *(cell_text(launch, name) for name in CLASSIFY_FIELDS),
             f"[{style}]{verdict.bound}[/{style}]" if style else verdict.bound,
             "—" if u is None else (f"{_u(u)}" if term == verdict.bound else f"{term} {_u(u)}"),
-            nvidia,
+            safe_text(nvidia, "rich"),
         )
     console.print(table)
     for line in note_lines(launches):
-        console.print(f"[yellow]note[/yellow] {escape(line)}", highlight=False)
+        console.print(f"[yellow]note[/yellow] {safe_text(line, 'rich', limit=None)}", highlight=False)
     for note in notes:
-        console.print(f"[yellow]disagreement[/yellow] {note}", highlight=False)
+        console.print(f"[yellow]disagreement[/yellow] {safe_text(note, 'rich', limit=None)}", highlight=False)
     if evidence:
         from ncuflow.analyze.waiting import why_waiting
 
         for launch, verdict in zip(launches, verdicts, strict=True):
-            console.print(f"[bold]#{launch.action_index}[/bold] {verdict.bound}: {verdict.evidence()}", highlight=False)
+            console.print(f"[bold]#{launch.action_index}[/bold] {verdict.bound}: "
+                          f"{safe_text(verdict.evidence(), 'rich', limit=None)}", highlight=False)
+            for extra in (*verdict.evidence_lines(), load_line(launch)):
+                if extra:
+                    console.print(f"   {safe_text(extra, limit=None)}", highlight=False, markup=False)
             if verdict.bound == "latency":
                 for line in why_waiting(launch).lines():
-                    console.print(f"   why it waits, {line}", highlight=False, markup=False)
+                    console.print(f"   why it waits, {safe_text(line, limit=None)}", highlight=False, markup=False)
             core = [name for name in launch.missing if name not in DEEP_FIELD_NAMES]
             deep = len(launch.missing) - len(core)
             if core or deep:

@@ -32,17 +32,12 @@ from ncuflow.analyze.roofline import (
     Ceiling,
     Roofline,
     describe_point,
+    panels,
 )
+from ncuflow.files.safe_text import safe_text
 from ncuflow.output.plots import save_figure
+from ncuflow.terms import BOUND_COLORS, BOUND_LABELS
 
-BOUND_COLORS: dict[str, str] = {
-    "dram": "#d62728", "l2": "#9467bd", "l1": "#e377c2", "issue": "#ff7f0e", "math": "#8c564b",
-    "latency": "#17becf", "unknown": "#7f7f7f",
-}
-BOUND_LABELS: dict[str, str] = {
-    "dram": "DRAM-bound", "l2": "L2-bound", "l1": "L1-bound", "issue": "issue-bound", "math": "math-bound",
-    "latency": "latency-bound", "unknown": "unknown",
-}
 LEVEL_MARKERS: dict[str, str] = {"dram": "o", "l2": "s", "l1": "^"}
 LineStyle = Literal["-", "--", ":"]
 LEVEL_STYLES: dict[str, LineStyle] = {"dram": "-", "l2": "--", "l1": ":"}
@@ -57,9 +52,10 @@ def _si(value: float, unit: str) -> str:
 
 
 def _roofs(line: Roofline) -> list[Ceiling]:
-    """The compute roofs to draw: the precisions the points count (all the report holds when none)."""
-    counted = line.counted
-    return [c for c in line.compute if c.name in counted] if counted else list(line.compute)
+    """The compute roofs to draw: the precisions the points executed (those counted where none
+    executed any, all the reports hold where none counted any)."""
+    wanted = line.executed or line.counted
+    return [c for c in line.compute if c.name in wanted] if wanted else list(line.compute)
 
 
 def _limits(line: Roofline) -> tuple[float, float, float, float]:
@@ -141,9 +137,9 @@ def _legend(ax: Axes, line: Roofline) -> None:
 def _table_lines(line: Roofline, width: int = 165) -> list[str]:
     lines = []
     for number, point in enumerate(line.points[:POINTS_LISTED], start=1):
-        group = shorten_middle(point.group, 46)
+        group = shorten_middle(safe_text(point.group, "plot"), 46)
         note = "; tensor work not counted (hollow)" if point.tensor_uncounted else ""
-        text = (f"{number:>2}. {textwrap.shorten(point.label, 58, placeholder='…')}  [{group}]  "
+        text = (f"{number:>2}. {textwrap.shorten(safe_text(point.label, 'plot'), 58, placeholder='…')}  [{group}]  "
                 f"{point.share:.0%} of the time drawn, {BOUND_LABELS.get(point.bound, point.bound)}: "
                 f"{describe_point(point, line)}{note}")
         lines += textwrap.wrap(text, width, subsequent_indent="      ")
@@ -176,7 +172,7 @@ def _panel(ax: Axes, line: Roofline) -> None:
     ax.grid(which="major", alpha=0.3)
     clock = f", SM clock {line.sm_clock_hz / 1e9:.2f} GHz" if line.sm_clock_hz else ""
     counted = "+".join(PRECISION_TITLES[p] for p in line.counted) or "none"
-    ax.set_title(f"{line.device}: hierarchical roofline, {len(line.points)} point"
+    ax.set_title(f"{safe_text(line.device, 'plot')}: hierarchical roofline, {len(line.points)} point"
                  f"{'s' if len(line.points) != 1 else ''} (FLOPs counted: {counted}{clock})", fontsize=10)
     if line.points:
         _legend(ax, line)
@@ -212,7 +208,8 @@ def _bandwidth_panel(ax: Axes, line: Roofline) -> None:
         ax.annotate(f"{LEVEL_TITLES[ceiling.name]} peak {_si(ceiling.value, 'B/s')}", (ceiling.value / 1e12, 1.0),
                     xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(0, 3), ha="center",
                     va="bottom", fontsize=8)
-    ax.set_yticks(rows, [f"{shorten_middle(b.label, 34)}  [{shorten_middle(b.group, 30)}]" for b in shown],
+    ax.set_yticks(rows, [f"{shorten_middle(safe_text(b.label, 'plot'), 34)}  [{shorten_middle(safe_text(b.group, 'plot'), 30)}]"
+                         for b in shown],
                   fontsize=7)
     if not any(rate is not None for item in shown for rate in item.rates.values()):
         ax.text(0.5, 0.5, "No bandwidth to draw either: these kernels have no bytes counted\n"
@@ -222,7 +219,7 @@ def _bandwidth_panel(ax: Axes, line: Roofline) -> None:
     ax.set_ylim(-0.8, len(shown) - 0.2)
     ax.grid(axis="x", alpha=0.3)
     ax.set_title("\n".join(textwrap.wrap(
-        f"{line.device}: no FLOP counts, so no roofline point; achieved bandwidth per kernel instead "
+        f"{safe_text(line.device, 'plot')}: no FLOP counts, so no roofline point; achieved bandwidth per kernel instead "
         f"({len(line.without_flops)} kernels, by GPU time)", 90)), fontsize=10, pad=16)
     handles = [Line2D([], [], marker="s", linestyle="", color=BOUND_COLORS.get(bound, "#7f7f7f"),
                       markeredgecolor="black", markersize=8, label=f"ncuflow: {BOUND_LABELS.get(bound, bound)}")
@@ -244,8 +241,9 @@ GAP_BETWEEN_PANELS = 0.9
 
 
 def plot_rooflines(lines: Sequence[Roofline], path: Path, *, title: str | None = None) -> Path:
-    """One panel per GPU (at most 6; the caller names the rest) with its table of points."""
-    shown = list(lines)[:6]
+    """One panel per GPU (at most 6, chosen by what they hold: ``panels``; the caller names the
+    rest) with its table of points."""
+    shown = list(panels(lines)[0])
     bars = any(not line.points and line.without_flops for line in shown)
     width = 120 if bars else 165
     tables = [_table_lines(line, width) for line in shown]

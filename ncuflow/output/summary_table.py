@@ -10,9 +10,9 @@ from typing import Any
 from ncuflow.analyze.fields import duration_text
 from ncuflow.analyze.summary import ReportSummary, summary_rows
 from ncuflow.files import make_console
+from ncuflow.files.safe_text import safe_text
+from ncuflow.terms import BOUND_STYLES
 
-_BOUND_STYLE = {"dram": "red", "l2": "magenta", "l1": "magenta", "issue": "yellow", "math": "yellow",
-                "latency": "cyan", "unknown": "dim"}
 CSV_COLUMNS: tuple[str, ...] = (
     "report", "label", "device", "rank", "short_name", "grid_size", "block_size", "launches", "total_ns",
     "median_ns", "share", "bound", "verdicts", "binding_term", "binding_u", "kernel", "function",
@@ -24,19 +24,16 @@ def share_text(share: float | None) -> str:
 
 
 def _title(summary: ReportSummary) -> str:
-    from rich.markup import escape
-
     device = summary.device or "unknown GPU"
     kernels = len(summary.kernels) + (summary.rest.kernels if summary.rest else 0)
     untimed = f", {summary.untimed} without a duration" if summary.untimed else ""
-    return (f"{escape(summary.label)}\n{escape(device)}: {summary.launches} launch"
+    return (f"{safe_text(summary.label, 'rich')}\n{safe_text(device, 'rich')}: {summary.launches} launch"
             f"{'es' if summary.launches != 1 else ''} of {kernels} kernel{'s' if kernels != 1 else ''}, "
             f"GPU time {duration_text(summary.total_ns)}{untimed}")
 
 
 def print_summaries(summaries: Sequence[ReportSummary], console: Any = None) -> None:
     """One table per report: kernels by total time, their share, verdicts and binding utilization."""
-    from rich.markup import escape
     from rich.table import Table
 
     console = console or make_console()
@@ -48,9 +45,9 @@ def print_summaries(summaries: Sequence[ReportSummary], console: Any = None) -> 
             table.add_column(header, justify=justify, no_wrap=header != "kernel",  # type: ignore[arg-type]
                              max_width=64 if header == "kernel" else None, overflow="fold")
         for rank, k in enumerate(summary.kernels, start=1):
-            style = _BOUND_STYLE.get(k.bound, "")
-            verdicts = escape(k.verdict_text()) or "—"
-            table.add_row(str(rank), escape(k.short_name), k.config, f"{k.launches:,}", duration_text(k.total_ns),
+            style = BOUND_STYLES.get(k.bound, "")
+            verdicts = safe_text(k.verdict_text(), "rich") or "—"
+            table.add_row(str(rank), safe_text(k.short_name, "rich"), k.config, f"{k.launches:,}", duration_text(k.total_ns),
                           duration_text(k.median_ns), share_text(k.share),
                           f"[{style}]{verdicts}[/{style}]" if style else verdicts, k.binding_text())
         if summary.rest is not None:

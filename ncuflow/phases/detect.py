@@ -1,17 +1,16 @@
-"""Open an input, detect its format and hand it to the right parser.
+"""Open an input, detect its format and hand it to that format's reader.
 
 Every input is opened by ``ncuflow.files.open_regular_file``: a FIFO, a device such as
 /dev/zero, a socket or a folder is refused before a byte is read. A server log is read as a
-stream, line by line (``parse.lines``): its format is that of its first scheduler statistics
-line (SGLang's ``Prefill/Decode batch`` or vLLM's ``Running: N reqs``), and until that line
-the lines around it (the bench_serving command, events) go to both readers. A file whose
-first non-blank line is JSON is a per-request trace or a bench_serving result, read whole
-(up to ``MAX_JSON_BYTES``).
+stream, line by line (``parse.lines``): its format is that of its first line a format of
+``parse.registry`` claims (SGLang's ``Prefill/Decode batch``, vLLM's ``Running: N reqs``…),
+and until that line the lines around it (the bench_serving command, events) go to every
+reader. A file whose first non-blank line is JSON is read whole (up to ``MAX_JSON_BYTES``)
+by the first JSON format that claims it. ``format_name`` (``--format``) skips detection.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -19,20 +18,14 @@ from typing import Any, BinaryIO
 from ncuflow.files import InputFileError, open_regular_file
 from ncuflow.phases import TraceError
 from ncuflow.phases.model import LogEvent, RequestTrace, ServerTrace
-from ncuflow.phases.parse.bench import is_bench_object, parse_bench_json
-from ncuflow.phases.parse.jsonl import parse_request_jsonl
+from ncuflow.phases.parse import jsonl, registry
+from ncuflow.phases.parse.format import JsonFormat, LineFormat, LineReader
+from ncuflow.phases.parse.json_values import BadJson, loads
 from ncuflow.phases.parse.lines import LineCounts, numbered_lines
-from ncuflow.phases.parse.sglang import SglangReader, claims_sglang, looks_like_sglang
-from ncuflow.phases.parse.vllm import VllmReader, claims_vllm, looks_like_vllm, strip_ansi
+from ncuflow.phases.parse.vllm import strip_ansi
 
 Trace = ServerTrace | RequestTrace
 MAX_JSON_BYTES = 128 << 20
-
-FORMATS = (
-    "an SGLang server log ('Prefill batch' / 'Decode batch' lines), a vLLM server log "
-    "('Running: N reqs, Waiting: M reqs' lines), per-request streaming timestamps as JSONL "
-    "('submit_time' and 'chunk_times' per line) or bench_serving --output-details JSON"
-)
 
 
 def open_trace(path: Path) -> BinaryIO:
@@ -61,30 +54,29 @@ def _not_a_format(path: Path, first: tuple[int, str]) -> TraceError:
     shown = "binary data" if not text.isprintable() else f"first line: {text[:100]!r}"
     return TraceError(
         f"{path}:{number}: not a format ncuflow phases reads ({shown}).",
-        "No SGLang Prefill/Decode batch lines and no vLLM statistics lines were found, and it is not JSON.",
-        f"Pass {FORMATS}. A log with only HTTP access lines has no scheduler statistics.",
+        "No line of a server-log format ncuflow reads was found (scheduler statistics lines), "
+        "and it is not JSON.",
+        f"Pass {registry.described()}. A log with only HTTP access lines has no scheduler statistics.",
     )
 
 
 def read_server_log(
-    path: Path, handle: BinaryIO, *, skip_malformed: bool = False
+    path: Path, handle: BinaryIO, *, skip_malformed: bool = False, forced: LineFormat | None = None
 ) -> tuple[ServerTrace, ...]:
     """A server log, streamed: one pass, bounded memory."""
-    sglang, vllm = SglangReader(path, skip_malformed), VllmReader(path, skip_malformed)
-    chosen: SglangReader | VllmReader | None = None
+    formats = (forced,) if forced is not None else registry.LINE_FORMATS
+    readers = [(f, f.reader(path, skip_malformed)) for f in formats]
+    chosen: LineReader | None = readers[0][1] if forced is not None else None
     first: tuple[int, str] | None = None
     counts = LineCounts()
     for number, line in numbered_lines(handle, counts):
         if chosen is None:
             if first is None and line.strip():
                 first = (number, line)
-            if claims_sglang(line):
-                chosen = sglang
-            elif claims_vllm(strip_ansi(line)):
-                chosen = vllm
-            else:
-                sglang.context(number, line)
-                vllm.context(number, line)
+            chosen = next((reader for f, reader in readers if f.claims(line)), None)
+            if chosen is None:
+                for _, reader in readers:
+                    reader.context(number, line)
                 continue
         chosen.feed(number, line)
     if chosen is None:
@@ -104,15 +96,15 @@ def read_server_log(
 
 def _empty(path: Path) -> TraceError:
     return TraceError(
-        f"{path} is empty.", "There is no trace to split into phases.", f"Pass {FORMATS}."
+        f"{path} is empty.", "There is no trace to split into phases.", f"Pass {registry.described()}."
     )
 
 
 def _json_objects(path: Path, lines: list[str]) -> list[tuple[int, Any]]:
     whole = "\n".join(lines)
     try:
-        obj = json.loads(whole)
-    except (json.JSONDecodeError, RecursionError):
+        obj = loads(whole)
+    except BadJson:
         pass
     else:
         if isinstance(obj, list):
@@ -123,70 +115,87 @@ def _json_objects(path: Path, lines: list[str]) -> list[tuple[int, Any]]:
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
-            objects.append((number, json.loads(line)))
-        except json.JSONDecodeError as error:
+            objects.append((number, loads(line)))
+        except BadJson as error:
             raise TraceError(
-                f"{path}:{number}: not valid JSON ({error.msg} at column {error.colno}).",
+                f"{path}:{number}: {error}.",
                 "A JSONL trace needs one complete JSON object per line.",
-                "Fix or remove the line (a recorder killed mid-write leaves a truncated last line).",
-            ) from None
-        except RecursionError:
-            raise TraceError(
-                f"{path}:{number}: JSON nested too deeply to read.",
-                "A per-request trace holds flat objects with lists of numbers.",
-                "Pass the trace as the recorder or bench_serving wrote it.",
+                "Fix or remove the line, or pass the trace as the recorder or bench_serving wrote it.",
             ) from None
     return objects
 
 
-def _json_traces(path: Path, lines: list[str]) -> tuple[Trace, ...]:
+def _json_traces(path: Path, lines: list[str], forced: JsonFormat | None = None) -> tuple[Trace, ...]:
     objects = _json_objects(path, lines)
-    if objects and is_bench_object(objects[0][1]):
-        bench = [(n, o) for n, o in objects if is_bench_object(o)]
-        if len(bench) != len(objects):
-            bad = next(n for n, o in objects if not is_bench_object(o))
-            raise TraceError(
-                f"{path}:{bad}: a bench_serving result line without 'ttfts'/'itls'.",
-                "",
-                "Run bench_serving with --output-details, or pass only such results.",
-            )
-        return parse_bench_json(path, bench)
-    if len(objects) == 1 and isinstance(objects[0][1], dict) and "submit_time" not in objects[0][1]:
+    for json_format in (forced,) if forced is not None else registry.JSON_FORMATS:
+        if forced is not None or json_format.claims(objects):
+            return json_format.read(path, lines, objects)
+    raise TraceError(
+        f"{path}: a JSON object that is neither bench_serving --output-details output (no "
+        "'ttfts'/'itls') nor a per-request trace (no 'submit_time').",
+        "",
+        f"Pass {registry.described()}.",
+    )
+
+
+def _claimed_by_a_log_format(lines: list[str]) -> bool:
+    return any(f.claims(line) for line in lines for f in registry.LINE_FORMATS)
+
+
+def _forced(path: Path, format_name: str | None) -> LineFormat | JsonFormat | None:
+    if format_name is None:
+        return None
+    found = registry.format_named(format_name)
+    if found is None:
         raise TraceError(
-            f"{path}: a JSON object that is neither bench_serving --output-details output (no "
-            "'ttfts'/'itls') nor a per-request trace (no 'submit_time').",
+            f"--format {format_name!r} is not a format ncuflow phases reads.",
             "",
-            f"Pass {FORMATS}.",
+            f"Give one of: {', '.join(registry.format_names())}, or leave --format out to detect it.",
         )
-    return parse_request_jsonl(path, lines)
+    return found
 
 
-def load_traces(path: Path, *, skip_malformed: bool = False) -> tuple[Trace, ...]:
+def load_traces(
+    path: Path, *, skip_malformed: bool = False, format_name: str | None = None
+) -> tuple[Trace, ...]:
+    """The traces of one input, in the format it is detected to be (or ``format_name``)."""
+    forced = _forced(path, format_name)
     with open_trace(path) as handle:
         first = _first_meaningful(handle)
         if first is None:
             raise _empty(path)
         handle.seek(0)
-        if _json_like(first[1]):
-            size = handle.seek(0, 2)
-            handle.seek(0)
-            if size <= MAX_JSON_BYTES:
-                text = handle.read().decode("utf-8", "replace")
-                lines = [line.removesuffix("\r") for line in text.split("\n")]
-                if lines and not lines[-1]:
-                    lines.pop()
-                if not looks_like_sglang(lines) and not looks_like_vllm(strip_ansi(x) for x in lines):
-                    return _json_traces(path, lines)
-                handle.seek(0)
-            else:
-                try:
-                    return read_server_log(path, handle, skip_malformed=skip_malformed)
-                except TraceError:
-                    raise TraceError(
-                        f"{path} holds {size:,} bytes and starts like JSON, more than the "
-                        f"{MAX_JSON_BYTES >> 20} MiB ncuflow reads as a per-request trace, and "
-                        "it is no server log.",
-                        "A JSON trace is read whole, into memory.",
-                        "Split it into one file per run (JSONL lines can be split anywhere).",
-                    ) from None
+        if isinstance(forced, LineFormat):
+            return read_server_log(path, handle, skip_malformed=skip_malformed, forced=forced)
+        if isinstance(forced, JsonFormat) or _json_like(first[1]):
+            return _json_file(path, handle, skip_malformed, forced, first[1])
         return read_server_log(path, handle, skip_malformed=skip_malformed)
+
+
+def _json_file(
+    path: Path, handle: BinaryIO, skip_malformed: bool, forced: JsonFormat | None, first_line: str
+) -> tuple[Trace, ...]:
+    """A file that starts like JSON: read whole as JSON unless it is a server log after all."""
+    size = handle.seek(0, 2)
+    handle.seek(0)
+    if size <= MAX_JSON_BYTES and forced in (None, jsonl.FORMAT) and jsonl.looks_like_request_jsonl(first_line):
+        return jsonl.parse_request_jsonl(path, jsonl.file_lines(path, handle))  # streamed, in bounded memory
+    if size <= MAX_JSON_BYTES:
+        text = handle.read().decode("utf-8", "replace")
+        lines = [line.removesuffix("\r") for line in text.split("\n")]
+        if lines and not lines[-1]:
+            lines.pop()
+        if forced is not None or not _claimed_by_a_log_format(lines):
+            return _json_traces(path, lines, forced)
+        handle.seek(0)
+        return read_server_log(path, handle, skip_malformed=skip_malformed)
+    try:
+        return read_server_log(path, handle, skip_malformed=skip_malformed)
+    except TraceError:
+        raise TraceError(
+            f"{path} holds {size:,} bytes and starts like JSON, more than the "
+            f"{MAX_JSON_BYTES >> 20} MiB ncuflow reads as a per-request trace, and "
+            "it is no server log.",
+            "A JSON trace is read whole, into memory.",
+            "Split it into one file per run (JSONL lines can be split anywhere).",
+        ) from None

@@ -21,7 +21,11 @@ from ncuflow.phases.model import (
     closed_loop_reconciliation,
     config_gaps,
 )
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.floor import flag_below_floor
+from ncuflow.phases.model.session import summarise_session
+from ncuflow.phases.model.traces import ServiceCounts
+from ncuflow.phases.parse import registry
 from ncuflow.phases.report import (
     FileReport,
     PhasesReport,
@@ -56,8 +60,9 @@ def analyse_file(
     batch_tolerance: float,
     output_tokens: int | None,
     skip_malformed: bool,
+    format_name: str | None = None,
 ) -> FileReport:
-    traces = load_traces(path, skip_malformed=skip_malformed)
+    traces = load_traces(path, skip_malformed=skip_malformed, format_name=format_name)
     runs, notes = _analyse_traces(
         traces,
         decode_log_interval=decode_log_interval,
@@ -82,6 +87,8 @@ def analyse_file(
         bench_reconciliation=bench_rec,
         file_notes=tuple(notes),
         server_rows=rows,
+        capabilities=header.capabilities,
+        session=summarise_session(runs, header.service),
     )
 
 
@@ -94,6 +101,8 @@ class _FileHeader:
     clock_origin: str
     time_resolution_s: float | None
     bench: BenchSummary | None
+    capabilities: Capabilities | None
+    service: ServiceCounts
 
 
 def _file_header(traces: Sequence[Trace]) -> _FileHeader:
@@ -102,23 +111,26 @@ def _file_header(traces: Sequence[Trace]) -> _FileHeader:
     ranks: list[str] = []
     clock = ""
     source_format = ""
+    capabilities = None
+    service = ServiceCounts()
     for trace in traces:
         clock = trace.clock_origin
         source_format = _source_format(trace)
         if isinstance(trace, ServerTrace):
+            capabilities = trace.capabilities
+            service = trace.service
             bench = trace.bench
             resolution = trace.time_resolution_s
             if trace.rank:
                 ranks.append(trace.rank)
-    return _FileHeader(source_format, tuple(ranks), clock, resolution, bench)
+    return _FileHeader(source_format, tuple(ranks), clock, resolution, bench, capabilities, service)
 
 
 def _source_format(trace: Trace) -> str:
     if isinstance(trace, ServerTrace):
-        return f"{'SGLang' if trace.engine == 'sglang' else 'vLLM'} server log"
-    if trace.source_format == "jsonl":
-        return "per-request streaming trace (JSONL)"
-    return "bench_serving --output-details JSON"
+        return trace.capabilities.title
+    found = registry.format_named(trace.source_format)
+    return found.title if found is not None else trace.source_format
 
 
 def _analyse_traces(
@@ -148,6 +160,7 @@ def _analyse_traces(
                     notes.append(event.text)
         else:
             assert isinstance(trace, RequestTrace)
+            notes.extend(note for note in trace.notes if note not in notes)
             runs.append(
                 analyse_request_trace(
                     trace,
@@ -183,7 +196,7 @@ def _admissions_by_rank(traces: Sequence[Trace]) -> dict[str, tuple[float, ...]]
     return {
         trace.rank: tuple(s.time_s for s in trace.samples if s.kind == "prefill")
         for trace in traces
-        if isinstance(trace, ServerTrace) and trace.engine == "sglang" and trace.rank
+        if isinstance(trace, ServerTrace) and trace.capabilities.prefill_lines and trace.rank
     }
 
 
@@ -225,6 +238,7 @@ def build_report(
     decode_log_interval: int = 40,
     batch_tolerance: float = 0.05,
     skip_malformed: bool = False,
+    format_name: str | None = None,
 ) -> PhasesReport:
     label_for = per_input(labels, len(paths), "--label")
     tokens_for = per_input(output_tokens, len(paths), "--output-tokens")
@@ -238,6 +252,7 @@ def build_report(
                 batch_tolerance=batch_tolerance,
                 output_tokens=int(tokens) if tokens is not None else None,
                 skip_malformed=skip_malformed,
+                format_name=format_name,
             )
         )
     runs = amortization_runs(files)

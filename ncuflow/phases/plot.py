@@ -8,6 +8,8 @@ from pathlib import Path
 
 import matplotlib
 
+from ncuflow.phases.model.results import SegmentKind
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
@@ -15,29 +17,35 @@ from matplotlib.patches import Patch
 
 from ncuflow.files import OutputError, atomic_path, guard_output, png_recogniser
 from ncuflow.phases import TraceError
-from ncuflow.phases.model import PhaseSpan, RunAnalysis
+from ncuflow.phases.model import PhaseSpan, RunAnalysis, Segment
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.report import FileReport, PhasesReport
 
 PHASE_COLOURS = {
     "ramp": "#f4a259",
+    "prefill": "#e9c46a",
     "warm-up": "#d1495b",
     "steady": "#5b9e6b",
     "mixed": "#c9d98f",
     "burst": "#9b7fc8",
+    "overload": "#8c510a",
     "drain": "#b0b0b0",
 }
 PHASE_NAMES = {
     "ramp": "admission ramp",
-    "warm-up": "warm-up (last admission → first Decode line)",
+    "prefill": "the ramp's last admission: its own prefill",
+    "warm-up": "warm-up (left after that prefill and ordinary decode steps)",
     "steady": "steady decode",
     "mixed": "full batch + admissions",
     "burst": "burst (a peak not held: rise and peak)",
+    "overload": "overload (requests waiting at a full KV cache)",
     "drain": "drain (and tails)",
 }
 NO_STEADY = {
+    "overload": ": requests waited at a full KV cache (overload{pushed})",
     "retraction": ": the KV cache filled up and retractions saw-tooth the batch",
     "traceback": ": the run ends in a traceback while still admitting",
-    "vllm-windows": ": every 10-s vLLM window also processed prompts",
+    "windows": ": every {window}-s {server} window also processed prompts",
     "bursts": ": the batch rose and fell in bursts, holding no level",
     "admissions": ": requests were admitted between every two statistics lines",
 }
@@ -78,22 +86,43 @@ def _spans(run: RunAnalysis) -> list[PhaseSpan]:
         return [s for s in (run.ramp, run.steady, run.mixed, run.drain) if s is not None]
     spans: list[PhaseSpan] = []
     for segment in run.segments:
-        if segment.kind == "burst":
+        if segment.kind is SegmentKind.BURST:
             start = segment.rise.start_s if segment.rise is not None else segment.plateau.start_s
             spans.append(PhaseSpan("burst", start, segment.plateau.end_s))
             if segment.drain is not None:
                 spans.append(segment.drain)
             continue
+        if segment.kind is SegmentKind.OVERLOAD:
+            if segment.rise is not None:
+                spans.append(PhaseSpan("ramp", segment.rise.start_s, segment.rise.end_s))
+            spans.append(PhaseSpan("overload", segment.plateau.start_s, segment.plateau.end_s))
+            if segment.drain is not None:
+                spans.append(segment.drain)
+            continue
         if segment.ramp is not None:
             spans.append(segment.ramp)
-        if segment.warmup is not None:
-            spans.append(segment.warmup)
+        spans.extend(_warmup_spans(segment))
         if segment.mixed_s > 0:
             spans.append(PhaseSpan("mixed", segment.plateau.start_s, segment.plateau.end_s))
         if segment.steady is not None:
             spans.append(segment.steady)
         if segment.drain is not None:
             spans.append(segment.drain)
+    return spans
+
+
+def _warmup_spans(segment: Segment) -> list[PhaseSpan]:
+    """The warm-up interval as the reconciliation splits it: the last admission's own
+    prefill, then what is left after it and the ordinary decode steps (drawn red)."""
+    warmup = segment.warmup
+    if warmup is None:
+        return []
+    start = warmup.start_s
+    prefill = segment.warmup_prefill_s or 0.0
+    excess = segment.warmup_excess_s if segment.warmup_excess_s is not None else warmup.duration_s
+    spans = [PhaseSpan("prefill", start, start + prefill)] if prefill > 0 else []
+    if excess > 0:
+        spans.append(PhaseSpan("warm-up", start + prefill, min(start + prefill + excess, warmup.end_s)))
     return spans
 
 
@@ -129,8 +158,25 @@ def plot_file(file: FileReport) -> plt.Figure:
     _mark_floor(bottom, with_timeline)
     _limit_per_token_axis(bottom, with_timeline)
     _mark_events(top, bottom, with_timeline, shade_runs)
-    _finish(figure, top, bottom, file, with_timeline, used, len(ranks))
+    queue = _draw_queue(top, with_timeline)
+    _finish(figure, top, bottom, file, with_timeline, used, len(ranks), queue)
     return figure
+
+
+def _draw_queue(top: Axes, runs: Sequence[RunAnalysis]) -> Axes | None:
+    """Requests waiting for admission (#queue-req, vLLM Waiting) on a right-hand axis of
+    their own, where any line shows a queue."""
+    points = sorted(
+        (p.time_s, p.queued) for r in runs for p in r.timeline if p.queued is not None and p.kind != "prefill"
+    )
+    if not any(q for _, q in points):
+        return None
+    axis = top.twinx()
+    axis.step([t for t, _ in points], [q for _, q in points], where="post", color="#555555",
+              lw=0.9, ls="--", label="waiting (queue, right axis)")
+    axis.set_ylabel("requests waiting", color="#555555")
+    axis.set_ylim(bottom=0)
+    return axis
 
 
 def _draw_ranks(
@@ -139,7 +185,7 @@ def _draw_ranks(
     """Batch size (and admissions) on top, per-token time below, one colour per rank."""
     colours = plt.get_cmap("tab10")
     thin = len(ranks) >= 4
-    admission_label = "Prefill line" if file.source_format.startswith("SGLang") else "admission"
+    admission_label = "Prefill line" if file.capabilities is not None and file.capabilities.prefill_lines else "admission"
     for index, rank in enumerate(ranks):
         colour = colours(index % 10)
         rank_runs = [r for r in runs if (r.rank or "") == rank]
@@ -256,6 +302,7 @@ def _finish(
     runs: Sequence[RunAnalysis],
     used: set[str],
     ranks: int,
+    queue: Axes | None = None,
 ) -> None:
     top.set_ylabel("requests in batch")
     bottom.set_ylabel("per-token time (ms)")
@@ -268,12 +315,14 @@ def _finish(
     ]
     line_handles, _ = top.get_legend_handles_labels()
     line_handles += bottom.get_legend_handles_labels()[0]
+    if queue is not None:
+        line_handles += queue.get_legend_handles_labels()[0]
     if ranks > 8:
         handles.append(Patch(color="none", label=f"(+{ranks - 8} more ranks, unlabelled)"))
     top.legend(
         handles=line_handles + handles,
         loc="upper left",
-        bbox_to_anchor=(1.005, 1.0),
+        bbox_to_anchor=(1.07 if queue is not None else 1.005, 1.0),
         fontsize=8,
         framealpha=0.9,
     )
@@ -326,8 +375,21 @@ def _title(name: str, file: FileReport) -> str:
     else:
         kinds = [r.no_steady_kind for r in file.runs if r.no_steady_kind]
         why = NO_STEADY.get(kinds[0], "") if kinds else ""
+        caps = file.capabilities
+        if caps is not None:
+            why = why.format(window=f"{caps.stats_window_s or 0:g}", server=caps.server,
+                             pushed=_pushed_words(file, caps))
         line += f"\nno steady decode phase{why} (see the text report)"
     return line
+
+
+def _pushed_words(file: FileReport, caps: Capabilities) -> str:
+    pushed = sum(r.preempted for r in file.runs)
+    if not pushed:
+        return ""
+    if any(s.preemption_inferred for r in file.runs for s in r.segments):
+        return f"; at least {pushed} requests preempted, inferred"
+    return f"; {pushed} requests pushed back: {caps.preemption_word}s"
 
 
 def _printable(name: str) -> str:

@@ -5,7 +5,8 @@ The text tables are in ``ncuflow.phases.text``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,15 @@ from ncuflow.phases.model import (
     Segment,
     Term,
 )
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.results import ServerRequests
+from ncuflow.phases.model.session import SessionSummary
+from ncuflow.phases.selection import RunSelection
+
+# 1: before issue 32 (no version key); 2: + schema_version, format_name, capabilities,
+# session, runs_total, runs_index; runs may be a selection of a long session's runs
+# (``--runs``); overload, arrival and prefill keys. Every older key keeps its name and type.
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -101,6 +110,8 @@ class FileReport:
     bench_reconciliation: Reconciliation | None
     file_notes: tuple[str, ...]
     server_rows: tuple[ServerRow, ...] = ()
+    capabilities: Capabilities | None = None  # a server log's format; None for request traces
+    session: SessionSummary | None = None  # every run of the file together
 
 
 @dataclass(frozen=True)
@@ -165,6 +176,17 @@ _SEGMENT_JSON_KEYS: tuple[str, ...] = (
     "headline_token_s",
     "headline_method",
     "below_floor",
+    "warmup_prefill_s",
+    "warmup_prefill_tokens",
+    "warmup_decode_s",
+    "overload_s",
+    "overload_token_s",
+    "overload_tokens",
+    "overload_weighted_s",
+    "queued_max",
+    "kv_usage_max",
+    "preempted",
+    "preemption_inferred",
 )
 
 
@@ -194,6 +216,10 @@ def _plain(value: Any) -> Any:
         return [_plain(item) for item in value]
     if isinstance(value, Reconciliation):
         return _reconciliation_dict(value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, Enum):
+        return value.value
     return value
 
 
@@ -222,6 +248,41 @@ def _reconciliation_dict(value: Reconciliation) -> dict[str, Any]:
         "unexplained_share": value.residual_share,
         "terms": [_plain(term) for term in value.terms],
         "requests": value.requests,
+    }
+
+
+def _file_dict(f: FileReport, selection: RunSelection) -> dict[str, Any]:
+    shown = selection.pick(f.runs)
+    return {
+        "path": f.path,
+        "format": f.source_format,
+        "format_name": f.capabilities.name if f.capabilities is not None else None,
+        "capabilities": _plain(f.capabilities),
+        "config": f.config,
+        "ranks": list(f.ranks),
+        "clock_origin": f.clock_origin,
+        "time_resolution_s": f.time_resolution_s,
+        "bench": None if f.bench is None else f.bench.__dict__,
+        "bench_reconciliation": _plain(f.bench_reconciliation),
+        "notes": list(f.file_notes),
+        "runs": [run_to_dict(r) for r in shown],
+        "runs_total": len(f.runs),
+        "runs_index": runs_index(f.runs),
+        "session": _plain(f.session),
+        "server_rows": [_plain(row) for row in f.server_rows],
+    }
+
+
+def runs_index(runs: Sequence[RunAnalysis]) -> dict[str, list[Any]]:
+    """Every run of a file in a few columns (bounded: the runs ncuflow keeps)."""
+    return {
+        "run_label": [r.run_label for r in runs],
+        "run_index": [r.run_index for r in runs],
+        "start_s": [r.start_s for r in runs],
+        "end_s": [r.end_s for r in runs],
+        "peak_batch": [r.peak_batch for r in runs],
+        "headline_token_s": [r.headline_token_s for r in runs],
+        "overload_s": [r.overload_s for r in runs],
     }
 
 
@@ -264,6 +325,14 @@ def run_to_dict(run: RunAnalysis) -> dict[str, Any]:
         "headline_method",
         "lone_request_token_s",
         "server_requests",
+        "warmup_prefill_s",
+        "arrivals",
+        "overload",
+        "overload_s",
+        "overload_token_s",
+        "overload_weighted_s",
+        "preempted",
+        "queue_causes",
     ]
     data = {key: _plain(getattr(run, key)) for key in keys}
     data["segments"] = [_plain(s) for s in run.segments]
@@ -272,25 +341,14 @@ def run_to_dict(run: RunAnalysis) -> dict[str, Any]:
     return data
 
 
-def report_to_dict(report: PhasesReport) -> dict[str, Any]:
+def report_to_dict(report: PhasesReport, selection: RunSelection | None = None) -> dict[str, Any]:
+    """The report as JSON-ready data (``SCHEMA_VERSION``); a long session's ``runs`` are
+    those ``selection`` picks, every run is in ``runs_index`` (columns)."""
+    selection = selection or RunSelection()
     return {
+        "schema_version": SCHEMA_VERSION,
         "decode_log_interval": report.decode_log_interval,
-        "files": [
-            {
-                "path": f.path,
-                "format": f.source_format,
-                "config": f.config,
-                "ranks": list(f.ranks),
-                "clock_origin": f.clock_origin,
-                "time_resolution_s": f.time_resolution_s,
-                "bench": None if f.bench is None else f.bench.__dict__,
-                "bench_reconciliation": _plain(f.bench_reconciliation),
-                "notes": list(f.file_notes),
-                "runs": [run_to_dict(r) for r in f.runs],
-                "server_rows": [_plain(row) for row in f.server_rows],
-            }
-            for f in report.files
-        ],
+        "files": [_file_dict(f, selection) for f in report.files],
         "amortization": [
             {
                 "config": a.config,

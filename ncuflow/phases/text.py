@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ncuflow.phases.model import Distribution, PhaseSpan, Reconciliation, RunAnalysis, Segment, Term
+from ncuflow.phases.model.results import SegmentKind
 from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
+from ncuflow.phases.selection import RunSelection
+from ncuflow.phases.text_session import service_lines, session_lines
 
 
 def _ms(seconds: float | None, digits: int = 2) -> str:
@@ -25,6 +29,19 @@ def _span(span: PhaseSpan | None, resolution_s: float | None = None) -> str:
     if resolution_s is not None and resolution_s >= 0.5 and span.duration_s < resolution_s:
         return f"<{resolution_s:g} s"
     return _s(span.duration_s)
+
+
+def _warmup(span: PhaseSpan | None, excess_s: float | None, resolution_s: float | None) -> str:
+    """The warm-up column: what is left of the interval from the ramp's last admission to
+    the first Decode line after its own prefill and the ordinary decode steps (the value
+    the reconciliation uses); "<1 s" where coarse timestamps cannot tell it."""
+    if span is None:
+        return "—"
+    value = span.duration_s if excess_s is None else excess_s
+    coarse = resolution_s is not None and resolution_s >= 0.5
+    if coarse and resolution_s is not None and (span.duration_s < resolution_s or value < resolution_s):
+        return f"<{resolution_s:g} s"
+    return _s(value)
 
 
 def _dist_ms(dist: Distribution | None, flagged: bool = False, headline: float | None = None,
@@ -90,43 +107,55 @@ def reconciliation_line(rec: Reconciliation) -> str:
     )
 
 
+SegmentCell = Callable[[Segment, float | None], str]
+
+
+def _phase_cell(phase: str) -> SegmentCell:
+    """A segment's per-token time in one phase (flagged where below the lone-request time)."""
+
+    def cell(s: Segment, _: float | None) -> str:
+        return _dist_ms(getattr(s, f"{phase}_token_s"), phase in s.below_floor)
+
+    return cell
+
+
+def _steady_cell(s: Segment, _: float | None) -> str:
+    steady = s.steady_token_s if s.steady is not None else None
+    return _dist_ms(steady, "steady" in s.below_floor, s.headline_token_s, s.headline_method)
+
+
+# (header, the segment kinds that make the column appear (None: always), the cell)
+SEGMENT_COLUMNS: tuple[tuple[str, tuple[SegmentKind, ...] | None, SegmentCell], ...] = (
+    ("kind", (SegmentKind.BURST, SegmentKind.OVERLOAD), lambda s, r: str(s.kind)),
+    ("level", None, lambda s, r: str(s.level)),
+    ("ramp", None, lambda s, r: _span(s.ramp, r)),
+    ("warm-up", None, lambda s, r: _warmup(s.warmup, s.warmup_excess_s, r)),
+    ("steady", None, lambda s, r: _s(s.steady_s) if s.steady_s > 0 and s.steady is not None else "—"),
+    ("steady per-token", None, _steady_cell),
+    ("mixed", None, lambda s, r: _s(s.mixed_s) if s.mixed_s > 0 else "—"),
+    ("mixed per-token", None, _phase_cell("mixed")),
+    ("burst per-token", (SegmentKind.BURST,), _phase_cell("burst")),
+    ("overload", (SegmentKind.OVERLOAD,), lambda s, r: _s(s.overload_s) if s.overload_s > 0 else "—"),
+    ("overload per-token", (SegmentKind.OVERLOAD,), _phase_cell("overload")),
+    ("drain", None, lambda s, r: _span(s.drain, r)),
+    ("drain per-token", None, _phase_cell("drain")),
+    ("accept", None, lambda s, r: "—" if s.accept_len is None else f"{s.accept_len:.2f}"),
+)
+
+
 def _segment_rows(runs: Sequence[RunAnalysis], resolution_s: float | None) -> list[list[str]]:
-    bursts = any(s.kind == "burst" for run in runs for s in run.segments)
-    header = ["run", "seg"] + (["kind"] if bursts else []) + [
-        "level",
-        "ramp",
-        "warm-up",
-        "steady",
-        "steady per-token",
-        "mixed",
-        "mixed per-token",
-    ] + (["burst per-token"] if bursts else []) + ["drain", "drain per-token", "accept"]
-    rows = [header]
+    kinds = {s.kind for run in runs for s in run.segments}
+    columns = [c for c in SEGMENT_COLUMNS if c[1] is None or kinds & set(c[1])]
+    rows = [["run", "seg", *(header for header, _, _ in columns)]]
     for run in runs:
         shown = len(run.segments) > 1 or any(
-            s.mixed_s > 0 or s.drain_token_s is not None for s in run.segments
+            s.mixed_s > 0 or s.drain_token_s is not None or s.overload_s > 0 for s in run.segments
         )
         for segment in run.segments if shown else ():
-            rows.append(_segment_row(run.run_label, segment, resolution_s, bursts))
+            rows.append(
+                [run.run_label, str(segment.index), *(cell(segment, resolution_s) for _, _, cell in columns)]
+            )
     return rows
-
-
-def _segment_row(label: str, s: Segment, resolution_s: float | None, bursts: bool) -> list[str]:
-    flagged = set(s.below_floor)
-    steady = s.steady_token_s if s.steady is not None else None
-    return [label, str(s.index)] + ([s.kind] if bursts else []) + [
-        str(s.level),
-        _span(s.ramp, resolution_s),
-        _span(s.warmup, resolution_s),
-        _s(s.steady_s) if s.steady_s > 0 and s.steady is not None else "—",
-        _dist_ms(steady, "steady" in flagged, s.headline_token_s, s.headline_method),
-        _s(s.mixed_s) if s.mixed_s > 0 else "—",
-        _dist_ms(s.mixed_token_s, "mixed" in flagged),
-    ] + ([_dist_ms(s.burst_token_s, "burst" in flagged)] if bursts else []) + [
-        _span(s.drain, resolution_s),
-        _dist_ms(s.drain_token_s, "drain" in flagged),
-        "—" if s.accept_len is None else f"{s.accept_len:.2f}",
-    ]
 
 
 def _server_table(rows: Sequence[ServerRow]) -> list[str]:
@@ -169,10 +198,17 @@ def _itl_cross_check(file: FileReport) -> str | None:
     return line
 
 
-def render_text(report: PhasesReport) -> str:
+def render_text(report: PhasesReport, selection: RunSelection | None = None) -> str:
+    """The report as text; a log of many runs shows its summary and the runs ``selection``
+    picks (by default a few that stand out)."""
+    selection = selection or RunSelection()
     out: list[str] = []
     for file in report.files:
-        out.extend(_file_lines(file))
+        shown = selection.pick(file.runs)
+        out.append(_header(file))
+        out.extend(_summary_lines(file, selection, len(shown)))
+        if shown:
+            out.extend(_file_lines(replace(file, runs=shown))[1:])
         out.append("")
     out.extend(_amortization_lines(report))
     return "\n".join(out).rstrip() + "\n"
@@ -212,20 +248,46 @@ def _main_flagged(run: RunAnalysis) -> bool:
     )
 
 
-def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool) -> list[str]:
+def _ttft_cell(run: RunAnalysis) -> str:
+    """The server's own TTFT median, or the bounds the arrival lines give (``≤`` an upper one)."""
+    if run.ttft_s is not None:
+        return _ms(run.ttft_s.median, 0)
+    arrivals = run.arrivals
+    if arrivals is None or arrivals.ttft_high_s is None:
+        return "—"
+    high = arrivals.ttft_high_s.median
+    low = arrivals.ttft_low_s.median if arrivals.ttft_low_s is not None else None
+    scale, unit = (1000, "ms") if high < 10 else (1, "s")
+    digits = 0 if unit == "ms" else 1
+    if low is None:
+        return f"≤{high * scale:.{digits}f} {unit}"
+    return f"{low * scale:.{digits}f}–{high * scale:.{digits}f} {unit}"
+
+
+def _overload_cell(run: RunAnalysis) -> str:
+    """The run's overload stretches: their time and median per-token time."""
+    if run.overload_s <= 0:
+        return "—"
+    per_token = run.overload_token_s
+    return _s(run.overload_s) + (f", {_ms(per_token.median)}" if per_token is not None else "")
+
+
+def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool, with_overload: bool) -> list[str]:
     row = [
         run.run_label,
         "—" if run.start_s is None else f"t+{run.start_s:.0f}s",
         str(run.peak_batch) if run.peak_batch else "—",
         "—" if run.steady_batch is None else f"{run.steady_batch:g}",
         _span(run.ramp, resolution_s),
-        _span(run.warmup, resolution_s),
+        _warmup(run.warmup, run.warmup_excess_s, resolution_s),
         _span(run.steady, resolution_s),
         _dist_ms(run.steady_token_s, _main_flagged(run), run.headline_token_s, run.headline_method),
         "not seen" if any(c.startswith("drain not visible") for c in run.cannot) else _span(run.drain, resolution_s),
-        _ms(run.ttft_s.median, 0) if run.ttft_s else "—",
+        _ttft_cell(run),
         _ms(run.harness_tpot_s),
     ]
+    if with_overload:
+        row.insert(-3, _overload_cell(run))
     if with_segment:
         main = f"{run.main_segment} of {len(run.segments)}" if run.main_segment and len(run.segments) > 1 else ""
         row.insert(1, main)
@@ -250,19 +312,39 @@ def _legend(file: FileReport) -> list[str]:
     return lines
 
 
+def _summary_lines(file: FileReport, selection: RunSelection, shown: int) -> list[str]:
+    """A session's summary (or, for a log of a few runs, what its server refused)."""
+    session = file.session
+    if session is None:
+        return []
+    if selection.is_session(file.runs):
+        return session_lines(session, shown, selection.words())
+    service = session.service
+    if service.rejections or service.errors or any(status >= 400 for status, _ in service.http_status):
+        return service_lines(service)
+    return []
+
+
 def _file_lines(file: FileReport) -> list[str]:
     out = [_header(file)]
     resolution = file.time_resolution_s
     with_segment = any(len(r.segments) > 1 for r in file.runs)
-    columns = [*RUN_COLUMNS[:1], "seg", *RUN_COLUMNS[1:]] if with_segment else RUN_COLUMNS
-    out.extend(_table([columns] + [_run_row(run, resolution, with_segment) for run in file.runs]))
+    with_overload = any(r.overload_s > 0 for r in file.runs)
+    columns = list(RUN_COLUMNS)
+    if with_overload:
+        columns.insert(-3, "overload (per-token)")
+    if with_segment:
+        columns.insert(1, "seg")
+    out.extend(_table([columns] + [_run_row(run, resolution, with_segment, with_overload) for run in file.runs]))
     if file.server_rows:
         out.extend(_server_table(file.server_rows))
     segment_rows = _segment_rows(file.runs, resolution)
     if len(segment_rows) > 1:
+        overload = any(r.overload_s > 0 for r in file.runs)
         out.append(
-            "  segments (one per #running-req plateau or burst; steady/mixed = time without/with "
-            "admissions):"
+            "  segments (one per #running-req plateau"
+            + (", burst or overload stretch" if overload else " or burst")
+            + "; steady/mixed = time without/with admissions):"
         )
         out.extend(_table(segment_rows, indent="    "))
     out.extend(_legend(file))
@@ -288,11 +370,17 @@ def _file_lines(file: FileReport) -> list[str]:
 
 def _reconciliation_lines(file: FileReport) -> list[str]:
     recs = [(r.run_label, r.reconciliation) for r in file.runs if r.reconciliation is not None]
+    recs += [
+        (f"{r.run_label} seg {s.index}", s.reconciliation)
+        for r in file.runs
+        for s in r.segments
+        if s.reconciliation is not None
+    ]
     if not recs and file.bench_reconciliation is None:
         return []
     out = [
-        "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, burst, drain)"
-        " + (ramp wait + warm-up)/(N − 1):"
+        "  reconciliation  TPOT ≈ Σ share × per-token time (steady, mixed, burst, overload, drain)"
+        " + (ramp wait + last prefill + warm-up)/(N − 1):"
     ]
     for label, rec in recs:
         assert rec is not None

@@ -17,6 +17,7 @@ from typing import Literal
 
 from ncuflow import __version__
 from ncuflow.errors import NcuflowError
+from ncuflow.files.patterns import linear_engine
 from ncuflow.host import has_nvidia_smi, package_version, query_gpus
 from ncuflow.profile.ncu import find_ncu, ncu_version
 from ncuflow.read.reportfile import ncu_install_python_dirs
@@ -139,6 +140,10 @@ def check_packages() -> list[Check]:
         else:
             checks.append(Check(module, "info", "not installed (the flashinfer cells are skipped)",
                                 "pip install 'ncuflow[flashinfer]'"))
+    engine = linear_engine()
+    checks.append(Check("google-re2", "ok", f"kernel patterns searched in linear time by {engine}") if engine else
+                  Check("google-re2", "warn", "not installed: kernel patterns (--kernel) are searched by Python's re, "
+                        "which has no time bound", "pip install google-re2"))
     return checks
 
 

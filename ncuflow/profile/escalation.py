@@ -2,7 +2,7 @@
 ``sweep`` here and ``sweep --ray`` alike.
 
 A run of the decisive tier 1 is judged when it is stored: its manifest's ``Escalation``
-counts the launches the model leaves undecided (``undecided``: the largest term just below
+counts the launches the model (of the version it records) leaves undecided (``undecided``: the largest term just below
 the on-wall threshold, or none computed). For such a run tier 2 is profiled into
 ``STORE/.tier2/`` with an ``Escalation(tier=2, of_run=…)`` naming the run it escalates;
 every reader merges the two (``ncuflow.store.tier2_runs_of`` finds the tier-2 run,
@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ncuflow.analyze.classify import classify, undecided
+from ncuflow.analyze.classify import MODEL_VERSION, classify, undecided
 from ncuflow.errors import NcuflowError
 from ncuflow.profile.ncu import DECISIVE, DECISIVE_TIER2, NcuOptions
 from ncuflow.profile.orchestrate import StoredRun, profile
@@ -44,7 +44,7 @@ def tier2_options(options: NcuOptions) -> NcuOptions:
 def judge(launches: Sequence[Launch], threshold: float) -> Escalation:
     """Tier 1's escalation of a run: how many of its launches the model leaves undecided."""
     return Escalation(tier=1, undecided=sum(undecided(classify(launch, threshold)) for launch in launches),
-                      launches=len(launches))
+                      launches=len(launches), model=MODEL_VERSION)
 
 
 def decider(settings: ProfileSettings) -> Callable[[NcuOptions, tuple[Launch, ...]], Escalation | None]:
@@ -87,8 +87,10 @@ def needs_tier2(run: RunRecord) -> bool | None:
     if not escalates(run.manifest.collection.options) or tiers.tier2_runs_of(run):
         return False
     found = run.manifest.provenance.escalation
-    if found is not None and found.needed is not None:
+    if found is not None and found.needed is not None and found.model == MODEL_VERSION:
         return found.needed
+    if found is not None and found.needed is not None:
+        return None  # judged by another version of the model: judged again
     return False if tiers.legacy_escalation_checked(run) else None
 
 

@@ -9,6 +9,11 @@ from pathlib import Path
 
 from ncuflow.errors import NcuflowError
 
+# NVIDIA's code for "this user may not read the GPU performance counters", as ncu prints it.
+COUNTER_PERMISSION_CODE = "ERR_NVGPUCTRPERM"
+# How MetricNotFound's paragraph begins its complaint (callers that read it from a log match this).
+UNKNOWN_METRIC_WORDS = "does not know the metric(s)"
+
 
 class NcuNotFound(NcuflowError):
     """No ncu executable could be found."""
@@ -23,7 +28,7 @@ class NcuFailed(NcuflowError):
 class CounterPermissionDenied(NcuFailed):
     def __init__(self, log_path: Path | None = None) -> None:
         super().__init__(
-            "ncu could not read the GPU performance counters (ERR_NVGPUCTRPERM).",
+            f"ncu could not read the GPU performance counters ({COUNTER_PERMISSION_CODE}).",
             "The NVIDIA driver restricts counter access to administrators "
             "(RmProfilingAdminOnly=1), which is the default on most Linux installs and in "
             "containers started without the needed capability." + _see_log(log_path),
@@ -56,7 +61,7 @@ class MetricNotFound(NcuFailed):
     def __init__(self, metrics: Sequence[str], ncu_version: str | None, log_path: Path | None = None) -> None:
         names = ", ".join(metrics)
         super().__init__(
-            f"ncu {ncu_version or ''} does not know the metric(s) {names}.".replace("  ", " "),
+            f"ncu {ncu_version or ''} {UNKNOWN_METRIC_WORDS} {names}.".replace("  ", " "),
             "Metric names differ across GPU architectures and Nsight Compute versions, and "
             "ncu refuses the whole collection when one name is unknown." + _see_log(log_path),
             "Run `ncu --query-metrics` on this GPU to see the names it accepts, then profile "
@@ -155,7 +160,8 @@ _APP_CODE = re.compile(r"The application returned an error code \((-?\d+)\)")
 _FAILED_METRIC = re.compile(r"Failed to find metric\s+(\S+)")
 
 
-_REGEX_NAME = re.compile(r"^regex:\^?([A-Za-z0-9_]+(?:__[A-Za-z0-9_]+)?(?:\\?\.[A-Za-z0-9_]+)*)")
+# the name inside ncu's regex for it; a `breakdown:` request keeps its prefix (ncu's own syntax)
+_REGEX_NAME = re.compile(r"^regex:\^?((?:breakdown:)?[A-Za-z0-9_]+(?:__[A-Za-z0-9_]+)?(?:\\?\.[A-Za-z0-9_]+)*)")
 
 
 def _metric_from_token(token: str) -> str:
@@ -203,7 +209,7 @@ def parse_log(text: str) -> LogFindings:
         errors=tuple(errors),
         warnings=tuple(warnings),
         profiled_kernels=profiled,
-        permission_denied="ERR_NVGPUCTRPERM" in text,
+        permission_denied=COUNTER_PERMISSION_CODE in text,
         no_kernels="No kernels were profiled" in text,
         failed_metrics=tuple(failed),
         driver_problem=driver if (driver and (joined or app_code is not None)) else None,

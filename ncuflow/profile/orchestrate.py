@@ -45,6 +45,7 @@ from ncuflow.profile.process import (
     LogFollower,
     Progress,
     StopSignal,
+    read_log,
     reap_leftovers,
     spawn_in_new_session,
     stop_process_group,
@@ -194,10 +195,7 @@ class _Execution:
             self.proc = None
 
     def _finish(self, pending: store.PendingRun, returncode: int) -> StoredRun:
-        try:
-            text = pending.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            text = ""
+        text = read_log(pending.log_path)  # bounded: a program may write gigabytes
         failed_log = pending.final_path.parent / f"{store.FAILED_PREFIX}{self.plan.run_id}" / store.LOG_NAME
         launches, error = self._judge(pending, text, returncode, failed_log)
         if error is not None:

@@ -324,8 +324,9 @@ class Collection:
 
 
 def collections() -> dict[str, Collection]:
+    from ncuflow.profile.history import FIRST_DECISIVE_METRICS
     from ncuflow.read.deep_metrics import OCCUPANCY_METRICS, ROOFLINE_METRICS, STALL_METRICS
-    from ncuflow.read.metrics import decisive_metric_names, field_metric_names
+    from ncuflow.read.metrics import decisive_metric_names
 
     tier1, tier2 = decisive_metric_names(1), decisive_metric_names(2)
     return {
@@ -335,8 +336,8 @@ def collections() -> dict[str, Collection]:
         "tier2": Collection("tier2", tier2, (), "the escalation run's metrics alone"),
         "decisive+tier2": Collection("decisive+tier2", (*tier1, *tier2), (),
                                      "tiers 1 and 2 together (what the model has after escalation)"),
-        "fields": Collection("fields", field_metric_names(), (),
-                             "the first decisive list (every field's first choice and NVIDIA's SOL top-levels)"),
+        "fields": Collection("fields", FIRST_DECISIVE_METRICS, (),
+                             "the first decisive list, before the tiers: what the H200 reference runs collected"),
         "full": Collection("full", None, (), "everything the report holds (ncu's --set full)"),
         # issue 22: what the roofline and the "why does it wait" evidence read (ncuflow.read.deep_metrics)
         "roofline": Collection("roofline", ROOFLINE_METRICS, (),

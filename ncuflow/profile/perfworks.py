@@ -149,6 +149,22 @@ class _NumPasses(_Params):
                 ("numPasses", _size_t))
 
 
+class _MetricNames(_Params):
+    _fields_ = (("structSize", _size_t), ("pPriv", _vp), ("pMetricsEvaluator", _vp), ("metricType", ctypes.c_uint8),
+                ("pMetricNames", ctypes.POINTER(ctypes.c_char)), ("pMetricNameBeginIndices", ctypes.POINTER(_size_t)),
+                ("numMetrics", _size_t))
+
+
+class _ThroughputProperties(_Params):
+    _fields_ = (("structSize", _size_t), ("pPriv", _vp), ("pMetricsEvaluator", _vp),
+                ("throughputMetricIndex", _size_t), ("pDescription", _cp), ("hwUnit", ctypes.c_uint32),
+                ("numCounters", _size_t), ("pCounterIndices", ctypes.POINTER(_size_t)),
+                ("numSubThroughputs", _size_t), ("pSubThroughputIndices", ctypes.POINTER(_size_t)))
+
+
+_COUNTER, _THROUGHPUT = 0, 2  # NVPW_MetricType
+
+
 # ----------------------------------------------------------------------------- finding it
 
 
@@ -305,6 +321,30 @@ class ChipEvaluator:
             result = tuple((required[i] or b"").decode() for i in range(deps.numRawDependencies))
         self._cache[metric] = result
         return result
+
+    def _names(self, metric_type: int) -> tuple[str, ...]:
+        params = _MetricNames(pMetricsEvaluator=self._handle, metricType=metric_type)
+        self.perfworks._check("NVPW_MetricsEvaluator_GetMetricNames", params, f"list the metrics of {self.chip}")
+        base = ctypes.addressof(params.pMetricNames.contents)
+        return tuple(ctypes.string_at(base + params.pMetricNameBeginIndices[i]).decode()
+                     for i in range(params.numMetrics))
+
+    def throughput_counters(self, throughput: str) -> tuple[str, ...]:
+        """The counters a throughput metric (``sm__throughput``) is the max of, through its
+        sub-throughputs: NVIDIA's speed-of-light breakdown on this chip. Empty for an unknown name."""
+        counters, throughputs = self._names(_COUNTER), self._names(_THROUGHPUT)
+        found: dict[str, None] = {}
+        pending = [throughput]
+        while pending:
+            name = pending.pop()
+            if name not in throughputs:
+                continue
+            params = _ThroughputProperties(pMetricsEvaluator=self._handle, throughputMetricIndex=throughputs.index(name))
+            self.perfworks._check("NVPW_MetricsEvaluator_GetThroughputMetricProperties", params,
+                                  f"break {name} down on {self.chip}")
+            found.update((counters[params.pCounterIndices[i]], None) for i in range(params.numCounters))
+            pending.extend(throughputs[params.pSubThroughputIndices[i]] for i in range(params.numSubThroughputs))
+        return tuple(found)
 
     def passes(self, raw_counters: Iterable[str]) -> int:
         """Counter passes Perfworks schedules for these raw counters (0 for none)."""

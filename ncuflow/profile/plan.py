@@ -155,7 +155,8 @@ def plan_job(job: ProfileJob, settings: ProfileSettings, *, dry_run: bool = Fals
     representation: Path | None = None
     if isinstance(job.target, CellTarget):
         representation = tmp / REPRESENTATION_FILE
-        app: Sequence[str] = [sys.executable, "-m", "ncuflow.cells.cellrun", spec.text(),
+        # -P: the current folder is not on the runner's sys.path (a folder named ncuflow there is not imported)
+        app: Sequence[str] = [sys.executable, "-P", "-m", "ncuflow.cells.cellrun", spec.text(),
                               "--representation-out", str(representation), *settings.cells.runner_args()]
     else:
         app = job.target.argv

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
-from typing import IO
+from typing import IO, BinaryIO
 
 from ncuflow.files import process_group_alive
 
@@ -130,14 +131,45 @@ def reap_leftovers(proc: subprocess.Popen[bytes]) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+# ncu's own lines are short; a profiled program may write anything (1.2 GB without a newline,
+# 48 million lines): a log is scanned in chunks for ncu's lines (a regular expression, at C
+# speed), and of a line longer than MAX_LINE_BYTES only its head is kept across chunks.
+MAX_LINE_BYTES = 64 << 10
+READ_CHUNK_BYTES = 1 << 20
+# What is kept of a log for judging a run: ncu's own lines up to this many bytes, and the
+# program's last lines (for the error message and the causes its output names).
+NCU_LINES_BYTES = 16 << 20
+PROGRAM_TAIL_LINES = 200
+_NCU_LINE = re.compile(rb"^==[^\n]*", re.M)
+_PROGRESS_LINE = ("==PROF==", "==ERROR==", "==WARNING==")
+
+
+class _LineScanner:
+    """ncu's lines (those starting ``==``) of a stream fed in chunks, in bounded memory."""
+
+    def __init__(self) -> None:
+        self.partial = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        data = self.partial + chunk
+        cut = data.rfind(b"\n") + 1
+        self.partial = data[cut:][:MAX_LINE_BYTES]
+        return [found[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip() for found in _NCU_LINE.findall(data, 0, cut)]
+
+
 class LogFollower:
-    """Hands new complete lines of the growing log to a progress callback."""
+    """Hands new complete lines ncu wrote into the growing log to a progress callback, in bounded
+    memory and time (``_LineScanner``)."""
 
     def __init__(self, path: Path, progress: Progress | None) -> None:
         self.path = path
         self.progress = progress
         self.offset = 0
-        self.partial = b""
+        self._scanner = _LineScanner()
+
+    @property
+    def partial(self) -> bytes:
+        return self._scanner.partial
 
     def poll(self) -> None:
         if self.progress is None:
@@ -145,16 +177,45 @@ class LogFollower:
         try:
             with open(self.path, "rb") as handle:
                 handle.seek(self.offset)
-                chunk = handle.read()
+                while chunk := handle.read(READ_CHUNK_BYTES):
+                    self.offset += len(chunk)
+                    for text in self._scanner.feed(chunk):
+                        if text.startswith(_PROGRESS_LINE) and self.progress is not None:
+                            self.progress(text)
         except OSError:
             return
-        self.offset += len(chunk)
-        data = self.partial + chunk
-        *lines, self.partial = data.split(b"\n")
-        for line in lines:
-            text = line.decode("utf-8", "replace").rstrip()
-            if text.startswith("==PROF==") or text.startswith("==ERROR==") or text.startswith("==WARNING=="):
-                self.progress(text)
+
+
+def _program_tail(handle: BinaryIO, size: int) -> list[str]:
+    """The program's last lines (not ncu's), each cut at ``MAX_LINE_BYTES``, from the log's end."""
+    start = max(0, size - PROGRAM_TAIL_LINES * 512)
+    handle.seek(start)
+    lines = handle.read().split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # begun mid-line
+    own = [line[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip("\r") for line in lines
+           if line and not line.startswith(b"==")]
+    return own[-PROGRAM_TAIL_LINES:]
+
+
+def read_log(path: Path) -> str:
+    """What judging a run needs of its ncu log, read in bounded memory: every line ncu wrote
+    (``==...``, up to ``NCU_LINES_BYTES``) and the program's last ``PROGRAM_TAIL_LINES`` lines,
+    each cut at ``MAX_LINE_BYTES``; "" where the log cannot be read."""
+    scanner, ncu, kept = _LineScanner(), [], 0
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            while kept < NCU_LINES_BYTES and (chunk := handle.read(READ_CHUNK_BYTES)):
+                for text in scanner.feed(chunk):
+                    ncu.append(text)
+                    kept += len(text)
+            if scanner.partial.startswith(b"==") and kept < NCU_LINES_BYTES:  # a last line without newline
+                ncu.append(scanner.partial.decode("utf-8", "replace").rstrip())
+            program = _program_tail(handle, size)
+    except OSError:
+        return ""
+    return "\n".join([*ncu, *program])
 
 
 def wait_for_exit(proc: subprocess.Popen[bytes], timeout: float, follower: LogFollower) -> int | None:

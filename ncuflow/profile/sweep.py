@@ -35,6 +35,7 @@ from ncuflow.cells.contract import CellSpec
 from ncuflow.cells.source import CellSource
 from ncuflow.errors import UsageError
 from ncuflow.files import read_small_file
+from ncuflow.files.patterns import pattern_problem
 from ncuflow.profile import DEFAULT_TIMEOUT_S
 from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
@@ -137,11 +138,7 @@ def _is_names(value: Any) -> bool:
 def _is_regex(value: Any) -> bool:
     if not _is_name(value):
         return False
-    try:
-        re.compile(value)
-    except re.error:
-        return False
-    return True
+    return pattern_problem(value) is None
 
 
 def _one_of(values: Sequence[str]) -> Rule:
@@ -168,7 +165,8 @@ NCU_RULES: dict[str, Rule] = {
     "metrics": Rule("a metric name or a list of metric names (strings)", _is_names),
     "launch_count": Rule("an integer >= 1", lambda v: _is_int(v, 1)),
     "launch_skip": Rule("an integer >= 0", lambda v: _is_int(v, 0)),
-    "kernel": Rule("one regular expression (a string that compiles)", _is_regex),
+    "kernel": Rule("one regular expression ncuflow can search in linear time (RE2: no backreference, "
+                   "no lookaround)", _is_regex),
     "nvtx": Rule("an NVTX expression or a list of them (strings)", _is_names),
 }
 

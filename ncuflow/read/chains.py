@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Literal
 
+from ncuflow.terms import check_term
+
 Combine = Literal["value", "sum", "ratio", "product", "formula"]
 
 
@@ -89,12 +91,106 @@ def _label(source: Source) -> str:
     return text
 
 
+Kind = Literal[
+    "count",  # things counted (bytes, sectors, instructions ...): a whole number, Int64 in the export
+    "percent",  # a % of peak (0–100 % per unit, NVIDIA's figures)
+    "share",  # a % that is a share of a whole (hits of all sectors): never outside 0–100 %
+    "ratio",  # one count over another
+    "rate",  # per second: clocks, bandwidths, FLOP/s; a peak is one of these
+    "time",  # ns
+    "attribute",  # of the launch or the device: grid, block, registers, SM count ...
+    "throughput",  # one hardware unit's % of peak: a sub-unit of NVIDIA's speed-of-light figures
+]
+ToleranceClass = Literal["exact", "near_exact", "bytes", "rate", "time"]
+# What cannot be, checked once per launch (``ncuflow.read.sanity``): a whole count in 0 … 2⁶³,
+# a share clamped into 0–100 %, a positive peak, a ratio over requests undefined at 0 requests,
+# the DRAM peak at the rated clock for HBM.
+Sanity = Literal["whole", "share", "positive", "per_request", "rated_peak"]
+_KIND_SANITY: dict[str, Sanity] = {"count": "whole", "share": "share"}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How replay stability, explain and compare judge a field (``ncuflow.analyze.fields``)."""
+
+    cls: ToleranceClass
+    floor: float = 0.0  # absolute floor of the noise band, in the field's unit
+    reference: str | None = None  # judge the spread against this field's median
+    work: bool = False  # counts as work in explain's work condition
+    identity: bool = False  # launches that differ in it did different work (``analyze.work``)
+    why: str = ""  # the measurements behind the class, floor and reference
+
+
+@dataclass(frozen=True)
+class Display:
+    """How a field is shown: its column label and decimals, and where it appears by rank."""
+
+    label: str | None = None  # short column header of console tables
+    digits: int | None = None  # fixed decimals (None: 4 significant digits)
+    classify: int | None = None  # rank among ``ncuflow classify``'s columns and --json keys
+    evidence: int | None = None  # rank among explain's and compare's evidence lines (1–3: the headline work)
+    plot: bool = False  # drawn by the sweep plot's work panel
+    stand_in: str | None = None  # a field shown, marked, in its column where this one is missing
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a total that is the sum of the kinds a chip has (``Derived``)."""
+
+    field: str
+    since: float  # the first compute capability that has this kind (0: every chip)
+    kind: str  # what it counts, for notes: "LDGSTS (cp.async)"
+
+
 @dataclass(frozen=True)
 class CanonicalField:
+    """One row of the counter table: everything ncuflow knows about one counter.
+
+    ``sources`` is its alias chain (each a way to read the same events; the first complete
+    one wins and is kept as provenance). A field with ``parts`` has no chain: it is the
+    sum of the kinds its chip has, each a field of its own (``ncuflow.read.sanity``).
+    """
+
     name: str
     unit: str
     sources: tuple[Source, ...]
     description: str
+    kind: Kind = "rate"
+    tolerance: Tolerance | None = None  # None: not judged by stability, explain or compare
+    tier: int | None = None  # the decisive tier that collects its first choice (1, 2), or None
+    sanity: Sanity | None = None  # None: the kind's rule (counts whole, shares clamped)
+    terms: tuple[str, ...] = ()  # the max-model terms it feeds (``ncuflow.terms``)
+    display: Display = Display()
+    parts: tuple[Part, ...] = ()  # a total of per-kind fields (``global_ld_inst``)
+    wall: bool = True  # a throughput sub-unit that bounds time (False: one its class leaves out)
+    unit_id: str | None = None  # the hardware unit a throughput reads, where two terms read one unit
+
+    def __post_init__(self) -> None:
+        for term in self.terms:
+            check_term(term)
+        if self.tier not in (None, 1, 2):
+            raise ValueError(f"{self.name}: the decisive collection has tiers 1 and 2, not {self.tier}")
+        if self.sanity is None and self.kind in _KIND_SANITY:
+            object.__setattr__(self, "sanity", _KIND_SANITY[self.kind])
+        if self.kind == "throughput" and len(self.terms) != 1:
+            raise ValueError(f"{self.name}: a throughput sub-unit feeds exactly one term")
+
+    @property
+    def first_choice(self) -> tuple[str, ...]:
+        """The raw metrics of the chain's first source (what a collection asks ncu for)."""
+        return self.sources[0].metrics if self.sources else ()
+
+    @property
+    def is_count(self) -> bool:
+        return self.kind == "count"
+
+    @property
+    def positive(self) -> bool:
+        """Whether a source giving 0 or less is passed over (a peak: its sanity rule)."""
+        return self.sanity == "positive"
+
+
+Counter = CanonicalField  # the row's name in the docs: one counter, one row
 
 
 def single_sources(*names: str, scale: float = 1.0) -> tuple[Source, ...]:
@@ -108,7 +204,8 @@ def resolve(
     """Resolve one field through its alias chain.
 
     ``lookup`` returns a raw metric's value, or None where the report has no value
-    for it. Returns ``(value, provenance)``, or ``(None, None)`` when no source in the
+    for it. A source that gives no number (a division by 0), or 0 or less for a field that
+    must be positive (a peak), is passed over. Returns ``(value, provenance)``, or ``(None, None)`` when no source in the
     chain is complete.
     """
     for source in field.sources:
@@ -120,6 +217,6 @@ def resolve(
             raw.append(value)
         else:
             combined = raw[0] * source.scale if source.op == "value" else source.combine(tuple(raw))
-            if combined is not None and math.isfinite(combined):
+            if combined is not None and math.isfinite(combined) and (combined > 0 or not field.positive):
                 return combined, source.text
     return None, None

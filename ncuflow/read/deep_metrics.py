@@ -24,7 +24,7 @@ A field whose counters the report lacks is missing, never 0.
 
 from __future__ import annotations
 
-from ncuflow.read.chains import CanonicalField, Source, single_sources
+from ncuflow.read.chains import CanonicalField, Display, Source, single_sources
 
 _SASS = "smsp__sass_thread_inst_executed_op_{}_pred_on"
 _PEAK = "sm__sass_thread_inst_executed_op_{}_pred_on.sum.peak_sustained"
@@ -59,11 +59,13 @@ def _flop_fields() -> tuple[CanonicalField, ...]:
         found.append(CanonicalField(
             f"flops_{precision}", "flop", _flop_sources(ops),
             f"{precision} floating-point operations ({' + '.join(f'{w:g}×{op}' for op, w in ops)}, predicated-on threads)",
+            kind="count", terms=("math",),
         ))
         found.append(CanonicalField(
             f"peak_flops_{precision}", "flop/s",
             (Source((_PEAK.format(fma), _SM_CLOCK), "product", fma_flop),),
             f"{precision} peak of the chip at the launch's SM clock ({fma} peak per cycle × {fma_flop:g} × clock)",
+            terms=("math",),
         ))
     tensor = "smsp__inst_executed_pipe_tensor.sum"
     found.append(CanonicalField(
@@ -75,11 +77,13 @@ def _flop_fields() -> tuple[CanonicalField, ...]:
                    TENSOR_FLOP_PER_INST * 1e-9),
         ),
         "tensor-core operations, 512 per tensor-pipe instruction (ncu's tensor roofline approximation)",
+        kind="count", terms=("math",),
     ))
     found.append(CanonicalField(
         "peak_flops_tensor", "flop/s",
         (Source(("sm__inst_executed_pipe_tensor.sum.peak_sustained", _SM_CLOCK), "product", TENSOR_FLOP_PER_INST),),
         "tensor-core peak at the launch's SM clock (tensor-pipe instructions per cycle × 512 × clock)",
+        terms=("math",),
     ))
     return tuple(found)
 
@@ -106,6 +110,7 @@ TRAFFIC_FIELDS: tuple[CanonicalField, ...] = (
             Source(("derived__l1tex__lsu_writeback_bytes.sum.per_second", _DURATION), "product", 1e-9),
         ),
         "bytes the L1/TEX cache returned to the SM for global and local loads (ncu's L1 roofline traffic)",
+        kind="count", terms=("l1",),
     ),
     CanonicalField(
         "l1_peak_bw", "byte/s",
@@ -119,7 +124,7 @@ TRAFFIC_FIELDS: tuple[CanonicalField, ...] = (
             Source((f"{_WRITEBACK_OLD}.peak_sustained", "l1tex__cycles_elapsed.avg.per_second"), "product", 128.0),
             _peak_from_pct(_WRITEBACK_OLD, f"{_WRITEBACK_OLD}.pct_of_peak_sustained_elapsed", 128.0),
         ),
-        "peak L1/TEX writeback bandwidth to the SM at the launch's clock",
+        "peak L1/TEX writeback bandwidth to the SM at the launch's clock", terms=("l1",),
     ),
     CanonicalField(
         "l2_bytes", "byte",
@@ -128,6 +133,7 @@ TRAFFIC_FIELDS: tuple[CanonicalField, ...] = (
             Source((f"{_XBAR_READ}.per_second", _DURATION), "product", 1e-9),
         ),
         "bytes the L1/TEX caches read from L2 over the crossbar (ncu's L2 roofline traffic)",
+        kind="count", terms=("l2",),
     ),
     CanonicalField(
         "l2_peak_bw", "byte/s",
@@ -135,7 +141,7 @@ TRAFFIC_FIELDS: tuple[CanonicalField, ...] = (
             Source((f"{_XBAR_READ}.peak_sustained", "lts__cycles_elapsed.avg.per_second"), "product"),
             _peak_from_pct(_XBAR_READ, f"{_XBAR_READ}.pct_of_peak_sustained_elapsed"),
         ),
-        "peak L2-to-L1 read bandwidth at the launch's clock",
+        "peak L2-to-L1 read bandwidth at the launch's clock", terms=("l2",),
     ),
 )
 
@@ -148,37 +154,40 @@ OCCUPANCY_FIELDS: tuple[CanonicalField, ...] = (
     CanonicalField(
         "occupancy_theoretical_pct", "%", single_sources("sm__maximum_warps_per_active_cycle_pct"),
         "theoretical occupancy: warps the launch configuration allows per SM, % of the SM's maximum",
+        kind="percent", display=Display(label="theor. occ. %", digits=1),
     ),
     CanonicalField(
         "occupancy_achieved_pct", "%", single_sources("sm__warps_active.avg.pct_of_peak_sustained_active"),
         "achieved occupancy: warps active per active cycle, % of the SM's maximum",
+        kind="percent", display=Display(label="achieved occ. %", digits=1),
     ),
     CanonicalField(
         "warps_per_sm_theoretical", "warp", single_sources("sm__maximum_warps_avg_per_active_cycle"),
-        "warps the launch configuration allows per SM",
+        "warps the launch configuration allows per SM", display=Display(digits=1),
     ),
     CanonicalField(
         "max_warps_per_sm", "warp", single_sources("device__attribute_max_warps_per_multiprocessor"),
-        "the SM's maximum resident warps",
+        "the SM's maximum resident warps", kind="attribute",
     ),
     *(
         CanonicalField(
             f"occupancy_limit_{limit}", "block/SM", single_sources(f"launch__occupancy_limit_{limit}"),
-            f"blocks per SM the {limit.replace('_', ' ')} of the launch allow",
+            f"blocks per SM the {limit.replace('_', ' ')} of the launch allow", kind="attribute",
         )
         for limit in OCCUPANCY_LIMITS
     ),
     CanonicalField(
         "waves_per_sm", "wave", single_sources("launch__waves_per_multiprocessor"),
-        "waves of blocks per SM at the theoretical occupancy",
+        "waves of blocks per SM at the theoretical occupancy", kind="ratio", display=Display(digits=2),
     ),
     CanonicalField(
         "eligible_warps_per_cycle", "warp", single_sources("smsp__warps_eligible.avg.per_cycle_active"),
-        "warps ready to issue per scheduler per active cycle",
+        "warps ready to issue per scheduler per active cycle", kind="ratio", display=Display(digits=2),
     ),
     CanonicalField(
         "warp_cycles_per_issue", "cycle", single_sources("smsp__average_warp_latency_per_inst_issued.ratio"),
-        "cycles a warp spends between two issued instructions (the sum of its stall reasons)",
+        "cycles a warp spends between two issued instructions (the sum of its stall reasons)", kind="ratio",
+        display=Display(digits=1),
     ),
 )
 
@@ -195,7 +204,8 @@ STALL_FIELDS: tuple[CanonicalField, ...] = tuple(
     CanonicalField(
         f"stall_{reason}", "warp/issue",
         single_sources(f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"),
-        f"warps stalled on {reason.replace('_', ' ')} per issued instruction",
+        f"warps stalled on {reason.replace('_', ' ')} per issued instruction", kind="ratio",
+        display=Display(digits=2),
     )
     for reason in STALL_REASONS
 )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ncuflow.errors import NcuflowError
+from ncuflow.files.safe_text import shortened
 from ncuflow.read.launch import Launch
 
 if TYPE_CHECKING:  # the store is imported when a run is read, not with this module
@@ -42,14 +43,50 @@ def merge_launches(first: Launch, second: Launch) -> Launch:
                    breakdown={**second.breakdown, **first.breakdown})
 
 
+def _mismatch(first: Launch, second: Launch, index: int) -> str | None:
+    """Why two launches are not one launch seen twice: another kernel, another device, another
+    launch configuration (None: they match)."""
+    if (first.kernel.mangled or first.kernel.function) != (second.kernel.mangled or second.kernel.function):
+        return (f"launch {index} is {shortened(first.kernel.function, 80)!r} in tier 1 and "
+                f"{shortened(second.kernel.function, 80)!r} in tier 2")
+    if (first.device.name, first.device.compute_capability) != (second.device.name, second.device.compute_capability):
+        return (f"tier 1 ran on {first.device.name or 'an unknown GPU'} (compute capability "
+                f"{first.device.compute_capability or '?'}), tier 2 on {second.device.name or 'an unknown GPU'} "
+                f"({second.device.compute_capability or '?'})")
+    for name in ("grid_size", "block_size"):  # where both runs collected it
+        if None not in (first.value(name), second.value(name)) and first.value(name) != second.value(name):
+            return f"launch {index}'s {name} is {first.value(name)} in tier 1 and {second.value(name)} in tier 2"
+    return None
+
+
 def merge_tiers(first: Sequence[Launch], second: Sequence[Launch],
                 second_report: Path | str) -> tuple[tuple[Launch, ...], str | None]:
-    """Tier 1's launches merged pairwise with tier 2's, in report order; where the counts differ
-    they cannot be paired: tier 1's alone, and why."""
+    """Tier 1's launches merged pairwise with tier 2's, in report order, where each pair is one
+    launch seen twice (the same kernel, device and launch configuration); otherwise they cannot
+    be paired: tier 1's alone, and why."""
     if len(second) != len(first):
         return tuple(first), (f"its tier-2 escalation ({second_report}) holds {len(second)} launches, tier 1 "
                               f"{len(first)}; the launches cannot be paired, so tier 1 is used alone")
+    for index, (a, b) in enumerate(zip(first, second, strict=True)):
+        problem = _mismatch(a, b, index)
+        if problem is not None:
+            return tuple(first), (f"its tier-2 escalation ({second_report}) is not of the same launches: {problem}; "
+                                  "its values are not used, so tier 1 is used alone")
     return tuple(merge_launches(a, b) for a, b in zip(first, second, strict=True)), None
+
+
+def tier2_problem(record: RunRecord) -> str | None:
+    """Why the run's tier-2 escalation is not merged (another GPU's report, other kernels, another
+    number of launches, an unreadable escalation), or None: what ``store check`` reports."""
+    from ncuflow.read.extract import read_launches
+
+    try:
+        second_report = tier2_report(record)
+        if second_report is None:
+            return None
+        return merge_tiers(read_launches(record.report_path), read_launches(second_report), second_report)[1]
+    except NcuflowError as error:
+        return f"its tier-2 escalation cannot be used: {error}"
 
 
 def tier2_report(record: RunRecord) -> Path | None:

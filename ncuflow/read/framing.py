@@ -10,9 +10,11 @@ corpus does, from ncu 2019 to 2025); a copy or a write cut short ends inside a b
 
 ``check_framing`` walks the block headers only (it seeks over the payloads), so it costs a
 few reads per block whatever the report's size; on the way it adds up the results (launches)
-the headers count (field 2, ``NumResults``), what ``ncuflow.read.jobs`` weighs reading by. It says ``whole``, ``cut`` (the file ends
-inside a block: where, and how much is missing) or ``unknown`` (the bytes do not follow
-this layout: a newer format, or not a report; the reader decides). A file cut exactly
+the headers count (field 2, ``NumResults``), what ``ncuflow.read.jobs`` weighs reading by. It
+says ``whole``, ``cut`` (the file ends inside a block: where, and how much is missing),
+``unreadable`` (it cannot be opened or read: no permission, an I/O error; its size unknown,
+never "empty") or ``unknown`` (the bytes do not follow this layout: a newer format, or not a
+report; the reader decides). A file cut exactly
 between two blocks is whole by its framing; ``ncu_report`` then reads the blocks it holds.
 
 Plain standard library: the store checks its runs' reports with it (``store.inspect_run``).
@@ -20,6 +22,7 @@ Plain standard library: the store checks its runs' reports with it (``store.insp
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import struct
@@ -33,7 +36,7 @@ NUM_RESULTS_FIELD = 2  # BlockHeader.NumResults
 MAX_HEADER_BYTES = 256 * 2**20  # a header's length beyond this is not this layout
 NO_SIGNATURE = "it does not start with the report signature NVR\\0"
 
-Verdict = Literal["whole", "cut", "unknown"]
+Verdict = Literal["whole", "cut", "unknown", "unreadable"]
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,11 @@ class Framing:
 
     @property
     def problem(self) -> str | None:
-        """One clause for a file that is cut short, empty or no report at all; None for a whole
-        one and for a layout this check does not know (the reader decides)."""
+        """One clause for a file that is cut short, empty, no report at all or cannot be read (no
+        permission: never "empty"); None for a whole one and for a layout this check does not
+        know (the reader decides)."""
+        if self.verdict == "unreadable":
+            return self.detail
         if self.verdict == "cut":
             return f"it is cut short: {self.detail}"
         if self.verdict == "unknown" and self.size == 0:
@@ -112,8 +118,9 @@ def check_framing(path: Path) -> Framing:
     """Walk the framing of the report at ``path`` (a regular file; anything else is ``unknown``)."""
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-    except OSError as error:
-        return Framing("unknown", 0, 0, f"it cannot be opened ({error.strerror or error})")
+    except OSError as error:  # no permission: it cannot be read (never "empty"); gone: not this check's to say
+        verdict: Verdict = "unreadable" if error.errno in (errno.EACCES, errno.EPERM) else "unknown"
+        return Framing(verdict, 0, 0, f"it cannot be read ({error.strerror or error})")
     with os.fdopen(descriptor, "rb") as handle:
         status = os.fstat(handle.fileno())
         if not stat.S_ISREG(status.st_mode):
@@ -121,7 +128,7 @@ def check_framing(path: Path) -> Framing:
         try:
             return _walk(handle, status.st_size)
         except OSError as error:
-            return Framing("unknown", 0, status.st_size, f"it cannot be read ({error.strerror or error})")
+            return Framing("unreadable", 0, status.st_size, f"it cannot be read ({error.strerror or error})")
 
 
 def _walk(handle: BinaryIO, size: int) -> Framing:

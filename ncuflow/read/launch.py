@@ -66,7 +66,8 @@ class Launch:
 
     def __post_init__(self) -> None:
         # The one check of impossible values, whatever reader built the launch (``read.sanity``).
-        fixed = checked(self.values, self.provenance, self.missing, self.notes, self.not_numbers)
+        fixed = checked(self.values, self.provenance, self.missing, self.notes, self.not_numbers,
+                        self.device.compute_capability)
         if fixed is not None:
             values, provenance, missing, notes = fixed
             object.__setattr__(self, "values", values)

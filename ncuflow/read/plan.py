@@ -20,8 +20,8 @@ they are read; ``ncuflow.read.ncureport``: positions in ``ncu_report``'s name li
 Resolving through a plan gives what resolving each chain by name gives (``chains.resolve``),
 value for value, provenance and the metrics ncu stored as NaN included: a source is tried in
 order; its metrics are read in order up to the first that holds no finite number (or that the
-list lacks); the first source whose metrics all hold one, and whose arithmetic is defined,
-wins.
+list lacks); the first source whose metrics all hold one, and whose arithmetic is defined
+(and, for a field that must be positive, a peak, gives more than 0), wins.
 """
 
 from __future__ import annotations
@@ -36,13 +36,17 @@ from ncuflow.read.chains import Source
 
 
 class ChainField(Protocol):
-    """What a plan needs of a field: its name and its ordered alias chain."""
+    """What a plan needs of a field: its name, its ordered alias chain, and whether a source
+    giving 0 or less is passed over (``positive``: a peak, as ``chains.resolve`` does)."""
 
     @property
     def name(self) -> str: ...
 
     @property
     def sources(self) -> Sequence[Source]: ...
+
+    @property
+    def positive(self) -> bool: ...
 
 
 class MetricList(Protocol):
@@ -77,6 +81,7 @@ _Step = tuple[tuple[int, ...], bool, bool, Source]
 class PlannedField:
     name: str
     sources: tuple[PlannedSource, ...]  # the chain in order, less the sources with nothing to read
+    positive: bool = False  # a source giving 0 or less is passed over
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ class ReadPlan:
     metrics: MetricList = field(repr=False, compare=False)
     listed: dict[tuple[str, ...], tuple[tuple[str, int], ...]] = field(default_factory=dict, repr=False,
                                                                        compare=False)
-    steps: tuple[tuple[str, tuple[_Step, ...]], ...] = field(init=False, repr=False, compare=False)
+    steps: tuple[tuple[str, bool, tuple[_Step, ...]], ...] = field(init=False, repr=False, compare=False)
     # every metric looked up that the list lacks (the breakdown lists' names added as they are planned):
     # a launch read through this plan before its own list is known must lack them too
     lacking: set[str] = field(default_factory=set, repr=False, compare=False)
@@ -97,7 +102,8 @@ class ReadPlan:
     def __post_init__(self) -> None:
         # The fields as plain tuples, what ``resolve_planned`` walks for every launch.
         object.__setattr__(self, "steps", tuple(
-            (one.name, tuple((s.indices, s.complete, s.source.op == "value", s.source) for s in one.sources))
+            (one.name, one.positive,
+             tuple((s.indices, s.complete, s.source.op == "value", s.source) for s in one.sources))
             for one in self.fields))
 
     def index(self, name: str) -> int | None:
@@ -140,7 +146,7 @@ def plan_reading(metrics: MetricList, fields: Iterable[ChainField], extra: Itera
                 names[index] = metric
             if indices:
                 sources.append(PlannedSource(source, tuple(indices), len(indices) == len(source.metrics)))
-        planned.append(PlannedField(one.name, tuple(sources)))
+        planned.append(PlannedField(one.name, tuple(sources), one.positive))
     wanted = {name: metrics.index_of(name) for name in extra}
     names.update((index, name) for name, index in wanted.items() if index is not None)
     lacking.update(name for name, index in wanted.items() if index is None)
@@ -159,7 +165,7 @@ def resolve_planned(plan: ReadPlan, read: Callable[[int], float | None]) -> Reso
     provenance: dict[str, str] = {}
     missing: list[str] = []
     isfinite = math.isfinite
-    for name, steps in plan.steps:
+    for name, positive, steps in plan.steps:
         for indices, complete, as_is, source in steps:
             if as_is:  # one metric, times the source's scale (the chains' common case)
                 value = read(indices[0])
@@ -179,7 +185,7 @@ def resolve_planned(plan: ReadPlan, read: Callable[[int], float | None]) -> Reso
                     combined = source.combine(tuple(raw))
                 if len(raw) < len(indices):
                     continue
-            if combined is not None and isfinite(combined):
+            if combined is not None and isfinite(combined) and (combined > 0 or not positive):
                 values[name] = combined
                 provenance[name] = source.text
                 break

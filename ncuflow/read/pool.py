@@ -16,6 +16,10 @@ between their results. ``fresh_workers=True`` gives every task a process of its 
 instead, and this process reads none: what reading through ``ncu_report`` needs (it never
 frees a parsed report, and keeps a metric's unit per process, see ``ncuflow.read.units``).
 
+Reading through ``ncu_report`` is never done in this process, even for ``jobs=0``: it can abort
+its process on a damaged file (SIGABRT), which in a worker is a ``ReportError`` naming the file
+and here would end the command; a worker server whose warm-up crashed so is started again.
+
 An error raised by ``function`` is raised here, when its task is reached in input order,
 with its own message (which names the report); warnings it raises are raised again here.
 A worker that dies (killed, out of memory, a crash in native code) is a ``ReportError``
@@ -31,6 +35,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -61,6 +67,8 @@ Task = Path | str | tuple[Any, ...]
 WINDOW_PER_JOB = 4
 # Tasks sent ahead to a lasting worker, so that it has the next while this process reads.
 TASKS_IN_FLIGHT = 2
+# A worker server that died (ncu_report's warm-up crashed on a report) is started again this often.
+SERVER_RESTARTS = 5
 # While a worker is starting, how often this process looks whether it has started.
 _START_POLL_S = 0.005
 _PRELOAD = ["ncuflow.read.extract", "ncuflow.read.fileaction", "ncuflow.read.schema", "ncuflow.read.pool"]
@@ -98,7 +106,7 @@ def prestart(function: Callable[..., Any], reports: Sequence[Task], *, jobs: int
     and the reading modules' imports, which then overlap the command's own. Once per process."""
     fresh = fresh_workers or reads_with_ncu_report()
     jobs = workers_for(jobs, reports, through_ncu_report=fresh)
-    if jobs and (len(reports) > 1 or fresh):
+    if fresh or (jobs and len(reports) > 1):  # ncu_report: always in workers (map_reports)
         _context(function, reports, fresh, preload)
 
 
@@ -110,7 +118,15 @@ class _Worker:
 
         self.connection, child = context.Pipe()
         self.process = context.Process(target=worker_main, args=(child, fresh), daemon=True)
-        self.process.start()
+        for attempt in range(SERVER_RESTARTS + 1):
+            try:
+                self.process.start()
+                break
+            except (EOFError, ConnectionError):  # the worker server died: its ncu_report warm-up crashed on a
+                if attempt == SERVER_RESTARTS:  # file. Once it is gone, the next start starts it again without
+                    raise  # the warm-up, and that report is read (and crashes) in a worker of its own
+                time.sleep(0.05 * (attempt + 1))
+                self.process = context.Process(target=worker_main, args=(child, fresh), daemon=True)
         child.close()
         self.tasks: list[int] = []
         self.fresh = fresh
@@ -174,8 +190,16 @@ def _stop_started(future: concurrent.futures.Future[_Worker]) -> None:
         future.result().stop()
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "an unknown signal"
+
+
 def _died(report: Path, exitcode: int | None) -> ReportError:
-    how = f"was killed by signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exited with status {exitcode}"
+    how = (f"was killed by signal {-exitcode} ({_signal_name(-exitcode)})" if exitcode is not None and exitcode < 0
+           else f"exited with status {exitcode}")
     return ReportError(
         f"The worker process reading {report} {how} before it finished.",
         "Reports are read in worker processes; one died while reading this report: it ran out of "
@@ -211,6 +235,8 @@ def map_reports(
     """
     fresh_workers = fresh_workers or reads_with_ncu_report()
     jobs = workers_for(jobs, tasks, through_ncu_report=fresh_workers)
+    if fresh_workers and not jobs:  # ncu_report can abort its process on a damaged file: never this one
+        jobs = 1
     if not jobs or (len(tasks) == 1 and not fresh_workers):  # a worker would only add its start-up
         for index, task in enumerate(tasks):
             if progress is not None:

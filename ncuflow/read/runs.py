@@ -10,16 +10,16 @@ command goes through here, so none of them reads a damaged run or forgets a run'
 
 from __future__ import annotations
 
-import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ncuflow.errors import NcuflowError, NoReportsFound, UsageError
+from ncuflow.errors import NcuflowError, NoReportsFound
+from ncuflow.files.patterns import kernel_pattern
+from ncuflow.files.run_layout import MANIFEST_NAME, REPORT_NAME
 from ncuflow.read.launch import Launch
-from ncuflow.run_layout import MANIFEST_NAME, REPORT_NAME
 
 if TYPE_CHECKING:  # the store is imported where a path holds a store run, not for a plain report
     from ncuflow.store import RunRecord
@@ -87,20 +87,12 @@ class Loaded:
 
 
 def kernel_filter(pattern: str | None) -> Callable[[Launch], bool]:
-    """A predicate on launches: the kernel's function or demangled name matches ``pattern``."""
+    """A predicate on launches: the kernel's function or demangled name matches ``pattern``
+    (searched in linear time, ``ncuflow.files.patterns``; a pattern refused there is a usage error)."""
     if not pattern:
         return lambda launch: True
-    try:
-        compiled = re.compile(pattern)
-    except re.error as error:
-        raise UsageError(
-            f"--kernel {pattern!r} is not a valid regular expression: {error}.",
-            "The kernel filter is a Python regular expression searched in the kernel name.",
-            "Quote it in the shell, e.g. --kernel 'decode.*'.",
-        ) from error
-    return lambda launch: bool(
-        compiled.search(launch.kernel.function) or compiled.search(launch.kernel.demangled)
-    )
+    search = kernel_pattern(pattern).search
+    return lambda launch: search(launch.kernel.function) or search(launch.kernel.demangled)
 
 
 def manifest_kernel_filter(manifest: Manifest) -> Callable[[Launch], bool]:

@@ -13,7 +13,13 @@ Whatever reader built them, a ``Launch``'s fields pass through ``checked`` (its
   read as a counter, not a whole number, is missing, with a note (a count an alias chain
   derives by arithmetic, such as a FLOP rate times cycles, may be fractional);
 - a field whose source metrics ncu stored as NaN (a launch whose counters were not
-  collected) is missing with a note saying so, instead of "no source metric".
+  collected) is missing with a note saying so, instead of "no source metric";
+- a peak that is 0 is no peak: missing, with a note;
+- a total of kinds (``global_ld_inst``: LDG + LDGSTS + TMA loads) is the sum of the kinds
+  the launch's chip has; where the report lacks one of them the total is missing, with a
+  note naming it (a partial sum would read as a change of work between two collections).
+
+Which rule applies to a field is its row's ``sanity`` (``ncuflow.read.metrics``).
 
 Each note is keyed by the field's name (``Launch.notes``); the tables, ``classify
 --evidence`` / ``--json`` and the export carry them.
@@ -21,12 +27,19 @@ Each note is keyed by the field's name (``Launch.notes``); the tables, ``classif
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
-from ncuflow.read.metrics import FIELDS, FIELDS_BY_NAME, is_count
+from ncuflow.read.chains import CanonicalField, Part
+from ncuflow.read.metrics import FIELDS, FIELDS_BY_NAME
 
-# Percentages that are shares of a whole (hits of all sectors): nothing outside [0, 100] is one.
-SHARE_PERCENTAGES: tuple[str, ...] = ("l2_hit_rate_pct",)
+# The rows each rule applies to (their ``sanity``).
+SHARE_PERCENTAGES: tuple[str, ...] = tuple(f.name for f in FIELDS if f.sanity == "share")
+_WHOLE = tuple(f for f in FIELDS if f.sanity == "whole")
+_POSITIVE = tuple(f.name for f in FIELDS if f.sanity == "positive")
+_PER_REQUEST = tuple(f.name for f in FIELDS if f.sanity == "per_request")
+_RATED_PEAK = tuple(f.name for f in FIELDS if f.sanity == "rated_peak")
+_TOTALS = tuple(f for f in FIELDS if f.parts)
 
 # A measured peak this far above the rated one is a clock measured over too short a launch.
 RATED_SLACK = 0.001
@@ -47,8 +60,11 @@ def _rated_peak(values: Mapping[str, float | None], provenance: Mapping[str, str
     clock control) but never above it. Returns the peak and a note (None for HBM, whose
     peak is the rated one by definition: its provenance says so).
     """
-    peak, rated = values.get("dram_peak_bw"), values.get("dram_rated_bw")
-    if peak is None or rated is None or peak == rated or provenance.get("dram_peak_bw") == provenance.get("dram_rated_bw"):
+    if not _RATED_PEAK:
+        return None
+    (name,) = _RATED_PEAK
+    peak, rated = values.get(name), values.get("dram_rated_bw")
+    if peak is None or rated is None or peak == rated or provenance.get(name) == provenance.get("dram_rated_bw"):
         return None
     if (values.get("dram_bus_bits") or 0) >= HBM_BUS_BITS:
         return rated, None
@@ -72,19 +88,55 @@ def _impossible(values: Mapping[str, float | None],
         if value is not None and not 0.0 <= value <= 100.0:
             bound = 100.0 if value > 100.0 else 0.0
             found[name] = (bound, f"ncu stored {_number(value)} %, outside 0–100 %: clamped to {bound:g} %")
-    spr = values.get("sectors_per_request")
-    if values.get("global_ld_requests") == 0 or (spr is not None and spr <= 0.0):
-        stored = "" if spr is None else f" (stored as {_number(spr)})"
-        found["sectors_per_request"] = (None, f"undefined: no global-load request, 0 sectors over 0 requests{stored}")
-    for name in _COUNTS:
+    for name in _PER_REQUEST:
+        spr = values.get(name)
+        if values.get("global_ld_requests") == 0 or (spr is not None and spr <= 0.0):
+            stored = "" if spr is None else f" (stored as {_number(spr)})"
+            found[name] = (None, f"undefined: no global-load request, 0 sectors over 0 requests{stored}")
+    for name in _POSITIVE:
         value = values.get(name)
-        if value is not None and not (0 <= value < 2**63 and (float(value).is_integer()
-                                                               or _derived(provenance.get(name)))):
-            found[name] = (None, f"a count, stored as {_number(value)}: not a whole number in 0 … 2⁶³")
+        if value is not None and value <= 0.0:
+            found[name] = (None, f"a peak, stored as {_number(value)}: no peak is 0 or less")
+    for field in _WHOLE:
+        value = values.get(field.name)
+        whole = float(value).is_integer() or _derived(provenance.get(field.name)) if value is not None else True
+        if value is not None and not (0 <= value < 2**63 and whole):
+            found[field.name] = (None, f"a count, stored as {_number(value)}: not a whole number in 0 … 2⁶³")
     return found
 
 
-_COUNTS = tuple(field.name for field in FIELDS if is_count(field))  # checked on every launch
+def _capability(compute_capability: str | None) -> float | None:
+    try:
+        return float(compute_capability) if compute_capability else None
+    except ValueError:
+        return None
+
+
+def parts_on(total: CanonicalField, compute_capability: str | None) -> tuple[Part, ...]:
+    """The kinds of a total a chip has (every kind where the chip is not known)."""
+    capability = _capability(compute_capability)
+    return tuple(p for p in total.parts if capability is None or capability >= p.since)
+
+
+def totals(values: Mapping[str, float | None], compute_capability: str | None
+           ) -> dict[str, tuple[float | None, str, bool]]:
+    """field -> (value, provenance or note, whether it is a value) for each total of kinds."""
+    found: dict[str, tuple[float | None, str, bool]] = {}
+    for total in _TOTALS:
+        parts = parts_on(total, compute_capability)
+        absent = [p for p in parts if values.get(p.field) is None]
+        if not any(values.get(p.field) is not None for p in total.parts):
+            continue  # none of its kinds in the report: missing like any field without a source
+        if absent:
+            chip = f"sm_{compute_capability.replace('.', '')}" if compute_capability else "a chip of unknown generation"
+            found[total.name] = (None, (
+                f"{' and '.join(p.kind for p in absent)} not counted in the report ({', '.join(p.field for p in absent)}), "
+                f"which {chip} has: no total"), False)
+            continue
+        value = math.fsum(values.get(p.field) or 0.0 for p in parts)
+        kinds = ", ".join(p.kind for p in parts)
+        found[total.name] = (value, " + ".join(p.field for p in parts) + f" ({kinds})", True)
+    return found
 
 
 def _stored_as_nan(missing: tuple[str, ...], not_numbers: tuple[str, ...]) -> dict[str, tuple[float | None, str]]:
@@ -102,11 +154,15 @@ def _stored_as_nan(missing: tuple[str, ...], not_numbers: tuple[str, ...]) -> di
 
 def checked(
     values: Mapping[str, float | None], provenance: Mapping[str, str], missing: tuple[str, ...],
-    notes: Mapping[str, str], not_numbers: tuple[str, ...] = (),
+    notes: Mapping[str, str], not_numbers: tuple[str, ...] = (), compute_capability: str | None = None,
 ) -> Checked | None:
-    """The fields with impossible values clamped or made missing, and a note for each; None
-    when nothing changes (the common case: no copy is made)."""
-    sources: dict[str, str] = {}
+    """The fields with impossible values clamped or made missing, totals of kinds summed, and a
+    note for each; None when nothing changes."""
+    summed = totals(values, compute_capability)
+    sources = {name: text for name, (_, text, ok) in summed.items() if ok and provenance.get(name) != text}
+    if sources:
+        values = {**values, **{name: summed[name][0] for name in sources}}
+        missing = tuple(name for name in missing if name not in sources)
     rated_peak = _rated_peak(values, provenance)
     if rated_peak is not None and rated_peak[1] is None:  # HBM: the rated peak, said by its provenance
         sources["dram_peak_bw"] = f"{provenance.get('dram_rated_bw')} (HBM: one memory clock, the rated one)"
@@ -114,6 +170,7 @@ def checked(
     found = _impossible(values, provenance)
     if rated_peak is not None and rated_peak[1] is not None:
         found["dram_peak_bw"] = (rated_peak[0], rated_peak[1])
+    found.update((name, (None, text)) for name, (_, text, ok) in summed.items() if not ok)
     for name, item in _stored_as_nan(missing, not_numbers).items():
         found.setdefault(name, item)
     fresh = {name: item for name, item in found.items() if notes.get(name) != item[1]}

@@ -13,6 +13,13 @@ things are done there, once, for pools whose workers each read one report throug
   and every worker must find its report's own (``ncuflow.read.units``).
 
 The server learns both from environment variables set only while it starts.
+
+The server is started as ``python -c ...``, which puts the current folder first on
+``sys.path``; CPython 3.11's server imports its preload list before it takes the command's
+own ``sys.path`` (3.12's never does), so run from a folder holding a directory named
+``ncuflow`` (a clone beside one's work, an empty folder) it would import that, and every
+worker forked from it too. It is started with ``PYTHONSAFEPATH`` (Python's ``-P``: no
+current folder on ``sys.path``), removed again before any worker is forked.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from typing import Any
 WARM_REPORT_ENV = "NCUFLOW_POOL_WARM_REPORT"
 MAIN_PATH_ENV = "NCUFLOW_POOL_MAIN_PATH"
 MAIN_ARGV_ENV = "NCUFLOW_POOL_MAIN_ARGV"  # and its sys.argv (JSON), as every worker sees it
+SAFE_PATH_ENV = "PYTHONSAFEPATH"  # Python's own: no current folder on sys.path (3.11+)
+OWN_SAFE_PATH_ENV = "NCUFLOW_POOL_SAFE_PATH"  # set with it where ncuflow set it: the server removes both
 
 
 def worker_context(preload: Sequence[str], warm_report: Path | None = None) -> Any:
@@ -43,10 +52,12 @@ def worker_context(preload: Sequence[str], warm_report: Path | None = None) -> A
     # Takes effect when the server starts (the first pool of this process).
     context.set_forkserver_preload(list(dict.fromkeys([*preload, __name__])))
     environment: dict[str, str | None] = {}
+    if not os.environ.get(SAFE_PATH_ENV):  # a user's own setting is kept, and stays for the workers
+        environment = {SAFE_PATH_ENV: "1", OWN_SAFE_PATH_ENV: "1"}
     if warm_report is not None:
         main_path = multiprocessing.spawn.get_preparation_data("ncuflow").get("init_main_from_path")
-        environment = {WARM_REPORT_ENV: str(Path(warm_report).resolve()), MAIN_PATH_ENV: main_path,
-                       MAIN_ARGV_ENV: json.dumps(sys.argv) if main_path else None}
+        environment |= {WARM_REPORT_ENV: str(Path(warm_report).resolve()), MAIN_PATH_ENV: main_path,
+                        MAIN_ARGV_ENV: json.dumps(sys.argv) if main_path else None}
     for name, value in environment.items():
         if value:
             os.environ[name] = value
@@ -95,5 +106,13 @@ def _warm_up_from_environment() -> None:
         pass
 
 
+def _forget_safe_path() -> None:
+    """In the server: the ``PYTHONSAFEPATH`` ncuflow set for its start is not passed on to the
+    workers (nor to what they may start); a user's own is."""
+    if os.environ.pop(OWN_SAFE_PATH_ENV, None):
+        os.environ.pop(SAFE_PATH_ENV, None)
+
+
+_forget_safe_path()
 _import_main_from_environment()
 _warm_up_from_environment()

@@ -42,8 +42,9 @@ from ncuflow.files import (
     os_error,
     pid_alive,
 )
+from ncuflow.files.run_layout import LOG_NAME, REPORT_NAME
 from ncuflow.read.framing import framing_problem  # plain bytes: the store's only look into read
-from ncuflow.run_layout import LOG_NAME, REPORT_NAME
+from ncuflow.store.access import listing, unreadable
 from ncuflow.store.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
@@ -111,16 +112,26 @@ class RunRecord:
 class DamagedRun:
     """A visible run folder that is not a readable complete run, and why.
 
-    ``newer`` runs were written by a newer ncuflow (an unknown schema version): they are
-    named but never moved aside.
+    ``newer`` runs were written by a newer ncuflow (an unknown schema version) and
+    ``unreadable`` ones cannot be read by this user (no permission, ``ncuflow.store.access``):
+    both are named but never moved aside.
     """
 
     path: Path
     problem: str
     newer: bool = False
+    unreadable: bool = False
+
+    @property
+    def movable(self) -> bool:
+        """Whether repair (and sweep) may move it aside: only runs whose files are broken."""
+        return not (self.newer or self.unreadable)
 
     def line(self) -> str:
         """One line for a warning: which run, which file, what is wrong."""
+        if self.unreadable:
+            return (f"run {self.path} skipped: {self.problem}; it is not damaged and nothing moves it "
+                    f"(`ls -ld {self.path}` shows who may read it)")
         if self.newer:
             return f"run {self.path} skipped: {self.problem} (written by a newer ncuflow; upgrade to read it)"
         return (f"damaged run {self.path} skipped: {self.problem} "
@@ -363,6 +374,9 @@ def inspect_run(path: Path, *, point: Path | None = None) -> RunRecord | Damaged
     folder = Path(path)
     if folder.name.startswith(".") or folder.is_symlink() or not folder.is_dir():
         return None
+    denied = unreadable(folder, (MANIFEST_NAME, REPORT_NAME))
+    if denied is not None:
+        return DamagedRun(folder, denied, unreadable=True)
     report = folder / REPORT_NAME
     if not (folder / MANIFEST_NAME).exists() and not report.exists():
         return None
@@ -410,6 +424,12 @@ def visible_dirs(folder: Path) -> list[Path]:
         return []
 
 
+def _readable_dirs(folder: Path) -> list[Path | DamagedRun]:
+    """``visible_dirs``, or the folder itself as a run that cannot be read where it cannot be listed."""
+    _, denied = listing(folder) if folder.is_dir() else ([], None)
+    return [DamagedRun(folder, denied, unreadable=True)] if denied else list(visible_dirs(folder))
+
+
 def scan_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord | DamagedRun]:
     """Every run folder under ``root`` (optionally of one cell), sorted by path: complete or damaged.
 
@@ -421,8 +441,14 @@ def scan_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord | Damag
         return
     cells = [base / _safe(cell)] if cell is not None else visible_dirs(base)
     for cell_folder in cells:
-        for point in visible_dirs(cell_folder):
-            for run_folder in visible_dirs(point):
+        for point in _readable_dirs(cell_folder):
+            if isinstance(point, DamagedRun):
+                yield point
+                continue
+            for run_folder in _readable_dirs(point):
+                if isinstance(run_folder, DamagedRun):
+                    yield run_folder
+                    continue
                 found = inspect_run(run_folder, point=point)
                 if found is not None:
                     yield found

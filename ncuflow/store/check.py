@@ -2,8 +2,9 @@
 
 A damaged run is a visible run folder whose manifest does not validate (truncated
 JSON, a required field missing, a field of the wrong type), belongs to another cell,
-point or folder, or whose report is gone or cut short (``store.inspect_run``).
-Repairing renames it, within its point folder, to ``.damaged-<run-id>``: no reader
+point or folder, or whose report is gone or cut short (``store.inspect_run``). A run this
+user cannot read (no permission, ``ncuflow.store.access``) is not damaged: it is named as
+such and never moved. Repairing renames a damaged run, within its point folder, to ``.damaged-<run-id>``: no reader
 visits dot-folders, a sweep then profiles the point again, and nothing is deleted (the
 report and the log stay there for a look). Runs written by a newer ncuflow (an unknown
 schema version) are named but never moved.
@@ -36,10 +37,15 @@ class StoreCheck:
     root: Path
     complete: int
     damaged: tuple[DamagedRun, ...]
+    runs: tuple[RunRecord, ...] = ()  # the complete runs (what a further check, e.g. of tier 2, reads)
 
     @property
     def repairable(self) -> tuple[DamagedRun, ...]:
-        return tuple(d for d in self.damaged if not d.newer)
+        return tuple(d for d in self.damaged if d.movable)
+
+    @property
+    def unreadable(self) -> tuple[DamagedRun, ...]:
+        return tuple(d for d in self.damaged if d.unreadable)
 
 
 def check_store(root: Path) -> StoreCheck:
@@ -52,14 +58,14 @@ def check_store(root: Path) -> StoreCheck:
             "Give the path of the store, e.g. profiles/.",
         )
     refuse_misrooted(base, "store check", "ncuflow store check {store}")
-    complete = 0
+    runs: list[RunRecord] = []
     damaged: list[DamagedRun] = []
     for found in scan_runs(base):
         if isinstance(found, RunRecord):
-            complete += 1
+            runs.append(found)
         else:
             damaged.append(found)
-    return StoreCheck(base, complete, tuple(damaged))
+    return StoreCheck(base, len(runs), tuple(damaged), tuple(runs))
 
 
 def _store_above(base: Path) -> Path | None:
@@ -110,11 +116,12 @@ def refuse_misrooted(base: Path, command: str, usage: str) -> None:
 
 def move_aside(run: DamagedRun) -> Path:
     """Rename a damaged run folder to ``.damaged-<name>`` beside it (``-2``, ``-3`` ... if taken)."""
-    if run.newer:
+    if not run.movable:
         raise StoreError(
-            f"The run {run.path} was written by a newer ncuflow; it is not damaged.",
+            f"The run {run.path} " + ("cannot be read by this user" if run.unreadable else
+                                      "was written by a newer ncuflow") + "; it is not damaged.",
             "Only runs whose manifest or report is broken are moved aside.",
-            "Upgrade ncuflow to read it.",
+            "Fix its permissions (ls -ld shows them)." if run.unreadable else "Upgrade ncuflow to read it.",
         )
     target = run.path.with_name(f"{DAMAGED_PREFIX}{run.path.name}")
     suffix = 1
@@ -141,6 +148,6 @@ def move_aside_damaged(root: Path, cell: str) -> list[tuple[DamagedRun, Path]]:
     refuse_misrooted(Path(root), "sweep", "ncuflow sweep SWEEP_FILE --store {store}")
     moved: list[tuple[DamagedRun, Path]] = []
     for found in scan_runs(Path(root), cell):
-        if isinstance(found, DamagedRun) and not found.newer:
+        if isinstance(found, DamagedRun) and found.movable:
             moved.append((found, move_aside(found)))
     return moved

@@ -10,11 +10,11 @@ manifest cannot become an ncu option of its own).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ncuflow.errors import UsageError
+from ncuflow.files.patterns import pattern_problem
 
 REPLAY_MODES: tuple[str, ...] = ("kernel", "application", "range", "app-range")
 CACHE_CONTROLS: tuple[str, ...] = ("all", "none")
@@ -121,14 +121,15 @@ def _check_regex(regex: object) -> None:
     if not isinstance(regex, str) or not regex.strip() or "\n" in regex:
         raise UsageError(f"The kernel regex {regex!r} is not one regular expression.", "",
                          "Give --kernel one pattern, e.g. --kernel 'gemm|matmul'.")
-    try:
-        re.compile(regex)
-    except re.error as error:
+    problem = pattern_problem(regex)
+    if problem is not None:
         raise UsageError(
-            f"The kernel regex {regex!r} does not compile: {error}.",
-            "ncu would reject it (or match nothing) after starting the program.",
-            "Fix the pattern (escape ( [ { with a backslash to match them literally).",
-        ) from None
+            f"The kernel regex {regex!r} does not compile for a linear-time search (RE2): {problem}.",
+            "ncuflow searches a run's kernel pattern in every name it reads, in time linear in the name; "
+            "backreferences such as \\1 and lookaround such as (?<=...) cannot be searched so.",
+            "Fix the pattern (escape ( [ { with a backslash to match them literally; write it without "
+            "backreferences and lookaround).",
+        )
 
 
 def _choice(option: str, value: str, allowed: Sequence[str]) -> None:

@@ -36,7 +36,8 @@ from typing import Any
 from ncuflow.cells.contract import CellSpec
 from ncuflow.errors import NcuflowError, UsageError
 from ncuflow.files import read_small_file
-from ncuflow.run_layout import MANIFEST_NAME
+from ncuflow.files.inputs import deepest_nesting
+from ncuflow.files.run_layout import MANIFEST_NAME
 from ncuflow.store.collection import NcuOptions
 from ncuflow.store.legacy import parts_of_flat
 from ncuflow.store.record import (
@@ -199,25 +200,3 @@ def parse_json(text: str, source: Path | str, error: Callable[[str], NcuflowErro
         return json.loads(text)
     except (ValueError, RecursionError) as failure:
         raise error(f"it is not valid JSON ({str(failure)[:120]})") from None
-
-
-def deepest_nesting(text: str) -> int:
-    """How deep ``[`` and ``{`` nest in JSON text (brackets inside strings not counted)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for char in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest

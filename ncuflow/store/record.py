@@ -141,15 +141,18 @@ class Escalation:
     """A run's place in the decisive collection's escalation.
 
     Tier 1: ``undecided`` of ``launches`` the model left undecided when the run was
-    stored (``needed`` when any); None where the report could not be read there (a GPU
-    host without a reader): then it is decided when the store is next swept. Tier 2:
-    ``of_run`` is the tier-1 run it escalates (stored under ``STORE/.tier2``).
+    stored (``needed`` when any), by the model of version ``model`` (``ncuflow.terms.MODEL_VERSION``;
+    None before versions were stored: a judgement of another model is made again when the
+    store is next swept); None where the report could not be read there (a GPU host without
+    a reader): then it is decided when the store is next swept. Tier 2: ``of_run`` is the
+    tier-1 run it escalates (stored under ``STORE/.tier2``).
     """
 
     tier: int
     undecided: int | None = None
     launches: int | None = None
     of_run: str | None = None
+    model: int | None = None
 
     @property
     def needed(self) -> bool | None:

@@ -54,20 +54,20 @@ def analyse_without_start_times(
     return assemble_run(
         RunIdentity(trace.path, trace.source_format, run_index, trace.run, None, ""),
         RunPhases(),  # no start times: no timeline, no peak, no phases (None, never 0)
-        admission=RunAdmission(requests_admitted=len(trace.requests)),
-        timing=RunTiming(
+        RunAdmission(requests_admitted=len(trace.requests)),
+        RunTiming(
             step_method=_ITL_STEP_METHOD,
             ttft_s=ttft,
             steady_token_s=itl,
             steady_step_s=itl.median if itl else None,
             mean_request_tpot_s=mean_request_tpot,
         ),
-        tokens=RunTokens(tokens, tokens_source, None, reconciliation),
-        findings=RunFindings(cannot=(_NO_START_TIMES,)),
-        plot=RunPlotData(
+        RunTokens(tokens, tokens_source, None, reconciliation),
+        RunPlotData(
             itl_by_position=_median_itl_by_position(trace.requests),
             ttft_values_s=tuple(r.chunk_times_s[0] - r.submit_s for r in trace.requests),
         ),
+        findings=RunFindings(cannot=(_NO_START_TIMES,)),
     )
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ncuflow.phases.model.results import RunAnalysis, Segment
+from ncuflow.phases.model.results import RunAnalysis, Segment, SegmentKind
 
 TOLERANCE = 0.05
 
@@ -29,7 +29,7 @@ def lone_request_times(runs: Sequence[RunAnalysis]) -> dict[str | None, float]:
     for run in runs:
         for segment in run.segments:
             if (
-                segment.kind == "plateau"
+                segment.kind is SegmentKind.PLATEAU
                 and segment.level == 1
                 and segment.steady is not None
                 and segment.headline_token_s is not None
@@ -39,11 +39,12 @@ def lone_request_times(runs: Sequence[RunAnalysis]) -> dict[str | None, float]:
 
 
 def _values(segment: Segment) -> list[tuple[str, float | None]]:
-    lone = segment.level == 1 and segment.kind == "plateau"  # those make the floor
+    lone = segment.level == 1 and segment.kind is SegmentKind.PLATEAU  # those make the floor
     return [
         ("steady", segment.headline_token_s if segment.steady is not None and not lone else None),
         ("mixed", segment.mixed_token_s.median if segment.mixed_token_s else None),
         ("burst", segment.burst_token_s.median if segment.burst_token_s else None),
+        ("overload", segment.overload_token_s.median if segment.overload_token_s else None),
         ("drain", segment.drain_token_s.median if segment.drain_token_s else None),
     ]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ncuflow.phases.model.traces import BatchSample
 
@@ -38,6 +38,13 @@ class DecodeInterval:
     cached_prompt: bool = False  # vLLM: prompt throughput small enough to ignore
     from_throughput: bool = False  # per-token time from gen throughput (not Δt / interval)
     start_running: int = 0  # batch size on the line that starts the interval
+    # requests waiting for admission on the lines at its start and end, and the KV cache's
+    # largest usage on any line of the interval (0–1), where the lines say
+    start_queued: int = 0
+    queued: int = 0
+    kv_usage: float | None = None
+    preempted: int = 0  # requests pushed back to the queue by retraction/preemption lines inside
+    overloaded: bool = False  # inside an overload stretch (``overload``)
 
     @property
     def duration_s(self) -> float:
@@ -64,41 +71,66 @@ def _any_between(times: Sequence[float], low: float, high: float, *, inclusive: 
 def decode_intervals(
     samples: Sequence[BatchSample],
     *,
-    engine: str,
+    step_counted: bool,
     decode_log_interval: int,
     retraction_times: Sequence[float],
     lockstep_admissions: Sequence[float] = (),
+    retracted_counts: Sequence[int] = (),
 ) -> list[DecodeInterval]:
     """One interval per pair of consecutive Decode/stats lines of a run, in order
-    (``retraction_times`` and ``lockstep_admissions`` sorted)."""
+    (``retraction_times`` and ``lockstep_admissions`` sorted; ``retracted_counts``: the
+    requests each retraction pushed back). ``step_counted``: the lines come every
+    ``decode_log_interval`` steps, so Δt / steps is a step time where a line has no
+    throughput."""
     intervals: list[DecodeInterval] = []
     previous: BatchSample | None = None
     prefill_since_previous = False
+    kv_inside: float | None = None
     for sample in samples:
+        kv_inside = _larger(kv_inside, sample.kv_usage)
         if not is_decode(sample):
             prefill_since_previous = True
             continue
         if previous is not None:
+            interval = _interval(
+                previous,
+                sample,
+                step_counted=step_counted,
+                decode_log_interval=decode_log_interval,
+                own_prefill=prefill_since_previous,
+                retracted=_any_between(retraction_times, previous.time_s, sample.time_s, inclusive=True),
+                lockstep=_any_between(lockstep_admissions, previous.time_s, sample.time_s, inclusive=False),
+            )
             intervals.append(
-                _interval(
-                    previous,
-                    sample,
-                    engine=engine,
-                    decode_log_interval=decode_log_interval,
-                    own_prefill=prefill_since_previous,
-                    retracted=_any_between(retraction_times, previous.time_s, sample.time_s, inclusive=True),
-                    lockstep=_any_between(lockstep_admissions, previous.time_s, sample.time_s, inclusive=False),
+                replace(
+                    interval,
+                    start_queued=previous.queued or 0,
+                    queued=sample.queued or 0,
+                    kv_usage=kv_inside,
+                    preempted=_pushed_back(retraction_times, retracted_counts, previous.time_s, sample.time_s),
                 )
             )
         previous, prefill_since_previous = sample, False
+        kv_inside = sample.kv_usage
     return intervals
+
+
+def _larger(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _pushed_back(times: Sequence[float], counts: Sequence[int], low: float, high: float) -> int:
+    """Requests pushed back by the retraction lines in (low, high]."""
+    if not counts:
+        return 0
+    return sum(counts[bisect.bisect_right(times, low) : bisect.bisect_right(times, high)])
 
 
 def _interval(
     previous: BatchSample,
     sample: BatchSample,
     *,
-    engine: str,
+    step_counted: bool,
     decode_log_interval: int,
     own_prefill: bool,
     retracted: bool,
@@ -109,7 +141,7 @@ def _interval(
     batch = (previous.running + sample.running) / 2 if previous.running > 0 else 0.0
     throughput = sample.gen_throughput
     per_token = batch / throughput if throughput and throughput > 0 and sample.running > 0 and batch > 0 else None
-    if per_token is None and engine == "sglang" and span > 0 and sample.running > 0:
+    if per_token is None and step_counted and span > 0 and sample.running > 0:
         per_token = span / (decode_log_interval * sample.lines) / (sample.accept_len or 1.0)
     tokens: float | None = None
     if throughput is not None:

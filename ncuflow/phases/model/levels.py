@@ -4,7 +4,9 @@ into and falls out of each. One rule, the same everywhere in a run:
 - a *plateau* is a stretch of Decode lines whose batch stays within ``2 × batch_tolerance``
   of its level (a one-line dip does not end it) and is *held*: at least three lines (two
   intervals); the run's top level also counts with two lines a timestamp step apart. A run
-  cut short by a traceback needs four lines for every level;
+  cut short by a traceback needs four lines for every level. A stretch whose batch falls
+  line after line (never rising, falling on two thirds of its intervals) is no level held,
+  however slowly it falls: requests finishing;
 - a held plateau that the batch *fell* to from the item before it, without dipping below
   it on the way and with no admission while on it, is a *tail*: the last requests of what
   came before finishing. A tail is no segment: the drain of the item before it runs on
@@ -19,6 +21,11 @@ into and falls out of each. One rule, the same everywhere in a run:
 
 Under KV-cache retractions only the highest plateau is a level (the batch saw-tooths
 between sizes the client never chose), and no bursts are sought in the saw-tooth.
+
+An *overload* stretch (``overload``: requests waiting at a full KV cache, or pushed back to
+the queue) is an item of its own: the levels its batch passes through are set by the cache,
+not by the client, so no plateau or burst is sought inside it; it is an anchor between
+which the others are found, and the batch falls from it to the next valley (its drain).
 """
 
 from __future__ import annotations
@@ -28,9 +35,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ncuflow.phases.model.intervals import DecodeInterval
+from ncuflow.phases.model.results import SegmentKind
 from ncuflow.phases.model.traces import BatchSample
 
-START, PLATEAU, TAIL, BURST = "start", "plateau", "tail", "burst"
+PLATEAU, BURST, OVERLOAD = SegmentKind.PLATEAU, SegmentKind.BURST, SegmentKind.OVERLOAD
+TAIL = "tail"  # an item that is no segment: the drain of the one before it runs through it
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +110,15 @@ def raw_plateaus(running: Sequence[int], band: float) -> list[Plateau]:
     return found
 
 
+def falling(values: Sequence[int]) -> bool:
+    """The batch fell line after line (never rising, falling on at least two thirds of its
+    intervals): requests finishing, not a level it held."""
+    steps = list(itertools.pairwise(values))
+    if not steps or any(b > a for a, b in steps):
+        return False
+    return 3 * sum(1 for a, b in steps if b < a) >= 2 * len(steps)
+
+
 def held_plateaus(
     decodes: Sequence[BatchSample], running: Sequence[int], *, band: float, resolution_s: float,
     aborted: bool,
@@ -114,6 +132,8 @@ def held_plateaus(
 
     def held(p: Plateau) -> bool:
         lines = p.last - p.first + 1
+        if falling(running[p.first : p.last + 1]):
+            return False
         if aborted:
             return lines >= 4
         if lines >= 3:
@@ -220,22 +240,29 @@ def run_shape(
     resolution_s: float,
     aborted: bool,
     retractions: bool,
+    overload: Sequence[tuple[int, int]] = (),
 ) -> list[Item]:
-    """The plateaus, tails and bursts of one run in time order, with their valleys."""
+    """The plateaus, tails, bursts and overload stretches of one run in time order, with
+    their valleys. ``overload``: (first, last) intervals of each overload stretch."""
     running = masked_batch(decodes, band)
-    held = held_plateaus(decodes, running, band=band, resolution_s=resolution_s, aborted=aborted)
-    if retractions:
-        held = [max(held, key=lambda p: (p.level, p.last - p.first))] if held else []
+    stretches = [Plateau(first, last + 1, max(running[first : last + 2])) for first, last in overload]
+    free = list(running)
+    for stretch in stretches:
+        free[stretch.first : stretch.last + 1] = [-1] * (stretch.last - stretch.first + 1)
+    held = held_plateaus(decodes, free, band=band, resolution_s=resolution_s, aborted=aborted)
+    if retractions and held:
+        held = [max(held, key=lambda p: (p.level, p.last - p.first))]
+    kinds = {id(p): PLATEAU for p in held} | {id(s): OVERLOAD for s in stretches}
+    anchors = sorted([*held, *stretches], key=lambda p: p.first)
     items: list[tuple[str, Plateau]] = []
-    anchors = [Plateau(-1, -1, 0), *held, Plateau(len(running), len(running), 0)]
-    for number, (left, right) in enumerate(itertools.pairwise(anchors)):
+    bounds = [Plateau(-1, -1, 0), *anchors, Plateau(len(running), len(running), 0)]
+    for number, (left, right) in enumerate(itertools.pairwise(bounds)):
         if not (aborted or retractions) and len(running) >= 2:
-            for burst in find_bursts(running, left.last + 1, right.first - 1, left.level, right.level, band):
+            for burst in find_bursts(free, left.last + 1, right.first - 1, left.level, right.level, band):
                 items.append((BURST, burst))
-        if number < len(held):
-            items.append((PLATEAU, right))
-    kinds = _tails(items, running, decodes, intervals, band)
-    return _with_valleys(kinds, running)
+        if number < len(anchors):
+            items.append((kinds[id(right)], right))
+    return _with_valleys(_tails(items, running, decodes, intervals, band), running)
 
 
 def _tails(

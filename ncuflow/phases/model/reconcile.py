@@ -11,14 +11,16 @@ tokens, so the mean over requests is request-seconds of decoding per output toke
     TPOT_mean ≈ Σ_p share_p × t_p  +  Σ wait_i / R / (N − 1)  +  Σ T_warm-up × R_ramp / R / (N − 1)
 
 where p runs over steady, mixed (plateau intervals with admissions), burst (the rise and
-peak of a burst) and drain (and, on a
+peak of a burst), overload (requests waiting at a full KV cache) and drain (and, on a
 PD decode node, whose arrivals were prefilled elsewhere and start decoding at once, the
 ramp's own decode intervals instead of a wait), ``share_p``
 is the share of the output tokens generated in phase p and ``t_p`` its token-weighted
 per-token time (both from the Decode lines); ``wait_i`` is the time a request admitted
 during a ramp waits for the admissions after its own, summed over the ramp's requests and
 divided by *all* R requests the mean is over (not just the ramp's); the warm-up interval
-(last admission → first Decode line) delays the R_ramp requests of its ramp.
+(last admission → first Decode line) delays the R_ramp requests of its ramp: the last
+admission's own prefill ("last prefill", its tokens over the prefill throughput) and what
+is left after it and half a decode-log interval of ordinary steps ("warm-up").
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Sequence
 from ncuflow.phases.model.results import Reconciliation, RunAnalysis, Term
 from ncuflow.phases.model.traces import BenchSummary
 
-PHASES = ("ramp decode", "steady", "mixed", "burst", "drain")
+PHASES = ("ramp decode", "steady", "mixed", "burst", "overload", "drain")
 
 
 def harness_reconciliation(
@@ -39,12 +41,15 @@ def harness_reconciliation(
     admission_span_s: float,
     warmup_s: float | None,
     output_tokens: int,
+    prefill_s: float | None = None,
 ) -> Reconciliation:
     steps = output_tokens - 1
     terms = [
         Term("steady", steady_token_s, "steady per-token time (median)", 1.0, steady_token_s),
         Term("ramp", admission_span_s / steps, f"{admission_span_s:.2f} s/{steps}"),
     ]
+    if prefill_s is not None and prefill_s > 0:
+        terms.append(Term("last prefill", prefill_s / steps, f"{prefill_s:.2f} s/{steps}"))
     if warmup_s is not None and warmup_s > 0:
         terms.append(
             Term(
@@ -80,6 +85,7 @@ def _phase_totals(runs: Sequence[RunAnalysis]) -> dict[str, tuple[float, float]]
                 ("steady", segment.steady_tokens, segment.steady_weighted_s),
                 ("mixed", segment.mixed_tokens, segment.mixed_weighted_s),
                 ("burst", segment.burst_tokens, segment.burst_weighted_s),
+                ("overload", segment.overload_tokens, segment.overload_weighted_s),
                 ("drain", segment.drain_tokens, segment.drain_weighted_s),
             ):
                 if tokens and weighted:
@@ -164,15 +170,10 @@ def _wait_terms(
                 f"{total_wait:.0f} request-s/{requests}/{steps}",
             )
         )
-    warmup_wait = sum(
-        (r.warmup_excess_s or 0.0) * (r.requests_admitted or 0) for r in usable if r.requests_total
-    )
-    if warmup_wait > 0:
-        terms.append(
-            Term(
-                "warm-up",
-                warmup_wait / requests / steps,
-                f"{warmup_wait:.0f} request-s/{requests}/{steps}",
-            )
-        )
+    for name, part in (("last prefill", "warmup_prefill_s"), ("warm-up", "warmup_excess_s")):
+        # the warm-up interval delays every request of its ramp: its last admission's
+        # own prefill, then what is left after it and the ordinary decode steps
+        wait = sum((getattr(r, part) or 0.0) * (r.requests_admitted or 0) for r in usable if r.requests_total)
+        if wait > 0:
+            terms.append(Term(name, wait / requests / steps, f"{wait:.0f} request-s/{requests}/{steps}"))
     return terms

@@ -25,6 +25,7 @@ from ncuflow.phases.model.results import (
 )
 from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
+from ncuflow.phases.model.waves import MIN_GAPS, Wave, find_waves, stable_stretches, wave_segment
 
 BatchStretch = tuple[float, float, int, int]  # (start, end, decoding, prefilling)
 
@@ -83,8 +84,11 @@ def _analyse_timeline(
     end_s = max(r.chunk_times_s[-1] for r in requests)
     stretches = _batch_segments(requests)
     peak = max((d for _, _, d, _ in stretches), default=0)
-    best = _longest_stable(stretches, peak, batch_tolerance)
     typical_gap = _typical_gap(requests)
+    waves = find_waves(requests, stable_stretches(stretches, peak, batch_tolerance, MIN_GAPS * typical_gap))
+    if len(waves) >= 2:
+        return _analyse_waves(trace, waves, (timing, tokens), peak, run_index, notes)
+    best = _longest_stable(stretches, peak, batch_tolerance)
     if best is not None and best[1] - best[0] < 5 * typical_gap:
         notes.append(
             f"the longest stable stretch lasts {best[1] - best[0]:.3f} s, under 5 token intervals: "
@@ -107,21 +111,98 @@ def _analyse_timeline(
         )
         if steady_tokens is None:
             cannot.append("no two consecutive chunks of one request fall inside the steady stretch")
-    tokens = _harness(tokens, timing, admission, end_s - min(r.chunk_times_s[0] for r in requests))
-    timeline = tuple(
+    generations = _generations_note(requests, best)
+    if generations:
+        cannot.append(generations)
+    else:
+        tokens = _harness(tokens, timing, admission, end_s - min(r.chunk_times_s[0] for r in requests))
+    return _assemble(trace, run_index, phases, (admission, timing, tokens), RunFindings(tuple(cannot), tuple(notes)))
+
+
+def _generations_note(requests: Sequence[RequestRecord], best: tuple[float, float] | None) -> str:
+    """Why there is no harness TPOT where not every request decoded through the steady
+    stretch (requests admitted after it began or finished before it ended: generations)."""
+    if best is None:
+        return ""
+    outside = sum(1 for r in requests if r.chunk_times_s[0] > best[0] or r.chunk_times_s[-1] < best[1])
+    if not outside:
+        return ""
+    return (
+        f"harness-style batch TPOT: {outside} of {len(requests)} requests did not decode through the "
+        "steady stretch (admitted after it began or finished before it ended), so (batch end − first "
+        "token)/(N − 1) would span several generations of requests"
+    )
+
+
+def _analyse_waves(
+    trace: RequestTrace,
+    waves: Sequence[Wave],
+    known: tuple[RunTiming, RunTokens],
+    peak: int,
+    run_index: int,
+    notes: list[str],
+) -> RunAnalysis:
+    """Two or more waves: one segment each, the run row showing the longest-held one."""
+    timing, tokens = known
+    requests = trace.requests
+    segments = tuple(wave_segment(k, w, requests, tokens.output_tokens) for k, w in enumerate(waves, start=1))
+    main = max(segments, key=lambda s: (s.steady_s, -s.index))
+    start_s = min(r.submit_s for r in requests)
+    end_s = max(r.chunk_times_s[-1] for r in requests)
+    members = [requests[i] for i in waves[main.index - 1].members]
+    firsts = sorted(r.chunk_times_s[0] for r in members)
+    admission = RunAdmission(
+        admission_span_s=firsts[-1] - firsts[0],
+        mean_admission_wait_s=statistics.fmean(firsts[-1] - t for t in firsts),
+        requests_admitted=len(members),
+        total_admission_wait_s=sum(firsts[-1] - t for t in firsts),
+        requests_total=len(requests),
+    )
+    phases = RunPhases(
+        start_s, end_s, peak, float(main.level), main.ramp, main.steady, None, main.drain,
+        segments=segments, main_segment=main.index,
+    )
+    notes.append(
+        f"{len(segments)} waves (generations of requests that filled the batch together, at "
+        f"{', '.join(str(s.level) for s in segments[:8])}): each is a segment with its own ramp, steady, "
+        "drain and harness-style TPOT"
+    )
+    cannot = [
+        f"harness-style TPOT over the whole trace: its {len(segments)} waves are {len(segments)} "
+        "generations of requests; each wave's own is reconciled on its segment"
+    ]
+    timing = replace(timing, steady_token_s=main.steady_token_s,
+                     steady_step_s=main.steady_token_s.median if main.steady_token_s else None)
+    return _assemble(trace, run_index, phases, (admission, timing, tokens), RunFindings(tuple(cannot), tuple(notes)))
+
+
+def _assemble(
+    trace: RequestTrace,
+    run_index: int,
+    phases: RunPhases,
+    parts: tuple[RunAdmission, RunTiming, RunTokens],
+    findings: RunFindings,
+) -> RunAnalysis:
+    """A request trace's run, with its timeline and token gaps for the plot."""
+    admission, timing, tokens = parts
+    return assemble_run(
+        RunIdentity(trace.path, trace.source_format, run_index, trace.run, None, trace.clock_origin),
+        phases,
+        admission,
+        timing,
+        tokens,
+        RunPlotData(timeline=_timeline(trace.requests), token_gaps=_token_gaps(trace.requests)),
+        findings=findings,
+    )
+
+
+def _timeline(requests: Sequence[RequestRecord]) -> tuple[TimelinePoint, ...]:
+    """The batch at every request event (decoding, prefilling), for the plot."""
+    stretches = _batch_segments(requests)
+    end_s = max(r.chunk_times_s[-1] for r in requests)
+    return tuple(
         TimelinePoint(a, "prefill" if p else "decode", d, p, None) for a, _, d, p in stretches
     ) + ((TimelinePoint(end_s, "decode", 0, 0, None),) if stretches else ())
-    return assemble_run(
-        RunIdentity(
-            trace.path, trace.source_format, run_index, trace.run, None, trace.clock_origin
-        ),
-        phases,
-        admission=admission,
-        timing=timing,
-        tokens=tokens,
-        findings=RunFindings(tuple(cannot), tuple(notes)),
-        plot=RunPlotData(timeline=timeline, token_gaps=_token_gaps(requests)),
-    )
 
 
 def _longest_stable(

@@ -8,9 +8,19 @@ know stays ``None`` ("missing is missing, never 0").
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
 from typing import Any
 
 from ncuflow.phases.model.stats import Distribution
+
+
+class SegmentKind(StrEnum):
+    """What a segment is (its JSON ``kind`` is the value): a level the batch held, a peak
+    it did not hold, or a stretch the KV cache set (requests waiting at a full cache)."""
+
+    PLATEAU = "plateau"
+    BURST = "burst"
+    OVERLOAD = "overload"
 
 
 @dataclass(frozen=True)
@@ -93,7 +103,9 @@ class Segment:
     A change of plateau starts a new segment: a closed-loop client sweeping c = 1, 2, 4
     without idle gaps gives three segments, each with its own per-token times. A burst
     (``kind == "burst"``: a peak the batch did not hold) has a ``rise`` (no ramp) and a
-    drain, its rise and peak intervals in ``burst_*``, and nothing steady.
+    drain, its rise and peak intervals in ``burst_*``, and nothing steady. An overload
+    stretch (``kind == "overload"``) likewise: a ``rise``, its intervals in ``overload_*``,
+    its drain.
     """
 
     index: int
@@ -117,10 +129,15 @@ class Segment:
     mixed_weighted_s: float | None
     drain_weighted_s: float | None
     accept_len: float | None = None  # speculative decoding: mean acceptance length
-    warmup_excess_s: float | None = None  # warm-up less the ordinary decode steps it holds
+    # the warm-up interval less its last admission's own prefill and the ordinary decode
+    # steps it holds (``prefill``): what is left is warm-up
+    warmup_excess_s: float | None = None
+    warmup_prefill_s: float | None = None  # None where the log gives no prefill throughput
+    warmup_prefill_tokens: int = 0
+    warmup_decode_s: float | None = None
     ramp_tokens: float | None = None  # tokens decoded during the ramp (counted on PD nodes)
     ramp_weighted_s: float | None = None
-    kind: str = "plateau"  # or "burst"
+    kind: SegmentKind = SegmentKind.PLATEAU
     rise: PhaseSpan | None = None  # a burst's climb to its peak (a burst has no ramp)
     burst_token_s: Distribution | None = None  # a burst's rise and peak intervals
     burst_tokens: float | None = None
@@ -131,6 +148,45 @@ class Segment:
     headline_method: str = ""
     # phases whose per-token time is below the lone-request time (window-end bias)
     below_floor: tuple[str, ...] = ()
+    # an overload stretch (``kind == "overload"``: requests waiting at a full KV cache or
+    # pushed back to the queue): its time and per-token time, the largest queue and KV
+    # usage on its lines and the requests pushed back (``preemption_inferred``: vLLM V1,
+    # which logs no preemption: Running fell while Waiting rose at a full cache)
+    overload_s: float = 0.0
+    overload_token_s: Distribution | None = None
+    overload_tokens: float | None = None
+    overload_weighted_s: float | None = None
+    queued_max: int = 0
+    kv_usage_max: float | None = None
+    preempted: int = 0
+    preemption_inferred: bool = False
+    # a wave of a per-request trace (``waves``): its own harness-style TPOT, reconciled
+    harness_tpot_s: float | None = None
+    reconciliation: Reconciliation | None = None
+
+
+@dataclass(frozen=True)
+class QueueCause:
+    """Time a run spent with requests waiting for admission, for one cause: the KV cache
+    full (overload), the batch at its cap with room in the cache, or admissions still
+    being prefilled."""
+
+    cause: str
+    duration_s: float
+    max_queued: int
+
+
+@dataclass(frozen=True)
+class RunOverload:
+    """A run's overload stretches together (``Segment.kind == "overload"``) and why its
+    requests waited."""
+
+    overload: PhaseSpan | None = None  # first overload stretch's start → last one's end
+    overload_s: float = 0.0  # the stretches' time
+    overload_token_s: Distribution | None = None  # their intervals' per-token times
+    overload_weighted_s: float | None = None
+    preempted: int = 0  # requests pushed back to the queue in them
+    queue_causes: tuple[QueueCause, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -155,6 +211,7 @@ class RunPhases:
     drain: PhaseSpan | None = None
     warmup: PhaseSpan | None = None
     warmup_excess_s: float | None = None
+    warmup_prefill_s: float | None = None
     segments: tuple[Segment, ...] = ()
     main_segment: int | None = None  # index of the segment the run row shows
 
@@ -265,12 +322,20 @@ class RunAnalysis:
     requests_total: int | None = None
     stated_concurrency: int | None = None
     warmup_excess_s: float | None = None
+    warmup_prefill_s: float | None = None
     main_segment: int | None = None
     headline_token_s: float | None = None  # the steady per-token time the run is summed up by
     headline_method: str = ""
     no_steady_kind: str = ""  # why there is no steady phase, as a word (for titles)
     server_requests: ServerRequests | None = None
     lone_request_token_s: float | None = None  # the log's lone-request per-token time
+    arrivals: ArrivalTimes | None = None
+    overload: PhaseSpan | None = None
+    overload_s: float = 0.0
+    overload_token_s: Distribution | None = None
+    overload_weighted_s: float | None = None
+    preempted: int = 0
+    queue_causes: tuple[QueueCause, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -282,45 +347,75 @@ class RunFindings:
 
 
 @dataclass(frozen=True)
+class ArrivalTimes:
+    """What the server's arrival lines (vLLM ``Received request``, SGLang ``Receive:``) say
+    about one run's requests. A request leaves the queue in arrival order (FIFO): at the
+    Prefill line that admits it (SGLang: its queue wait is exact to the timestamps), or
+    inside the statistics window where arrivals less ``Waiting`` first count it (vLLM:
+    bounds, the window's start and end). ``*_low_s`` are lower bounds (None where none
+    holds: preempted requests waiting again hide when a request was first admitted),
+    the others upper bounds."""
+
+    requests: int  # arrivals in the run
+    refused: int  # arrivals refused before the scheduler
+    arrival_span_s: float  # first arrival → last
+    admission_span_s: float | None  # first arrival → last admission (upper bound)
+    queue_wait_s: Distribution | None
+    queue_wait_low_s: Distribution | None
+    ttft_low_s: Distribution | None
+    ttft_high_s: Distribution | None
+    method: str  # how the admissions were placed, in words
+
+
+@dataclass(frozen=True)
 class ServerLogFacts:
     """What only a server-log run has: the benchmark's stated concurrency, why the run has no
-    steady phase (a word, for titles) and the server's own per-request timing lines."""
+    steady phase (a word, for titles), the server's own per-request timing lines and what
+    its arrival lines say."""
 
     stated_concurrency: int | None = None
     no_steady_kind: str = ""
     server_requests: ServerRequests | None = None
+    arrivals: ArrivalTimes | None = None
 
 
 RunPart = (
-    RunIdentity | RunPhases | RunAdmission | RunTiming | RunTokens | RunPlotData | ServerLogFacts
+    RunIdentity
+    | RunPhases
+    | RunAdmission
+    | RunTiming
+    | RunTokens
+    | RunPlotData
+    | ServerLogFacts
+    | RunOverload
 )
 
 
 def assemble_run(
     identity: RunIdentity,
     phases: RunPhases,
-    *,
-    admission: RunAdmission | None = None,
-    timing: RunTiming | None = None,
-    tokens: RunTokens | None = None,
+    *parts: RunAdmission | RunTiming | RunTokens | RunPlotData | ServerLogFacts | RunOverload,
     findings: RunFindings | None = None,
-    plot: RunPlotData | None = None,
-    server: ServerLogFacts | None = None,
 ) -> RunAnalysis:
     """The one constructor of ``RunAnalysis``; parts not given are unknown (None).
 
-    Every field of a part has the name of the ``RunAnalysis`` field it fills; repeated
-    findings are kept once, in order.
+    Every field of a part has the name of the ``RunAnalysis`` field it fills; a part is
+    known by its type (one of each at most); repeated findings are kept once, in order.
     """
+    given = {type(part): part for part in parts}
+    if len(given) != len(parts):
+        raise ValueError("assemble_run takes one part of each kind")
     findings = findings or RunFindings()
+    timing = given.get(RunTiming)
     return RunAnalysis(
         **_fields_by_name(identity),
         **_fields_by_name(phases),
-        **_fields_by_name(admission or RunAdmission()),
-        **_fields_by_name(_with_default_headline(timing or RunTiming())),
-        **_fields_by_name(tokens or RunTokens()),
-        **_fields_by_name(plot or RunPlotData()),
-        **_fields_by_name(server or ServerLogFacts()),
+        **_fields_by_name(given.get(RunAdmission) or RunAdmission()),
+        **_fields_by_name(_with_default_headline(timing if isinstance(timing, RunTiming) else RunTiming())),
+        **_fields_by_name(given.get(RunTokens) or RunTokens()),
+        **_fields_by_name(given.get(RunPlotData) or RunPlotData()),
+        **_fields_by_name(given.get(ServerLogFacts) or ServerLogFacts()),
+        **_fields_by_name(given.get(RunOverload) or RunOverload()),
         cannot=tuple(dict.fromkeys(findings.cannot)),
         notes=tuple(dict.fromkeys(findings.notes)),
     )

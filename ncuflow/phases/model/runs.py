@@ -8,7 +8,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ncuflow.phases.model.capabilities import RunBoundary
 from ncuflow.phases.model.intervals import is_decode
+from ncuflow.phases.model.overload import KV_FULL
+from ncuflow.phases.model.prefill import PrefillRate
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 
 
@@ -26,12 +29,15 @@ class ServerRun:
 def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
     """Cut a scheduler's lines into runs: a new run starts when the batch was empty.
 
-    SGLang: a Prefill line with ``#running-req: 0`` after any Decode line (or after a run
-    that already admitted requests and decoded) starts a new run. vLLM: a run is a stretch
-    of stats lines with running or waiting requests, closed by the first idle line.
+    ``ADMISSION_FROM_EMPTY`` (SGLang): a Prefill line with ``#running-req: 0`` starts a new
+    run, unless it continues a chunked prefill or requests were waiting on the line before at
+    a full KV cache (the batch emptied to make room for them: the server never went idle).
+    ``BUSY_AFTER_IDLE`` (vLLM): a run is a stretch of stats lines with running or waiting
+    requests, closed by the first idle line; an idle line whose window had output on its
+    own is a run of one line (requests that came and went inside one window).
     """
     runs: list[list[BatchSample]] = []
-    if trace.engine == "vllm":
+    if trace.capabilities.run_boundary is RunBoundary.BUSY_AFTER_IDLE:
         current: list[BatchSample] = []
         for sample in trace.samples:
             busy = sample.running > 0 or (sample.queued or 0) > 0
@@ -41,18 +47,18 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
                 current.append(sample)  # the idle line closes the run (its window had output)
                 runs.append(current)
                 current = []
+            elif (sample.gen_throughput or 0) > 0 or (sample.prompt_throughput or 0) > 0:
+                runs.append([sample])  # requests that came and went inside one window
         if current:
             runs.append(current)
     else:
         current = []
         for sample in trace.samples:
-            continues_chunked_prefill = bool(current) and (current[-1].pending_tokens or 0) > 0
-            starts_new = (
-                sample.kind == "prefill"
-                and sample.running == 0
-                and bool(current)
-                and not continues_chunked_prefill
+            before = current[-1] if current else None
+            continues = before is not None and (
+                (before.pending_tokens or 0) > 0 or before.unfinished_seqs > 0 or _waiting_for_cache(before)
             )
+            starts_new = sample.kind == "prefill" and sample.running == 0 and bool(current) and not continues
             if starts_new:
                 runs.append(current)
                 current = []
@@ -80,6 +86,13 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
     return tuple(result)
 
 
+def _waiting_for_cache(sample: BatchSample) -> bool:
+    """Requests still queued at a full KV cache: the batch empties to make room for them,
+    the server does not go idle (an emptied batch with a queue and room to spare was
+    cancelled)."""
+    return bool(sample.queued) and sample.kv_usage is not None and sample.kv_usage >= KV_FULL
+
+
 @dataclass(frozen=True)
 class RunSettings:
     decode_log_interval: int
@@ -91,6 +104,7 @@ class RunSettings:
     stated_concurrency: int | None
     run_label_prefix: str
     several_runs: bool
+    prefill_rate: PrefillRate | None = None  # the scheduler's prefill throughput
 
 
 def aborted(run: ServerRun) -> bool:

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ncuflow.phases.model.intervals import DecodeInterval, is_decode
-from ncuflow.phases.model.levels import BURST, TAIL, Item
+from ncuflow.phases.model.levels import BURST, OVERLOAD, TAIL, Item
+from ncuflow.phases.model.prefill import PrefillRate, WarmupSplit, split_warmup
 from ncuflow.phases.model.results import PhaseSpan, Segment
 from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import BatchSample
@@ -41,6 +42,7 @@ class SegmentInputs:
     tolerance: float
     decode_log_interval: int
     decode_at: tuple[int, ...] = ()  # index in samples of each Decode line
+    prefill_rate: PrefillRate | None = None  # the scheduler's prefill throughput
 
     @staticmethod
     def of(
@@ -50,6 +52,7 @@ class SegmentInputs:
         resolution_s: float,
         tolerance: float,
         decode_log_interval: int,
+        prefill_rate: PrefillRate | None = None,
     ) -> SegmentInputs:
         decode_at = tuple(i for i, s in enumerate(samples) if is_decode(s))
         return SegmentInputs(
@@ -60,6 +63,7 @@ class SegmentInputs:
             tolerance,
             decode_log_interval,
             decode_at,
+            prefill_rate,
         )
 
 
@@ -81,6 +85,8 @@ def _segment(inputs: SegmentInputs, index: int, item: Item) -> Segment:
     base = _bare_segment(inputs, index, item, on)
     if item.kind == BURST:
         return _burst(base, [*rise, *on])
+    if item.kind == OVERLOAD:
+        return _overload(base, on)
     return _with_steady(base, inputs, item, rise, on)
 
 
@@ -119,21 +125,47 @@ def _bare_segment(
         mixed_weighted_s=None,
         drain_weighted_s=_weighted(falling),
         accept_len=statistics.fmean(accept) if accept else None,
+        queued_max=max((max(i.queued, i.start_queued) for i in on), default=0),
     )
 
 
 def _burst(base: Segment, climb: Sequence[DecodeInterval]) -> Segment:
-    """A burst: its climb to the peak is its rise (no ramp, no warm-up, nothing steady)."""
+    """A burst: its climb to the peak is its rise (no ramp, no warm-up, nothing steady). Its
+    per-token time is that of its intervals without an admission where it has any (a vLLM
+    window that prefilled a burst of prompts says more about the prefill than the batch);
+    its tokens and token-weighted time count every interval (the reconciliation's shares)."""
     start, first_s = base.start_s, base.plateau.start_s
+    shown = [i for i in climb if not i.admitting] or list(climb)
     return replace(
         base,
         kind=BURST,
         ramp=None,
         warmup=None,
         rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
-        burst_token_s=distribution([i.per_token_s for i in climb if i.per_token_s is not None]),
+        burst_token_s=distribution([i.per_token_s for i in shown if i.per_token_s is not None]),
         burst_tokens=_tokens(climb),
         burst_weighted_s=_weighted(climb),
+    )
+
+
+def _overload(base: Segment, on: Sequence[DecodeInterval]) -> Segment:
+    """An overload stretch: like a burst, a rise and a drain; its own intervals in
+    ``overload_*``, with the queue, the cache and the requests pushed back."""
+    start, first_s = base.start_s, base.plateau.start_s
+    usage = [i.kv_usage for i in on if i.kv_usage is not None]
+    return replace(
+        base,
+        kind=OVERLOAD,
+        ramp=None,
+        warmup=None,
+        rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
+        overload_s=sum(i.duration_s for i in on),
+        overload_token_s=distribution([i.per_token_s for i in on if i.per_token_s is not None]),
+        overload_tokens=_tokens(on),
+        overload_weighted_s=_weighted(on),
+        kv_usage_max=max(usage) if usage else None,
+        preempted=sum(i.preempted for i in on),
+        preemption_inferred=any(i.preempted for i in on) and not any(i.retracted for i in on),
     )
 
 
@@ -151,6 +183,7 @@ def _with_steady(
     mixed = [i for i in on if id(i) not in steady_ids]
     steady_tokens = distribution([i.per_token_s for i in steady if i.per_token_s is not None])
     headline, method = _headline(steady, steady_tokens)
+    split = _warmup_split(base.warmup, _last_admission_tokens(inputs, item), headline, base.accept_len, inputs)
     return replace(
         base,
         steady=_longest_steady(on, steady_ids, inputs.resolution_s),
@@ -164,9 +197,12 @@ def _with_steady(
         mixed_weighted_s=_weighted(mixed),
         ramp_tokens=_tokens(rise),
         ramp_weighted_s=_weighted(rise),
-        warmup_excess_s=_warmup_excess(base.warmup, headline, base.accept_len, inputs),
         headline_token_s=headline,
         headline_method=method,
+        warmup_excess_s=split.excess_s if split is not None else None,
+        warmup_prefill_s=split.prefill_s if split is not None else None,
+        warmup_prefill_tokens=split.prefill_tokens if split is not None else 0,
+        warmup_decode_s=split.decode_s if split is not None else None,
     )
 
 
@@ -221,17 +257,29 @@ def _warmup(inputs: SegmentInputs, item: Item) -> PhaseSpan | None:
     return PhaseSpan("warm-up", inputs.samples[last].time_s, inputs.decodes[after].time_s)
 
 
-def _warmup_excess(
-    warmup: PhaseSpan | None, steady_token_s: float | None, accept: float | None, inputs: SegmentInputs
-) -> float | None:
-    """The warm-up interval less the ordinary decode steps it holds: the Decode-line
-    counter runs at an unknown phase, so on average half a decode-log interval of steps."""
+def _last_admission_tokens(inputs: SegmentInputs, item: Item) -> int:
+    """The new tokens of the ramp's last admission (its Prefill line)."""
+    lines = _ramp_lines(inputs, item)
+    last = next((i for i in reversed(lines) if inputs.samples[i].kind == "prefill"), None)
+    return (inputs.samples[last].new_tokens or 0) if last is not None else 0
+
+
+def _warmup_split(
+    warmup: PhaseSpan | None,
+    tokens: int,
+    steady_token_s: float | None,
+    accept: float | None,
+    inputs: SegmentInputs,
+) -> WarmupSplit | None:
+    """The warm-up interval less the last admission's own prefill (its tokens over the
+    prefill throughput) and the ordinary decode steps it holds (the Decode-line counter
+    runs at an unknown phase, so on average half a decode-log interval of steps)."""
     if warmup is None:
         return None
-    if steady_token_s is None:
-        return warmup.duration_s
-    ordinary = inputs.decode_log_interval / 2 * steady_token_s * (accept or 1.0)
-    return max(0.0, warmup.duration_s - ordinary)
+    ordinary = 0.0
+    if steady_token_s is not None:
+        ordinary = inputs.decode_log_interval / 2 * steady_token_s * (accept or 1.0)
+    return split_warmup(warmup.duration_s, tokens, inputs.prefill_rate, ordinary)
 
 
 def _longest_steady(

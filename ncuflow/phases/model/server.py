@@ -13,14 +13,18 @@ import bisect
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
-from itertools import pairwise
 
+from ncuflow.phases.model.arrivals import arrival_windows, run_arrivals
 from ncuflow.phases.model.intervals import (
     DecodeInterval,
     decode_intervals,
     is_decode,
 )
 from ncuflow.phases.model.levels import TAIL, Item, run_shape
+from ncuflow.phases.model.overload import mark_overload, run_overload
+from ncuflow.phases.model.overload_text import overload_notes
+from ncuflow.phases.model.prefill import prefill_rate
+from ncuflow.phases.model.prefill_text import prefill_note, warmup_note
 from ncuflow.phases.model.results import (
     PhaseSpan,
     RunAdmission,
@@ -31,6 +35,7 @@ from ncuflow.phases.model.results import (
     RunPlotData,
     RunTiming,
     Segment,
+    SegmentKind,
     ServerLogFacts,
     ServerRequests,
     TimelinePoint,
@@ -41,6 +46,7 @@ from ncuflow.phases.model.segments import SegmentInputs, build_segments
 from ncuflow.phases.model.server_harness import run_tokens, with_reconciliation
 from ncuflow.phases.model.server_requests import summarise_requests
 from ncuflow.phases.model.server_text import (
+    arrival_notes,
     concurrency_note,
     headline_note,
     no_steady,
@@ -81,8 +87,12 @@ def analyse_server_trace(
         else None,
         run_label_prefix=run_label_prefix,
         several_runs=len(runs) > 1,
+        prefill_rate=prefill_rate(trace.samples, trace.time_resolution_s),
     )
-    return tuple(_analyse_server_run(trace, run, settings) for run in runs)
+    windows = arrival_windows([run.samples[-1].time_s for run in runs])
+    return tuple(
+        _analyse_server_run(trace, run, settings, window) for run, window in zip(runs, windows, strict=True)
+    )
 
 
 def _timeline(
@@ -111,7 +121,7 @@ def _timeline(
 
 def _main_segment(segments: Sequence[Segment]) -> Segment | None:
     """The highest plateau with a steady stretch, else the highest plateau; never a burst."""
-    plateaus = [s for s in segments if s.kind != "burst"]
+    plateaus = [s for s in segments if s.kind is SegmentKind.PLATEAU]
     steady = [s for s in plateaus if s.steady is not None and s.steady_token_s is not None]
     pool = steady or plateaus
     return max(pool, key=lambda s: (s.level, s.plateau.duration_s)) if pool else None
@@ -164,6 +174,12 @@ def _ramp_admissions(samples: Sequence[BatchSample], segment: Segment) -> tuple[
     )
 
 
+def _admitted(samples: Sequence[BatchSample]) -> RunAdmission:
+    """A run with no plateau: only how many requests its Prefill lines admitted."""
+    total = sum(s.admitted_seqs for s in samples if s.kind == "prefill")
+    return RunAdmission(requests_total=total or None)
+
+
 def _run_segments(
     trace: ServerTrace, run: ServerRun, settings: RunSettings
 ) -> tuple[tuple[BatchSample, ...], list[DecodeInterval], list[Item], tuple[Segment, ...]]:
@@ -171,17 +187,20 @@ def _run_segments(
     samples = run.samples
     intervals = decode_intervals(
         samples,
-        engine=trace.engine,
+        step_counted=trace.capabilities.step_counted_lines,
         decode_log_interval=settings.decode_log_interval,
         retraction_times=settings.retraction_times,
         lockstep_admissions=settings.lockstep_admissions,
+        retracted_counts=trace.retracted_requests,
     )
+    intervals, overload = mark_overload(intervals)
     inputs = SegmentInputs.of(
         samples,
         intervals,
         resolution_s=trace.time_resolution_s,
         tolerance=settings.batch_tolerance,
         decode_log_interval=settings.decode_log_interval,
+        prefill_rate=settings.prefill_rate,
     )
     items = run_shape(
         inputs.decodes,
@@ -190,11 +209,14 @@ def _run_segments(
         resolution_s=trace.time_resolution_s,
         aborted=aborted(run),
         retractions=run.retractions > 0,
+        overload=overload,
     )
     return inputs.decodes, intervals, items, build_segments(inputs, items)
 
 
-def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSettings) -> RunAnalysis:
+def _analyse_server_run(
+    trace: ServerTrace, run: ServerRun, settings: RunSettings, arrival_window: tuple[float, float]
+) -> RunAnalysis:
     samples = run.samples
     prefills = [s for s in samples if s.kind == "prefill"]
     decodes, intervals, items, segments = _run_segments(trace, run, settings)
@@ -202,12 +224,49 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
     notes, cannot = run_findings(trace, run, settings, decodes, prefills, segments)
     notes.extend(shape_notes(segments, [i for i in items if i.kind == TAIL], decodes))
     peak = peak_batch(samples)
-    admission, readmitted = _ramp_admissions(samples, main) if main else (RunAdmission(), 0)
+    overload = run_overload(segments, intervals, peak)
+    notes.extend(overload_notes(trace.capabilities, segments, overload))
+    admission, readmitted = _ramp_admissions(samples, main) if main else (_admitted(samples), 0)
     requests = summarise_requests(trace.requests, run.window)
     timing = _run_timing(trace, samples, settings, main, intervals, notes, cannot)
     kind, reasons = no_steady(trace, run, main, segments, len(decodes), settings)
     cannot.extend(reasons)
     timing = _with_requests(timing, requests, intervals, notes, cannot)
+    arrivals = None
+    if trace.arrivals is not None:
+        pushed = next((i.start_s for i in intervals if i.preempted or i.retracted), None)
+        arrivals = run_arrivals(trace.arrivals, arrival_window, samples, trace.capabilities, pushed)
+        notes.extend(arrival_notes(arrivals, cannot))
+    notes.extend(_level_notes(decodes, settings, main, peak, readmitted))
+    closed_loop = readmitted > 0 or len(segments) > 1
+    tokens = run_tokens(settings, main, decodes, prefills, closed_loop, notes, cannot, requests)
+    tokens = with_reconciliation(tokens, main, admission, timing)
+    label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
+    return assemble_run(
+        RunIdentity(
+            trace.path,
+            f"{trace.capabilities.name} server log",
+            run.index,
+            label.strip(),
+            trace.rank,
+            trace.clock_origin,
+        ),
+        _run_phases(samples, peak, main, segments, intervals, readmitted),
+        admission,
+        timing,
+        tokens,
+        _plot_data(run, intervals, settings.retraction_times),
+        ServerLogFacts(settings.stated_concurrency, kind, requests, arrivals),
+        overload,
+        findings=RunFindings(tuple(cannot), tuple(notes)),
+    )
+
+
+def _level_notes(
+    decodes: Sequence[BatchSample], settings: RunSettings, main: Segment | None, peak: int, readmitted: int
+) -> list[str]:
+    """The main segment's level against the stated concurrency, and its readmissions."""
+    notes = []
     if main is not None and settings.stated_concurrency is not None and peak > 1:
         incoming = [s.running + s.incoming for s in decodes if s.incoming is not None]
         in_flight = max(incoming) if incoming else None
@@ -218,27 +277,7 @@ def _analyse_server_run(trace: ServerTrace, run: ServerRun, settings: RunSetting
             "closed loop refilling finished requests): those intervals mix prefill into decode "
             f"and are counted as 'mixed' ({main.mixed_s:.0f} s), not steady"
         )
-    closed_loop = readmitted > 0 or len(segments) > 1
-    tokens = run_tokens(settings, main, decodes, prefills, closed_loop, notes, cannot, requests)
-    tokens = with_reconciliation(tokens, main, admission, timing)
-    label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
-    return assemble_run(
-        RunIdentity(
-            trace.path,
-            f"{trace.engine} server log",
-            run.index,
-            label.strip(),
-            trace.rank,
-            trace.clock_origin,
-        ),
-        _run_phases(samples, peak, main, segments, intervals, readmitted),
-        admission=admission,
-        timing=timing,
-        tokens=tokens,
-        findings=RunFindings(tuple(cannot), tuple(notes)),
-        plot=_plot_data(run, intervals, settings.retraction_times),
-        server=ServerLogFacts(settings.stated_concurrency, kind, requests),
-    )
+    return notes
 
 
 def _run_phases(
@@ -269,6 +308,7 @@ def _run_phases(
         drain=main.drain if steady is not None else None,
         warmup=main.warmup,
         warmup_excess_s=main.warmup_excess_s,
+        warmup_prefill_s=main.warmup_prefill_s,
         segments=segments,
         main_segment=main.index,
     )
@@ -296,19 +336,6 @@ def _steady_batch(segment: Segment, intervals: Sequence[DecodeInterval]) -> floa
     return float(statistics.median(values)) if values else float(segment.level)
 
 
-def _prefill_duration(samples: Sequence[BatchSample], segment: Segment) -> float:
-    """Typical time between consecutive Prefill lines of the ramp: the last admission's own
-    prefill runs after its line, inside the warm-up interval."""
-    start = segment.ramp.start_s if segment.ramp is not None else segment.plateau.start_s
-    times = [
-        s.time_s
-        for s in samples
-        if s.kind == "prefill" and start <= s.time_s <= segment.plateau.start_s
-    ]
-    gaps = [b - a for a, b in pairwise(times)]
-    return statistics.median(gaps) if gaps else 0.0
-
-
 def _run_timing(
     trace: ServerTrace,
     run_samples: Sequence[BatchSample],
@@ -326,7 +353,7 @@ def _run_timing(
         )
     on_plateau = [i for i in intervals if main.plateau.start_s < i.end_s <= main.plateau.end_s]
     method, step, method_notes = step_method(
-        trace.engine,
+        trace.capabilities,
         main,
         on_plateau,
         decode_log_interval=settings.decode_log_interval,
@@ -338,7 +365,8 @@ def _run_timing(
     notes.extend(headline_note(main))
     notes.extend(_rough_timing_notes(main.steady_token_s.count, trace.time_resolution_s))
     interval_s = settings.decode_log_interval * step if step else None
-    notes.extend(_warmup_note(trace, run_samples, settings, main, interval_s))
+    notes.extend(warmup_note(trace, run_samples, settings.decode_log_interval, main, interval_s))
+    notes.extend(prefill_note(run_samples, settings.prefill_rate, interval_s, trace.time_resolution_s))
     cannot.extend(_unseen_timing(trace, settings, main, intervals, interval_s))
     return RunTiming(
         step_method=method,
@@ -368,30 +396,6 @@ def _rough_timing_notes(steady_intervals: int, resolution_s: float) -> list[str]
     return notes
 
 
-def _warmup_note(
-    trace: ServerTrace,
-    run_samples: Sequence[BatchSample],
-    settings: RunSettings,
-    main: Segment,
-    interval_s: float | None,
-) -> list[str]:
-    """A note where the SGLang warm-up lasts longer than one decode-log interval."""
-    if (
-        main.warmup is not None
-        and interval_s
-        and main.warmup.duration_s
-        > interval_s * 1.05 + _prefill_duration(run_samples, main) + trace.time_resolution_s
-        and trace.engine == "sglang"
-    ):
-        return [
-            "warm-up (last admission → first Decode line, its own column) longer than one "
-            f"decode-log interval ({settings.decode_log_interval} steps): first-step warm-up or "
-            "graph capture; counted as its own reconciliation term, less half a decode-log "
-            "interval of ordinary steps"
-        ]
-    return []
-
-
 def _unseen_timing(
     trace: ServerTrace,
     settings: RunSettings,
@@ -403,7 +407,7 @@ def _unseen_timing(
     and (vLLM) any per-request time."""
     cannot = []
     last_decode = max((i.end_s for i in intervals), default=main.plateau.end_s)
-    if trace.engine == "sglang" and main.drain is None and main.plateau.end_s >= last_decode:
+    if trace.capabilities.step_counted_lines and main.drain is None and main.plateau.end_s >= last_decode:
         cannot.append(
             f"drain not visible: the run's last Decode line still shows {main.level} "
             f"running requests, so they all finished within one decode-log interval "
@@ -411,9 +415,10 @@ def _unseen_timing(
             + (f" ≈ {interval_s:.1f} s" if interval_s else "")
             + ") after it"
         )
-    if trace.engine == "vllm":
+    if not trace.capabilities.prefill_lines and trace.arrivals is None:
         cannot.append(
-            "vLLM stats lines carry no per-request times: admission span and TTFT are not measurable"
+            f"{trace.capabilities.server} stats lines carry no per-request times: admission span "
+            "and TTFT are not measurable"
         )
     return cannot
 

@@ -89,5 +89,6 @@ def with_reconciliation(
         admission_span_s=admission.admission_span_s,
         warmup_s=main.warmup_excess_s,
         output_tokens=output_tokens,
+        prefill_s=main.warmup_prefill_s,
     )
     return replace(tokens, reconciliation=reconciliation)

@@ -8,15 +8,24 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.intervals import DecodeInterval
 from ncuflow.phases.model.levels import Item
-from ncuflow.phases.model.results import PhaseSpan, Segment, ServerRequests
+from ncuflow.phases.model.overload_text import overload_reason
+from ncuflow.phases.model.results import (
+    ArrivalTimes,
+    PhaseSpan,
+    Segment,
+    SegmentKind,
+    ServerRequests,
+)
 from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch
+from ncuflow.phases.model.stats import Distribution
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
 
 
 def step_method(
-    engine: str,
+    capabilities: Capabilities,
     segment: Segment,
     on_plateau: Sequence[DecodeInterval],
     *,
@@ -30,8 +39,8 @@ def step_method(
         return "", None, []
     accept = segment.accept_len
     step = tokens.median * (accept or 1.0)
-    if engine == "vllm":
-        return _vllm_window_method(on_plateau), step, []
+    if capabilities.stats_window_s is not None:
+        return _window_method(capabilities, capabilities.stats_window_s, on_plateau), step, []
     if not with_throughput:
         return _line_interval_method(decode_log_interval, resolution_s), step, []
     method = (
@@ -49,10 +58,10 @@ def step_method(
     return method + cross_check, step, notes
 
 
-def _vllm_window_method(on_plateau: Sequence[DecodeInterval]) -> str:
+def _window_method(capabilities: Capabilities, window_s: float, on_plateau: Sequence[DecodeInterval]) -> str:
     method = (
-        "per-token time = Running / Avg generation throughput of each 10-s vLLM stats "
-        "window (a window average, not a step time)"
+        f"per-token time = Running / Avg generation throughput of each {window_s:g}-s "
+        f"{capabilities.server} stats window (a window average, not a step time)"
     )
     if any(i.cached_prompt for i in on_plateau):
         method += (
@@ -108,12 +117,11 @@ def _interval_cross_check(
     return clause, []
 
 
-def no_steady_reason(run: ServerRun, engine: str, segment: Segment, lockstep: bool) -> tuple[str, str]:
+def no_steady_reason(
+    run: ServerRun, capabilities: Capabilities, segment: Segment, lockstep: bool
+) -> tuple[str, str]:
     """(a word for why, the sentence) when a plateau has no steady stretch."""
-    admission = {
-        "sglang": "a Prefill line",
-        "vllm": "prompt throughput above 10 % of the generation throughput",
-    }.get(engine, "an admission")
+    admission = capabilities.admission_evidence
     if lockstep:
         admission += " or an admission on another DP rank"
     reason = (
@@ -129,9 +137,12 @@ def no_steady_reason(run: ServerRun, engine: str, segment: Segment, lockstep: bo
     elif aborted(run):
         kind = "traceback"
         reason += " (the run ends in a traceback while still admitting requests)"
-    elif engine == "vllm":
-        kind = "vllm-windows"
-        reason += " (vLLM prints one line per 10 s; every busy window here also processed prompts)"
+    elif capabilities.stats_window_s is not None:
+        kind = "windows"
+        reason += (
+            f" ({capabilities.server} prints one line per {capabilities.stats_window_s:g} s; every "
+            "busy window here also processed prompts)"
+        )
     if segment.mixed_token_s is not None:
         reason += (
             f"; the plateau at {segment.level} with admissions ('mixed', {segment.mixed_s:.1f} s) "
@@ -205,7 +216,8 @@ def _run_cannot(
     prefills: Sequence[BatchSample],
 ) -> list[str]:
     cannot: list[str] = []
-    if trace.engine == "sglang" and not prefills:
+    capabilities = trace.capabilities
+    if capabilities.prefill_lines and not prefills:
         cannot.append(
             "no Prefill lines in this run (e.g. a PD decode node): admissions are seen only as "
             "increases of #running-req between Decode lines (the ramp's waits are estimated "
@@ -215,11 +227,11 @@ def _run_cannot(
         cannot.append(
             f"only {len(decodes)} Decode line(s): the run is shorter than two decode-log "
             f"intervals ({settings.decode_log_interval} steps each), so no step time can be derived"
-            if trace.engine == "sglang"
+            if capabilities.step_counted_lines
             else f"only {len(decodes)} stats line(s) with running requests: too short for the "
             "10-s statistics window"
         )
-    if trace.engine == "sglang" and prefills:
+    if capabilities.prefill_lines and prefills:
         cannot.append("TTFT distribution: a server log has no per-request submit times")
     return cannot
 
@@ -257,7 +269,7 @@ def _run_notes(
             "DP attention: ranks step in lockstep, so an admission on any rank counts as an "
             "admission (a mixed interval) for this rank too"
         )
-    if trace.engine == "sglang" and not prefills and segments:
+    if trace.capabilities.prefill_lines and not prefills and segments:
         notes.append(
             "PD decode node: the ramp ends when #running-req reaches its plateau; requests still "
             "arriving by KV transfer (#transfer-req/#prealloc-req) at the plateau were prefilled "
@@ -269,16 +281,23 @@ def _run_notes(
 def _segments_note(segments: Sequence[Segment]) -> str:
     """The run's segments listed (the first 12), when there is more than one."""
     shown = ", ".join(
-        f"{s.level}{' (burst)' if s.kind == 'burst' else ''}" for s in segments[:12]
+        f"{s.level}{'' if s.kind is SegmentKind.PLATEAU else f' ({s.kind})'}" for s in segments[:12]
     ) + (", …" if len(segments) > 12 else "")
-    bursts = any(s.kind == "burst" for s in segments)
+    bursts = any(s.kind is SegmentKind.BURST for s in segments)
+    overload = any(s.kind is SegmentKind.OVERLOAD for s in segments)
     return (
         f"{len(segments)} segments (plateaus of #running-req"
         + (" and bursts" if bursts else "")
+        + (" and overload stretches" if overload else "")
         + f": {shown}): each has its own "
-        + ("ramp (a burst: its rise)" if bursts else "ramp")
+        + _ramp_words(bursts, overload)
         + ", per-token time and drain"
     )
+
+
+def _ramp_words(bursts: bool, overload: bool) -> str:
+    kinds = " or ".join(k for k, present in (("a burst", bursts), ("an overload stretch", overload)) if present)
+    return f"ramp ({kinds}: its rise)" if kinds else "ramp"
 
 
 def no_steady(
@@ -293,11 +312,14 @@ def no_steady(
     if any(s.steady is not None for s in segments):
         return "", []
     if main is not None:
-        kind, reason = no_steady_reason(run, trace.engine, main, bool(settings.lockstep_admissions))
+        kind, reason = no_steady_reason(run, trace.capabilities, main, bool(settings.lockstep_admissions))
         return kind, ["no steady decode phase: " + reason]
     if decode_lines < 2:
         return "", []
-    bursts = [s for s in segments if s.kind == "burst"]
+    overloaded = overload_reason(trace.capabilities, segments)
+    if overloaded is not None:
+        return overloaded[0], [overloaded[1]]
+    bursts = [s for s in segments if s.kind is SegmentKind.BURST]
     if bursts:
         peaks = ", ".join(str(s.level) for s in bursts[:8]) + (", …" if len(bursts) > 8 else "")
         return "bursts", [
@@ -314,7 +336,7 @@ def no_steady(
 def shape_notes(segments: Sequence[Segment], tails: Sequence[Item], decodes: Sequence[BatchSample]) -> list[str]:
     """Bursts and tails, said once each run, with the rule that made them."""
     notes = []
-    bursts = [s for s in segments if s.kind == "burst"]
+    bursts = [s for s in segments if s.kind is SegmentKind.BURST]
     if bursts:
         notes.append(
             f"{len(bursts)} burst(s) (the batch rose to a peak it did not hold for three Decode "
@@ -373,3 +395,35 @@ def request_notes(requests: ServerRequests, decode_weighted_s: float | None) -> 
     if requests.ttft_s is not None:
         line += "; the TTFT column is server-side: queue + prefill, from these lines"
     return [line]
+
+
+def _between(low: Distribution | None, high: Distribution | None) -> str:
+    """A median between bounds, in seconds: "0.21–0.93 s", or "≤ 0.93 s" with no lower one."""
+    if high is None:
+        return "—"
+    if low is None:
+        return f"≤ {high.median:.2f} s"
+    if abs(high.median - low.median) < 0.0005:
+        return f"{high.median:.2f} s"
+    return f"{low.median:.2f}–{high.median:.2f} s"
+
+
+def arrival_notes(arrivals: ArrivalTimes | None, cannot: list[str]) -> list[str]:
+    """What the arrival lines say about a run; where they bound the TTFT, the "cannot
+    tell" that a server log has no submit times is taken back (``cannot`` is edited)."""
+    if arrivals is None:
+        return []
+    head = f"{arrivals.requests} request(s) arrived (the server's arrival lines) over {arrivals.arrival_span_s:.1f} s"
+    if arrivals.refused:
+        head += f"; {arrivals.refused} more were refused before the scheduler"
+    if arrivals.queue_wait_s is None:
+        if arrivals.requests:
+            head += "; they do not match the admissions the statistics lines count, so no queue wait is given"
+        return [head]
+    cannot[:] = [c for c in cannot if not c.startswith("TTFT distribution")]
+    return [
+        f"{head}; admitted within {arrivals.admission_span_s or 0.0:.1f} s of the first arrival; queue "
+        f"wait median {_between(arrivals.queue_wait_low_s, arrivals.queue_wait_s)} (p90 ≤ "
+        f"{arrivals.queue_wait_s.p90:.2f} s); TTFT median {_between(arrivals.ttft_low_s, arrivals.ttft_high_s)}: "
+        f"{arrivals.method}"
+    ]

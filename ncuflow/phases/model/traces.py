@@ -9,6 +9,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ncuflow.phases.model.capabilities import Capabilities
+
 
 class BatchSample(NamedTuple):
     """One scheduler statistics line of a server log.
@@ -41,6 +43,8 @@ class BatchSample(NamedTuple):
     # log lines this sample stands for: more than 1 only where a very long log was folded
     # to keep memory bounded (see ``parse.compact``)
     lines: int = 1
+    # the KV cache's usage on the line, 0–1 (SGLang token usage, vLLM GPU KV cache usage)
+    kv_usage: float | None = None
 
     @property
     def admitted_seqs(self) -> int:
@@ -115,11 +119,57 @@ class RequestTimings:
 
 
 @dataclass(frozen=True)
+class RequestArrivals:
+    """One line per arriving request (vLLM ``Received request``, SGLang ``Receive:``), in
+    columns: when each request that reached the scheduler arrived (non-decreasing), and
+    the arrivals that were refused before it (no vLLM ``Added request`` line followed).
+    Beyond ``MAX_ARRIVALS`` lines only every ``stride``-th is kept (``seen`` counts all)."""
+
+    time_s: array = field(default_factory=lambda: array("d"))
+    line: array = field(default_factory=lambda: array("q"))
+    refused_s: array = field(default_factory=lambda: array("d"))
+    stride: int = 1
+    seen: int = 0
+    refused: int = 0  # arrivals refused before the scheduler (``refused_s`` holds the first)
+
+    def between(self, start_s: float, end_s: float) -> range:
+        """Indices of the arrivals in (start_s, end_s]."""
+        return range(bisect.bisect_right(self.time_s, start_s), bisect.bisect_right(self.time_s, end_s))
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Requests the server refused, by cause (e.g. a prompt longer than the context)."""
+
+    cause: str
+    count: int
+    first_line: int
+    example: str  # the first message, shortened
+
+
+@dataclass(frozen=True)
+class ServiceCounts:
+    """What the log says about the requests it served, over the whole file: HTTP statuses of
+    the generation endpoints' access lines, refusals by cause, errors (tracebacks that were
+    no refusal), and the prompt tokens the prefix cache served."""
+
+    http_status: tuple[tuple[int, int], ...] = ()  # (status, requests), by status
+    rejections: tuple[Rejection, ...] = ()
+    errors: int = 0
+    first_error_line: int = 0
+    prefills: int = 0  # admitted batches (SGLang Prefill lines)
+    prefills_with_hit: int = 0  # … with a prefix-cache hit (#cached-token > 0)
+    prompt_tokens: float = 0.0  # prompt tokens of those admissions (new + cached)
+    cached_tokens: float = 0.0  # … served by the prefix cache
+    cache_hit_rate: float | None = None  # vLLM: the last "Prefix cache hit rate" it printed
+
+
+@dataclass(frozen=True)
 class ServerTrace:
     """The statistics lines of one scheduler (one DP rank) of one server log."""
 
     path: str
-    engine: str  # "sglang" or "vllm"
+    capabilities: Capabilities  # what the format says, read by the model (never its name)
     rank: str | None
     clock_origin: str  # wall-clock text of time_s == 0
     samples: tuple[BatchSample, ...]
@@ -129,6 +179,15 @@ class ServerTrace:
     # times of KV-cache retraction lines (all of them, for the decode intervals they hit)
     retraction_times_s: array = field(default_factory=lambda: array("d"))
     requests: RequestTimings | None = None
+    arrivals: RequestArrivals | None = None
+    service: ServiceCounts = field(default_factory=ServiceCounts)
+    # requests each retraction pushed back to the queue (0 where its line does not say)
+    retracted_requests: array = field(default_factory=lambda: array("q"))
+
+    @property
+    def engine(self) -> str:
+        """The format's registry name, for labels (the model reads ``capabilities``)."""
+        return self.capabilities.name
 
 
 @dataclass(frozen=True)
@@ -160,3 +219,4 @@ class RequestTrace:
     has_start_times: bool = True
     clock_origin: str = ""
     reported_mean_tpot_ms: float | None = None
+    notes: tuple[str, ...] = ()  # what reading the file left out or thinned

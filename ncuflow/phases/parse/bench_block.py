@@ -5,6 +5,10 @@ reported TPOT/ITL the phases are reconciled with. Options that are not numbers a
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 from ncuflow.phases.model.traces import BenchSummary
 from ncuflow.phases.parse.values import MAX_COUNT, BadValue, count_value, rate_value
 
@@ -57,3 +61,50 @@ def _bounded_count(value: float | None) -> int | None:
     if value is None or value < 0 or value > MAX_COUNT:
         return None
     return int(value)
+
+
+BENCH_COMMAND = re.compile(r"(?:^|\s)(?:python3? -m )?sglang\.bench_serving\b")
+RESULT_FIELD = re.compile(
+    r"^(?P<key>[A-Za-z][A-Za-z0-9 ()/.\-]*?):\s+(?P<value>-?\d+(?:\.\d+)?)\s*$"
+)
+
+
+@dataclass
+class BenchBlockReader:
+    """The bench_serving command line and result block as they are read, line by line.
+    ``read`` returns whether the line belonged to them; ``out_of_range`` is told of a result
+    value that cannot be data (the log's reader decides what that means)."""
+
+    out_of_range: Callable[[int, str, str], None]
+    command_args: dict[str, str] = field(default_factory=dict)
+    command_line: int = 0
+    result: dict[str, float] = field(default_factory=dict)
+    result_line: int = 0
+    in_result: bool = False
+
+    def read(self, number: int, line: str) -> bool:
+        if "bench_serving" in line and "--" in line and BENCH_COMMAND.search(line):
+            self.command_line = number
+            tokens = line.split()
+            for i, token in enumerate(tokens):
+                if token.startswith("--") and i + 1 < len(tokens) and not tokens[i + 1].startswith("--"):
+                    self.command_args[token[2:]] = tokens[i + 1]
+            return True
+        if "Serving Benchmark Result" in line:
+            self.in_result, self.result_line = True, number
+            return True
+        if self.in_result:
+            found = RESULT_FIELD.match(line.strip())
+            if found:
+                value = float(found.group("value"))
+                if abs(value) > 1e12:
+                    self.out_of_range(number, line, f"has a value out of range ({found.group('value')[:30]})")
+                else:
+                    self.result[found.group("key").strip()] = value
+            elif line.startswith("=====") and self.result:
+                self.in_result = False
+            return True
+        return False
+
+    def summary(self) -> BenchSummary | None:
+        return bench_summary(self.command_args, self.command_line, self.result, self.result_line)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ncuflow.phases.model.overload import KV_FULL
 from ncuflow.phases.model.traces import BatchSample
 
 CAP = 1 << 17  # samples kept line for line, over all the schedulers of one log
@@ -121,7 +122,10 @@ class SampleStore:
         if last is None:
             return True
         if sample.kind == "prefill":
-            return sample.running == 0 and not (last.kind == "prefill" and (last.pending_tokens or 0) > 0)
+            continues = (last.kind == "prefill" and (last.pending_tokens or 0) > 0) or (
+                bool(last.queued) and (last.kv_usage or 0.0) >= KV_FULL  # waiting for cache: see model.runs
+            )
+            return sample.running == 0 and not continues
         if sample.kind == "stats":
             return (sample.running > 0 or bool(sample.queued)) and _boundary(last)
         return False
@@ -233,3 +237,28 @@ class SampleStore:
                 continue
             out.append(sample)
         return out
+
+
+def folding_note(where: str, store: SampleStore) -> str:
+    parts = []
+    if store.folded:
+        parts.append(
+            f"{store.folded:,} statistics line(s){where} were folded into their neighbours "
+            "(equal-batch Decode lines into the next one, consecutive Prefill lines into one "
+            "admission); token counts and token-weighted per-token times stay exact, p10–p90 "
+            "are over the longer intervals"
+        )
+    if store.dropped_runs:
+        parts.append(f"{store.dropped_runs:,} run(s) of a single Prefill line and nothing else were left out")
+    if store.run_stride > 1:
+        parts.append(
+            f"the log holds {store.runs_seen:,} runs{where}: only every {ordinal(store.run_stride)} was "
+            "analysed (runs are numbered as kept)"
+        )
+    return "the log is long, and kept in bounded memory: " + "; ".join(parts)
+
+
+def ordinal(number: int) -> str:
+    """2nd, 3rd, 11th, 64th: how a note names every N-th run kept."""
+    suffix = "th" if number % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"

@@ -18,15 +18,19 @@ from __future__ import annotations
 import contextlib
 import re
 from array import array
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ncuflow.phases import TraceError
+from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
 from ncuflow.phases.model.traces import BatchSample, LogEvent, RequestTimings, ServerTrace
-from ncuflow.phases.parse.bench_block import bench_summary
-from ncuflow.phases.parse.compact import SampleStore, share_cap
+from ncuflow.phases.parse.bench_block import BenchBlockReader
+from ncuflow.phases.parse.chunked import mark_chunked_prefills
+from ncuflow.phases.parse.compact import SampleStore, folding_note, share_cap
+from ncuflow.phases.parse.format import LineFormat
 from ncuflow.phases.parse.reqstats import RequestTimingLog, find_marker, parse_request_line
+from ncuflow.phases.parse.service import ServiceLog
 from ncuflow.phases.parse.values import (
     BadValue,
     LogClock,
@@ -42,16 +46,13 @@ STATS_LINE = re.compile(
     r"\b(?P<kind>Prefill|Decode) batch\b(?:\s*\[[^\]]*\])?[.,:]?\s*(?P<fields>.*)$"
 )
 RETRACTIONS = ("Decode out of memory happened", "Retract requests", "#retracted_reqs")
+RETRACTED = re.compile(r"#retracted_reqs:\s*(\d{1,9})\b")
 # the fields ncuflow reads, each at the start of a comma-separated field: one linear scan
 USED_FIELDS = re.compile(
     r"(?:^|,)\s*(#running-req|#queue-req|#new-seq|#new-token|#cached-token|#pending-token|"
-    r"#transfer-req|#prealloc-req|gen throughput \(token/s\)|accept len)\s*:\s*([^\s,%]*)"
+    r"#transfer-req|#prealloc-req|gen throughput \(token/s\)|accept len|token usage|"
+    r"full token usage)\s*:\s*([^\s,%]*)"
 )
-BENCH_COMMAND = re.compile(r"(?:^|\s)(?:python3? -m )?sglang\.bench_serving\b")
-RESULT_FIELD = re.compile(
-    r"^(?P<key>[A-Za-z][A-Za-z0-9 ()/.\-]*?):\s+(?P<value>-?\d+(?:\.\d+)?)\s*$"
-)
-EXCEPTION = re.compile(r"^[A-Za-z_.]+(Error|Exception)\b")
 MAX_EVENTS = 1000
 FIX_MALFORMED = (
     "Use the server's own log as written (SGLang prints '[YYYY-MM-DD HH:MM:SS] Decode "
@@ -124,13 +125,15 @@ class SglangReader:
     last_stamped: str = ""
     seconds_of: dict[str, float] = field(default_factory=dict)  # "date time" → seconds
     rank_of: dict[str, str] = field(default_factory=dict)  # tags → rank
-    command_args: dict[str, str] = field(default_factory=dict)
-    command_line: int = 0
-    result: dict[str, float] = field(default_factory=dict)
-    result_line: int = 0
-    in_result: bool = False
-    traceback_line: int | None = None
-    traceback_time: float | None = None
+    retracted: array = field(default_factory=lambda: array("q"))  # requests per retraction
+    bench: BenchBlockReader = field(init=False)
+    service: ServiceLog = field(init=False)
+    traceback_reported: bool = False
+    prompts: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # prefills, with a hit, tokens, cached
+
+    def __post_init__(self) -> None:
+        self.bench = BenchBlockReader(self._malformed)
+        self.service = ServiceLog(self._traceback)
 
     # ------------------------------------------------------------------ per line
 
@@ -138,12 +141,12 @@ class SglangReader:
         """A line read before the log's format is known: only what surrounds the
         statistics (the clock's origin, the bench_serving block, events)."""
         self._note_stamp(line)
-        if not self._bench(number, line):
+        if not self.bench.read(number, line):
             self._event(number, line)
 
     def feed(self, number: int, line: str) -> None:
         self._note_stamp(line)
-        if self._bench(number, line) or self._event(number, line):
+        if self.bench.read(number, line) or self._event(number, line):
             return
         if "batch" in line:
             stats = STATS_LINE.search(line)
@@ -185,56 +188,9 @@ class SglangReader:
             return None
         return found[0] if found else None
 
-    def _bench(self, number: int, line: str) -> bool:
-        """The bench_serving command line and result block, when interleaved in the log."""
-        if "bench_serving" in line and "--" in line and BENCH_COMMAND.search(line):
-            self.command_line = number
-            tokens = line.split()
-            for i, token in enumerate(tokens):
-                if (
-                    token.startswith("--")
-                    and i + 1 < len(tokens)
-                    and not tokens[i + 1].startswith("--")
-                ):
-                    self.command_args[token[2:]] = tokens[i + 1]
-            return True
-        if "Serving Benchmark Result" in line:
-            self.in_result, self.result_line = True, number
-            return True
-        if self.in_result:
-            found = RESULT_FIELD.match(line.strip())
-            if found:
-                value = float(found.group("value"))
-                if abs(value) > 1e12:
-                    self._malformed(number, line, f"has a value out of range ({found.group('value')[:30]})")
-                else:
-                    self.result[found.group("key").strip()] = value
-            elif line.startswith("=====") and self.result:
-                self.in_result = False
-            return True
-        return False
-
     def _event(self, number: int, line: str) -> bool:
-        """Tracebacks (a shutdown's own exception is not an abort), SIGTERM, retractions."""
-        if self.traceback_line is None and "Traceback" in line and "Traceback (most recent call last)" in line:
-            self.traceback_line = number
-            self.traceback_time = self._time_or_none(line if line.startswith("[") else self.last_stamped)
-            return True
-        if self.traceback_line is not None and self.traceback_line >= 0 and EXCEPTION.match(line):
-            after_shutdown = any(e.kind == "shutdown" for e in self.events)
-            exception = line.strip()[:120]
-            self.events.append(
-                LogEvent(
-                    self.traceback_time,
-                    self.traceback_line,
-                    "shutdown" if after_shutdown else "traceback",
-                    f"an exception after the shutdown began ({exception}): a shutdown, not an "
-                    "aborted run"
-                    if after_shutdown
-                    else f"the server hit an exception and the run was aborted ({exception})",
-                )
-            )
-            self.traceback_line = -1  # reported once
+        """Request lines and tracebacks (``service``), SIGTERM, retractions."""
+        if self.service.read(number, line, lambda: self._time_or_none(line if line.startswith("[") else self.last_stamped)):
             return True
         if "SIGTERM" in line and "SIGTERM received" in line and len(self.events) < MAX_EVENTS:
             self.events.append(
@@ -246,11 +202,32 @@ class SglangReader:
         ):
             time_s = self._time_or_none(line)
             if time_s is not None:
+                count = RETRACTED.search(line)
                 self.retractions.append(time_s)
+                self.retracted.append(int(count.group(1)) if count else 0)
             if len(self.events) < MAX_EVENTS:
                 self.events.append(LogEvent(time_s, number, "retraction", line.strip()[:200]))
             return True
         return False
+
+    def _traceback(self, line: int, time_s: float | None, exception: str) -> None:
+        """A traceback that refused no request: the first one is reported (a shutdown's
+        own exception is not an abort)."""
+        if self.traceback_reported:
+            return
+        self.traceback_reported = True
+        after_shutdown = any(e.kind == "shutdown" for e in self.events)
+        exception = exception[:120]
+        self.events.append(
+            LogEvent(
+                time_s,
+                line,
+                "shutdown" if after_shutdown else "traceback",
+                f"an exception after the shutdown began ({exception}): a shutdown, not an aborted run"
+                if after_shutdown
+                else f"the server hit an exception and the run was aborted ({exception})",
+            )
+        )
 
     def _malformed(self, number: int, line: str, problem: str) -> None:
         if self.skip_malformed:
@@ -288,6 +265,8 @@ class SglangReader:
         if kind == "prefill" and sample.new_seqs == 1 and sample.new_tokens == 1 and not sample.cached_tokens:
             self.health_checks.add(number)
             return
+        if kind == "prefill":
+            self._count_prompt(sample)
         rank = self.rank_of.get(stamp[1])
         if rank is None:
             rank = self.rank_of[stamp[1]] = _rank_of(stamp[1])
@@ -297,6 +276,13 @@ class SglangReader:
             store = self.stores[rank] = SampleStore(before_folding=mark_chunked_prefills)
             share_cap(self.stores)
         store.append(sample)
+
+    def _count_prompt(self, sample: BatchSample) -> None:
+        cached = sample.cached_tokens or 0
+        self.prompts[0] += 1
+        self.prompts[1] += cached > 0
+        self.prompts[2] += (sample.new_tokens or 0) + cached
+        self.prompts[3] += cached
 
     def _request(self, number: int, line: str) -> None:
         opening = find_marker(line)
@@ -363,22 +349,28 @@ class SglangReader:
                 "Without scheduler statistics lines there is nothing to split into phases.",
                 "Pass the SGLang server log (not the client output), with default logging enabled.",
             )
-        bench = bench_summary(self.command_args, self.command_line, self.result, self.result_line)
+        arrivals, service = self.service.finish()
+        prefills, hits, tokens, cached = self.prompts
+        service = replace(service, prefills=prefills, prefills_with_hit=hits, prompt_tokens=tokens,
+                          cached_tokens=cached)
         events = tuple(self.events + self._notes())
         multi = len(self.stores) > 1
         requests = self._requests_by_rank(multi)
         return tuple(
             ServerTrace(
                 path=str(self.path),
-                engine="sglang",
+                capabilities=CAPABILITIES,
                 rank=(rank or None) if multi else None,
                 clock_origin=self.clock.origin_text,
                 samples=tuple(mark_chunked_prefills(store.samples)),
                 events=events,
                 time_resolution_s=0.001 if self.any_fraction else 1.0,
-                bench=bench,
+                bench=self.bench.summary(),
                 retraction_times_s=self.retractions,
                 requests=requests.get(rank),
+                arrivals=None if multi else arrivals,
+                service=service,
+                retracted_requests=self.retracted,
             )
             for rank, store in sorted(self.stores.items(), key=lambda kv: _rank_sort_key(kv[0]))
         )
@@ -400,25 +392,6 @@ class SglangReader:
             for name in ("time_s", "line", "output_tokens", "queue_s", "prefill_s", "decode_s", "forward_s"):
                 getattr(merged, name).append(getattr(t, name)[i])
         return {only: merged}
-
-
-def folding_note(where: str, store: SampleStore) -> str:
-    parts = []
-    if store.folded:
-        parts.append(
-            f"{store.folded:,} statistics line(s){where} were folded into their neighbours "
-            "(equal-batch Decode lines into the next one, consecutive Prefill lines into one "
-            "admission); token counts and token-weighted per-token times stay exact, p10–p90 "
-            "are over the longer intervals"
-        )
-    if store.dropped_runs:
-        parts.append(f"{store.dropped_runs:,} run(s) of a single Prefill line and nothing else were left out")
-    if store.run_stride > 1:
-        parts.append(
-            f"the log holds {store.runs_seen:,} runs{where}: only every {store.run_stride}th was "
-            "analysed (runs are numbered as kept)"
-        )
-    return "the log is long, and kept in bounded memory: " + "; ".join(parts)
 
 
 def _count(fields: dict[str, str], key: str) -> int | None:
@@ -450,48 +423,36 @@ def _sample(kind: str, time_s: float, number: int, fields: dict[str, str]) -> Ba
         incoming,
         0,
         _count(fields, "#cached-token"),
+        1,
+        optional_rate(fields, "token usage") if "token usage" in fields else optional_rate(fields, "full token usage"),
     )
-
-
-def mark_chunked_prefills(samples: Sequence[BatchSample]) -> list[BatchSample]:
-    """One scheduler's lines, each Prefill line whose last request is cut off marked.
-
-    SGLang prefills a prompt longer than what is left of the batch's token budget over
-    several batches, and counts that request in ``#new-seq`` on each of them: summed,
-    ``#new-seq`` counts it once per chunk (seen on the DP-attention log: 80 admissions on
-    a rank that holds 72 requests). Where the log has ``#pending-token`` (newer SGLang),
-    a Prefill line with pending tokens is cut off. Otherwise a line is taken to be cut off
-    when it carries the scheduler's largest ``#new-token`` (the budget; seen on at least
-    two lines), the very next line is a Prefill line (the cut request goes on at once),
-    and that line shows one request fewer joined the running batch than ``#new-seq``
-    said. Anything else is left as logged (a mark, once made, stays).
-    """
-    prefill_tokens = [
-        s.new_tokens for s in samples if s.kind == "prefill" and s.new_tokens and s.lines == 1
-    ]
-    budget = max(prefill_tokens, default=None)
-    if budget is not None and prefill_tokens.count(budget) < 2:
-        budget = None
-    marked = list(samples)
-    for index, sample in enumerate(marked):
-        if sample.kind != "prefill" or not sample.new_seqs or sample.unfinished_seqs or sample.lines > 1:
-            continue
-        following = marked[index + 1] if index + 1 < len(marked) else None
-        if sample.pending_tokens is not None:
-            cut = sample.pending_tokens > 0
-        else:
-            cut = (
-                following is not None
-                and following.kind == "prefill"
-                and following.lines == 1
-                and sample.new_tokens == budget
-                and following.running - sample.running == sample.new_seqs - 1
-            )
-        if cut:
-            marked[index] = sample._replace(unfinished_seqs=1)
-    return marked
 
 
 def _rank_sort_key(rank: str) -> tuple[int, str]:
     digits = re.search(r"\d+", rank)
     return (int(digits.group()) if digits else -1, rank)
+
+
+CAPABILITIES = Capabilities(
+    name="sglang",
+    title="SGLang server log",
+    server="SGLang",
+    run_boundary=RunBoundary.ADMISSION_FROM_EMPTY,
+    prefill_lines=True,
+    step_counted_lines=True,
+    stats_window_s=None,
+    admission_evidence="a Prefill line",
+    queue=True,
+    kv_usage=True,
+    preemption_lines=True,
+    preemption_word="retraction",
+    arrival_lines=True,
+    per_request_timings=True,
+)
+FORMAT = LineFormat(
+    name="sglang",
+    capabilities=CAPABILITIES,
+    claims=claims_sglang,
+    reader=lambda path, skip_malformed: SglangReader(path, skip_malformed),
+    describe="an SGLang server log ('Prefill batch' / 'Decode batch' lines)",
+)

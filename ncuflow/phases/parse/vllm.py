@@ -12,13 +12,17 @@ in its length, and the samples are kept in bounded memory (``parse.compact``).
 from __future__ import annotations
 
 import re
+from array import array
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ncuflow.phases import TraceError
+from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
-from ncuflow.phases.parse.compact import SampleStore, share_cap
+from ncuflow.phases.parse.compact import SampleStore, folding_note, share_cap
+from ncuflow.phases.parse.format import LineFormat
+from ncuflow.phases.parse.service import ServiceLog
 from ncuflow.phases.parse.values import DECIMAL, BadValue, LogClock, count_value, rate_value
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -28,13 +32,19 @@ NUMBER = r"\d+(?:\.\d+)?"
 STATS_TAIL = re.compile(
     rf"Avg prompt throughput: (?P<prompt>{NUMBER}) tokens/s, "
     rf"Avg generation throughput: (?P<gen>{NUMBER}) tokens/s, Running: (?P<running>\d+) reqs?"
-    r"(?:, Swapped: \d+ reqs?)?, (?:Waiting|Pending): (?P<waiting>\d+) reqs?"
+    r"(?:, Swapped: (?P<swapped>\d+) reqs?)?, (?:Waiting|Pending): (?P<waiting>\d+) reqs?"
 )
 STATS_HINT = re.compile(r"Running: \d+ reqs?")
+KV_USAGE = re.compile(rf"GPU KV cache usage: (?P<kv>{NUMBER})%")
+HIT_RATE = re.compile(rf"[Pp]refix cache hit rate: (?P<rate>{NUMBER})%")
+# vLLM V0 warns every 50th preemption: "Sequence group X is preempted by PreemptionMode.RECOMPUTE
+# mode because there is not enough KV cache space. … total_num_cumulative_preemption=N"
+PREEMPTED = "total_num_cumulative_preemption="
 MARKER = "Avg prompt throughput:"
 SPEC = "SpecDecoding metrics:"
 ACCEPT = "Mean acceptance length: "
 SHUTDOWNS = ("SIGTERM", "Shutting down", "Gracefully stopping")
+WINDOW_S = 10.0  # --log-stats interval (VLLM_LOG_STATS_INTERVAL), 10 s by default
 
 
 def strip_ansi(text: str) -> str:
@@ -86,6 +96,15 @@ class VllmReader:
     shutting_down: bool = False
     skipped: int = 0
     first_skipped: int = 0
+    preemptions: array = field(default_factory=lambda: array("d"))
+    preempted: array = field(default_factory=lambda: array("q"))  # requests since the last warning
+    preempted_total: int = 0
+    hit_rate: float | None = None
+    prompt_tokens: float = 0.0
+    service: ServiceLog = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.service = ServiceLog(self._traceback)
 
     def context(self, number: int, line: str) -> None:
         self._event(number, strip_ansi(line))
@@ -117,6 +136,9 @@ class VllmReader:
                 "timestamps cannot show).",
                 "Split the file into one log per server run and pass each file.",
             )
+        previous = self.stores[engine].samples[-1].time_s if engine in self.stores and self.stores[engine].samples else None
+        window = min(sample.time_s - previous, WINDOW_S) if previous is not None else WINDOW_S
+        self.prompt_tokens += (sample.prompt_throughput or 0.0) * window
         self.last_time, self.last_line, self.last_engine = sample.time_s, number, engine
         store = self.stores.get(engine)
         if store is None:
@@ -129,11 +151,44 @@ class VllmReader:
             self.shutting_down = True
             self.events.append(LogEvent(self.last_time, number, "shutdown", "the server was shut down"))
             return True
-        if "Traceback (most recent call last)" in line or "EngineDeadError" in line:
-            if len(self.events) < 1000:
-                self.events.append(_traceback_event(self.last_time, number, shutting_down=self.shutting_down))
+        if self.service.read(number, line, lambda: self._time_of_line(line)):
+            return True
+        if "EngineDeadError" in line:  # outside a traceback
+            self._traceback(number, self.last_time, "EngineDeadError")
+            return True
+        if "is preempted by" in line:
+            self._preemption(number, line)
             return True
         return False
+
+    def _time_of_line(self, line: str) -> float | None:
+        """A line's own time where it has one (else the last statistics line's)."""
+        stamp = STAMP.search(line)
+        if stamp is None:
+            return self.last_time
+        try:
+            return self.clock.seconds(f"2000-{stamp.group('month')}-{stamp.group('day')}",
+                                      stamp.group("time"), stamp.group("frac"))
+        except BadValue:
+            return self.last_time
+
+    def _traceback(self, line: int, time_s: float | None, exception: str) -> None:
+        if len(self.events) < 1000:
+            self.events.append(_traceback_event(time_s, line, shutting_down=self.shutting_down))
+
+    def _preemption(self, number: int, line: str) -> None:
+        at = line.find(PREEMPTED)
+        digits = line[at + len(PREEMPTED) : at + len(PREEMPTED) + 12] if at >= 0 else ""
+        digits = digits[: len(digits) - len(digits.lstrip("0123456789"))]
+        time_s = self._time_of_line(line)
+        if not digits or time_s is None:
+            return
+        total = int(digits)
+        self.preemptions.append(time_s)
+        self.preempted.append(max(total - self.preempted_total, 1))
+        self.preempted_total = total
+        if len(self.events) < 1000:
+            self.events.append(LogEvent(time_s, number, "retraction", line.strip()[:200]))
 
     def _spec(self, line: str) -> None:
         at = line.find(ACCEPT, line.find(SPEC))
@@ -163,14 +218,21 @@ class VllmReader:
                                     stamp.group("time"), frac)
         self.any_fraction = self.any_fraction or bool(frac)
         engine = ENGINE.search(prefix)
+        kv = KV_USAGE.search(line, tail.end())
+        hit = HIT_RATE.search(line, tail.end())
+        if hit is not None:
+            self.hit_rate = rate_value("Prefix cache hit rate", hit.group("rate")) / 100
         return BatchSample(
             time_s=time_s,
             kind="stats",
             running=count_value("Running", tail.group("running")),
             line=number,
-            queued=count_value("Waiting", tail.group("waiting")),
+            # V0's requests swapped out to the CPU for want of KV cache wait as well
+            queued=count_value("Waiting", tail.group("waiting"))
+            + (count_value("Swapped", tail.group("swapped")) if tail.group("swapped") else 0),
             gen_throughput=rate_value("Avg generation throughput", tail.group("gen")),
             prompt_throughput=rate_value("Avg prompt throughput", tail.group("prompt")),
+            kv_usage=rate_value("GPU KV cache usage", kv.group("kv")) / 100 if kv else None,
         ), (engine.group("engine") if engine else "0")
 
     def _malformed(self, number: int, line: str, problem: str) -> None:
@@ -193,6 +255,7 @@ class VllmReader:
                 "Without them there is nothing to split into phases.",
                 "Run the vLLM server without --disable-log-stats and pass its log.",
             )
+        arrivals, service = self.service.finish()
         events = list(self.events)
         if self.skipped:
             events.append(LogEvent(None, self.first_skipped, "malformed",
@@ -200,21 +263,49 @@ class VllmReader:
                                    f"(first at line {self.first_skipped})"))
         for engine, store in self.stores.items():
             if store.folded or store.run_stride > 1:
-                from ncuflow.phases.parse.sglang import folding_note
-
                 where = f" of engine {engine}" if len(self.stores) > 1 else ""
                 events.append(LogEvent(None, 0, "note", folding_note(where, store)))
         clock = self.clock.origin_text[5:] if self.clock.origin_text else ""
         multi = len(self.stores) > 1
+        service = replace(service, prompt_tokens=self.prompt_tokens, cache_hit_rate=self.hit_rate)
         return tuple(
             ServerTrace(
                 path=str(self.path),
-                engine="vllm",
+                capabilities=CAPABILITIES,
                 rank=f"engine {engine}" if multi else None,
                 clock_origin=clock,
                 samples=tuple(store.samples),
                 events=tuple(events),
                 time_resolution_s=0.001 if self.any_fraction else 1.0,
+                retraction_times_s=self.preemptions,
+                arrivals=None if multi else arrivals,
+                service=service,
+                retracted_requests=self.preempted,
             )
             for engine, store in sorted(self.stores.items())
         )
+
+
+CAPABILITIES = Capabilities(
+    name="vllm",
+    title="vLLM server log",
+    server="vLLM",
+    run_boundary=RunBoundary.BUSY_AFTER_IDLE,
+    prefill_lines=False,
+    step_counted_lines=False,
+    stats_window_s=WINDOW_S,
+    admission_evidence="prompt throughput above 10 % of the generation throughput",
+    queue=True,
+    kv_usage=True,
+    preemption_lines=True,
+    preemption_word="preemption",
+    arrival_lines=True,
+    per_request_timings=False,
+)
+FORMAT = LineFormat(
+    name="vllm",
+    capabilities=CAPABILITIES,
+    claims=lambda line: claims_vllm(strip_ansi(line)),
+    reader=lambda path, skip_malformed: VllmReader(path, skip_malformed),
+    describe="a vLLM server log ('Running: N reqs, Waiting: M reqs' lines)",
+)

@@ -1,0 +1,60 @@
+"""What a server-log format states about the server: a typed record the model reads.
+
+Every decision the model takes that depends on *how* a server logs (is an admission a line
+of its own? is a statistics line a window average or a count every N steps? where does a
+run start?) reads a field of ``Capabilities``, never the name of an engine. A format module
+in ``ncuflow.phases.parse`` fills one record for the traces it reads; a new format is a new
+record (see docs/ARCHITECTURE.md, "A serving-log format").
+
+What a given file actually holds (arrival lines, per-request timing lines, preemption
+warnings) is data on the trace; a capability says only that the format *can* say it, and
+so whether its absence means anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class RunBoundary(Enum):
+    """Where a run (a stretch of the log during which the server was busy) starts."""
+
+    # a Prefill line with no request running (SGLang): the first admission after an idle spell
+    ADMISSION_FROM_EMPTY = "admission-from-empty"
+    # the first busy statistics line after one with nothing running or waiting (vLLM)
+    BUSY_AFTER_IDLE = "busy-after-idle"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the lines of one format say, for the model.
+
+    ``name`` and the words (``title``, ``server``, ``admission_evidence``…) are for labels
+    and sentences only; the model branches on the typed fields."""
+
+    name: str  # the registry name (``--format``), e.g. "sglang"
+    title: str  # "SGLang server log"
+    server: str  # the server's name in sentences, e.g. "SGLang"
+    run_boundary: RunBoundary
+    # each admitted batch has a line of its own (#new-seq, #new-token)
+    prefill_lines: bool
+    # decode statistics lines are printed every N decode steps (--decode-log-interval), so
+    # Δt between two of them / N is a step time, and requests can finish unseen after the last
+    step_counted_lines: bool
+    # statistics lines average a fixed window of this many seconds (vLLM: 10), else None
+    stats_window_s: float | None
+    # what marks an admission inside a statistics interval, in words
+    admission_evidence: str
+    # lines count requests waiting for admission (SGLang #queue-req, vLLM Waiting)
+    queue: bool
+    # lines carry the KV cache's usage (SGLang token usage, vLLM GPU KV cache usage)
+    kv_usage: bool
+    # the log can say when requests are pushed back to the queue for want of KV cache
+    # (SGLang retraction lines, vLLM V0 preemption warnings); otherwise they are inferred
+    preemption_lines: bool
+    preemption_word: str  # "retraction", "preemption"
+    # the log can hold one line per arriving request (vLLM "Received request", SGLang "Receive:")
+    arrival_lines: bool
+    # the log can hold the server's own per-request timing lines (SGLang ReqTimeStats)
+    per_request_timings: bool

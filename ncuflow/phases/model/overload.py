@@ -1,0 +1,144 @@
+"""Overload: stretches where the KV cache, not the client, sets the batch.
+
+An interval (two consecutive Decode/statistics lines) is *overloaded* when requests still
+wait for admission at its end (``#queue-req``, vLLM ``Waiting``) while the KV cache is full
+(usage at least ``KV_FULL`` on a line of the interval), or when requests are pushed back to the
+queue inside it (SGLang retraction lines, vLLM V0 preemption warnings; vLLM V1 prints
+none, so a preemption is *inferred* where, at a full cache, ``Running`` fell while
+``Waiting`` rose). The queue around an overloaded interval is the cache's too (SGLang
+admits against the cache its running requests will need, so its queue stays while the
+usage saw-tooths under retractions): the whole queued stretch, from where the batch stopped
+rising, is an *overload stretch* (``overload_stretches``): a segment of its own kind
+(``overload``), with its own per-token time, never folded into steady, mixed, burst or
+drain, and the batch levels it passes through are no concurrency levels.
+
+Requests also wait for other reasons, each named with its cause (``queue_causes``):
+the batch at its cap (``--max-running-requests``, ``--max-num-seqs``) with room in the
+KV cache, or admissions still being prefilled (a burst of arrivals, a long prompt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ncuflow.phases.model.intervals import DecodeInterval
+from ncuflow.phases.model.results import PhaseSpan, QueueCause, RunOverload, Segment, SegmentKind
+from ncuflow.phases.model.stats import distribution
+
+KV_FULL = 0.90  # KV cache usage from which a waiting request is waiting for cache
+CAP_SHARE = 0.98  # a batch this close to its run's peak, with room in the cache, is at its cap
+
+KV, CAP, PREFILL = "KV cache full", "batch at its cap", "admissions still prefilling"
+
+
+def inferred_preemptions(interval: DecodeInterval) -> int:
+    """Requests a full cache pushed back inside an interval without a line saying so:
+    ``Running`` fell while ``Waiting`` rose (the smaller of the two moves)."""
+    if interval.preempted or interval.kv_usage is None or interval.kv_usage < KV_FULL:
+        return 0
+    fell, rose = interval.start_running - interval.running, interval.queued - interval.start_queued
+    return min(fell, rose) if fell > 0 and rose > 0 else 0
+
+
+def queued(interval: DecodeInterval) -> bool:
+    return max(interval.queued, interval.start_queued) > 0
+
+
+def _overloaded(interval: DecodeInterval) -> bool:
+    """Requests pushed back inside, or still waiting at its end line with the cache full."""
+    if interval.retracted or interval.preempted:
+        return True
+    return interval.queued > 0 and interval.kv_usage is not None and interval.kv_usage >= KV_FULL
+
+
+def overload_stretches(intervals: Sequence[DecodeInterval]) -> list[tuple[int, int]]:
+    """(first, last) indices of the intervals of each overload stretch, in order.
+
+    A stretch of consecutive intervals ending with requests waiting that holds an
+    overloaded interval is overload from that interval on to where the queue empties
+    (requests pushed back are readmitted while the cache frees), and back over the
+    queued intervals before it where the batch did not rise (a rise with a queue is an
+    admission ramp). Retractions with no queue count alone."""
+    stretches: list[tuple[int, int]] = []
+    index = 0
+
+    def waiting(k: int) -> bool:
+        return intervals[k].queued > 0 or _overloaded(intervals[k])
+
+    while index < len(intervals):
+        if not waiting(index):
+            index += 1
+            continue
+        end = index
+        while end + 1 < len(intervals) and waiting(end + 1):
+            end += 1
+        hit = next((k for k in range(index, end + 1) if _overloaded(intervals[k])), None)
+        if hit is not None:
+            first = hit
+            while first > index and intervals[first - 1].running <= intervals[first - 1].start_running:
+                first -= 1
+            stretches.append((first, end))
+        index = end + 1
+    return stretches
+
+
+def mark_overload(
+    intervals: Sequence[DecodeInterval],
+) -> tuple[list[DecodeInterval], list[tuple[int, int]]]:
+    """The intervals with ``overloaded`` set (and inferred preemptions counted), and the
+    overload stretches."""
+    stretches = overload_stretches(intervals)
+    inside = {k for first, last in stretches for k in range(first, last + 1)}
+    marked = [
+        replace(i, overloaded=True, preempted=i.preempted or inferred_preemptions(i))
+        if k in inside
+        else i
+        for k, i in enumerate(intervals)
+    ]
+    return marked, stretches
+
+
+def queue_causes(intervals: Sequence[DecodeInterval], peak: int) -> tuple[QueueCause, ...]:
+    """Why requests waited, interval by interval: a full KV cache (overload), the batch held
+    at its peak with requests waiting at both ends and room in the cache (its cap), or
+    admissions still prefilling (a ramp's queue)."""
+    found: dict[str, list[float]] = {}
+    for interval in intervals:
+        if not queued(interval):
+            continue
+        if interval.overloaded or (interval.kv_usage is not None and interval.kv_usage >= KV_FULL):
+            cause = KV
+        elif (
+            peak > 0
+            and min(interval.running, interval.start_running) >= CAP_SHARE * peak
+            and min(interval.queued, interval.start_queued) > 0
+        ):
+            cause = CAP
+        else:
+            cause = PREFILL
+        entry = found.setdefault(cause, [0.0, 0.0])
+        entry[0] += interval.duration_s
+        entry[1] = max(entry[1], interval.queued, interval.start_queued)
+    return tuple(QueueCause(c, d, int(m)) for c, (d, m) in found.items())
+
+
+def run_overload(
+    segments: Sequence[Segment], intervals: Sequence[DecodeInterval], peak: int
+) -> RunOverload:
+    """A run's overload stretches together, and the causes of its queues."""
+    stretches = [s for s in segments if s.kind is SegmentKind.OVERLOAD]
+    causes = queue_causes(intervals, peak)
+    if not stretches:
+        return RunOverload(queue_causes=causes)
+    inside = [i for i in intervals if i.overloaded]
+    pairs = [(i.per_token_s, i.tokens) for i in inside if i.per_token_s and i.tokens]
+    tokens = sum(t for _, t in pairs if t)
+    return RunOverload(
+        overload=PhaseSpan("overload", stretches[0].plateau.start_s, stretches[-1].plateau.end_s),
+        overload_s=sum(s.overload_s for s in stretches),
+        overload_token_s=distribution([i.per_token_s for i in inside if i.per_token_s is not None]),
+        overload_weighted_s=sum(p * t for p, t in pairs if p and t) / tokens if tokens > 0 else None,
+        preempted=sum(s.preempted for s in stretches),
+        queue_causes=causes,
+    )

@@ -1,0 +1,115 @@
+"""Real reports with hostile kernel names, for the fault suite: a report of the corpus rewritten
+with each launch's names replaced (escape sequences, Markdown, 50,000 characters, 2 MB).
+
+The file is rebuilt as ncu frames it (``ncuflow.read.reportformat``): the file header kept,
+every block's entries re-serialised through NVIDIA's schema (``ncuflow.read.schema``), each
+block's payload size written anew. Both readers read the result (ncuflow's and ``ncu_report``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ncuflow.read.schema import messages
+
+_LENGTH = struct.Struct("<I")
+
+
+def _framed(message: bytes) -> bytes:
+    return _LENGTH.pack(len(message)) + message
+
+
+def _rewrite(source: Path, target: Path, edit: Callable[[Any, int, list[str]], None]) -> int:
+    """``source`` rebuilt into ``target`` with ``edit(result, index, strings)`` applied to each
+    parsed ProfileResult (``strings``: the string table so far); returns the results edited."""
+    kinds = messages()
+    data = source.read_bytes()
+    out = bytearray(data[:4])
+    (length,) = _LENGTH.unpack_from(data, 4)
+    position = 8 + length
+    out += data[4:position]
+    index, strings = 0, []
+    while position < len(data):
+        (length,) = _LENGTH.unpack_from(data, position)
+        header = kinds.block_header.FromString(data[position + 4:position + 4 + length])
+        strings.extend(header.string_table.strings)
+        start = position + 4 + length
+        end = start + header.payload_size
+        entries, cursor, number = [], start, 0
+        while cursor < end:
+            (size,) = _LENGTH.unpack_from(data, cursor)
+            entry = data[cursor + 4:cursor + 4 + size]
+            if header.num_sources <= number < header.num_sources + header.num_results:
+                result = kinds.profile_result.FromString(entry)
+                edit(result, index, strings)
+                entry = bytes(result.SerializeToString())
+                index += 1
+            entries.append(_framed(entry))
+            cursor += 4 + size
+            number += 1
+        payload = b"".join(entries)
+        header.payload_size = len(payload)
+        out += _framed(header.SerializeToString()) + payload
+        position = end
+    target.write_bytes(bytes(out))
+    return index
+
+
+def rename_kernels(source: Path, target: Path, name_for: Callable[[int, str], str], mangled: str | None = None) -> int:
+    """Write ``source`` to ``target`` with launch ``i``'s kernel names (function, demangled and
+    mangled) set to ``name_for(i, old function name)`` (the mangled one to ``mangled`` where
+    given); returns the launches renamed."""
+
+    def rename(result: Any, index: int, strings: list[str]) -> None:
+        old = result.function_name if isinstance(result.function_name, str) else result.function_name.decode()
+        new = name_for(index, old)
+        for field in ("function_name", "demangled_name", "mangled_name"):
+            current = getattr(result, field)
+            value = mangled if field == "mangled_name" and mangled is not None else new
+            if field == "function_name" or current:
+                setattr(result, field, value if isinstance(current, str) else value.encode("utf-8", "surrogateescape"))
+
+    return _rewrite(source, target, rename)
+
+
+def drop_metrics(source: Path, target: Path, drop: Callable[[str], bool]) -> int:
+    """Write ``source`` to ``target`` without the metrics whose name ``drop`` selects (what a
+    smaller collection of the same launches on the same GPU would hold); returns the launches."""
+
+    def keep_only(result: Any, index: int, strings: list[str]) -> None:
+        kept = [m for m in result.metrics if not (m.name_id < len(strings) and drop(_text(strings[m.name_id])))]
+        del result.metrics[:]
+        result.metrics.extend(kept)
+
+    return _rewrite(source, target, keep_only)
+
+
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+def entry_length_set(source: Path, target: Path, block: int, entry: int, length: int) -> int:
+    """Write ``source`` to ``target`` with the length of entry ``entry`` of block ``block`` (from 0)
+    set to ``length`` (a length field pointing past the file, what makes ``ncu_report`` abort);
+    returns the byte where that length lies."""
+    kinds = messages()
+    data = bytearray(source.read_bytes())
+    (header_length,) = _LENGTH.unpack_from(data, 4)
+    position, number = 8 + header_length, 0
+    while position < len(data):
+        (length_here,) = _LENGTH.unpack_from(data, position)
+        header = kinds.block_header.FromString(bytes(data[position + 4:position + 4 + length_here]))
+        cursor = position + 4 + length_here
+        if number == block:
+            for _ in range(entry):
+                (size,) = _LENGTH.unpack_from(data, cursor)
+                cursor += 4 + size
+            _LENGTH.pack_into(data, cursor, length)
+            target.write_bytes(bytes(data))
+            return cursor
+        position = cursor + header.payload_size
+        number += 1
+    raise ValueError(f"{source} has no block {block}")
