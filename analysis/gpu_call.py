@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import enum
 import json
 import os
@@ -124,6 +125,38 @@ def _pump(stream: IO[bytes], echo: bool, tail: collections.deque[str], capture: 
     stream.close()
 
 
+class Stopped(Exception):
+    """This process was sent SIGTERM (the device command's ``timeout``): close what is open."""
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM raises ``Stopped`` in the main thread, so the running command is stopped with its
+    group and the summary written, instead of the process vanishing with its commands running on."""
+    def handler(signum: int, frame: object) -> None:
+        raise Stopped(f"stopped by signal {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _prctl() -> Any:
+    try:  # looked up here, not between fork and exec (no loader work in a child of a threaded parent)
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: the deadline and SIGTERM handling still hold
+        return None
+
+
+_PRCTL = _prctl()
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when this process dies, even by SIGKILL (Linux)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
 def _stop_group(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the command's process group (ncuflow stops ncu and its children), then SIGKILL."""
     for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, KILL_GRACE_S)):
@@ -145,7 +178,7 @@ def run_until(command: Sequence[str], deadline: float, *, cwd: Path, env: dict[s
         return Finished(tuple(command), None, 0.0, "", f"no time left to start `{shown}`")
     try:
         process = subprocess.Popen(list(command), cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, start_new_session=True)
+                                   stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent)
     except OSError as error:
         return Finished(tuple(command), 127, 0.0, "", f"could not start `{shown}`: {error}")
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -160,6 +193,9 @@ def run_until(command: Sequence[str], deadline: float, *, cwd: Path, env: dict[s
     except subprocess.TimeoutExpired:
         _stop_group(process)
         code = None
+    except BaseException:  # SIGTERM (Stopped) or Ctrl-C: the command goes with this process
+        _stop_group(process)
+        raise
     for reader in readers:
         reader.join(timeout=KILL_GRACE_S)
     stdout = b"".join(captured).decode("utf-8", "replace")

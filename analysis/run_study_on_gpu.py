@@ -76,6 +76,18 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _out_folder(text: str) -> Path:
+    """A folder to write the call's results into: made if missing; a file or a dangling link is refused."""
+    path = Path(text)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} cannot be a folder of results ({error.strerror or error})") from None
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a folder this process can write into")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Profile the study's sweeps and headline replicas on this GPU.")
     parser.add_argument("--store", type=Path, default=DEFAULT_STORE, help=f"profile store (default {DEFAULT_STORE.relative_to(REPO)})")
@@ -90,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bundle", type=Path, default=REPO / ".gpu-bundle", help="the GPU bundle (--part flashinfer)")
     parser.add_argument("--budget-s", type=_seconds, default=420.0,
                         help="seconds the flashinfer part may take, its close included (default 420)")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=_out_folder, default=None,
                         help="--part flashinfer: write the running summary and the runs here after every step ($OUT)")
     args = parser.parse_args(argv)
     if args.part == "flashinfer":

@@ -13,13 +13,25 @@ import json
 import os
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpu_call import Budget, Bundle, CallRecord, Finished, Outcome, Status, run_until, seconds_until
+from gpu_call import (
+    Budget,
+    Bundle,
+    CallRecord,
+    Finished,
+    Outcome,
+    Status,
+    Stopped,
+    run_until,
+    seconds_until,
+    stop_on_sigterm,
+)
 from study_flashinfer import (
     CELLS,
     COST_CELL,
@@ -37,7 +49,7 @@ from study_flashinfer import (
 from ncuflow.profile.ncu_errors import COUNTER_PERMISSION_CODE as COUNTER_REFUSAL
 from ncuflow.profile.ncu_errors import UNKNOWN_METRIC_WORDS as UNKNOWN_METRIC
 
-WORK = Path("/tmp/ncuflow-gpu-bundle")
+WORK = Path(tempfile.gettempdir()) / "ncuflow-gpu-bundle"  # $TMPDIR: each rehearsal mode its own
 PROFILE_TIMEOUT_S = 90.0  # one profile on the H200: ~10 s; a hung one is stopped here
 SECONDS_PER_PROFILE = 12.0  # first guess, replaced by what the first points measured
 SMOKE = ("flashinfer_decode:batch=2,kv_len=256,page=1", "xqa_decode:batch=2,kv_len=256,page=16")
@@ -442,6 +454,7 @@ def run_steps(store: Path, bundle: Path, budget_s: float, ncu: list[str], out: P
     facts = {"store": str(store), "python": sys.version.split()[0], "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     record = CallRecord(REPO, out, store.parent / f"flashinfer-call-{store.name}.json", facts, bundles_of(store))
     call = Call(store, bundle, ncu, budget, record, env)
+    stop_on_sigterm()
     for step in STEPS:
         deadline = budget.deadline(cap_seconds(step, budget_s))
         if seconds_until(deadline) < 3:
@@ -451,6 +464,9 @@ def run_steps(store: Path, bundle: Path, budget_s: float, ncu: list[str], out: P
         print(f"\n==== {step.name} (until {seconds_until(deadline):.0f} s from now) ====", flush=True)
         try:
             outcome = step.run(call, deadline)
+        except Stopped as stop:  # the device command's timeout: keep what finished, say where it stopped
+            record.add(Outcome(step.name, Status.TIMED_OUT, 0.0, cause=str(stop)), budget)
+            return 143
         except Exception as error:  # a bug in one step must not lose the others
             outcome = Outcome(step.name, Status.FAILED, 0.0, cause=f"{type(error).__name__}: {error}")
         record.add(outcome, budget)

@@ -207,3 +207,54 @@ def test_the_fake_ncu_can_hang_on_one_point(tmp_path: Path) -> None:
     assert done.code is None  # hung until its deadline
     other = subprocess.run([str(fake), "--version"], env=env, capture_output=True, text=True, check=False, timeout=30)
     assert other.returncode == 0
+
+
+STOPPED_CALL = r'''
+import sys, time
+sys.path[:0] = [{analysis!r}, {repo!r}]
+import gpu_call, study_steps
+
+def sleeper(call, deadline):
+    done = gpu_call.run_until(["sleep", "60"], deadline, cwd={tmp!r}, echo=False)
+    return gpu_call.Outcome("sleeper", done.status, done.seconds)
+
+study_steps.STEPS = (study_steps.Step("sleeper", 1.0, sleeper, ""),)
+study_steps.runs_in_store = lambda store: {{}}
+sys.exit(study_steps.run_steps(study_steps.Path({tmp!r}) / "store", study_steps.Path("/b"), 300.0, [],
+                               study_steps.Path({tmp!r}) / "out"))
+'''
+
+
+def _children_named(name: str) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if stat.read_bytes().split(b"\0")[:2] == [b"sleep", name.encode()]:
+                found.append(int(stat.parent.name))
+        except OSError:
+            continue
+    return [pid for pid in found if _alive(pid)]
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGKILL"])
+def test_a_stopped_call_leaves_no_command_running(tmp_path: Path, signal_name: str) -> None:
+    """The device command's timeout sends SIGTERM (then SIGKILL): the running command goes too,
+    and on SIGTERM the summary says where the call stopped."""
+    import signal as signals
+
+    script = STOPPED_CALL.format(analysis=str(REPO / "analysis"), repo=str(REPO), tmp=str(tmp_path))
+    process = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 30
+    while not _children_named("60") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _children_named("60"), "the step's command did not start"
+    process.send_signal(getattr(signals, signal_name))
+    code = process.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _children_named("60") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _children_named("60") == []
+    if signal_name == "SIGTERM":
+        assert code == 143
+        summary = json.loads((tmp_path / "out" / "flashinfer-call-store.json").read_text())
+        assert summary["steps"] == [{**summary["steps"][0], "status": "timed out", "cause": "stopped by signal SIGTERM"}]
