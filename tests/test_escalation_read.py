@@ -19,7 +19,7 @@ from ncuflow.read.escalation import EscalationWarning, read_run_launches, with_t
 from ncuflow.read.extract import read_launches
 from ncuflow.read.runs import load_paths
 from ncuflow.store import tiers
-from tests.report_edit import drop_metrics
+from analysis.report_edit import drop_metrics
 
 FAKE = Path(__file__).resolve().parent / "fake_ncu" / "ncu"
 TIER1 = "Syswea__cuda-fused-linear-layer__profile_report.ncu-rep"  # 3 launches, 2 of them undecided: escalated
@@ -30,7 +30,7 @@ TIER2 = "AlpriElse__cs599k__rms_norm_matrix_ncu-reports_2025-04-21_v1.ncu-rep"  
 def escalated_store(corpus_dir: Path, tmp_path: Path) -> Path:
     """A store profiled with the fake ncu: one tier-1 run, escalated to one tier-2 run; then both
     reports are swapped for one 3-launch report of one GPU, tier 1's without its DRAM counters
-    (``tests.report_edit.drop_metrics``), so that the merge is visible: the same launches on the
+    (``analysis.report_edit.drop_metrics``), so that the merge is visible: the same launches on the
     same device, tier 1 without DRAM byte counts, tier 2 with them."""
     root = tmp_path / "store"
     env = {**os.environ, "NCU": str(FAKE), "COLUMNS": "200", "FAKE_NCU_REPORT": str(corpus_dir / TIER1)}

@@ -7,7 +7,7 @@ classify, summary, compare and stability; a newline in a name injected a heading
 ``<img onerror=...>`` and table rows into ``compare --markdown`` and ``stability --markdown``;
 ``stability`` on a 50,000-character name ran past 60 s and ``summary`` on a 2 MB name took
 23 s. Each case runs the real command line under the fault suite's limits on reports of the
-corpus whose kernel names were rewritten (``tests.report_edit``).
+corpus whose kernel names were rewritten (``analysis.report_edit``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ncuflow import store
 from ncuflow.files.safe_text import _CONTROL
 from ncuflow.profile.sweep import parse_sweep
 from tests.hostile import FIGURES, figures_line, run_limited
-from tests.report_edit import rename_kernels
+from analysis.report_edit import rename_kernels
 
 SMALL = "yzwang2000__cudaCode__profile.ncu-rep"
 # A window title, a bell, clear screen, a right-to-left override, a newline starting a heading,

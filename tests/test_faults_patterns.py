@@ -5,7 +5,7 @@ Before: ``--kernel '^(.+)+@$'`` ran Python's backtracking ``re`` over 30-charact
 and did not end, and the same pattern in a sweep's ``[ncu] kernel`` (or a manifest) hung
 every reader of the store while ``store check`` called it healthy. Each case runs the real
 command line under the fault suite's limits (``tests.hostile.run_limited``) on a report of
-the corpus whose kernel names were rewritten (``tests.report_edit``).
+the corpus whose kernel names were rewritten (``analysis.report_edit``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ncuflow.store import MANIFEST_NAME
 from ncuflow.store.collection import NcuOptions
 from ncuflow.store.record import Collection
 from tests.hostile import FAKE_NCU, FIGURES, fake_ncu_env, figures_line, run_limited
-from tests.report_edit import rename_kernels
+from analysis.report_edit import rename_kernels
 
 SMALL = "yzwang2000__cudaCode__profile.ncu-rep"
 CATASTROPHIC = "^(.+)+@$"  # Python's re: ~0.4 s on a 22-character name, doubling with each character

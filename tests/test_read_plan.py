@@ -111,3 +111,24 @@ def test_a_records_per_instance_values_are_not_looked_at(instances: int) -> None
                            (b"\x20" + varint_bytes(7), 7)):
         record = b"\x08" + varint_bytes(1234) + b"\x12" + bytes([len(body)]) + body + per_instance + b" \x00"
         assert value(record, 3) == expected
+
+
+def test_the_benchmarks_pruned_launches_are_the_same_work(corpus_dir: Path, tmp_path: Path) -> None:
+    """The per-launch benchmark compares ~2,000-metric launches with the same launches rewritten
+    to carry 300 metrics (``analysis/bench_extraction.py``'s ``pruned_to``): that is what carrying
+    the metrics costs only if ncuflow reads the same of them. Every field, its source, the
+    breakdown and the verdict's inputs are equal; the rewritten launches carry 300 metrics."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "analysis"))
+    import bench_extraction
+
+    reports = find_reports([corpus_dir])
+    full_sets = bench_extraction.reports_by_metrics(reports, 1_800, 2_600)
+    assert full_sets, "the corpus holds no launch of ~2,000 metrics"
+    pruned = bench_extraction.pruned_to(full_sets, bench_extraction.PRUNED_METRICS, tmp_path)
+    for original, rewritten in zip(full_sets, pruned, strict=True):
+        assert len(bench_extraction._first_action_names(rewritten)) == bench_extraction.PRUNED_METRICS
+        before, after = read_launches(original), read_launches(rewritten)
+        assert len(before) == len(after) > 0
+        for one, other in zip(before, after, strict=True):
+            assert (one.kernel, one.values, one.provenance, one.missing, one.breakdown, one.device) == (
+                other.kernel, other.values, other.provenance, other.missing, other.breakdown, other.device)

@@ -1,8 +1,11 @@
-"""Real reports with hostile kernel names, for the fault suite: a report of the corpus rewritten
-with each launch's names replaced (escape sequences, Markdown, 50,000 characters, 2 MB).
+"""Real reports rewritten: each launch's kernel names replaced (escape sequences, Markdown,
+50,000 characters, 2 MB: the fault suite), metrics dropped (a smaller collection of the same
+launches: the tier-2 merge tests, and the benchmark's launches carrying fewer metrics), a length
+field pointed past the file.
 
 The file is rebuilt as ncu frames it (``ncuflow.read.reportformat``): the file header kept,
-every block's entries re-serialised through NVIDIA's schema (``ncuflow.read.schema``), each
+every block's entries re-serialised through NVIDIA's schema (``ncuflow.read.schema``: string
+tables and a result's metric records as bytes, parsed here where an edit needs them), each
 block's payload size written anew. Both readers read the result (ncuflow's and ``ncu_report``).
 """
 
@@ -35,7 +38,8 @@ def _rewrite(source: Path, target: Path, edit: Callable[[Any, int, list[str]], N
     while position < len(data):
         (length,) = _LENGTH.unpack_from(data, position)
         header = kinds.block_header.FromString(data[position + 4:position + 4 + length])
-        strings.extend(header.string_table.strings)
+        if header.string_table:  # the table's bytes, parsed as the reader parses them
+            strings.extend(kinds.string_table.FromString(header.string_table).strings)
         start = position + 4 + length
         end = start + header.payload_size
         entries, cursor, number = [], start, 0
@@ -79,8 +83,14 @@ def drop_metrics(source: Path, target: Path, drop: Callable[[str], bool]) -> int
     """Write ``source`` to ``target`` without the metrics whose name ``drop`` selects (what a
     smaller collection of the same launches on the same GPU would hold); returns the launches."""
 
+    metric_class = messages().metric_result
+
     def keep_only(result: Any, index: int, strings: list[str]) -> None:
-        kept = [m for m in result.metrics if not (m.name_id < len(strings) and drop(_text(strings[m.name_id])))]
+        def dropped(record: bytes) -> bool:  # the schema keeps a result's metric records as bytes
+            name_id = metric_class.FromString(record).name_id
+            return name_id < len(strings) and drop(_text(strings[name_id]))
+
+        kept = [record for record in result.metrics if not dropped(record)]
         del result.metrics[:]
         result.metrics.extend(kept)
 
