@@ -13,13 +13,13 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
+from analysis.report_edit import drop_metrics
 from ncuflow import store
 from ncuflow.cli import cli
 from ncuflow.read.escalation import EscalationWarning, read_run_launches, with_tier2
 from ncuflow.read.extract import read_launches
 from ncuflow.read.runs import load_paths
 from ncuflow.store import tiers
-from analysis.report_edit import drop_metrics
 
 FAKE = Path(__file__).resolve().parent / "fake_ncu" / "ncu"
 TIER1 = "Syswea__cuda-fused-linear-layer__profile_report.ncu-rep"  # 3 launches, 2 of them undecided: escalated

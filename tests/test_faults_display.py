@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from analysis.report_edit import rename_kernels
 from ncuflow import store
 from ncuflow.files.safe_text import _CONTROL
 from ncuflow.profile.sweep import parse_sweep
 from tests.hostile import FIGURES, figures_line, run_limited
-from analysis.report_edit import rename_kernels
 
 SMALL = "yzwang2000__cudaCode__profile.ncu-rep"
 # A window title, a bell, clear screen, a right-to-left override, a newline starting a heading,

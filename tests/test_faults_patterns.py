@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from analysis.report_edit import rename_kernels
 from ncuflow import store
 from ncuflow.profile.sweep import parse_sweep
 from ncuflow.store import MANIFEST_NAME
 from ncuflow.store.collection import NcuOptions
 from ncuflow.store.record import Collection
 from tests.hostile import FAKE_NCU, FIGURES, fake_ncu_env, figures_line, run_limited
-from analysis.report_edit import rename_kernels
 
 SMALL = "yzwang2000__cudaCode__profile.ncu-rep"
 CATASTROPHIC = "^(.+)+@$"  # Python's re: ~0.4 s on a 22-character name, doubling with each character

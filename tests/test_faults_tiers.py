@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
+from analysis.report_edit import drop_metrics, entry_length_set, rename_kernels
 from ncuflow import store
 from ncuflow.profile.sweep import parse_sweep
 from ncuflow.store.manifest import Escalation, Provenance
 from ncuflow.store.tiers import tier2_root
 from tests.hostile import FIGURES, figures_line, run_limited
-from analysis.report_edit import drop_metrics, entry_length_set, rename_kernels
 
 H100 = "AlpriElse__cs599k__rms_norm_matrix_ncu-reports_2025-04-21_v1.ncu-rep"  # 3 launches, DRAM bytes
 T4 = "Syswea__cuda-fused-linear-layer__profile_report.ncu-rep"  # 3 launches on a T4, other kernels
