@@ -114,20 +114,15 @@ class Last:
 @dataclass
 class ReportNames:
     """A report's string table as its records are checked against it: how a record naming each
-    metric begins (``prefix``), made once per name and report."""
+    metric begins (``prefix``: its name id's, made once per id in a process)."""
 
     table: NameIndex
-    prefixes: dict[str, bytes] = field(default_factory=dict)
-    leads: dict[str, bytes] = field(default_factory=dict)
     by_layout: dict[Layout, dict[int, bytes]] = field(default_factory=dict)
     lacking_checked: dict[int, tuple[set[str], int]] = field(default_factory=dict)
     version: str | None = None  # the ncu version a block header of the report names
 
     def prefix(self, name: str) -> bytes:
-        found = self.prefixes.get(name)
-        if found is None:
-            found = self.prefixes[name] = _NAME_FIELD + varint_bytes(self.table.ids.get(name, -1) & 0xFFFFFFFF)
-        return found
+        return _name_prefix(self.table.ids.get(name, -1) & 0xFFFFFFFF)
 
     def lacks(self, names: set[str]) -> bool:
         """Whether this report's string table names none of ``names`` (a plan's lacking metrics:
@@ -153,10 +148,7 @@ class ReportNames:
     def double_lead(self, name: str) -> bytes:
         """How a record of this metric holding one double begins: its name id, then field 2
         (9 bytes: the double's field 3 and its 8 bytes); the double follows."""
-        found = self.leads.get(name)
-        if found is None:
-            found = self.leads[name] = self.prefix(name) + b"\x12\x09\x19"
-        return found
+        return _double_lead(self.table.ids.get(name, -1) & 0xFFFFFFFF)
 
     def layout(self, ids: Sequence[int]) -> Layout:
         """The layout of a result whose records name these ids, in order."""
@@ -164,6 +156,18 @@ class ReportNames:
         if ids and min(ids) >= 0 and max(ids) < len(strings):
             return layout_of(tuple(map(strings.__getitem__, ids)))
         return layout_of(tuple(map(self.table.name_of, ids)))
+
+
+# How a record begins depends on its name id alone: made once per id in a process (whatever
+# report's table gives the id), not once per name and report.
+@functools.lru_cache(maxsize=1 << 14)
+def _name_prefix(name_id: int) -> bytes:
+    return _NAME_FIELD + varint_bytes(name_id)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _double_lead(name_id: int) -> bytes:
+    return _name_prefix(name_id) + b"\x12\x09\x19"
 
 
 def record_ids(records: Sequence[bytes], parse_id: Any) -> list[int]:
