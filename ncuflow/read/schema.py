@@ -28,6 +28,8 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from ncuflow.read.layout import varint_bytes as _varint
+
 _PACKAGE = "ncuflow.report"
 # FieldDescriptorProto's type and label numbers (descriptor.proto)
 _DOUBLE, _FLOAT, _UINT64, _STRING, _MESSAGE, _BYTES, _UINT32 = 1, 2, 4, 9, 11, 12, 13
@@ -102,15 +104,6 @@ MESSAGES: dict[str, tuple[FieldSpec, ...]] = {
 
 # Messages whose fields form one oneof, and its name.
 ONEOFS = {"MetricValue": "value"}
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 def _tagged(number: int, value: int | str | bytes) -> bytes:
