@@ -311,8 +311,29 @@ def test_a_signal_while_ncu_starts_never_orphans_it(tmp_path: Path, monkeypatch:
         return proc
 
     monkeypatch.setattr(process.subprocess, "Popen", popen_then_interrupted)
-    with (tmp_path / "log").open("wb") as log, pytest.raises(KeyboardInterrupt):
-        process.spawn_in_new_session([sys.executable, "-c", "import time; time.sleep(30)"], log, env=None, kill_grace=2)
+    # Ctrl-C live, as in a terminal (a shell's background job starts with SIGINT ignored: below).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with (tmp_path / "log").open("wb") as log, pytest.raises(KeyboardInterrupt):
+            process.spawn_in_new_session([sys.executable, "-c", "import time; time.sleep(30)"], log, env=None,
+                                         kill_grace=2)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
     (child,) = started
     assert child.poll() is not None  # stopped, not left running in its own session
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_ignored_interrupt_stays_ignored_while_ncu_starts(tmp_path: Path) -> None:
+    """A process started with SIGINT ignored (a shell's background job, nohup) keeps ignoring it:
+    ncu starts, and the handler is SIG_IGN after as before."""
+    from ncuflow.profile import process
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with (tmp_path / "log").open("wb") as log:
+            child = process.spawn_in_new_session([sys.executable, "-c", "pass"], log, env=None, kill_grace=2)
+        assert child.wait(timeout=30) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
