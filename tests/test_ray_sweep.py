@@ -18,8 +18,10 @@ from ncuflow import store
 from ncuflow.cli import cli
 from ncuflow.profile.plan import CellTarget, ProfileJob
 from ncuflow.profile.ray_sweep import (
+    SHIPPED_LOG_BYTES,
     ShippedRun,
     commit_shipped,
+    log_to_ship,
     profile_point_task,
     ray_doctor_checks,
     remove_dead_scratch,
@@ -235,3 +237,31 @@ def test_failing_points_on_ray_are_said_once_each_and_stop_the_sweep_without_kee
     assert stopped.returncode != 0 and "The sweep stopped" in out and "done:" not in out, out
     assert "failed copy_bandwidth:" not in out  # the error is said once, by the command, not also as a point's failure
     assert list(store.iter_runs(root)) == []
+
+
+def test_a_task_ships_a_bounded_log_its_head_and_tail_kept(tmp_path: Path) -> None:
+    """A profiled program's output has no bound (1.3 GB of lines in the fault suite): a Ray task
+    ships a log whole up to SHIPPED_LOG_BYTES, else its first MiB, a line naming the cut, and its
+    end, where ncu writes its errors; a 2 GB log (sparse) is read by seeking, not whole."""
+    small = tmp_path / "small.log"
+    small.write_bytes(b"==PROF== Connected\nhello\n")
+    assert log_to_ship(small) == small.read_bytes()
+    assert log_to_ship(tmp_path / "missing.log") == b""
+
+    lines = b"".join(b"line %08d of the program\n" % i for i in range(700_000))  # ~18 MB
+    large = tmp_path / "large.log"
+    large.write_bytes(lines + b"==ERROR== LaunchFailed\n")
+    shipped = log_to_ship(large)
+    assert len(shipped) < SHIPPED_LOG_BYTES + 200
+    assert shipped.startswith(b"line 00000000 of the program\n")
+    assert shipped.endswith(b"==ERROR== LaunchFailed\n")
+    left_out = large.stat().st_size - (SHIPPED_LOG_BYTES)
+    assert f"[ncuflow: {left_out:,} bytes of this log left out on the Ray node".encode() in shipped
+
+    huge = tmp_path / "huge.log"
+    with huge.open("wb") as handle:
+        handle.truncate(2 << 30)
+        handle.seek((2 << 30) - 6)
+        handle.write(b"done.\n")
+    shipped = log_to_ship(huge)
+    assert shipped.endswith(b"done.\n") and len(shipped) < SHIPPED_LOG_BYTES + 200

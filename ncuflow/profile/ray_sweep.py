@@ -8,7 +8,8 @@ Ray schedules, never ncuflow: a task asks for ``num_gpus=1`` and Ray sets
 
 Where the store lives: **on the driver; runs are shipped back.** A task profiles with
 the same ``profile_tier1`` as a local sweep (its escalation judged on the node), into a scratch store in a temporary folder
-of its node, and returns the run's files (report, manifest, log: a few MB); the driver
+of its node, and returns the run's files (report, manifest, log: a few MB; a log over
+``SHIPPED_LOG_BYTES`` is cut in its middle, the cut named); the driver
 commits each one into the store with the store's own atomic commit (``store.begin_run``
 / ``finish_run``: a temporary folder renamed when complete). Why: a Ray cluster has no
 file system common to its nodes unless one is set up, and even where the store is on
@@ -85,6 +86,32 @@ class ShippedFailure:
     node_path: str  # the node's .failed-<run-id> folder, which the error's text names
 
 
+# A run's ncu.log holds the profiled program's output, which has no bound (a program writing
+# 1.3 GB of lines); a task ships at most this much of it: its head (ncu's banner and the
+# program's first lines) and its tail (ncu's own errors and result lines), the cut named.
+SHIPPED_LOG_BYTES = 8 << 20
+_SHIPPED_HEAD_BYTES = 1 << 20
+
+
+def log_to_ship(path: Path, limit: int = SHIPPED_LOG_BYTES) -> bytes:
+    """A run's log as a task ships it: whole up to ``limit`` bytes, else its first MiB, a line
+    naming what was left out, and its last bytes (read by seeking: memory stays bounded)."""
+    try:
+        with path.open("rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size <= limit:
+                return handle.read(limit)
+            head = handle.read(_SHIPPED_HEAD_BYTES)
+            tail_bytes = limit - _SHIPPED_HEAD_BYTES
+            handle.seek(size - tail_bytes)
+            tail = handle.read(tail_bytes)
+    except FileNotFoundError:
+        return b""
+    left_out = size - len(head) - len(tail)
+    return head + (f"\n[ncuflow: {left_out:,} bytes of this log left out on the Ray node "
+                   f"({size:,} bytes in all); the first and last bytes are kept]\n").encode() + tail
+
+
 def _typed(shipped: ShippedRun | ShippedFailure) -> Manifest:
     return Manifest.from_json(shipped.manifest, "<shipped manifest>")
 
@@ -118,7 +145,7 @@ def _failure_to_ship(error: NcuflowError, scratch: Path) -> ShippedFailure | Ncu
     folder = kept[-1]
     try:
         manifest = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8"))
-        log = (folder / store.LOG_NAME).read_bytes()
+        log = log_to_ship(folder / store.LOG_NAME)
     except (OSError, ValueError):
         return error
     return ShippedFailure(error=error, manifest=manifest, log=log, node_path=str(folder))
@@ -156,7 +183,7 @@ def profile_point_task(job: ProfileJob, settings: ProfileSettings, tier: int) ->
                           cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"))
         return ShippedRun(manifest=replace(record.manifest, machine=machine).to_json(),
                           report=record.report_path.read_bytes(),
-                          log=record.log_path.read_bytes() if record.log_path.exists() else b"")
+                          log=log_to_ship(record.log_path))
     except NcuflowError as error:
         return _failure_to_ship(error, scratch)
     finally:
