@@ -253,3 +253,52 @@ def test_events_that_are_completion_chunks() -> None:
     assert read_event("[DONE]").done
     with pytest.raises(MalformedEvent):
         read_event('{"choices":[{"text":"a"}],"usage":{"completion_tokens":0}}')
+
+
+class KeyedStreamingServer(FakeStreamingServer):
+    """The fake server started with an API key: 401 without 'Authorization: Bearer sk-test'."""
+
+    def do_POST(self) -> None:
+        if self.headers.get("Authorization") != "Bearer sk-test":
+            self.send_response(401)
+            self.end_headers()
+            self.wfile.write(b'{"error": "Unauthorized"}')
+            return
+        super().do_POST()
+
+
+def test_a_server_with_an_api_key_is_recorded_and_the_key_is_never_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), KeyedStreamingServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    common = ["--model", "fake", "--requests", "2", "--concurrency", "2", "--max-tokens", "4"]
+    try:
+        refused = CliRunner().invoke(record_command, [url, *common, "--out", str(tmp_path / "none.jsonl")])
+        assert refused.exit_code == 1 and "HTTP 401" in refused.output
+        by_option = CliRunner().invoke(record_command, [url, *common, "--api-key", "sk-test",
+                                                        "--out", str(tmp_path / "option.jsonl")])
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+        by_env = CliRunner().invoke(record_command, [url, *common, "--out", str(tmp_path / "env.jsonl")])
+    finally:
+        server.shutdown()
+        server.server_close()
+    for result, name in ((by_option, "option.jsonl"), (by_env, "env.jsonl")):
+        assert result.exit_code == 0 and "2 requests recorded, 0 failed" in result.output, result.output
+        assert "sk-test" not in (tmp_path / name).read_text() and "sk-test" not in result.output
+
+
+@pytest.mark.parametrize("key", ["", "sk test", "sk-test\r\nX-Injected: 1", "k" * 5000, "clé"])
+def test_an_api_key_that_no_header_can_carry_is_refused_unshown(key: str) -> None:
+    from ncuflow.errors import NcuflowError
+    from ncuflow.phases.recorder import RecorderSettings
+    from ncuflow.phases.recorder_endpoint import parse_endpoint
+
+    with pytest.raises(NcuflowError, match="api_key") as refused:
+        RecorderSettings(endpoint=parse_endpoint("http://127.0.0.1:1", chat=False), model="m", prompts=("p",),
+                         requests=1, concurrency=1, max_tokens=4, api_key=key)
+    if key:
+        assert key not in str(refused.value)  # the key is never shown, not even a wrong one
+    assert "sk-test" not in repr(RecorderSettings(endpoint=parse_endpoint("http://127.0.0.1:1", chat=False),
+                                                  model="m", prompts=("p",), requests=1, concurrency=1,
+                                                  max_tokens=4, api_key="sk-test"))

@@ -46,6 +46,9 @@ from ncuflow.phases.recorder_endpoint import parse_endpoint
               show_default=True,
               help="Seconds one request may take in all, from connecting to its last byte; a request "
               "still going then is cut off and recorded as failed.")
+@click.option("--api-key", envvar="OPENAI_API_KEY", default=None, show_envvar=True,
+              help="Bearer token for a server started with an API key (vLLM/SGLang --api-key); "
+              "never written to the trace or shown.")
 def record_command(
     base_url: str,
     model: str,
@@ -58,6 +61,7 @@ def record_command(
     ignore_eos: bool,
     run_label: str | None,
     timeout_s: float,
+    api_key: str | None,
 ) -> None:
     """Record per-request streaming timestamps from an OpenAI-compatible server at BASE_URL
     (closed loop: CONCURRENCY requests in flight) for `ncuflow phases`. Each request's record
@@ -73,6 +77,7 @@ def record_command(
         ignore_eos=ignore_eos,
         run=run_label,
         timeout_s=timeout_s,
+        api_key=api_key or None,
     )
     kind = "a request trace (JSONL)"
     guard_output(out_path, kind=kind, recognise=text_recogniser('{"'), option="--out")

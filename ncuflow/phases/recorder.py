@@ -30,7 +30,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ MAX_LINE_BYTES = 1 << 20  # an event line; a completion chunk is a few hundred b
 MAX_CONCURRENCY = 4096
 MAX_REQUESTS = 1_000_000_000
 MAX_TOKEN_BUDGET = 10_000_000
+MAX_API_KEY = 4096  # an API key is a token of printable characters; sent as 'Authorization: Bearer KEY'
 WORKER_STACK_BYTES = 512 << 10  # 1,000 workers in 0.5 GiB of address space, not 8 GiB
 SPARE_DESCRIPTORS = 64
 WATCHDOG_TICK_S = 0.05
@@ -64,6 +65,7 @@ class RecorderSettings:
     ignore_eos: bool = False
     run: str | None = None
     timeout_s: float = 600.0
+    api_key: str | None = field(default=None, repr=False)  # never shown: sent as a bearer token
 
     def __post_init__(self) -> None:
         problems = [
@@ -78,6 +80,8 @@ class RecorderSettings:
                 ("prompts", len(self.prompts), bool(self.prompts), "at least one prompt"),
                 ("run", self.run, self.run is None or len(self.run) <= MAX_LABEL,
                  f"a label of at most {MAX_LABEL} characters (what phases reads)"),
+                ("api_key", _Unshown.key(self.api_key), _token(self.api_key),
+                 f"1 to {MAX_API_KEY:,} printable ASCII characters without spaces (an HTTP bearer token)"),
             )
             if not ok
         ]
@@ -93,6 +97,26 @@ class RecorderSettings:
 
     def prompt(self, index: int) -> str:
         return self.prompts[index % len(self.prompts)]
+
+
+class _Unshown:
+    """What a message says of a secret in place of its value."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    @classmethod
+    def key(cls, value: Any) -> _Unshown:
+        return cls(f"a key of {len(value):,} characters" if isinstance(value, str) else type(value).__name__)
+
+
+def _token(value: Any) -> bool:
+    """None, or what an Authorization header may carry: printable ASCII, no space, no line break."""
+    return value is None or (isinstance(value, str) and 0 < len(value) <= MAX_API_KEY
+                             and all("!" <= c <= "~" for c in value))
 
 
 def _whole(value: Any, low: int, high: int) -> bool:
@@ -247,6 +271,13 @@ def _read_stream(response: http.client.HTTPResponse, settings: RecorderSettings,
             stream.output_tokens = event.completion_tokens
 
 
+def _headers(settings: RecorderSettings) -> dict[str, str]:
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if settings.api_key is not None:
+        headers["Authorization"] = f"Bearer {settings.api_key}"
+    return headers
+
+
 def record_one(settings: RecorderSettings, index: int, clock: _Clock, watchdog: _Watchdog) -> dict[str, Any]:
     """One request, start to end, within ``settings.timeout_s`` in all."""
     record: dict[str, Any] = {"request_id": f"r{index}"}
@@ -258,7 +289,7 @@ def record_one(settings: RecorderSettings, index: int, clock: _Clock, watchdog: 
     watchdog.watch(index, connection, time.monotonic() + settings.timeout_s)
     try:
         connection.request("POST", settings.endpoint.path, body=_body(settings, settings.prompt(index)),
-                           headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+                           headers=_headers(settings))
         response = connection.getresponse()
         if response.status != 200:
             stream.error = f"HTTP {response.status}: {printable(response.read(300).decode('utf-8', 'replace'))}"
