@@ -67,3 +67,25 @@ def test_import_ncuflow_stays_cheap_and_the_api_imports_no_cli() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_that_reads_in_workers_is_told_of_the_main_guard(corpus_dir: Path, tmp_path: Path,
+                                                                   guarded: bool) -> None:
+    """A script run as `python SCRIPT.py` is imported again in every worker (Python's forkserver);
+    one that calls ncuflow at its top level made each worker die with status 1, reported as an
+    out-of-memory or a crash. Through ``ncu_report`` (always in workers) it is told what to do in
+    one paragraph; with the guard it reads."""
+    reports = sorted(corpus_dir.glob("*.ncu-rep"), key=lambda p: p.stat().st_size)[:2]
+    call = f"use_reader('ncu_report'); print(len(ncuflow.launches({[str(r) for r in reports]!r})))"
+    body = f'if __name__ == "__main__":\n    {call}\n' if guarded else f"{call}\n"
+    script = tmp_path / "notebook_cell.py"
+    script.write_text("import ncuflow\nfrom ncuflow.read.readers import use_reader\n" + body)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                            cwd=tmp_path)
+    if guarded:
+        assert result.returncode == 0 and int(result.stdout.split()[-1]) > 0, result.stderr
+    else:
+        assert result.returncode != 0
+        said = result.stderr.splitlines()[-1]
+        assert 'if __name__ == "__main__":' in said and "out of memory" not in said, said

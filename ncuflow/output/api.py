@@ -5,9 +5,10 @@ The functions behind ``ncuflow.launches``, ``ncuflow.classify``, ``ncuflow.summa
 commands take — report files, folders of reports, run folders or profile stores — and
 returns a polars frame or frozen records; none imports click or the command line.
 
-Reports are read in this process by default (``jobs=None``): ``ncu_report`` never frees a
-parsed report, so a notebook that reads many large reports grows; ``jobs=N`` reads them
-in N worker processes, as the commands do.
+Reports are read in this process by default (``jobs=None``), by ncuflow's own reader, which
+keeps nothing of a report once it is read; ``jobs=N`` reads them in N worker processes, as the
+commands do. Where ``ncu_report`` reads, every report is read in a worker process whatever
+``jobs`` says (``ncuflow.read.pool.map_reports``).
 """
 
 from __future__ import annotations

@@ -198,6 +198,16 @@ def _signal_name(number: int) -> str:
 
 
 def _died(report: Path, exitcode: int | None) -> ReportError:
+    if exitcode is not None and exitcode > 0:  # Python itself ended the worker: no signal, no crash
+        return ReportError(
+            f"The worker process reading {report} exited with status {exitcode} before it finished.",
+            "A worker that ends with a status, not a signal, was ended by Python or by a library's exit() "
+            "outside the reading (an error while reading comes back as that error); most often as it "
+            "starts: a script run as `python SCRIPT.py` is imported again in every worker, and one that "
+            "calls ncuflow at its top level starts workers from a worker, which Python refuses.",
+            'Put the script\'s calls under `if __name__ == "__main__":`, or read in this process '
+            "(`jobs=0`, `--jobs 0`).",
+        )
     how = (f"was killed by signal {-exitcode} ({_signal_name(-exitcode)})" if exitcode is not None and exitcode < 0
            else f"exited with status {exitcode}")
     return ReportError(
