@@ -17,6 +17,7 @@ import zstandard
 from ncuflow.errors import ReportError
 from ncuflow.read import reportformat
 from ncuflow.read.extract import read_launches
+from ncuflow.read.layout import varint_bytes
 from ncuflow.read.readers import NCU_REPORT_READER, UnknownLayoutWarning, reading_with
 from ncuflow.read.reportfile import DamagedActionWarning
 from tests.hostile import make_special_file
@@ -89,22 +90,13 @@ def test_deep_nesting_in_a_result_is_a_damaged_action_not_a_crash(corpus_dir: Pa
     original = (corpus_dir / SMALL).read_bytes()
     nested = b""
     for _ in range(10_000):
-        nested = b"\xfa\x07" + _varint(len(nested)) + nested  # field 127, length-delimited
+        nested = b"\xfa\x07" + varint_bytes(len(nested)) + nested  # field 127, length-delimited
     payload = struct.pack("<I", len(nested)) + nested
-    block = b"\x10\x01\x28" + _varint(len(payload))  # NumResults 1, PayloadSize
+    block = b"\x10\x01\x28" + varint_bytes(len(payload))  # NumResults 1, PayloadSize
     bad = tmp_path / "nested.ncu-rep"
     bad.write_bytes(original + struct.pack("<I", len(block)) + block + payload)
     launches, said = _read(bad)
     assert len(launches) == 2 and any("damaged" in line for line in said)
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
 
 
 def test_a_compressed_report_reads_as_the_plain_one(corpus_dir: Path, tmp_path: Path) -> None:
@@ -163,7 +155,7 @@ def test_range_results_are_a_layout_read_with_ncu_report(corpus_dir: Path, tmp_p
     original = (corpus_dir / SMALL).read_bytes()
     entry = b"\x08\x01"  # a RangeResult { ThreadID: 1 }
     payload = struct.pack("<I", len(entry)) + entry
-    block = b"\x38\x01\x28" + _varint(len(payload))  # NumRangeResults 1, PayloadSize
+    block = b"\x38\x01\x28" + varint_bytes(len(payload))  # NumRangeResults 1, PayloadSize
     ranged = tmp_path / "ranged.ncu-rep"
     ranged.write_bytes(original + struct.pack("<I", len(block)) + block + payload)
     with warnings.catch_warnings(record=True) as caught:
