@@ -50,6 +50,7 @@ differ in what ncuflow reads of them too, and are shown beside).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import re
@@ -338,15 +339,19 @@ def repeated_to(reports: Sequence[Path], total: int, folder: Path, unit: str = "
     return paths
 
 
-def _first_action_names(report: Path) -> list[str]:
+# Each report's metric list and the metrics ncuflow reads of it are asked for by several tables
+# (the full-set choice, the bands, the pruned copies, the metrics read a band): worked out once.
+@functools.cache
+def _first_action_names(report: Path) -> tuple[str, ...]:
     from ncuflow.read.extract import iter_report
 
     for _range, _action, action in iter_report(report):
-        return action.metric_names()
-    return []
+        return tuple(action.metric_names())
+    return ()
 
 
-def metrics_read(report: Path) -> set[str]:
+@functools.cache
+def metrics_read(report: Path) -> frozenset[str]:
     """The metrics ncuflow reads of the report's launches (its fields' chains, the breakdown, the
     device): the names its read plans resolved."""
     from ncuflow.read.extract import build_launch, iter_report, read_plan
@@ -356,7 +361,7 @@ def metrics_read(report: Path) -> set[str]:
         build_launch(action, report=str(report), range_index=range_index, action_index=action_index,
                      ncu_version=None)
         read |= set(read_plan(action).names.values())
-    return read
+    return frozenset(read)
 
 
 def pruned_to(reports: Sequence[Path], kept: int, folder: Path) -> list[Path]:
@@ -368,7 +373,7 @@ def pruned_to(reports: Sequence[Path], kept: int, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     pruned = []
     for index, report in enumerate(reports):
-        keep = metrics_read(report)
+        keep = set(metrics_read(report))
         for name in _first_action_names(report):
             if len(keep) >= kept:
                 break
