@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -48,9 +49,10 @@ class FakeStreamingServer(BaseHTTPRequestHandler):
         self.wfile.flush()
 
 
-@pytest.fixture
-def loopback_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeStreamingServer)
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` served on loopback in a thread: its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -58,6 +60,12 @@ def loopback_server() -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def loopback_server() -> Iterator[str]:
+    with serving(FakeStreamingServer) as url:
+        yield url
 
 
 def test_recorder_writes_a_trace_phases_can_read(loopback_server: str, tmp_path: Path) -> None:
@@ -269,20 +277,15 @@ class KeyedStreamingServer(FakeStreamingServer):
 
 def test_a_server_with_an_api_key_is_recorded_and_the_key_is_never_written(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), KeyedStreamingServer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the runner's own key is not the test's
     common = ["--model", "fake", "--requests", "2", "--concurrency", "2", "--max-tokens", "4"]
-    try:
+    with serving(KeyedStreamingServer) as url:
         refused = CliRunner().invoke(record_command, [url, *common, "--out", str(tmp_path / "none.jsonl")])
         assert refused.exit_code == 1 and "HTTP 401" in refused.output
         by_option = CliRunner().invoke(record_command, [url, *common, "--api-key", "sk-test",
                                                         "--out", str(tmp_path / "option.jsonl")])
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
         by_env = CliRunner().invoke(record_command, [url, *common, "--out", str(tmp_path / "env.jsonl")])
-    finally:
-        server.shutdown()
-        server.server_close()
     for result, name in ((by_option, "option.jsonl"), (by_env, "env.jsonl")):
         assert result.exit_code == 0 and "2 requests recorded, 0 failed" in result.output, result.output
         assert "sk-test" not in (tmp_path / name).read_text() and "sk-test" not in result.output
