@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ncuflow.read.layout import record_ids
 from ncuflow.read.schema import messages
 
 _LENGTH = struct.Struct("<I")
@@ -86,11 +87,10 @@ def drop_metrics(source: Path, target: Path, drop: Callable[[str], bool]) -> int
     metric_class = messages().metric_result
 
     def keep_only(result: Any, index: int, strings: list[str]) -> None:
-        def dropped(record: bytes) -> bool:  # the schema keeps a result's metric records as bytes
-            name_id = metric_class.FromString(record).name_id
-            return name_id < len(strings) and drop(_text(strings[name_id]))
-
-        kept = [record for record in result.metrics if not dropped(record)]
+        # the schema keeps a result's metric records as bytes: their name ids as the reader finds them
+        ids = record_ids(result.metrics, lambda record: metric_class.FromString(record).name_id)
+        kept = [record for record, name_id in zip(result.metrics, ids, strict=True)
+                if not (0 <= name_id < len(strings) and drop(_text(strings[name_id])))]
         del result.metrics[:]
         result.metrics.extend(kept)
 
