@@ -208,9 +208,7 @@ def _bandwidth_panel(ax: Axes, line: Roofline) -> None:
         ax.annotate(f"{LEVEL_TITLES[ceiling.name]} peak {_si(ceiling.value, 'B/s')}", (ceiling.value / 1e12, 1.0),
                     xycoords=("data", "axes fraction"), textcoords="offset points", xytext=(0, 3), ha="center",
                     va="bottom", fontsize=8)
-    ax.set_yticks(rows, [f"{shorten_middle(safe_text(b.label, 'plot'), 34)}  [{shorten_middle(safe_text(b.group, 'plot'), 30)}]"
-                         for b in shown],
-                  fontsize=7)
+    ax.set_yticks(rows, [_bar_tick(b.label, b.group) for b in shown], fontsize=7)
     if not any(rate is not None for item in shown for rate in item.rates.values()):
         ax.text(0.5, 0.5, "No bandwidth to draw either: these kernels have no bytes counted\n"
                 "(or no duration) at DRAM, L2 or L1", transform=ax.transAxes, ha="center", va="center",
@@ -225,6 +223,16 @@ def _bandwidth_panel(ax: Axes, line: Roofline) -> None:
                       markeredgecolor="black", markersize=8, label=f"ncuflow: {BOUND_LABELS.get(bound, bound)}")
                for bound in dict.fromkeys(b.bound for b in shown)]
     ax.legend(handles=handles, fontsize=8, loc="lower right", framealpha=0.9)
+
+
+# A bar's tick: the kernel (at most 34 characters) and its cell and parameters in what the left
+# margin holds besides (the parameter that tells two bars apart is often the first one).
+BAR_TICK_CHARACTERS = 70
+
+
+def _bar_tick(label: str, group: str) -> str:
+    kernel = shorten_middle(safe_text(label, "plot"), 34)
+    return f"{kernel}  [{shorten_middle(safe_text(group, 'plot'), max(30, BAR_TICK_CHARACTERS - 4 - len(kernel)))}]"
 
 
 def _chart_height(line: Roofline) -> float:
