@@ -525,6 +525,23 @@ def _mean_read(reports: Sequence[Path]) -> float:
     return sum(len(metrics_read(r)) for r in reports) / len(reports)
 
 
+BENCH_MARK = "ncuflow-bench-"
+
+
+def remove_dead_benches(folder: Path) -> list[Path]:
+    """Remove the work folders that benches killed before their clean-up (kill -9) left in
+    ``folder``: each is named after its process, removed once that process is gone."""
+    from ncuflow.files import pid_alive
+
+    removed = []
+    for child in folder.glob(f"{BENCH_MARK}*"):
+        pid = child.name[len(BENCH_MARK):].split("-", 1)[0]
+        if pid.isdigit() and not pid_alive(int(pid)) and child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child)
+    return removed
+
+
 def main(argv: list[str] | None = None) -> None:
     args_in = sys.argv[1:] if argv is None else argv
     if args_in[:1] == ["--per-launch"]:
@@ -548,7 +565,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{len(reports)} reports ({_mib(reports):.0f} MiB), {usable_cores()} usable cores; best of {args.repeats}, "
           f"each sample a whole process from its start to its exit, peak = whole process tree RSS; "
           f"{_load()} at the start")
-    work = Path(tempfile.mkdtemp(prefix="ncuflow-bench-"))
+    work = Path(tempfile.mkdtemp(prefix=f"{BENCH_MARK}{os.getpid()}-"))
+    remove_dead_benches(work.parent)
     try:
         run(options, work)
     finally:
