@@ -67,3 +67,6 @@ def test_a_launch_with_no_counter_has_every_term_unavailable_and_says_why() -> N
     terms = model_terms(launch)
     assert [t.name for t in terms] == list(TERM_NAMES)
     assert all(t.utilization is None and t.unavailable for t in terms)
+    # a unit-read term names the hardware it lacks in a sentence (it read "no the L2 sub-units ... unit")
+    l2 = next(t for t in terms if t.name == "l2")
+    assert l2.unavailable is not None and l2.unavailable.startswith("the report counts none of the L2 sub-units")

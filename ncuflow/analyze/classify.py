@@ -170,8 +170,8 @@ def _unit_term(launch: Launch, maxima: Mapping[str, tuple[float, str]], name: st
     if fallback and pct is not None:
         return Term(name, pct / 100.0, launch.provenance.get(fallback))
     fields = ", ".join(f for f in TERM_FIELDS[name] if f != fallback and launch.value(f) is not None)
-    lacking = f"no {TERMS_BY_NAME[name].hardware} unit in the report" + (f" ({fallback} missing too)" if fallback else "")
-    return Term(name, None, None, lacking + (f"; the report holds {fields}" if fields else ""))
+    lacking = f"the report counts none of {TERMS_BY_NAME[name].hardware}" + (f"; {fallback} missing too" if fallback else "")
+    return Term(name, None, None, lacking + (f"; it holds {fields}" if fields else ""))
 
 
 def _issue_term(launch: Launch, maxima: Mapping[str, tuple[float, str]]) -> Term:
