@@ -416,3 +416,15 @@ def test_json_adds_the_new_keys_and_keeps_the_old(tmp_path: Path) -> None:
     segment = run["segments"][0]
     assert {"kind", "rise", "burst_token_s", "headline_token_s", "below_floor"} <= set(segment)
     assert run["server_requests"]["mean_tpot_s"] > 0
+
+
+def test_a_session_counts_the_runs_its_table_numbers(serving_logs_dir: Path) -> None:
+    # laguna's runs 19-42 touch at its 1-s timestamps: counted as busy stretches they were 39
+    path = serving_logs_dir / "sostrowsk_laguna-s-int4_gb10_sglang_swa_c1-4.log"
+    if not path.exists():
+        pytest.skip("log missing")
+    text = render_text(build_report([path]))
+    numbered = set(re.findall(r"^  run (\d+) ", text, re.MULTILINE))
+    (file,) = build_report([path]).files
+    assert file.session is not None and file.session.runs == len(numbered) == 42
+    assert "session: 42 runs over" in text

@@ -16,7 +16,7 @@ from enum import Enum
 
 from ncuflow.phases.model import RunAnalysis
 from ncuflow.phases.model.results import SegmentKind
-from ncuflow.phases.model.session import busy_stretches
+from ncuflow.phases.model.session import run_numbers
 
 SUMMARY_RUNS = 8  # a log with more runs than this gets a session summary first
 DETAIL_RUNS = 50  # … and with more than this, only the runs that stand out in detail
@@ -63,12 +63,12 @@ class RunSelection:
         }.get(self.mode, "")
 
     def is_session(self, runs: Sequence[RunAnalysis]) -> bool:
-        """Whether the runs get a session summary first (counted as busy stretches: the
-        DP ranks' runs of one wave are one)."""
-        return len(busy_stretches(runs)) > SUMMARY_RUNS or self.mode is not Mode.AUTO
+        """Whether the runs get a session summary first (counted as the tables number them:
+        the DP ranks' runs of one wave are one)."""
+        return run_numbers(runs) > SUMMARY_RUNS or self.mode is not Mode.AUTO
 
     def pick(self, runs: Sequence[RunAnalysis]) -> tuple[RunAnalysis, ...]:
-        if self.mode is Mode.ALL or (self.mode is Mode.AUTO and len(busy_stretches(runs)) <= DETAIL_RUNS):
+        if self.mode is Mode.ALL or (self.mode is Mode.AUTO and run_numbers(runs) <= DETAIL_RUNS):
             return tuple(runs)
         if self.mode is Mode.NONE:
             return ()

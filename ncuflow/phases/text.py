@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ncuflow.phases.model import Distribution, PhaseSpan, Reconciliation, RunAnalysis, Segment, Term
 from ncuflow.phases.model.results import SegmentKind
+from ncuflow.phases.model.session import run_numbers
 from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
 from ncuflow.phases.selection import RunSelection
 from ncuflow.phases.text_session import service_lines, session_lines
@@ -206,7 +207,7 @@ def render_text(report: PhasesReport, selection: RunSelection | None = None) -> 
     for file in report.files:
         shown = selection.pick(file.runs)
         out.append(_header(file))
-        out.extend(_summary_lines(file, selection, len(shown)))
+        out.extend(_summary_lines(file, selection, run_numbers(shown)))
         if shown:
             out.extend(_file_lines(replace(file, runs=shown))[1:])
         out.append("")

@@ -30,10 +30,10 @@ class LevelTiming:
 
 @dataclass(frozen=True)
 class SessionSummary:
-    runs: int  # busy stretches (a DP-attention log's ranks' runs of one wave are one)
+    runs: int  # runs as the tables number them (a DP-attention log's ranks' runs of one wave share a number)
     start_s: float | None
     end_s: float | None
-    busy_s: float  # Σ run durations
+    busy_s: float  # time the server was busy: the runs' spans, overlapping ones once
     requests: int | None
     requests_source: str
     runs_with_steady: int
@@ -51,6 +51,12 @@ class SessionSummary:
 
     def rejections(self) -> tuple[Rejection, ...]:
         return self.service.rejections
+
+
+def run_numbers(runs: Sequence[RunAnalysis]) -> int:
+    """How many runs the tables number (each DP rank's run of one wave carries the wave's
+    number): not the busy stretches, which merge runs that touch at a 1-s timestamp."""
+    return len({r.run_index for r in runs})
 
 
 def busy_stretches(runs: Sequence[RunAnalysis]) -> list[tuple[float, float]]:
@@ -107,7 +113,7 @@ def summarise_session(runs: Sequence[RunAnalysis], service: ServiceCounts) -> Se
     requests, source = _requests(runs, service)
     stretches = busy_stretches(runs)
     return SessionSummary(
-        runs=len(stretches) or len(runs),
+        runs=run_numbers(runs),
         start_s=min(starts) if starts else None,
         end_s=max(ends) if ends else None,
         busy_s=sum(end - start for start, end in stretches),
