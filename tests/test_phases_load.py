@@ -216,6 +216,23 @@ def test_context_length_refusals_are_named_not_errors(tmp_path: Path) -> None:
     assert f"refused: {refused} request(s), context length" in text
 
 
+def test_a_prompt_over_the_schedulers_limit_is_its_own_cause(tmp_path: Path) -> None:
+    """vLLM's scheduler warns and finishes a prompt over its limit unserved (no HTTP error):
+    a refusal of its own cause, not a context-length 400 (the limit may be
+    max_num_batched_tokens)."""
+    sim = load.vllm_debate()
+    at = next(k for k, line in enumerate(sim.lines) if line.startswith("(APIServer pid=1) INFO ") and "loggers.py" in line)
+    stamp = " ".join(sim.lines[at].split()[3:5])
+    warning = f"(EngineCore_0 pid=2) WARNING {stamp} [scheduler.py:1204] Input prompt (9000 tokens) is too long and exceeds limit of 2048"
+    path = write(tmp_path, "debate.log", [*sim.lines[:at], warning, warning.replace("9000", "9001"), *sim.lines[at:]])
+    session = analyse(path).session
+    assert session is not None
+    causes = {r.cause: r.count for r in session.service.rejections}
+    assert causes.pop("context length") == sum(1 for r in sim.requests if r.refused)
+    ((cause, count),) = causes.items()
+    assert cause.startswith("prompt limit") and count == 2
+
+
 # --------------------------------------------------------------------------- waves
 
 
@@ -301,3 +318,10 @@ def test_added_lines_whose_ids_differ_do_not_refuse_arrivals(tmp_path: Path, rew
         lines.append(line)
     (run,) = analyse(write(tmp_path, "vllm.log", lines)).runs
     assert run.arrivals is not None and run.arrivals.requests == 400 and run.arrivals.refused == 0
+
+
+def test_every_refusal_marker_passes_the_cheap_line_test() -> None:
+    from ncuflow.phases.parse.service import REFUSAL_CAUSES, REFUSAL_HINTS
+
+    for _, markers in REFUSAL_CAUSES:
+        assert all(any(hint in marker for hint in REFUSAL_HINTS) for marker in markers), markers

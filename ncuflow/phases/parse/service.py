@@ -12,7 +12,9 @@ arriving request, HTTP access lines, refusals by cause and tracebacks.
 - **Refusals by cause**: a message that says a prompt exceeds the model's context (vLLM
   "This model's maximum context length is N tokens…", "… is longer than the maximum model
   length of N", SGLang "The input (N tokens) is longer than the model's context length (M
-  tokens)", "Requested token count exceeds the model's maximum context length…").
+  tokens)", "Requested token count exceeds the model's maximum context length…"); a prompt
+  over vLLM's scheduler limit ("Input prompt (N tokens) is too long and exceeds limit of M",
+  a warning: the request is finished unserved).
 - **Tracebacks**: a traceback (with the tracebacks chained to it) whose exception is such a
   refusal is a refused request, not an error of the server; any other is reported as
   before, by the log's reader (``on_traceback``).
@@ -45,7 +47,14 @@ REFUSAL_CAUSES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "context length exceeded",
         ),
     ),
+    (
+        # vLLM's scheduler (V0 and V1): the request is finished unserved, with no HTTP error
+        "prompt limit (max_model_len, or max_num_batched_tokens where prefill is not chunked)",
+        ("is too long and exceeds limit of",),
+    ),
 )
+# every marker above holds one of these: a line without any is no refusal (one cheap test a line)
+REFUSAL_HINTS = ("ength", "exceeds limit")
 CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
 # the path cannot cross a quote or a space: one pass over the line, whatever it holds
 ACCESS = re.compile(r'"(?P<method>POST|GET|PUT|DELETE) (?P<path>[^\s"]{1,2048}) HTTP/[\d.]{1,8}" (?P<status>\d{3})\b')
@@ -130,7 +139,7 @@ class ServiceLog:
                 status = int(found.group("status"))
                 self.statuses[status] = self.statuses.get(status, 0) + 1
                 return True
-        cause = refusal_cause(text) if "ength" in text else None
+        cause = refusal_cause(text) if any(hint in text for hint in REFUSAL_HINTS) else None
         if cause is not None:
             message = text.strip()[-160:]
             moment = time_of()
