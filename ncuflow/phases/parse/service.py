@@ -55,6 +55,7 @@ REFUSAL_CAUSES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 # every marker above holds one of these: a line without any is no refusal (one cheap test a line)
 REFUSAL_HINTS = ("ength", "exceeds limit")
+_MAY_REFUSE = re.compile("|".join(map(re.escape, REFUSAL_HINTS))).search  # literals: linear time
 CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
 # the path cannot cross a quote or a space: one pass over the line, whatever it holds
 ACCESS = re.compile(r'"(?P<method>POST|GET|PUT|DELETE) (?P<path>[^\s"]{1,2048}) HTTP/[\d.]{1,8}" (?P<status>\d{3})\b')
@@ -139,7 +140,7 @@ class ServiceLog:
                 status = int(found.group("status"))
                 self.statuses[status] = self.statuses.get(status, 0) + 1
                 return True
-        cause = refusal_cause(text) if any(hint in text for hint in REFUSAL_HINTS) else None
+        cause = refusal_cause(text) if _MAY_REFUSE(text) else None
         if cause is not None:
             message = text.strip()[-160:]
             moment = time_of()
