@@ -8,7 +8,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -166,3 +168,30 @@ def test_json_has_a_schema_version_and_old_keys_keep_their_types(serving_logs_di
         value = run["segments"][0][key]
         assert isinstance(value, kind) or (kind is float and isinstance(value, int)), (key, value)
     assert {"median", "p10", "p90"} <= set(run["steady_token_s"])  # a distribution, as before
+
+
+def _vllm_stats_log(path: Path, stamp_of: Callable[[datetime], str]) -> Path:
+    """Thirty statistics lines of one run at batch 8 and 25 ms a token, each stamped by ``stamp_of``."""
+    start = datetime(2025, 9, 10, 16, 32, 5, 957000)
+    lines = []
+    for k in range(30):
+        running = 8 if 2 <= k <= 25 else 0
+        lines.append(
+            f"{stamp_of(start + timedelta(seconds=10 * k))} metrics.py:386] Avg prompt throughput: "
+            f"{800.0 if k == 2 else 0.0:.1f} tokens/s, Avg generation throughput: {320.0 if running else 0.0:.1f} "
+            f"tokens/s, Running: {running} reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 3.0%, "
+            "CPU KV cache usage: 0.0%."
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_vllm_stamp_with_a_year_keeps_it_in_the_clock_origin_only(tmp_path: Path) -> None:
+    # vLLM prints "INFO 09-10 16:32:05"; some builds and plug-ins print the year and milliseconds
+    dated = _vllm_stats_log(tmp_path / "dated.log",
+                            lambda t: f"INFO {t:%Y-%m-%d %H:%M:%S}.{t.microsecond // 1000:03d}")
+    plain = _vllm_stats_log(tmp_path / "plain.log", lambda t: f"INFO {t:%m-%d %H:%M:%S}.{t.microsecond // 1000:03d}")
+    dated_text, plain_text = render_text(build_report([dated])), render_text(build_report([plain]))
+    assert "t=0 at 2025-09-10 16:32:05;" in dated_text and "t=0 at 09-10 16:32:05;" in plain_text
+    assert dated_text.splitlines()[1:] == plain_text.splitlines()[1:]
+    assert "25.00 ms" in dated_text

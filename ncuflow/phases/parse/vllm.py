@@ -26,7 +26,9 @@ from ncuflow.phases.parse.service import ServiceLog
 from ncuflow.phases.parse.values import DECIMAL, BadValue, LogClock, count_value, rate_value
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-STAMP = re.compile(r"(?P<month>\d{2})-(?P<day>\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d{1,6}))?")
+# vLLM prints no year (a build or plug-in with its own format may: kept for the clock origin's text
+# only; times are reckoned in a stand-in year, so a line of another format never moves them)
+STAMP = re.compile(r"(?:(?P<year>\d{4})-)?(?P<month>\d{2})-(?P<day>\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d{1,6}))?")
 ENGINE = re.compile(r"Engine (?P<engine>\d+):\s*$")
 NUMBER = r"\d+(?:\.\d+)?"
 STATS_TAIL = re.compile(
@@ -101,6 +103,7 @@ class VllmReader:
     preempted_total: int = 0
     hit_rate: float | None = None
     prompt_tokens: float = 0.0
+    origin_year: str | None = None  # the year the first stamp printed, if it printed one
     service: ServiceLog = field(init=False)
 
     def __post_init__(self) -> None:
@@ -161,14 +164,20 @@ class VllmReader:
             return True
         return False
 
+    def _seconds(self, stamp: re.Match[str]) -> float:
+        """A stamp's seconds since t = 0, in the stand-in year 2000 (a leap year: 02-29 is a date)."""
+        if self.clock.origin_s is None:
+            self.origin_year = stamp.group("year")
+        return self.clock.seconds(f"2000-{stamp.group('month')}-{stamp.group('day')}", stamp.group("time"),
+                                  stamp.group("frac"))
+
     def _time_of_line(self, line: str) -> float | None:
         """A line's own time where it has one (else the last statistics line's)."""
         stamp = STAMP.search(line)
         if stamp is None:
             return self.last_time
         try:
-            return self.clock.seconds(f"2000-{stamp.group('month')}-{stamp.group('day')}",
-                                      stamp.group("time"), stamp.group("frac"))
+            return self._seconds(stamp)
         except BadValue:
             return self.last_time
 
@@ -214,8 +223,7 @@ class VllmReader:
         if stamp is None or tail is None:
             return None, ""
         frac = stamp.group("frac")
-        time_s = self.clock.seconds(f"2000-{stamp.group('month')}-{stamp.group('day')}",
-                                    stamp.group("time"), frac)
+        time_s = self._seconds(stamp)
         self.any_fraction = self.any_fraction or bool(frac)
         engine = ENGINE.search(prefix)
         kv = KV_USAGE.search(line, tail.end())
@@ -266,6 +274,7 @@ class VllmReader:
                 where = f" of engine {engine}" if len(self.stores) > 1 else ""
                 events.append(LogEvent(None, 0, "note", folding_note(where, store)))
         clock = self.clock.origin_text[5:] if self.clock.origin_text else ""
+        clock = f"{self.origin_year}-{clock}" if clock and self.origin_year else clock
         multi = len(self.stores) > 1
         service = replace(service, prompt_tokens=self.prompt_tokens, cache_hit_rate=self.hit_rate)
         return tuple(
