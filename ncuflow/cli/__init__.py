@@ -18,7 +18,6 @@ import click
 
 from ncuflow import __version__
 from ncuflow.errors import NcuflowError
-from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
 # command name -> "module:attribute" of its click command
 COMMANDS: dict[str, str] = {
@@ -105,6 +104,9 @@ def _store_warnings_as_lines() -> None:
         if not issubclass(category, DamagedRunWarning):
             previous(message, category, filename, lineno, file, line)
         elif str(message) not in shown:
+            # imported here, not at start-up: --help and --version need none of ncuflow.files
+            from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
+
             shown.add(str(message))
             click.echo(f"ncuflow: warning: {safe_text(message, limit=SENTENCE_CHARS)}", err=True)
 
@@ -150,6 +152,8 @@ def main(argv: list[str] | None = None) -> Any:
     try:
         return cli.main(args=argv, prog_name="ncuflow", standalone_mode=False)
     except NcuflowError as error:  # a paragraph may quote a kernel name or a file's content: shown safe
+        from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
+
         click.echo(f"ncuflow: {safe_text(error, limit=SENTENCE_CHARS)}", err=True)
         sys.exit(error.exit_code)
     except OSError as error:  # the last net: an OS error is a paragraph, never a traceback
