@@ -117,8 +117,10 @@ def resolve_jobs(jobs: int | None, tasks: Sequence[Any] | None = None, *,
 
 
 def workers_for(jobs: int | None, tasks: Sequence[Any], *, through_ncu_report: bool = False) -> int | None:
-    """What a resolved ``jobs`` means for these tasks: ``AUTO`` decided now, else as given."""
-    return default_jobs(tasks, through_ncu_report=through_ncu_report) if jobs == AUTO else jobs
+    """What a resolved ``jobs`` means for these tasks: ``AUTO`` decided now, else as given; at least
+    one worker ``through_ncu_report`` (it can abort its process on a damaged file: never the caller's)."""
+    workers = default_jobs(tasks, through_ncu_report=through_ncu_report) if jobs == AUTO else jobs
+    return max(workers or 0, 1) if through_ncu_report else workers
 
 
 def reads_with_ncu_report() -> bool:

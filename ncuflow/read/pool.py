@@ -106,7 +106,7 @@ def prestart(function: Callable[..., Any], reports: Sequence[Task], *, jobs: int
     and the reading modules' imports, which then overlap the command's own. Once per process."""
     fresh = fresh_workers or reads_with_ncu_report()
     jobs = workers_for(jobs, reports, through_ncu_report=fresh)
-    if fresh or (jobs and len(reports) > 1):  # ncu_report: always in workers (map_reports)
+    if jobs and (len(reports) > 1 or fresh):
         _context(function, reports, fresh, preload)
 
 
@@ -245,8 +245,6 @@ def map_reports(
     """
     fresh_workers = fresh_workers or reads_with_ncu_report()
     jobs = workers_for(jobs, tasks, through_ncu_report=fresh_workers)
-    if fresh_workers and not jobs:  # ncu_report can abort its process on a damaged file: never this one
-        jobs = 1
     if not jobs or (len(tasks) == 1 and not fresh_workers):  # a worker would only add its start-up
         for index, task in enumerate(tasks):
             if progress is not None:
