@@ -60,20 +60,11 @@ def check_command(store: Path, repair: bool) -> None:
 
 
 def _unmerged_escalations(runs: Any) -> list[tuple[Any, str]]:
-    """The complete runs whose tier-2 escalation readers do not merge, and why (its launches read)."""
-    from ncuflow.errors import NcuflowError
+    """The complete runs whose tier-2 escalation readers do not merge, and why (its launches read;
+    ``tier2_problem`` is None for a run without one and names a sidecar that cannot be read)."""
     from ncuflow.read.escalation import tier2_problem
-    from ncuflow.store.tiers import tier2_runs_of
 
-    found = []
-    for run in runs:
-        try:
-            has_tier2 = bool(tier2_runs_of(run))
-        except NcuflowError:  # a sidecar that cannot be read: tier2_problem names it
-            has_tier2 = True
-        if has_tier2 and (problem := tier2_problem(run)) is not None:
-            found.append((run, problem))
-    return found
+    return [(run, problem) for run in runs if (problem := tier2_problem(run)) is not None]
 
 
 store_group.add_command(check_command)
