@@ -46,11 +46,6 @@ class ModelTerm:
     color: str  # matplotlib colour in every picture
 
     @property
-    def key(self) -> str:
-        """The column / JSON key of its utilization."""
-        return f"u_{self.name}"
-
-    @property
     def bound_label(self) -> str:
         return f"{self.label}-bound"
 
@@ -89,7 +84,6 @@ OTHER_BOUNDS: tuple[OtherBound, ...] = (
 TERM_NAMES: tuple[str, ...] = tuple(t.name for t in TERMS)
 TERMS_BY_NAME: Mapping[str, ModelTerm] = {t.name: t for t in TERMS}
 BOUND_NAMES: tuple[str, ...] = (*TERM_NAMES, *(b.name for b in OTHER_BOUNDS))
-CATEGORIES: tuple[Category, ...] = ("memory", "compute")
 MEMORY_TERMS: frozenset[str] = frozenset(t.name for t in TERMS if t.category == "memory")
 COMPUTE_TERMS: frozenset[str] = frozenset(t.name for t in TERMS if t.category == "compute")
 

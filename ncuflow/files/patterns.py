@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,10 +114,3 @@ def kernel_pattern(text: str, *, option: str = "--kernel") -> KernelPattern:
 
 def _shown(text: str) -> str:
     return repr(text if len(text) <= 120 else text[:100] + "…")
-
-
-def name_matcher(text: str | None, *, option: str = "--kernel") -> Callable[[str], bool]:
-    """A predicate on a name: ``text`` occurs in it (every name where ``text`` is empty)."""
-    if not text:
-        return lambda name: True
-    return kernel_pattern(text, option=option).search

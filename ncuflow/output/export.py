@@ -42,7 +42,7 @@ from ncuflow.output.launch_rows import export_one_report, worker_modules
 from ncuflow.output.parts import METRICS_SCHEMA
 from ncuflow.output.stream import TableStream, table_stream
 from ncuflow.read.escalation import EscalationWarning
-from ncuflow.read.metrics import FIELDS, is_count
+from ncuflow.read.metrics import FIELDS
 from ncuflow.read.runs import Sources, sources
 
 # 2 (issue 30): global_ld_inst is the hardware total of the load kinds the chip has (LDG, LDGSTS,
@@ -84,7 +84,7 @@ _IDENTITY_SCHEMA: dict[str, Any] = {
 def launches_schema() -> dict[str, Any]:
     schema = dict(_IDENTITY_SCHEMA)
     for field in FIELDS:
-        schema[field.name] = pl.Int64 if is_count(field) else pl.Float64  # counts are whole numbers
+        schema[field.name] = pl.Int64 if field.is_count else pl.Float64  # counts are whole numbers
     for field in FIELDS:
         schema[f"src_{field.name}"] = pl.String
     for name in TERM_NAMES:

@@ -19,7 +19,7 @@ from ncuflow.analyze.selection import Selection
 from ncuflow.read.escalation import read_run_launches, with_tier2
 from ncuflow.read.extract import iter_launches_with_metrics, read_launches
 from ncuflow.read.launch import Launch
-from ncuflow.read.metrics import FIELDS, is_count
+from ncuflow.read.metrics import FIELDS
 from ncuflow.read.runs import manifest_kernel_filter
 
 if TYPE_CHECKING:  # a plain report's rows import no store
@@ -76,7 +76,7 @@ def launch_record(launch: Launch, verdict: Verdict, identity: RunIdentity = _NO_
     }
     for field in FIELDS:
         value = launch.value(field.name)
-        record[field.name] = int(value) if value is not None and is_count(field) else value
+        record[field.name] = int(value) if value is not None and field.is_count else value
     for field in FIELDS:
         record[f"src_{field.name}"] = launch.provenance.get(field.name)
     for term in verdict.terms:

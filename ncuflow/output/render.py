@@ -111,10 +111,6 @@ def _u(value: float | None) -> str:
     return "—" if value is None else f"{value:,.2f}"
 
 
-def _short(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def print_launch_table(
     launches: Sequence[Launch],
     verdicts: Sequence[Verdict],

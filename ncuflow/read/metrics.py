@@ -318,11 +318,6 @@ TERM_FIELDS: Mapping[str, tuple[str, ...]] = {
 }
 
 
-def is_count(field: CanonicalField) -> bool:
-    """Whether the field counts things (bytes, sectors, instructions, ...): a whole number."""
-    return field.is_count
-
-
 # The fields the study's questions are decided on: every row a decisive tier collects.
 DECISIVE_FIELDS: tuple[str, ...] = tuple(f.name for f in FIELDS if f.tier is not None)
 

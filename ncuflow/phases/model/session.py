@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ncuflow.phases.model.results import RunAnalysis, SegmentKind
 from ncuflow.phases.model.stats import Distribution, distribution
-from ncuflow.phases.model.traces import Rejection, ServiceCounts
+from ncuflow.phases.model.traces import ServiceCounts
 
 MAX_LEVELS = 6  # batch sizes listed with their own per-token time
 
@@ -44,13 +44,6 @@ class SessionSummary:
     levels: tuple[LevelTiming, ...]  # the most frequent batch sizes
     steady_token_s: Distribution | None  # the runs' headline (steady) per-token times
     service: ServiceCounts
-
-    @property
-    def refused(self) -> int:
-        return sum(r.count for r in self.service.rejections)
-
-    def rejections(self) -> tuple[Rejection, ...]:
-        return self.service.rejections
 
 
 def run_numbers(runs: Sequence[RunAnalysis]) -> int:

@@ -60,10 +60,6 @@ FIX_MALFORMED = (
 )
 
 
-def looks_like_sglang(lines: Iterable[str]) -> bool:
-    return any(claims_sglang(line) for line in lines)
-
-
 def claims_sglang(line: str) -> bool:
     """An SGLang scheduler statistics line (the evidence that a log is SGLang's)."""
     if "batch" not in line:

@@ -57,10 +57,6 @@ def claims_vllm(line: str) -> bool:
     return "throughput" in line and "Running:" in line and bool(STATS_HINT.search(line))
 
 
-def looks_like_vllm(lines: Iterable[str]) -> bool:
-    return any(claims_vllm(line) for line in lines)
-
-
 def _traceback_event(time_s: float | None, line: int, *, shutting_down: bool) -> LogEvent:
     if shutting_down:
         return LogEvent(
