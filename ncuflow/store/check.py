@@ -35,9 +35,12 @@ from ncuflow.store import (
 @dataclass(frozen=True)
 class StoreCheck:
     root: Path
-    complete: int
     damaged: tuple[DamagedRun, ...]
     runs: tuple[RunRecord, ...] = ()  # the complete runs (what a further check, e.g. of tier 2, reads)
+
+    @property
+    def complete(self) -> int:
+        return len(self.runs)
 
     @property
     def repairable(self) -> tuple[DamagedRun, ...]:
@@ -65,7 +68,7 @@ def check_store(root: Path) -> StoreCheck:
             runs.append(found)
         else:
             damaged.append(found)
-    return StoreCheck(base, len(runs), tuple(damaged), tuple(runs))
+    return StoreCheck(base, tuple(damaged), tuple(runs))
 
 
 def _store_above(base: Path) -> Path | None:
