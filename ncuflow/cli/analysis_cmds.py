@@ -15,6 +15,7 @@ import click
 
 from ncuflow.analyze.stability import GroupStability, Tolerances
 from ncuflow.cli.options import (
+    echo_notes,
     jobs_option,
     threshold_option,
     timeout_option,
@@ -60,14 +61,6 @@ def cell_defaults() -> dict[str, dict[str, object]]:
     from ncuflow.cells.registry import parameter_defaults
 
     return parameter_defaults()
-
-
-def _echo_notes(notes: Sequence[str], damaged: Sequence[str] = ()) -> None:
-    """Notes, and each damaged run skipped as a warning line."""
-    for line in damaged:
-        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
-    for note in notes:
-        click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
 
 
 # ---------------------------------------------------------------------------
@@ -185,7 +178,7 @@ def stability_command(targets: tuple[str, ...], replicas: int, headline: Path | 
     if findings.headline:
         click.echo(f"ncuflow: headline cells: {', '.join(findings.headline)} "
                    "(each re-profiled with the options its stored run was profiled with)", err=True)
-    _echo_notes(findings.notes, findings.damaged)
+    echo_notes(findings.notes, findings.damaged)
     if not findings.groups and not findings.singles:
         kernel = request.kernel
         raise UsageError("No launch to compare.", "The targets hold no readable launch"
@@ -300,7 +293,7 @@ def explain_command(
         loaded = selection_from(kernel, nvtx).apply(load_paths(
             list(paths), kernel=kernel, jobs=resolve_jobs(jobs),
             progress=lambda found: bar.stage("reading", len(found.items))))
-    _echo_notes(loaded.notes, loaded.damaged)
+    echo_notes(loaded.notes, loaded.damaged)
     explained = explain_parameter(loaded, param, baseline=baseline, tolerances=tolerances, threshold=threshold,
                                   defaults=cell_defaults())
     _print_explained(explained, param, tolerances)
@@ -422,7 +415,7 @@ def report_command(
             progress=lambda found: bar.stage("reading", len(found.items))))
         analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen,
                            defaults=cell_defaults())
-        _echo_notes(analysis.notes, loaded.damaged)
+        echo_notes(analysis.notes, loaded.damaged)
         _check_baselines(chosen, analysis)
         written = write_report(analysis, out_dir, inputs=paths, progress=bar.stage("drawing plots", plot_count(analysis)))
     click.echo(f"wrote {written.markdown}, {_plural(len(written.plots), 'plot', 'plots')} and "

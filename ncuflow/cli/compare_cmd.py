@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from ncuflow.cli.options import jobs_option, threshold_option, tolerance_options, tolerances_from
+from ncuflow.cli.options import (
+    echo_notes,
+    jobs_option,
+    threshold_option,
+    tolerance_options,
+    tolerances_from,
+)
 from ncuflow.cli.selection import nvtx_option, selection_from
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
@@ -53,10 +59,7 @@ def compare_command(
     selection = selection_from(kernel, nvtx)
     loaded_base = selection.load([base], jobs=resolve_jobs(jobs))
     loaded_new = selection.load([new], jobs=resolve_jobs(jobs))
-    for line in dict.fromkeys((*loaded_base.damaged, *loaded_new.damaged)):
-        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
-    for note in (*loaded_base.notes, *loaded_new.notes):
-        click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
+    echo_notes((*loaded_base.notes, *loaded_new.notes), tuple(dict.fromkeys((*loaded_base.damaged, *loaded_new.damaged))))
     comparison = compare_loaded(loaded_base, loaded_new, base_label=str(base), new_label=str(new),
                                 tolerances=tolerances, threshold=threshold, pairs=named_pairs)
     if markdown_path is not None:

@@ -167,3 +167,13 @@ def jobs_option(function: click.decorators.FC) -> click.decorators.FC:
              "per 512 MiB of available memory. 0 reads everything in this process (through ncu_report, one "
              "worker still: ncu_report can abort its process on a damaged file).",
     )(function))
+
+
+def echo_notes(notes: Sequence[str] = (), damaged: Sequence[str] = ()) -> None:
+    """Each damaged or unreadable run skipped, as a warning line, then the notes (shown safe)."""
+    from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
+
+    for line in damaged:
+        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
+    for note in notes:
+        click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)

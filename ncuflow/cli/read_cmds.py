@@ -12,11 +12,11 @@ from typing import Any
 import click
 
 from ncuflow.analyze.classify import classify
-from ncuflow.cli.options import jobs_option, threshold_option
+from ncuflow.cli.options import echo_notes, jobs_option, threshold_option
 from ncuflow.cli.selection import selection_from, selection_options
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 from ncuflow.read.jobs import resolve_jobs
-from ncuflow.read.runs import Sources, prestart_reading, read_sources, sources
+from ncuflow.read.runs import prestart_reading, read_sources, sources
 
 _threshold_option = threshold_option()
 
@@ -64,7 +64,7 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         prestart_reading(found, jobs=jobs)  # its start-up overlaps the imports below
     from ncuflow.output.render import launch_row, print_launch_table
 
-    _echo_damaged(found)
+    echo_notes(damaged=found.damaged)
     if as_if is not None:
         _classify_as_if(found.reports, as_if, threshold, as_json, evidence, keep)
         return
@@ -105,12 +105,6 @@ def _title_of(source: Any) -> str:
     if source.record is None:
         return str(source.report)
     return f"{source.record.ref.spec.text()}\nrun {source.record.run_id}"
-
-
-def _echo_damaged(found: Sources) -> None:
-    """Each damaged run the paths hold, as one warning line (the run is not read)."""
-    for line in found.damaged:
-        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
 
 
 def _nothing_selected(selection: object) -> None:
@@ -204,7 +198,7 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
     from ncuflow.cli.progress import progress_bar
     from ncuflow.output.export import export_reports
 
-    _echo_damaged(found)
+    echo_notes(damaged=found.damaged)
     with _warnings_to_stderr(), progress_bar() as bar:
         reading = bar.stage("reading", len(found.items))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ncuflow.cli.options import jobs_option, threshold_option
+from ncuflow.cli.options import echo_notes, jobs_option, threshold_option
 from ncuflow.cli.selection import selection_from, selection_options
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
@@ -37,10 +37,7 @@ def roofline_command(paths: tuple[Path, ...], output: Path, per: str, as_json: b
 
     guard_output(output, kind="an ncuflow plot", recognise=png_recogniser, inputs=paths, option="-o/--output")
     loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs))
-    for line in loaded.damaged:  # each damaged or unreadable run skipped, named once
-        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
-    for note in loaded.notes:
-        click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
+    echo_notes(loaded.notes, loaded.damaged)  # each damaged or unreadable run skipped, named once
     lines = rooflines(point_groups(loaded.runs, per), threshold)
     from ncuflow.output.roofline_plot import plot_rooflines
 

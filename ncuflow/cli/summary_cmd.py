@@ -8,9 +8,8 @@ from pathlib import Path
 import click
 
 from ncuflow.analyze.arguments import checked_top
-from ncuflow.cli.options import jobs_option, threshold_option
+from ncuflow.cli.options import echo_notes, jobs_option, threshold_option
 from ncuflow.cli.selection import selection_from, selection_options
-from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
 
 @click.command("summary")
@@ -39,10 +38,7 @@ def summary_command(paths: tuple[Path, ...], top: int | None, as_json: bool, as_
     if as_json and as_csv:
         raise UsageError("--json and --csv both ask for the whole output.", "", "Pass one of them.")
     loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs))
-    for line in loaded.damaged:  # each damaged or unreadable run skipped, named once
-        click.echo(f"ncuflow: warning: {safe_text(line, limit=SENTENCE_CHARS)}", err=True)
-    for note in loaded.notes:
-        click.echo(f"ncuflow: note: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
+    echo_notes(loaded.notes, loaded.damaged)  # each damaged or unreadable run skipped, named once
     summaries = summarize(loaded.runs, threshold=threshold, top=top)
     from ncuflow.output.summary_table import print_summaries, summaries_csv, summaries_document
 
