@@ -152,6 +152,9 @@ def _stored_as_nan(missing: tuple[str, ...], not_numbers: tuple[str, ...]) -> di
     return found
 
 
+_ORDER: dict[str, int] = {f.name: i for i, f in enumerate(FIELDS)}  # missing fields listed in the table's order
+
+
 def checked(
     values: Mapping[str, float | None], provenance: Mapping[str, str], missing: tuple[str, ...],
     notes: Mapping[str, str], not_numbers: tuple[str, ...] = (), compute_capability: str | None = None,
@@ -185,5 +188,4 @@ def checked(
             new_provenance.pop(name, None)
             if name not in new_missing:
                 new_missing.append(name)
-    order = {f.name: i for i, f in enumerate(FIELDS)}
-    return new_values, new_provenance, tuple(sorted(new_missing, key=lambda n: order.get(n, len(order)))), new_notes
+    return new_values, new_provenance, tuple(sorted(new_missing, key=lambda n: _ORDER.get(n, len(_ORDER)))), new_notes
