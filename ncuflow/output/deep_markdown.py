@@ -9,12 +9,8 @@ from collections.abc import Sequence
 from ncuflow.analyze.roofline import LEVEL_TITLES, LEVELS, PRECISION_TITLES, Roofline, attainable
 from ncuflow.analyze.study import Analysis
 from ncuflow.analyze.waiting import why_waiting
-from ncuflow.files.safe_text import DISPLAY_CHARS, SENTENCE_CHARS, safe_text
-
-
-def _md(text: str, limit: int | None = SENTENCE_CHARS) -> str:
-    """Text from a report as Markdown shows it (``safe_text``)."""
-    return safe_text(text, "markdown", limit=limit)
+from ncuflow.files.safe_text import DISPLAY_CHARS
+from ncuflow.output.markdown import markdown_text
 
 
 def _si(value: float, unit: str) -> str:
@@ -37,7 +33,7 @@ def roofline_markdown(lines: Sequence[Roofline], plot: str | None) -> list[str]:
         roofs = [f"{LEVEL_TITLES[c.name]} {_si(c.value, 'B/s')}" for c in line.bandwidth]
         roofs += [f"{PRECISION_TITLES[c.name]} {_si(c.value, 'FLOP/s')}" for c in line.compute]
         clock = f" at an SM clock of {line.sm_clock_hz / 1e9:.2f} GHz" if line.sm_clock_hz else ""
-        out += ["", f"### {_md(line.device, DISPLAY_CHARS)}", "", f"Ceilings{clock}: {', '.join(roofs) or 'none in the reports'}."]
+        out += ["", f"### {markdown_text(line.device, DISPLAY_CHARS)}", "", f"Ceilings{clock}: {', '.join(roofs) or 'none in the reports'}."]
         if line.points:
             out += ["", "| # | kernel | where | verdict | FLOP/s | " + " | ".join(f"I {LEVEL_TITLES[lv]}" for lv in LEVELS)
                     + " | of its roof |", "|" + "---|" * (6 + len(LEVELS))]
@@ -45,10 +41,10 @@ def roofline_markdown(lines: Sequence[Roofline], plot: str | None) -> list[str]:
                 top = attainable(point, line)
                 roof = f"{point.flop_rate / top:.0%}" if top else "—"
                 intensities = [f"{i:.3g}" if (i := point.intensity(level)) is not None else "—" for level in LEVELS]
-                out.append(f"| {number} | {_md(point.label, DISPLAY_CHARS)} | {_md(point.group, DISPLAY_CHARS)} | {point.bound} | "
+                out.append(f"| {number} | {markdown_text(point.label, DISPLAY_CHARS)} | {markdown_text(point.group, DISPLAY_CHARS)} | {point.bound} | "
                            f"{_si(point.flop_rate, 'FLOP/s')} | " + " | ".join(intensities) + f" | {roof} |")
         for why, count in Counter(why for _, why in line.left_out).most_common():
-            out += ["", f"Not drawn: {count} kernel{'s' if count != 1 else ''}: {_md(why)}."]
+            out += ["", f"Not drawn: {count} kernel{'s' if count != 1 else ''}: {markdown_text(why)}."]
     return out
 
 
@@ -70,8 +66,8 @@ def waiting_markdown(analysis: Analysis) -> list[str]:
         absent.update(waiting.absent)
         occupancy = waiting.occupancy.text() if waiting.occupancy is not None else "—"
         stalls = ", ".join(f"{s.reason} {s.share:.0%}" for s in waiting.stalls[:3]) or "—"
-        out.append(f"| {_md(summary.point.spec(), DISPLAY_CHARS)} | {_md(summary.point.kernel, DISPLAY_CHARS)} | {_md(occupancy)} | "
-                   f"{_md(stalls)} |")
+        out.append(f"| {markdown_text(summary.point.spec(), DISPLAY_CHARS)} | {markdown_text(summary.point.kernel, DISPLAY_CHARS)} | {markdown_text(occupancy)} | "
+                   f"{markdown_text(stalls)} |")
     for text, count in absent.most_common():
-        out += ["", f"Not in the reports of {count} of these point{'s' if count != 1 else ''}: {_md(text)}."]
+        out += ["", f"Not in the reports of {count} of these point{'s' if count != 1 else ''}: {markdown_text(text)}."]
     return out

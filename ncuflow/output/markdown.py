@@ -16,7 +16,7 @@ from ncuflow.files import atomic_write_text, guard_output, text_recogniser
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text, shortened
 
 
-def _md(text: object, limit: int | None = SENTENCE_CHARS) -> str:
+def markdown_text(text: object, limit: int | None = SENTENCE_CHARS) -> str:
     """Text from a report, a log or a store as Markdown shows it (``safe_text``); names are
     shortened by the caller (``_name``), sentences that hold them kept to ``SENTENCE_CHARS``."""
     return safe_text(text, "markdown", limit=limit)
@@ -27,8 +27,8 @@ def _name(text: object) -> str:
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(_md(h) for h in header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
-    lines += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+    lines = ["| " + " | ".join(markdown_text(h) for h in header) + " |", "|" + "|".join(" --- " for _ in header) + "|"]
+    lines += ["| " + " | ".join(markdown_text(c) for c in row) + " |" for row in rows]
     return lines
 
 
@@ -48,8 +48,8 @@ def stability_markdown(groups: Sequence[GroupStability], tolerances: Tolerances,
     for g in groups:
         if g.launches < 2 or g.verdict == "different_work":
             continue
-        lines += ["", f"**{_md(_name(g.label))}** — {_md(g.verdict_text)}"
-                  + (f" ({_md(_name(g.device))})" if g.device else ""), ""]
+        lines += ["", f"**{markdown_text(_name(g.label))}** — {markdown_text(g.verdict_text)}"
+                  + (f" ({markdown_text(_name(g.device))})" if g.device else ""), ""]
         lines += _table(
             ["field", "class", "tolerance", "n", "median", "min", "max", "spread", "verdict"],
             [
@@ -60,11 +60,11 @@ def stability_markdown(groups: Sequence[GroupStability], tolerances: Tolerances,
             ],
         )
         if g.missing_fields:
-            lines += ["", "Not measured: " + _md(", ".join(g.missing_fields)) + "."]
+            lines += ["", "Not measured: " + markdown_text(", ".join(g.missing_fields)) + "."]
         for note in g.notes:
-            lines += ["", f"Note: {_md(note)}."]
+            lines += ["", f"Note: {markdown_text(note)}."]
     if singles:
-        lines += ["", f"Launched once (no spread): {', '.join(_md(_name(s)) for s in singles)}."]
+        lines += ["", f"Launched once (no spread): {', '.join(markdown_text(_name(s)) for s in singles)}."]
     return lines
 
 
@@ -74,7 +74,7 @@ def explain_markdown(explained: Sequence[GroupExplanation]) -> list[str]:
         g = ge.group
         lines += [
             "",
-            f"**{_md(_name(g.label()))}**; baseline {_md(g.param)}={_md(format_param(ge.baseline.param(g.param)))} "
+            f"**{markdown_text(_name(g.label()))}**; baseline {markdown_text(g.param)}={markdown_text(format_param(ge.baseline.param(g.param)))} "
             f"({len(ge.baseline.launches)} launches, {ge.baseline.runs} runs)",
             "",
         ]
@@ -95,7 +95,7 @@ def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None, 
     lines = [
         "# ncuflow report",
         "",
-        f"Source: {_md(', '.join(analysis.paths) or analysis.source)} ({analysis.source}); "
+        f"Source: {markdown_text(', '.join(analysis.paths) or analysis.source)} ({analysis.source}); "
         f"{len(analysis.points)} points (cell × parameters × kernel); generated {analysis.created_utc}.",
         "",
         "Verdicts use the critical-path max model T ≈ max(T_DRAM, T_L2, T_L1, T_issue, T_math): the term "
@@ -128,17 +128,17 @@ def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None, 
         "`(?)` marks a difference the noise cannot decide.",
     ] if analysis.sweeps else []
     for param, explained in analysis.sweeps.items():
-        lines += ["", f"### {_md(param)}"]
+        lines += ["", f"### {markdown_text(param)}"]
         if not explained:
-            lines += ["", f"No two runs differ only in {_md(param)}."]
+            lines += ["", f"No two runs differ only in {markdown_text(param)}."]
         lines += explain_markdown(explained)
         for index, ge in enumerate(explained):
             key = f"sweep:{param}:{index}"
             if key in plots:
-                lines += ["", f"![{_md(_name(ge.group.label()))}]({plots[key]})"]
+                lines += ["", f"![{markdown_text(_name(ge.group.label()))}]({plots[key]})"]
     lines += list(extra)
     if analysis.notes:
-        lines += ["", "## Notes", ""] + [f"- {_md(n)}" for n in analysis.notes]
+        lines += ["", "## Notes", ""] + [f"- {markdown_text(n)}" for n in analysis.notes]
     return "\n".join(lines) + "\n"
 
 
@@ -147,7 +147,7 @@ def compare_markdown(comparison: Comparison) -> list[str]:
     from ncuflow.analyze.fields import FIELD_TABLE
 
     lines = [
-        f"Base: {_md(comparison.base)}; new: {_md(comparison.new)}. Each field is judged against its noise band "
+        f"Base: {markdown_text(comparison.base)}; new: {markdown_text(comparison.new)}. Each field is judged against its noise band "
         f"({comparison.tolerances.describe()}); verdicts as in explain.",
         "",
     ]
@@ -158,9 +158,9 @@ def compare_markdown(comparison: Comparison) -> list[str]:
          for k in comparison.matched],
     ) if comparison.matched else ["No kernel matches by name and launch configuration."]
     for k in comparison.matched:
-        lines += ["", f"**{_md(_name(k.label))}** — {_md(k.verdict_text)}"
-                  + (f" ({_md(_name(k.base.device))} → {_md(_name(k.new.device))})" if k.base.device != k.new.device
-                     else f" ({_md(_name(k.base.device))})"), ""]
+        lines += ["", f"**{markdown_text(_name(k.label))}** — {markdown_text(k.verdict_text)}"
+                  + (f" ({markdown_text(_name(k.base.device))} → {markdown_text(_name(k.new.device))})" if k.base.device != k.new.device
+                     else f" ({markdown_text(_name(k.base.device))})"), ""]
         lines += _table(
             ["field", "base", "new", "change", "state", "why"],
             [[f.field, FIELD_TABLE[f.field].format(f.baseline), FIELD_TABLE[f.field].format(f.value),
@@ -169,12 +169,12 @@ def compare_markdown(comparison: Comparison) -> list[str]:
         )
         missing = [f.field for f in k.judged.fields if f.state == "missing"]
         if missing:
-            lines += ["", "Missing on at least one side: " + _md(", ".join(missing)) + "."]
+            lines += ["", "Missing on at least one side: " + markdown_text(", ".join(missing)) + "."]
         if k.judged.reasons:
-            lines += ["", "Why: " + _md("; ".join(k.judged.reasons)) + "."]
+            lines += ["", "Why: " + markdown_text("; ".join(k.judged.reasons)) + "."]
     for title, items in (("Only in base", comparison.only_base), ("Only in new", comparison.only_new)):
         if items:
-            lines += ["", f"{title}: " + ", ".join(f"{_md(_name(m.kernel))} ({_md(_name(m.spec()))})" for m in items) + "."]
+            lines += ["", f"{title}: " + ", ".join(f"{markdown_text(_name(m.kernel))} ({markdown_text(_name(m.spec()))})" for m in items) + "."]
     return lines
 
 
