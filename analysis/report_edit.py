@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ncuflow.read.layout import record_ids
+from ncuflow.read.layout import record_ids, text_of
 from ncuflow.read.schema import messages
 
 _LENGTH = struct.Struct("<I")
@@ -90,15 +90,11 @@ def drop_metrics(source: Path, target: Path, drop: Callable[[str], bool]) -> int
         # the schema keeps a result's metric records as bytes: their name ids as the reader finds them
         ids = record_ids(result.metrics, lambda record: metric_class.FromString(record).name_id)
         kept = [record for record, name_id in zip(result.metrics, ids, strict=True)
-                if not (0 <= name_id < len(strings) and drop(_text(strings[name_id])))]
+                if not (0 <= name_id < len(strings) and drop(text_of(strings[name_id])))]
         del result.metrics[:]
         result.metrics.extend(kept)
 
     return _rewrite(source, target, keep_only)
-
-
-def _text(value: str | bytes) -> str:
-    return value if isinstance(value, str) else value.decode("utf-8", "replace")
 
 
 def entry_length_set(source: Path, target: Path, block: int, entry: int, length: int) -> int:
