@@ -102,9 +102,9 @@ class Budget:
     def used(self) -> float:
         return time.monotonic() - self.started
 
-    def deadline(self, cap_s: float, keep_s: float = 0.0) -> float:
-        """A step's deadline (monotonic): its cap, or the budget less what later steps keep."""
-        allowed = max(0.0, min(cap_s, self.left() - self.close_s - keep_s))
+    def deadline(self, cap_s: float) -> float:
+        """A step's deadline (monotonic): its cap, or the budget less the close."""
+        allowed = max(0.0, min(cap_s, self.left() - self.close_s))
         return time.monotonic() + allowed
 
 
@@ -268,6 +268,7 @@ class CallRecord:
             atomic_write(self.summary_path, self._summary_bytes(budget))
             if self.out is not None:
                 self._write_bundles()
+                # made again: the bundles just written may have added a problem (a tarball over the limit)
                 atomic_write(self.out / self.summary_path.name, self._summary_bytes(budget))
         except OSError as error:  # a full disk must not end the call: the log still says it
             print(f"gpu-call: could not write the summary or the runs under {self.out}: {error}", flush=True)
