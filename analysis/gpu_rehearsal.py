@@ -169,7 +169,6 @@ class Returned:
     code: int
     seconds: float
     out: Path
-    console: Path
 
 
 def run_mode(mode: Mode, python: Path, command: str) -> Returned:
@@ -193,11 +192,14 @@ def run_mode(mode: Mode, python: Path, command: str) -> Returned:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, 9)
             code = 137
-    return Returned(code, time.monotonic() - started, out, console)
+    return Returned(code, time.monotonic() - started, out)
 
 
 def out_problems(out: Path) -> list[str]:
     """What the device tool would refuse to bring back."""
+    # the device tool's limit: one fact, the call's (main puts analysis/ on the path)
+    from gpu_call import MAX_OUT_FILE_BYTES
+
     files = [p for p in out.rglob("*") if p.is_file() or p.is_symlink()]
     problems = [f"{len(files)} files under $OUT (at most 8 come back)"] if len(files) > 8 else []
     for path in files:
@@ -206,8 +208,8 @@ def out_problems(out: Path) -> list[str]:
             problems.append(f"{relative}: more than two folders down")
         if not all(OUT_NAME.match(part) for part in relative.parts):
             problems.append(f"{relative}: a name with characters other than letters, digits, '.', '_', '-'")
-        if path.stat().st_size > 16 << 20:
-            problems.append(f"{relative}: {path.stat().st_size >> 20} MiB (at most 16 MiB a file)")
+        if path.stat().st_size > MAX_OUT_FILE_BYTES:
+            problems.append(f"{relative}: {path.stat().st_size >> 20} MiB (at most {MAX_OUT_FILE_BYTES >> 20} MiB a file)")
     return problems
 
 
