@@ -250,6 +250,11 @@ def test_two_waves_of_a_trace_are_two_segments(tmp_path: Path) -> None:
         assert rec.reported_tpot_s == pytest.approx(0.00656, rel=0.03)  # one generation's own
     text = render_text(build_report([path]))
     assert "seg 1:" in text and "seg 2:" in text
+    # the JSON carries each wave's own TPOT and its reconciliation, as docs/phases.md says
+    (run_json,) = json.loads(CliRunner().invoke(cli, ["phases", str(path), "--json"]).output)["files"][0]["runs"]
+    for segment, shown in zip(run.segments, run_json["segments"], strict=True):
+        assert shown["harness_tpot_s"] == segment.harness_tpot_s == segment.reconciliation.reported_tpot_s
+        assert shown["reconciliation"]["reported_tpot_s"] == segment.harness_tpot_s
 
 
 def test_a_single_generation_keeps_its_harness_tpot(tmp_path: Path) -> None:

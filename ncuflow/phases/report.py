@@ -187,6 +187,8 @@ _SEGMENT_JSON_KEYS: tuple[str, ...] = (
     "kv_usage_max",
     "preempted",
     "preemption_inferred",
+    "harness_tpot_s",  # a wave of a request trace (docs/phases.md): its TPOT and what explains it
+    "reconciliation",
 )
 
 

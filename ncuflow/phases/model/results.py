@@ -161,8 +161,12 @@ class Segment:
     preempted: int = 0
     preemption_inferred: bool = False
     # a wave of a per-request trace (``waves``): its own harness-style TPOT, reconciled
-    harness_tpot_s: float | None = None
     reconciliation: Reconciliation | None = None
+
+    @property
+    def harness_tpot_s(self) -> float | None:
+        """A wave's harness-style TPOT: what its reconciliation explains."""
+        return self.reconciliation.reported_tpot_s if self.reconciliation is not None else None
 
 
 @dataclass(frozen=True)

@@ -85,13 +85,11 @@ def wave_segment(index: int, wave: Wave, requests: Sequence[RequestRecord], toke
     drain_gaps = _gaps(own, wave.end_s, end)
     steady = distribution(steady_gaps)
     reconciliation = None
-    harness = None
     if tokens is not None and tokens > 1 and steady is not None:
-        harness = (end - min(firsts)) / (tokens - 1)
         span = max(firsts) - min(firsts)
         reconciliation = Reconciliation(
             reported_label="harness TPOT of the wave (batch end − first token)/(N − 1)",
-            reported_tpot_s=harness,
+            reported_tpot_s=(end - min(firsts)) / (tokens - 1),
             steady_term_s=steady.median,
             ramp_term_s=span / (tokens - 1),
             ramp_s=span,
@@ -120,6 +118,5 @@ def wave_segment(index: int, wave: Wave, requests: Sequence[RequestRecord], toke
         drain_weighted_s=statistics.fmean(drain_gaps) if drain_gaps else None,
         headline_token_s=steady.median if steady is not None else None,
         headline_method="median" if steady is not None else "",
-        harness_tpot_s=harness,
         reconciliation=reconciliation,
     )
