@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ncuflow.phases.model.traces import BatchSample
 
@@ -92,20 +92,15 @@ def decode_intervals(
             prefill_since_previous = True
             continue
         if previous is not None:
-            interval = _interval(
-                previous,
-                sample,
-                step_counted=step_counted,
-                decode_log_interval=decode_log_interval,
-                own_prefill=prefill_since_previous,
-                retracted=_any_between(retraction_times, previous.time_s, sample.time_s, inclusive=True),
-                lockstep=_any_between(lockstep_admissions, previous.time_s, sample.time_s, inclusive=False),
-            )
             intervals.append(
-                replace(
-                    interval,
-                    start_queued=previous.queued or 0,
-                    queued=sample.queued or 0,
+                _interval(
+                    previous,
+                    sample,
+                    step_counted=step_counted,
+                    decode_log_interval=decode_log_interval,
+                    own_prefill=prefill_since_previous,
+                    retracted=_any_between(retraction_times, previous.time_s, sample.time_s, inclusive=True),
+                    lockstep=_any_between(lockstep_admissions, previous.time_s, sample.time_s, inclusive=False),
                     kv_usage=kv_inside,
                     preempted=_pushed_back(retraction_times, retracted_counts, previous.time_s, sample.time_s),
                 )
@@ -135,6 +130,8 @@ def _interval(
     own_prefill: bool,
     retracted: bool,
     lockstep: bool,
+    kv_usage: float | None,
+    preempted: int,
 ) -> DecodeInterval:
     span = sample.time_s - previous.time_s
     # an interval that ends (or starts) with an empty batch: when it emptied is unknown
@@ -162,4 +159,8 @@ def _interval(
         cached_prompt=cached,
         from_throughput=throughput is not None and throughput > 0,
         start_running=previous.running,
+        start_queued=previous.queued or 0,
+        queued=sample.queued or 0,
+        kv_usage=kv_usage,
+        preempted=preempted,
     )
