@@ -56,7 +56,7 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
         for sample in trace.samples:
             before = current[-1] if current else None
             continues = before is not None and (
-                (before.pending_tokens or 0) > 0 or before.unfinished_seqs > 0 or _waiting_for_cache(before)
+                (before.pending_tokens or 0) > 0 or before.unfinished_seqs > 0 or waiting_for_cache(before)
             )
             starts_new = sample.kind == "prefill" and sample.running == 0 and bool(current) and not continues
             if starts_new:
@@ -86,7 +86,7 @@ def split_server_runs(trace: ServerTrace) -> tuple[ServerRun, ...]:
     return tuple(result)
 
 
-def _waiting_for_cache(sample: BatchSample) -> bool:
+def waiting_for_cache(sample: BatchSample) -> bool:
     """Requests still queued at a full KV cache: the batch empties to make room for them,
     the server does not go idle (an emptied batch with a queue and room to spare was
     cancelled)."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ncuflow.phases.model.overload import KV_FULL
+from ncuflow.phases.model.runs import waiting_for_cache
 from ncuflow.phases.model.traces import BatchSample
 
 CAP = 1 << 17  # samples kept line for line, over all the schedulers of one log
@@ -122,9 +122,7 @@ class SampleStore:
         if last is None:
             return True
         if sample.kind == "prefill":
-            continues = (last.kind == "prefill" and (last.pending_tokens or 0) > 0) or (
-                bool(last.queued) and (last.kv_usage or 0.0) >= KV_FULL  # waiting for cache: see model.runs
-            )
+            continues = (last.kind == "prefill" and (last.pending_tokens or 0) > 0) or waiting_for_cache(last)
             return sample.running == 0 and not continues
         if sample.kind == "stats":
             return (sample.running > 0 or bool(sample.queued)) and _boundary(last)
