@@ -209,7 +209,7 @@ def render_text(report: PhasesReport, selection: RunSelection | None = None) -> 
         out.append(_header(file))
         out.extend(_summary_lines(file, selection, run_numbers(shown)))
         if shown:
-            out.extend(_file_lines(replace(file, runs=shown))[1:])
+            out.extend(_file_lines(replace(file, runs=shown)))
         out.append("")
     out.extend(_amortization_lines(report))
     return "\n".join(out).rstrip() + "\n"
@@ -327,7 +327,8 @@ def _summary_lines(file: FileReport, selection: RunSelection, shown: int) -> lis
 
 
 def _file_lines(file: FileReport) -> list[str]:
-    out = [_header(file)]
+    """The file's tables and notes, below its header (``render_text`` writes that)."""
+    out: list[str] = []
     resolution = file.time_resolution_s
     with_segment = any(len(r.segments) > 1 for r in file.runs)
     with_overload = any(r.overload_s > 0 for r in file.runs)
@@ -341,10 +342,9 @@ def _file_lines(file: FileReport) -> list[str]:
         out.extend(_server_table(file.server_rows))
     segment_rows = _segment_rows(file.runs, resolution)
     if len(segment_rows) > 1:
-        overload = any(r.overload_s > 0 for r in file.runs)
         out.append(
             "  segments (one per #running-req plateau"
-            + (", burst or overload stretch" if overload else " or burst")
+            + (", burst or overload stretch" if with_overload else " or burst")
             + "; steady/mixed = time without/with admissions):"
         )
         out.extend(_table(segment_rows, indent="    "))
