@@ -20,10 +20,8 @@ from ncuflow.phases.model import (
     Reconciliation,
     RunAnalysis,
     Segment,
-    Term,
 )
 from ncuflow.phases.model.capabilities import Capabilities
-from ncuflow.phases.model.results import ServerRequests
 from ncuflow.phases.model.session import SessionSummary
 from ncuflow.phases.selection import RunSelection
 
@@ -200,20 +198,10 @@ def _plain(value: Any) -> Any:
         return {"start_s": value.start_s, "end_s": value.end_s, "duration_s": value.duration_s}
     if isinstance(value, Segment):
         return {key: _plain(getattr(value, key)) for key in _SEGMENT_JSON_KEYS}
-    if isinstance(value, Term):
-        return {
-            "name": value.name,
-            "value_s": value.value_s,
-            "detail": value.detail,
-            "token_share": value.token_share,
-            "per_token_s": value.per_token_s,
-        }
     if isinstance(value, ServerRow):
         row = dict(value.__dict__)
         row["rank_names"], row["run_labels"] = list(value.rank_names), list(value.run_labels)
         return row
-    if isinstance(value, ServerRequests):
-        return {key: _plain(item) for key, item in value.__dict__.items()}
     if isinstance(value, tuple):
         return [_plain(item) for item in value]
     if isinstance(value, Reconciliation):
