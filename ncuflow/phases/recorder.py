@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ncuflow.phases.parse.json_values import MAX_TOKENS_PER_CHUNK, shown
+from ncuflow.phases.parse.json_values import MAX_TOKENS_PER_CHUNK, count_or_none, shown
 from ncuflow.phases.parse.jsonl import MAX_LABEL
 from ncuflow.phases.recorder_endpoint import Endpoint, RecorderError
 from ncuflow.phases.recorder_events import MalformedEvent, printable, read_event
@@ -120,7 +120,7 @@ def _token(value: Any) -> bool:
 
 
 def _whole(value: Any, low: int, high: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    return count_or_none(value, low, high) is not None
 
 
 def _positive_finite(value: Any) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ncuflow.files.inputs import deepest_nesting
-from ncuflow.phases.parse.json_values import BadJson, loads
+from ncuflow.phases.parse.json_values import BadJson, count_or_none, loads
 from ncuflow.phases.parse.values import MAX_COUNT
 
 MAX_DEPTH = 32  # an OpenAI chunk nests 7 levels at most (tool calls); checked before json reads it
@@ -110,7 +110,7 @@ def _completion_tokens(event: dict[str, Any]) -> int | None:
     tokens = usage.get("completion_tokens")
     if tokens is None:
         return None
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= MAX_COUNT:
+    if count_or_none(tokens, low=1) is None:
         raise MalformedEvent(f"'usage.completion_tokens' is {_kind(tokens)}, not a count from 1 to {MAX_COUNT:,}")
     return tokens
 

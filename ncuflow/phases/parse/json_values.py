@@ -74,9 +74,9 @@ def duration_or_none(value: Any) -> float | None:
     return real if real is not None and 0 <= real <= MAX_DURATION_S else None
 
 
-def count_or_none(value: Any, low: int = 0) -> int | None:
-    """A count: a whole number (not a bool) from ``low`` to ``MAX_COUNT``."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_COUNT:
+def count_or_none(value: Any, low: int = 0, high: int = MAX_COUNT) -> int | None:
+    """A count: a whole number (not a bool) from ``low`` to ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         return None
     return value
 
