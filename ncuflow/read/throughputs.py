@@ -26,6 +26,8 @@ Metrics a report lists that no row names are grouped by their prefix (``unit_ter
 
 from __future__ import annotations
 
+import functools
+
 from ncuflow.read.chains import CanonicalField, Display, Source
 
 PCT = ".avg.pct_of_peak_sustained_elapsed"
@@ -131,6 +133,7 @@ _MEMORY_PREFIXES: tuple[tuple[str, str], ...] = (
 _ARITHMETIC = ("fma", "alu", "fp16", "fp64", "tensor", "shared", "dmma", "hmma", "imma", "xu", "uniform", "tc_")
 
 
+@functools.lru_cache(maxsize=4096)  # asked for every breakdown metric of every launch; names repeat
 def unit_term(metric: str) -> str | None:
     """The term a unit throughput feeds: its row's, else by NVIDIA's naming (a unit of a chip
     this table does not know yet); None for a metric of no term."""
