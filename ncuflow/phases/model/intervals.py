@@ -98,11 +98,13 @@ def decode_intervals(
                     sample,
                     step_counted=step_counted,
                     decode_log_interval=decode_log_interval,
-                    own_prefill=prefill_since_previous,
-                    retracted=_any_between(retraction_times, previous.time_s, sample.time_s, inclusive=True),
-                    lockstep=_any_between(lockstep_admissions, previous.time_s, sample.time_s, inclusive=False),
-                    kv_usage=kv_inside,
-                    preempted=_pushed_back(retraction_times, retracted_counts, previous.time_s, sample.time_s),
+                    inside=_Inside(
+                        own_prefill=prefill_since_previous,
+                        retracted=_any_between(retraction_times, previous.time_s, sample.time_s, inclusive=True),
+                        lockstep=_any_between(lockstep_admissions, previous.time_s, sample.time_s, inclusive=False),
+                        kv_usage=kv_inside,
+                        preempted=_pushed_back(retraction_times, retracted_counts, previous.time_s, sample.time_s),
+                    ),
                 )
             )
         previous, prefill_since_previous = sample, False
@@ -121,17 +123,24 @@ def _pushed_back(times: Sequence[float], counts: Sequence[int], low: float, high
     return sum(counts[bisect.bisect_right(times, low) : bisect.bisect_right(times, high)])
 
 
+@dataclass(frozen=True, slots=True)
+class _Inside:
+    """What happened between two statistics lines, besides the lines themselves."""
+
+    own_prefill: bool  # a Prefill line of this rank
+    retracted: bool  # a retraction/preemption line
+    lockstep: bool  # another DP rank's admission (ranks step together)
+    kv_usage: float | None  # the largest KV usage seen
+    preempted: int  # requests pushed back to the queue
+
+
 def _interval(
     previous: BatchSample,
     sample: BatchSample,
     *,
     step_counted: bool,
     decode_log_interval: int,
-    own_prefill: bool,
-    retracted: bool,
-    lockstep: bool,
-    kv_usage: float | None,
-    preempted: int,
+    inside: _Inside,
 ) -> DecodeInterval:
     span = sample.time_s - previous.time_s
     # an interval that ends (or starts) with an empty batch: when it emptied is unknown
@@ -153,14 +162,14 @@ def _interval(
         running=sample.running,
         per_token_s=per_token,
         tokens=tokens,
-        admitting=own_prefill or lockstep or (prompt > 0 and not cached),
-        retracted=retracted,
+        admitting=inside.own_prefill or inside.lockstep or (prompt > 0 and not cached),
+        retracted=inside.retracted,
         accept_len=sample.accept_len,
         cached_prompt=cached,
         from_throughput=throughput is not None and throughput > 0,
         start_running=previous.running,
         start_queued=previous.queued or 0,
         queued=sample.queued or 0,
-        kv_usage=kv_usage,
-        preempted=preempted,
+        kv_usage=inside.kv_usage,
+        preempted=inside.preempted,
     )
