@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ncuflow.errors import UsageError
-from ncuflow.read.launch import Launch
+from ncuflow.files.patterns import kernel_pattern
+from ncuflow.read.launch import KernelName, Launch
 from ncuflow.read.runs import Loaded, kernel_filter, load_paths
 
 
@@ -60,6 +61,12 @@ class Selection:
 
     def keeps(self, launch: Launch) -> bool:
         return kernel_filter(self.kernel)(launch) and (self.nvtx is None or nvtx_matches(launch.nvtx, self.nvtx))
+
+    def keeps_named(self, kernel: KernelName, nvtx: tuple[str, ...]) -> bool:
+        """``keeps`` for a launch known by its names only (the source view reads no ``Launch``)."""
+        found = not self.kernel or bool(kernel_pattern(self.kernel).search(kernel.function)
+                                        or kernel_pattern(self.kernel).search(kernel.demangled))
+        return found and (self.nvtx is None or nvtx_matches(nvtx, self.nvtx))
 
     def predicate(self) -> Callable[[Launch], bool]:
         by_kernel = kernel_filter(self.kernel)

@@ -200,6 +200,12 @@ class FileAction:
         """A metric's value as text (a number formatted as ``extract.metric_text`` does); None where valueless."""
         return _as_text(self.value(name))
 
+    def record(self, name: str) -> bytes | None:
+        """A metric's record as the file holds it, per-instance list included (read by
+        ``ncuflow.read.metric_lists`` where the source view asks); None where it is absent."""
+        position = self._position(name)
+        return None if position is None or position >= self._count else bytes(self._records[position])
+
     def metric_names(self) -> list[str]:
         self.settle()
         assert self._layout is not None

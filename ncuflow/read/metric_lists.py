@@ -1,0 +1,122 @@
+"""A metric's per-instance list, streamed from its record's bytes: ``(correlation id, value)`` pairs.
+
+A ``ProfileMetricResult`` (NVIDIA's ``ProfilerResultsCommon.proto``) holds, besides its name id
+(field 1) and value (field 2), a ``MetricValueList`` (field 3): repeated
+``ProfileMetricListElement`` messages, each a ``CorrelationId`` (field 1), an ``ElementValue``
+(field 2) and ``InstanceValues`` (field 3, repeated), every one a ``ProfileMetricValue`` (a
+string 1, float 2, double 3, uint32 4 or uint64 5). For the source counters
+(``ncuflow.read.source_counters``) the correlation id is an instruction's address (PC).
+
+ncuflow's message classes (``ncuflow.read.schema``) leave field 3 unparsed, so that the default
+read costs nothing for it; ``elements`` walks it only where the source view asks, one element
+at a time from the record's bytes: nothing of the list is kept, whatever its length. A value
+field written twice counts as its last (as ``upb`` and ``ncu_report`` read it). Bytes that do
+not follow the layout, a correlation id that is no integer or a value that is no number, are
+``DamagedList``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+_DOUBLE = struct.Struct("<d")
+_FLOAT = struct.Struct("<f")
+_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+_LIST_FIELD = 3  # ProfileMetricResult.MetricValueList
+_CORRELATION, _ELEMENT = 1, 2  # ProfileMetricListElement.CorrelationId, .ElementValue
+_UINT32_MASK, _UINT64_MASK = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
+
+Number = int | float
+
+
+class DamagedList(Exception):
+    """A per-instance list whose bytes do not follow NVIDIA's layout; ``str()`` says where."""
+
+
+def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while at < end and shift < 70:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+    raise DamagedList(f"a varint at byte {at} runs past its message")
+
+
+def _skip(data: bytes, at: int, end: int, wire: int) -> int:
+    """The position after a field's value of this wire type (the key already read)."""
+    if wire == _VARINT:
+        return _varint(data, at, end)[1]
+    if wire == _LENGTH:
+        size, at = _varint(data, at, end)
+        after = at + size
+    else:
+        after = at + {_FIXED64: 8, _FIXED32: 4}.get(wire, end + 1 - at)
+    if after > end:
+        raise DamagedList(f"a field at byte {at} runs past its message (wire type {wire})")
+    return after
+
+
+def _metric_value(data: bytes, at: int, end: int) -> str | Number | None:
+    """A ``ProfileMetricValue`` in ``data[at:end]``: the last value field set; None for none."""
+    found: str | Number | None = None
+    while at < end:
+        key, at = _varint(data, at, end)
+        field, wire = key >> 3, key & 7
+        if field == 3 and wire == _FIXED64 and at + 8 <= end:
+            found = _DOUBLE.unpack_from(data, at)[0]
+            at += 8
+        elif field in (4, 5) and wire == _VARINT:
+            raw, at = _varint(data, at, end)
+            found = raw & (_UINT32_MASK if field == 4 else _UINT64_MASK)
+        elif field == 2 and wire == _FIXED32 and at + 4 <= end:
+            found = _FLOAT.unpack_from(data, at)[0]
+            at += 4
+        elif field == 1 and wire == _LENGTH:
+            after = _skip(data, at, end, wire)
+            found = "text"  # a string value: no number (the source counters are numbers)
+            at = after
+        else:
+            at = _skip(data, at, end, wire)
+    return found
+
+
+def _element(data: bytes, at: int, end: int) -> tuple[int, Number]:
+    """(correlation id, value) of one ``ProfileMetricListElement`` in ``data[at:end]``."""
+    start = at
+    correlation: str | Number | None = None
+    found: str | Number | None = None
+    while at < end:
+        key, at = _varint(data, at, end)
+        field, wire = key >> 3, key & 7
+        after = _skip(data, at, end, wire)
+        if wire == _LENGTH and field in (_CORRELATION, _ELEMENT):
+            size_end = _varint(data, at, end)[1]
+            parsed = _metric_value(data, size_end, after)
+            if field == _CORRELATION:
+                correlation = parsed
+            else:
+                found = parsed
+        at = after
+    if not isinstance(correlation, int):
+        raise DamagedList(f"the list element at byte {start} has no address (correlation id {correlation!r})")
+    if found is None or isinstance(found, str):
+        raise DamagedList(f"the list element at byte {start} holds no number ({found!r})")
+    return correlation, found
+
+
+def elements(record: bytes) -> Iterator[tuple[int, Number]]:
+    """(correlation id, value) of each element of a ``MetricResult`` record's list, in order."""
+    at, end = 0, len(record)
+    while at < end:
+        key, at = _varint(record, at, end)
+        field, wire = key >> 3, key & 7
+        after = _skip(record, at, end, wire)
+        if field == _LIST_FIELD:
+            if wire != _LENGTH:
+                raise DamagedList(f"the list field at byte {at} has wire type {wire}, not a message")
+            yield _element(record, _varint(record, at, end)[1], after)
+        at = after

@@ -1,0 +1,86 @@
+"""The text of a launch's instructions: SASS, PTX and source ``file:line``, through ``ncu_report``.
+
+A report holds each launch's cubin (``SourceData.Binary``); its SASS text is the cubin
+disassembled, and its ``file:line`` the cubin's line table (where the program was compiled
+with ``-lineinfo``). ncuflow has no disassembler and its read side runs no program, so both
+come from NVIDIA's ``ncu_report`` module (a dependency of ncuflow): ``IAction.sass_by_pc``,
+``ptx_by_pc`` and ``source_info(pc)``. A report read by ncuflow's own reader is opened with
+``ncu_report`` for this alone, once, and asked only about the addresses the source view
+shows or sums per line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ncuflow.errors import ReportError
+
+Location = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Place:
+    """An instruction as the report's cubin says it: SASS, PTX, and file:line with line info."""
+
+    sass: str
+    ptx: str
+    file: str | None
+    line: int | None
+
+
+def _text(found: Any) -> str:
+    return found.strip() if isinstance(found, str) else ""
+
+
+class LaunchText:
+    """One launch's instructions through its ``IAction``."""
+
+    def __init__(self, action: Any) -> None:
+        self._action = action
+
+    def location(self, address: int) -> Location | None:
+        """The source file and line of the instruction at ``address``; None without line info."""
+        try:
+            info = self._action.source_info(address)
+        except Exception:  # an address outside the cubin, or no cubin
+            return None
+        if info is None:
+            return None
+        file, line = info.file_name(), info.line()
+        return (file, int(line)) if file and isinstance(line, int) and line > 0 else None
+
+    def place(self, address: int) -> Place:
+        try:
+            sass, ptx = _text(self._action.sass_by_pc(address)), _text(self._action.ptx_by_pc(address))
+        except Exception:
+            sass, ptx = "", ""
+        location = self.location(address)
+        return Place(sass, ptx, *(location if location else (None, None)))
+
+
+class ReportText:
+    """A report opened with ``ncu_report`` for its instructions' text (``open_text``)."""
+
+    def __init__(self, context: Any) -> None:
+        self._context = context
+
+    def launch(self, range_index: int, action_index: int) -> LaunchText | None:
+        context = self._context
+        if not 0 <= range_index < context.num_ranges():
+            return None
+        report_range = context.range_by_idx(range_index)
+        if not 0 <= action_index < report_range.num_actions():
+            return None
+        return LaunchText(report_range.action_by_idx(action_index))
+
+
+def open_text(path: Path) -> tuple[ReportText | None, str | None]:
+    """The report through ``ncu_report``, or None and why it cannot be opened (one clause)."""
+    from ncuflow.read.reportfile import load_context
+
+    try:
+        return ReportText(load_context(path)), None
+    except ReportError as error:
+        return None, f"SASS text and source lines are not shown: {error.what.rstrip('.')}"
