@@ -1,12 +1,16 @@
-"""The text of a launch's instructions: SASS, PTX and source ``file:line``, through ``ncu_report``.
+"""The text of a launch's instructions: SASS and source ``file:line``, through ``ncu_report``.
 
 A report holds each launch's cubin (``SourceData.Binary``); its SASS text is the cubin
 disassembled, and its ``file:line`` the cubin's line table (where the program was compiled
 with ``-lineinfo``). ncuflow has no disassembler and its read side runs no program, so both
-come from NVIDIA's ``ncu_report`` module (a dependency of ncuflow): ``IAction.sass_by_pc``,
-``ptx_by_pc`` and ``source_info(pc)``. A report read by ncuflow's own reader is opened with
-``ncu_report`` for this alone, once, and asked only about the addresses the source view
-shows or sums per line.
+come from NVIDIA's ``ncu_report`` module (a dependency of ncuflow): ``IAction.sass_by_pc`` and
+``source_info(pc)``. A report read by ncuflow's own reader is opened with ``ncu_report`` for
+this alone, once, and asked only about the addresses the source view shows or sums per line.
+
+The PTX is not shown: ``IAction.ptx_by_pc`` (ncu_report 2026.3) gives an address the PTX of
+another launch's code depending on which actions were opened before it (on the corpus's
+SkeletonSkelettron report, 24 of its 31 launches differ between two orders of opening), where
+``sass_by_pc`` and ``source_info`` give the same in every order.
 """
 
 from __future__ import annotations
@@ -22,10 +26,9 @@ Location = tuple[str, int]
 
 @dataclass(frozen=True)
 class Place:
-    """An instruction as the report's cubin says it: SASS, PTX, and file:line with line info."""
+    """An instruction as the report's cubin says it: its SASS, and file:line with line info."""
 
     sass: str
-    ptx: str
     file: str | None
     line: int | None
 
@@ -53,11 +56,11 @@ class LaunchText:
 
     def place(self, address: int) -> Place:
         try:
-            sass, ptx = _text(self._action.sass_by_pc(address)), _text(self._action.ptx_by_pc(address))
-        except Exception:
-            sass, ptx = "", ""
+            sass = _text(self._action.sass_by_pc(address))
+        except Exception:  # an address outside the cubin, or no cubin
+            sass = ""
         location = self.location(address)
-        return Place(sass, ptx, *(location if location else (None, None)))
+        return Place(sass, *(location if location else (None, None)))
 
 
 class ReportText:
