@@ -99,6 +99,11 @@ class LaunchHotspots:
     note: str | None = None  # why lines or text are missing
 
     @property
+    def sampled(self) -> bool:
+        """Whether it holds warp samples (its lines rank by them; else by executed instructions)."""
+        return bool(self.total_samples)
+
+    @property
     def instructions(self) -> tuple[Instruction, ...]:
         """The instructions shown, each once: by samples, then the rest by excess."""
         seen = {i.address for i in self.by_samples}
@@ -245,28 +250,24 @@ def _with_text(found: LaunchHotspots, launch: LaunchSource, text: LaunchText | N
     if text is None:
         return replace(found, note=why)
     places = {i.address: text.place(i.address) for i in found.instructions}
-    lines = top_lines(line_totals(launch.source, found.counters, text.location), top,
-                      sampled=found.total_samples is not None)
-    note = None if lines else "no line info (compile with -lineinfo for file:line)"
+    located = line_totals(launch.source, found.counters, text.location)
+    lines = top_lines(located, top, sampled=found.sampled)
+    note = None if located else "no line info (compile with -lineinfo for file:line)"
     return replace(found, lines=lines, places=places, note=note)
 
 
 class _Text:
-    """The report's text through ncu_report: opened at the first launch that needs it, and not at
-    all once a damaged list was met (ncu_report is not handed a damaged file)."""
+    """The report's text through ncu_report, opened at the first launch that needs it (a launch
+    ncu_report cannot read, a damaged one, it gives no text)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.report: ReportText | None = None
         self.why: str | None = None
-        self.refused = False
 
     def of(self, launch: LaunchSource) -> LaunchText | None:
         if launch.through_ncu_report:
             return LaunchText(getattr(launch.source, "action", None))
-        if self.refused:
-            self.why = "SASS text and source lines are not shown: the report's per-instruction lists are damaged"
-            return None
         if self.report is None and self.why is None:
             self.report, self.why = open_text(self.path)
         return self.report.launch(launch.range_index, launch.action_index) if self.report else None
@@ -285,7 +286,6 @@ def read_hotspots(path: Path, keep: Callable[[LaunchSource], bool], top: int) ->
         try:
             ranked = rank(launch, top)
         except DamagedList as damage:
-            text.refused = True
             notes.append(f"{path}: launch {launch.action_index} ({launch.kernel.function}) is left out: its "
                          f"per-instruction lists are damaged ({damage})")
             continue

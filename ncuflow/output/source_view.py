@@ -108,7 +108,7 @@ def print_launch(launch: LaunchHotspots, console: Any) -> None:
         rows = [_instruction_row(launch, n, i) for n, i in enumerate(launch.by_excess, 1)]
         console.print(_table("top instructions by excess global sectors", _INSTRUCTION_COLUMNS, rows))
     if launch.lines:
-        by = "warp samples" if launch.total_samples is not None else "executed instructions"
+        by = "warp samples" if launch.sampled else "executed instructions"
         rows = [_line_row(launch, n, x) for n, x in enumerate(launch.lines, 1)]
         console.print(_table(f"top source lines by {by}", _LINE_COLUMNS, rows))
     if launch.note:

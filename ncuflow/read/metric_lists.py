@@ -53,8 +53,10 @@ def _skip(data: bytes, at: int, end: int, wire: int) -> int:
     if wire == _LENGTH:
         size, at = _varint(data, at, end)
         after = at + size
+    elif wire in (_FIXED64, _FIXED32):
+        after = at + (8 if wire == _FIXED64 else 4)
     else:
-        after = at + {_FIXED64: 8, _FIXED32: 4}.get(wire, end + 1 - at)
+        raise DamagedList(f"a field at byte {at} has wire type {wire}, which no message of the list uses")
     if after > end:
         raise DamagedList(f"a field at byte {at} runs past its message (wire type {wire})")
     return after
@@ -108,10 +110,46 @@ def _element(data: bytes, at: int, end: int) -> tuple[int, Number]:
     return correlation, found
 
 
+# The encodings of values seen lately (an address, a count), each decoded once: a launch's lists
+# hold the same addresses, and mostly the same few counts. Bounded: emptied when full.
+_DECODED: dict[bytes, str | Number | None] = {}
+_DECODED_KEPT = 1 << 16
+
+
+def _value_of(encoded: bytes) -> str | Number | None:
+    found = _DECODED.get(encoded, _DECODED)
+    if found is _DECODED:
+        if len(_DECODED) >= _DECODED_KEPT:
+            _DECODED.clear()
+        found = _DECODED[encoded] = _metric_value(encoded, 0, len(encoded))
+    return found  # type: ignore[return-value]
+
+
+def _common(element: bytes) -> tuple[int, Number] | None:
+    """An element as ncu writes it (a correlation id, then a value, each under 128 bytes, no
+    instance values), through the decoded encodings; None for any other shape."""
+    if len(element) < 4 or element[0] != 0x0A or element[1] >= 0x80:
+        return None
+    value_at = 2 + element[1]
+    if value_at + 2 > len(element) or element[value_at] != 0x12 or value_at + 2 + element[value_at + 1] != len(
+            element):
+        return None
+    correlation, found = _value_of(element[2:value_at]), _value_of(element[value_at + 2:])
+    if isinstance(correlation, int) and isinstance(found, int | float):
+        return correlation, found
+    return None
+
+
 def elements(record: bytes) -> Iterator[tuple[int, Number]]:
     """(correlation id, value) of each element of a ``MetricResult`` record's list, in order."""
     at, end = 0, len(record)
     while at < end:
+        if record[at] == 0x1A and at + 1 < end and record[at + 1] < 0x80:  # an element under 128 bytes
+            after = at + 2 + record[at + 1]
+            if after <= end and (common := _common(record[at + 2:after])) is not None:
+                yield common
+                at = after
+                continue
         key, at = _varint(record, at, end)
         field, wire = key >> 3, key & 7
         after = _skip(record, at, end, wire)
