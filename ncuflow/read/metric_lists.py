@@ -113,7 +113,7 @@ def _element(data: bytes, at: int, end: int) -> tuple[int, Number]:
 # The encodings of values seen lately (an address, a count), each decoded once: a launch's lists
 # hold the same addresses, and mostly the same few counts. Bounded: emptied when full.
 _DECODED: dict[bytes, str | Number | None] = {}
-_DECODED_KEPT = 1 << 16
+_DECODED_KEPT = 1 << 14
 
 
 def _value_of(encoded: bytes) -> str | Number | None:

@@ -1,0 +1,317 @@
+"""`ncuflow source`: the hot-spot view checked against NVIDIA's own per-PC values.
+
+The oracle reads each launch's per-PC lists whole through ``ncu_report`` (``IMetric``'s
+``correlation_ids()`` and ``as_uint64(i)``/``as_double(i)``) and ``source_info(pc)`` for every
+address, and ranks them plainly; the view streams the file with ncuflow's reader and keeps only
+the top N. They must give the same instructions in the same order, the same counters exactly,
+and the same sums per source line.
+"""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from ncuflow.analyze.hotspots import LaunchHotspots, rank, read_hotspots, samples_in
+from ncuflow.cli import cli
+from ncuflow.errors import NcuflowError, UsageError
+from ncuflow.read.launch import KernelName
+from ncuflow.read.metric_lists import DamagedList, elements
+from ncuflow.read.source_counters import (
+    SAMPLES,
+    SECTION_LINE,
+    SECTOR_PAIRS,
+    LaunchSource,
+    is_source_counter,
+    stall_reason,
+)
+from tests.hostile import run_limited
+
+APLAINJANE = "aplainjane__CUDA_Learning__012_sharedMemory_shared_report.ncu-rep"  # file:line, samples
+VARIANT3 = "Swagatam1812__hpca-gpu-memory-profiling__variant3.ncu-rep"  # uncoalesced: excess sectors
+SPEEDY_SCAN = "thedavidchu__speedy_scan__profile.ncu-rep"  # ncu 2020.3: the older sector names
+RAY_TRACER = "wtzhang23__gpu-ray-tracer__report.ncu-rep"  # ncu 2021.1: no sample count, no line info
+TRANSPOSE = "Lashi0812__CudaProgramming__profiling_profiles_smemTranspose.ncu-rep"
+WITH_COUNTERS = (APLAINJANE, VARIANT3, SPEEDY_SCAN, RAY_TRACER, TRANSPOSE)
+WITHOUT_COUNTERS = "2388612861__GPU-DEMO__ncu_detailed_occupancy_report.ncu-rep"
+TOP = 5
+
+Lists = dict[str, dict[int, Any]]
+
+
+def _nvidia_lists(action: Any, ncu_report: Any) -> Lists:
+    """Every source counter's per-PC list, whole, as ncu_report reads it."""
+    doubles = {ncu_report.IMetric.ValueKind_DOUBLE, ncu_report.IMetric.ValueKind_FLOAT}
+    lists: Lists = {}
+    for name in action.metric_names():
+        metric = action.metric_by_name(name)
+        if not is_source_counter(name) or not metric.has_correlation_ids():
+            continue
+        ids = metric.correlation_ids()
+        read = metric.as_double if metric.kind() in doubles else metric.as_uint64
+        lists[name] = {ids.as_uint64(i): read(i) for i in range(metric.num_instances())}
+    return lists
+
+
+def _nvidia_actions(path: Path) -> Iterator[tuple[tuple[int, int], Any]]:
+    from ncuflow.read.reportfile import import_ncu_report
+
+    ncu_report = import_ncu_report()
+    context = ncu_report.load_report(str(path))
+    for range_index in range(context.num_ranges()):
+        report_range = context.range_by_idx(range_index)
+        for action_index in range(report_range.num_actions()):
+            action = report_range.action_by_idx(action_index)
+            yield (range_index, action_index), (action, _nvidia_lists(action, ncu_report))
+
+
+def _samples(lists: Lists) -> dict[int, Any]:
+    if SAMPLES in lists:
+        return lists[SAMPLES]
+    total: dict[int, Any] = {}
+    for name, values in lists.items():
+        if stall_reason(name):
+            for address, value in values.items():
+                total[address] = total.get(address, 0) + value
+    return total
+
+
+def _excess(lists: Lists) -> dict[int, Any]:
+    pair = next((p for p in SECTOR_PAIRS if p.theoretical in lists and p.ideal in lists), None)
+    if pair is None:
+        return {}
+    return {a: v - lists[pair.ideal].get(a, 0) for a, v in lists[pair.theoretical].items()}
+
+
+def _ranked(values: dict[Any, Any], top: int) -> list[Any]:
+    return sorted((k for k, v in values.items() if v > 0), key=lambda k: (-values[k], k))[:top]
+
+
+def _counters_at(lists: Lists, address: int) -> dict[str, Any]:
+    return {name: values[address] for name, values in lists.items() if address in values}
+
+
+def _line_sums(action: Any, lists: Lists) -> dict[tuple[str, int], dict[str, Any]]:
+    sums: dict[tuple[str, int], dict[str, Any]] = {}
+    for name, values in lists.items():
+        for address, value in values.items():
+            info = action.source_info(address)
+            if info is None or not info.file_name() or info.line() <= 0:
+                continue
+            line = sums.setdefault((info.file_name(), info.line()), {})
+            line[name] = line.get(name, 0) + value
+    return sums
+
+
+def _check_launch(view: LaunchHotspots, action: Any, lists: Lists) -> None:
+    samples, excess = _samples(lists), _excess(lists)
+    assert [i.address for i in view.by_samples] == _ranked(samples, TOP)
+    assert [i.address for i in view.by_excess] == _ranked(excess, TOP)
+    sampled = any(name == SAMPLES or stall_reason(name) for name in action.metric_names())
+    assert view.total_samples == (sum(samples.values()) if sampled else None)
+    for instruction in view.instructions:
+        assert dict(instruction.counters) == _counters_at(lists, instruction.address)
+    sums = _line_sums(action, lists)
+    weight = {k: (samples_in(v) or 0) if view.sampled else v.get("inst_executed", 0) for k, v in sums.items()}
+    assert [(x.file, x.line) for x in view.lines] == _ranked(weight, TOP)
+    for line in view.lines:
+        assert dict(line.counters) == sums[(line.file, line.line)]
+
+
+@pytest.mark.parametrize("name", WITH_COUNTERS)
+def test_the_top_instructions_and_lines_are_nvidias(corpus_dir: Path, name: str) -> None:
+    path = corpus_dir / name
+    found = read_hotspots(path, lambda launch: True, TOP)
+    nvidia = dict(_nvidia_actions(path))
+    assert found.launches and not found.notes
+    assert found.selected == len(nvidia) and found.without == sum(not lists for _, lists in nvidia.values())
+    for view in found.launches:
+        action, lists = nvidia[(view.range_index, view.action_index)]
+        _check_launch(view, action, lists)
+
+
+@pytest.mark.parametrize("name", (VARIANT3, SPEEDY_SCAN))
+def test_excess_sectors_are_nvidias_own_excess(corpus_dir: Path, name: str) -> None:
+    """Requested minus ideal sectors is NVIDIA's derived excess at every instruction shown."""
+    found = read_hotspots(corpus_dir / name, lambda launch: True, TOP)
+    nvidia = dict(_nvidia_actions(corpus_dir / name))
+    shown = 0
+    for view in found.launches:
+        assert view.pair is not None and view.total_excess and view.total_excess > 0
+        metric = nvidia[(view.range_index, view.action_index)][0].metric_by_name(
+            f"derived__{view.pair.theoretical}_excessive")
+        ids = metric.correlation_ids()
+        derived = {ids.as_uint64(i): metric.as_uint64(i) for i in range(metric.num_instances())}
+        for instruction in view.by_excess:
+            counters = instruction.counters
+            assert counters[view.pair.theoretical] - counters[view.pair.ideal] == derived[instruction.address]
+            shown += 1
+    assert shown
+
+
+def test_the_text_is_the_cubins(corpus_dir: Path) -> None:
+    """SASS and file:line of the instructions shown are ncu_report's for the same address."""
+    found = read_hotspots(corpus_dir / APLAINJANE, lambda launch: True, TOP)
+    nvidia = dict(_nvidia_actions(corpus_dir / APLAINJANE))
+    checked = 0
+    for view in found.launches:
+        action = nvidia[(view.range_index, view.action_index)][0]
+        for instruction in view.instructions:
+            place = view.places[instruction.address]
+            info = action.source_info(instruction.address)
+            assert place.sass == action.sass_by_pc(instruction.address).strip() and place.sass
+            assert (place.file, place.line) == (info.file_name(), info.line())
+            checked += 1
+    assert checked
+
+
+def _run(*args: str) -> Any:
+    return CliRunner().invoke(cli, ["source", *args])
+
+
+def test_a_report_without_source_counters_gets_one_line(corpus_dir: Path) -> None:
+    result = _run(str(corpus_dir / WITHOUT_COUNTERS))
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and SECTION_LINE in lines[0] and "--section SourceCounters" in lines[0]
+
+
+def test_json_parquet_and_both_readers_agree(corpus_dir: Path, tmp_path: Path) -> None:
+    report = str(corpus_dir / APLAINJANE)
+    own = _run(report, "--json", "--top", str(TOP), "--parquet", str(tmp_path / "hot.parquet"))
+    reference = _run(report, "--json", "--top", str(TOP), "--reader", "ncu_report")
+    assert own.exit_code == 0 and reference.exit_code == 0, own.output + reference.output
+    records = json.loads(own.stdout)
+    assert records == json.loads(reference.stdout)
+    view = read_hotspots(corpus_dir / APLAINJANE, lambda launch: True, TOP)
+    assert [[i["address"] for i in r["by_samples"]] for r in records] == [
+        [i.address for i in launch.by_samples] for launch in view.launches]
+    table = pl.read_parquet(tmp_path / "hot.parquet")
+    assert table.height == sum(len(launch.instructions) for launch in view.launches)
+    first = view.launches[-1].instructions[0]
+    row = table.filter((pl.col("action") == view.launches[-1].action_index) & (pl.col("address") == first.address))
+    assert {name: row[name][0] for name in first.counters} == {k: float(v) for k, v in first.counters.items()}
+
+
+def test_the_selection_options_choose_the_launches(corpus_dir: Path) -> None:
+    report = str(corpus_dir / APLAINJANE)
+    chosen = _run(report, "--json", "--kernel", "^setColReadCol$")
+    assert chosen.exit_code == 0 and [r["kernel"] for r in json.loads(chosen.stdout)] == ["setColReadCol"]
+    nothing = _run(report, "--kernel", "no_such_kernel")
+    assert isinstance(nothing.exception, UsageError) and "No launch matches" in str(nothing.exception)
+
+
+def test_an_existing_file_that_is_no_table_is_not_overwritten(corpus_dir: Path, tmp_path: Path) -> None:
+    notes = tmp_path / "notes.parquet"
+    notes.write_text("mine")
+    result = _run(str(corpus_dir / APLAINJANE), "--parquet", str(notes))
+    assert isinstance(result.exception, NcuflowError) and notes.read_text() == "mine"
+
+
+# --- hostile lists
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _element(address: int, count: int) -> bytes:
+    correlation = b"\x28" + _varint(address)
+    value = b"\x28" + _varint(count)
+    body = b"\x0a" + _varint(len(correlation)) + correlation + b"\x12" + _varint(len(value)) + value
+    return b"\x1a" + _varint(len(body)) + body
+
+
+def _record(values: dict[int, int]) -> bytes:
+    return b"\x08\x01\x12\x02\x28\x00" + b"".join(_element(a, c) for a, c in values.items())
+
+
+class _Lists:
+    def __init__(self, records: dict[str, bytes]) -> None:
+        self.records = records
+
+    def counters(self) -> tuple[str, ...]:
+        return tuple(self.records)
+
+    def elements(self, name: str) -> Iterator[tuple[int, int | float]]:
+        return elements(self.records[name])
+
+
+def _ranked_with_peak(size: int) -> tuple[LaunchHotspots | None, dict[int, int], int]:
+    """A launch whose two lists hold ``size`` distinct addresses, ranked; its samples; the peak of
+    what the ranking allocated."""
+    base = 0x7F00_0000_0000
+    samples = {base + 16 * i: (i * 7919) % 1000 for i in range(size)}
+    records = {SAMPLES: _record(samples), "inst_executed": _record(dict.fromkeys(samples, 32))}
+    launch = LaunchSource("huge", 0, 0, KernelName("k", "k", "k"), (), _Lists(records))
+    tracemalloc.start()
+    try:
+        return rank(launch, TOP), samples, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_huge_list_is_ranked_in_bounded_memory() -> None:
+    """Four times the addresses, about the same memory: only the top N and a bounded table of
+    decoded encodings are kept, whatever the lists' length."""
+    _, _, small_peak = _ranked_with_peak(10_000)
+    found, samples, peak = _ranked_with_peak(40_000)
+    assert found is not None and [i.address for i in found.by_samples] == _ranked(samples, TOP)
+    assert found.total_samples == sum(samples.values())
+    assert peak < 1.3 * small_peak, (peak, small_peak)
+
+
+@pytest.mark.parametrize("damage", ["cut", "wire type", "no address", "text value"])
+def test_a_damaged_list_is_a_damaged_list(damage: str) -> None:
+    whole = _record({0x1000: 3, 0x1010: 5})
+    broken = {
+        "cut": whole[:-2],
+        "wire type": whole[:6] + b"\x1f" + whole[7:],
+        "no address": whole + b"\x1a\x04\x12\x02\x28\x01",
+        "text value": whole + b"\x1a\x09\x0a\x02\x28\x01\x12\x03\x0a\x01x",
+    }[damage]
+    assert list(elements(whole)) == [(0x1000, 3), (0x1010, 5)]
+    with pytest.raises(DamagedList):
+        list(elements(broken))
+
+
+def _damaged_copy(source: Path, target: Path) -> str:
+    """A copy of the report with one launch's sample list broken in place (same length: the file's
+    framing stays whole); the broken launch's kernel name."""
+    from ncuflow.read.fileaction import iter_file_actions
+
+    data = bytearray(source.read_bytes())
+    for _, _, action in iter_file_actions(source):
+        record = action.record(SAMPLES)
+        if record and len(list(elements(record))) > 1:
+            kernel = action.kernel().function
+            break
+    at = data.find(record)
+    assert at > 0 and data.find(record, at + 1) == -1
+    data[at + record.index(b"\x1a", 2)] = 0x1F  # the list's first element: a wire type no message has
+    target.write_bytes(bytes(data))
+    return kernel
+
+
+def test_a_report_with_a_damaged_list_shows_the_rest(corpus_dir: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.ncu-rep"
+    kernel = _damaged_copy(corpus_dir / APLAINJANE, broken)
+    ran = run_limited(["source", str(broken), "--json"], case="source-damaged-list")
+    assert ran.code == 0 and not ran.traceback, ran.output
+    warnings = [line for line in ran.stderr.splitlines() if line.startswith("ncuflow: warning:")]
+    assert len(warnings) == 1 and kernel in warnings[0] and "damaged" in warnings[0]
+    shown = [r["kernel"] for r in json.loads(ran.stdout)]
+    assert kernel not in shown and len(shown) == len(read_hotspots(corpus_dir / APLAINJANE, lambda x: True, 1)
+                                                     .launches) - 1
