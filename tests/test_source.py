@@ -10,6 +10,7 @@ and the same sums per source line.
 from __future__ import annotations
 
 import json
+import re
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,8 +122,11 @@ def _check_launch(view: LaunchHotspots, action: Any, lists: Lists) -> None:
     sums = _line_sums(action, lists)
     weight = {k: (samples_in(v) or 0) if view.sampled else v.get("inst_executed", 0) for k, v in sums.items()}
     assert [(x.file, x.line) for x in view.lines] == _ranked(weight, TOP)
+    counted = "inst_executed" if "inst_executed" in lists else view.counters[0]
     for line in view.lines:
         assert dict(line.counters) == sums[(line.file, line.line)]
+        located = [action.source_info(a) for a in lists.get(counted, {})]
+        assert line.instructions == sum(1 for i in located if i and (i.file_name(), i.line()) == (line.file, line.line))
 
 
 @pytest.mark.parametrize("name", WITH_COUNTERS)
@@ -315,3 +319,16 @@ def test_a_report_with_a_damaged_list_shows_the_rest(corpus_dir: Path, tmp_path:
     shown = [r["kernel"] for r in json.loads(ran.stdout)]
     assert kernel not in shown and len(shown) == len(read_hotspots(corpus_dir / APLAINJANE, lambda x: True, 1)
                                                      .launches) - 1
+
+
+def test_kernel_names_reach_the_terminal_escaped(corpus_dir: Path, tmp_path: Path) -> None:
+    from analysis.report_edit import rename_kernels
+    from ncuflow.files.safe_text import _CONTROL
+
+    hostile = tmp_path / "hostile.ncu-rep"
+    rename_kernels(corpus_dir / APLAINJANE, hostile,
+                   lambda index, old: f"evil\x1b]0;PWNED\x07\x1b[2J{index}\n[bold]x[/bold]\u202e")
+    ran = run_limited(["source", str(hostile), "--top", "2"], case="source-hostile-names")
+    assert ran.code == 0 and not ran.traceback, ran.output
+    assert "evil\\x1b]0;PWNED\\x07" in ran.stdout and "[bold]x[/bold]" in ran.stdout
+    assert not [c for c in ran.stdout if c != "\n" and re.match(f"[{_CONTROL}]", c)]

@@ -77,7 +77,7 @@ class SourceLine:
     file: str
     line: int
     counters: Mapping[str, Number]
-    instructions: int  # addresses with a counter that map to it
+    instructions: int  # addresses of its executed-instructions list that map to it
 
 
 @dataclass(frozen=True)
@@ -201,10 +201,12 @@ def rank(launch: LaunchSource, top: int) -> LaunchHotspots | None:
 
 
 def line_totals(source: PerPcSource, counters: tuple[str, ...], locate: Locator) -> list[SourceLine]:
-    """Every counter summed per source line (addresses with no line info left out)."""
+    """Every counter summed per source line (addresses with no line info left out); a line's
+    instructions are the addresses of its executed-instructions list (each held once there)."""
     cached = functools.lru_cache(maxsize=_LOCATIONS_CACHED)(locate)
     sums: dict[Location, dict[str, Number]] = {}
-    addresses: dict[Location, set[int]] = {}
+    instructions: dict[Location, int] = {}
+    counted = EXECUTED if EXECUTED in counters else counters[0]
     for name in counters:
         for address, value in source.elements(name):
             location = cached(address)
@@ -212,9 +214,9 @@ def line_totals(source: PerPcSource, counters: tuple[str, ...], locate: Locator)
                 continue
             line = sums.setdefault(location, {})
             line[name] = line.get(name, 0) + value
-            if len(addresses.setdefault(location, set())) < _LOCATIONS_CACHED:
-                addresses[location].add(address)
-    return [SourceLine(file, line, sums[(file, line)], len(addresses[(file, line)])) for file, line in sums]
+            if name == counted:
+                instructions[location] = instructions.get(location, 0) + 1
+    return [SourceLine(file, line, sums[(file, line)], instructions.get((file, line), 0)) for file, line in sums]
 
 
 def line_weight(line: SourceLine, sampled: bool) -> Number:
