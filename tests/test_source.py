@@ -332,3 +332,18 @@ def test_kernel_names_reach_the_terminal_escaped(corpus_dir: Path, tmp_path: Pat
     assert ran.code == 0 and not ran.traceback, ran.output
     assert "evil\\x1b]0;PWNED\\x07" in ran.stdout and "[bold]x[/bold]" in ran.stdout
     assert not [c for c in ran.stdout if c != "\n" and re.match(f"[{_CONTROL}]", c)]
+
+
+def test_ncu_report_is_not_handed_a_file_it_aborts_on(corpus_dir: Path, tmp_path: Path) -> None:
+    """A length pointing past the file makes ncu_report abort its process: the own reader's launches
+    before it are shown without text, and --reader ncu_report is refused in one paragraph."""
+    from analysis.report_edit import entry_length_set
+
+    past = tmp_path / "past.ncu-rep"
+    entry_length_set(corpus_dir / APLAINJANE, past, 0, 3, 10**9)
+    ran = run_limited(["source", str(past), "--json"], case="source-length-past-the-file")
+    assert ran.code == 0 and not ran.traceback, ran.output
+    records = json.loads(ran.stdout)
+    assert records and all("ncu_report is not handed a damaged file" in r["note"] for r in records)
+    refused = run_limited(["source", str(past), "--reader", "ncu_report"], case="source-length-past-ncu-report")
+    assert refused.paragraph() and refused.code == 2 and "not read through ncu_report" in refused.stderr

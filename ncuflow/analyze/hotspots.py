@@ -35,7 +35,14 @@ from ncuflow.read.source_counters import (
     iter_launch_sources,
     stall_reason,
 )
-from ncuflow.read.source_text import LaunchText, Location, Place, ReportText, open_text
+from ncuflow.read.source_text import (
+    LaunchText,
+    Location,
+    Place,
+    ReportText,
+    open_text,
+    refuse_damaged_for_ncu_report,
+)
 
 Locator = Callable[[int], Location | None]
 _LOCATIONS_CACHED = 1 << 16
@@ -277,6 +284,7 @@ class _Text:
 
 def read_hotspots(path: Path, keep: Callable[[LaunchSource], bool], top: int) -> ReportHotspots:
     """The hot spots of every launch of the report that ``keep`` selects."""
+    refuse_damaged_for_ncu_report(path)
     found: list[LaunchHotspots] = []
     notes: list[str] = []
     selected = without = 0

@@ -80,10 +80,49 @@ class ReportText:
 
 
 def open_text(path: Path) -> tuple[ReportText | None, str | None]:
-    """The report through ``ncu_report``, or None and why it cannot be opened (one clause)."""
+    """The report through ``ncu_report``, or None and why it is not opened (one clause). A damaged
+    file (``damage``) is not opened: ``ncu_report`` aborts its process on some (a length pointing
+    past the file), which would end the command with no word said."""
     from ncuflow.read.reportfile import load_context
 
+    problem = damage(path)
+    if problem is not None:
+        return None, (f"SASS text and source lines are not shown: {problem}, and ncu_report is not handed "
+                      "a damaged file (it can abort on one)")
     try:
         return ReportText(load_context(path)), None
     except ReportError as error:
         return None, f"SASS text and source lines are not shown: {error.what.rstrip('.')}"
+
+
+def refuse_damaged_for_ncu_report(path: Path) -> None:
+    """Where reports are read through ``ncu_report`` in this process (``--reader ncu_report``), a
+    file whose framing is not whole is a ``ReportError`` before ``ncu_report`` sees it."""
+    from ncuflow.read.readers import reads_the_file
+
+    if reads_the_file():
+        return
+    problem = damage(path)
+    if problem is not None:
+        raise ReportError(
+            f"{path} is not read through ncu_report: {problem}.",
+            "ncu_report can abort its whole process on a damaged file, and the source view reads in this process.",
+            "Read it with ncuflow's own reader (leave out --reader ncu_report), which reads the launches before "
+            "the damage, or copy the complete file.",
+        )
+
+
+def damage(path: Path) -> str | None:
+    """Where the report's framing or its entries break off (``ncuflow.read.reportformat`` walks
+    them without parsing a result); None for a whole file and for a layout that walk does not
+    know (``ncu_report`` reads those)."""
+    from ncuflow.read.reportformat import UnknownLayout, open_report
+    from ncuflow.read.schema import messages
+
+    try:
+        with open_report(path, messages()) as report:
+            return report.damage
+    except UnknownLayout:
+        return None
+    except ReportError as error:
+        return error.what.rstrip(".")
