@@ -1,5 +1,6 @@
 """Real reports rewritten: each launch's kernel names replaced (escape sequences, Markdown,
-50,000 characters, 2 MB: the fault suite), metrics dropped (a smaller collection of the same
+50,000 characters, 2 MB: the fault suite), a metric's record replaced (a per-PC list made huge),
+metrics dropped (a smaller collection of the same
 launches: the tier-2 merge tests, and the benchmark's launches carrying fewer metrics), a length
 field pointed past the file.
 
@@ -95,6 +96,28 @@ def drop_metrics(source: Path, target: Path, drop: Callable[[str], bool]) -> int
         result.metrics.extend(kept)
 
     return _rewrite(source, target, keep_only)
+
+
+def metric_replaced(source: Path, target: Path, name: str, make: Callable[[int, bytes], bytes]) -> int:
+    """Write ``source`` to ``target`` with each launch's record of metric ``name`` replaced by
+    ``make(launch index, the record)`` (a per-PC list made huge: the source view's fault cases);
+    returns the records replaced."""
+    metric_class = messages().metric_result
+    replaced = 0
+
+    def replace(result: Any, index: int, strings: list[str]) -> None:
+        nonlocal replaced
+        ids = record_ids(result.metrics, lambda record: metric_class.FromString(record).name_id)
+        records = list(result.metrics)
+        for position, name_id in enumerate(ids):
+            if 0 <= name_id < len(strings) and text_of(strings[name_id]) == name:
+                records[position] = make(index, records[position])
+                replaced += 1
+        del result.metrics[:]
+        result.metrics.extend(records)
+
+    _rewrite(source, target, replace)
+    return replaced
 
 
 def entry_length_set(source: Path, target: Path, block: int, entry: int, length: int) -> int:

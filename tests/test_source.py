@@ -347,3 +347,30 @@ def test_ncu_report_is_not_handed_a_file_it_aborts_on(corpus_dir: Path, tmp_path
     assert records and all("ncu_report is not handed a damaged file" in r["note"] for r in records)
     refused = run_limited(["source", str(past), "--reader", "ncu_report"], case="source-length-past-ncu-report")
     assert refused.paragraph() and refused.code == 2 and "not read through ncu_report" in refused.stderr
+
+
+def _named_as(record: bytes, made: bytes) -> bytes:
+    """``made`` (a record naming string 1) naming the metric ``record`` names."""
+    end = 1
+    while record[end] & 0x80:
+        end += 1
+    return record[:end + 1] + made[2:]
+
+
+def test_a_report_with_a_huge_list_is_read_within_limits(corpus_dir: Path, tmp_path: Path) -> None:
+    """One launch's sample list made 200,000 addresses long (3 MB) in a real report: the command ends
+    within the fault suite's time and memory limits and shows that list's largest counts first."""
+    from analysis.report_edit import metric_replaced
+
+    size, base = 200_000, 0x7F00_0000_0000
+    samples = {base + 16 * i: (i * 7919) % 100_003 for i in range(size)}
+    huge = tmp_path / "huge.ncu-rep"
+    made = metric_replaced(corpus_dir / APLAINJANE, huge, SAMPLES,
+                           lambda index, record: _named_as(record, _record(samples)) if index == 2 else record)
+    assert made
+    ran = run_limited(["source", str(huge), "--json", "--kernel", "^setColReadCol$", "--top", str(TOP)],
+                      case="source-huge-list")
+    assert ran.code == 0 and not ran.traceback, ran.output
+    (record,) = json.loads(ran.stdout)
+    assert [i["address"] for i in record["by_samples"]] == _ranked(samples, TOP)
+    assert record["total_samples"] == sum(samples.values())
