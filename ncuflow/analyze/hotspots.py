@@ -30,6 +30,7 @@ from ncuflow.read.source_counters import (
     SAMPLES,
     SECTOR_PAIRS,
     LaunchSource,
+    NcuReportSource,
     PerPcSource,
     SectorPair,
     iter_launch_sources,
@@ -275,8 +276,8 @@ class _Text:
         self.why: str | None = None
 
     def of(self, launch: LaunchSource) -> LaunchText | None:
-        if launch.through_ncu_report:
-            return LaunchText(getattr(launch.source, "action", None))
+        if isinstance(launch.source, NcuReportSource):  # read through ncu_report: its own action
+            return LaunchText(launch.source.action)
         if self.report is None and self.why is None:
             self.report, self.why = open_text(self.path)
         return self.report.launch(launch.range_index, launch.action_index) if self.report else None

@@ -123,10 +123,6 @@ class LaunchSource:
     nvtx: tuple[str, ...]
     source: PerPcSource
 
-    @property
-    def through_ncu_report(self) -> bool:
-        return isinstance(self.source, NcuReportSource)
-
 
 def iter_launch_sources(path: Path) -> Iterator[LaunchSource]:
     """Every intact launch of the report, with the reader this process uses."""
