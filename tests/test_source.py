@@ -1,6 +1,7 @@
 """`ncuflow source`: the hot-spot view checked against NVIDIA's own per-PC values.
 
-The oracle reads each launch's per-PC lists whole through ``ncu_report`` (``IMetric``'s
+The oracle (``analysis/check_source_against_nvidia.py``, which runs it on every corpus report)
+reads each launch's per-PC lists whole through ``ncu_report`` (``IMetric``'s
 ``correlation_ids()`` and ``as_uint64(i)``/``as_double(i)``) and ``source_info(pc)`` for every
 address, and ranks them plainly; the view streams the file with ncuflow's reader and keeps only
 the top N. They must give the same instructions in the same order, the same counters exactly,
@@ -13,6 +14,7 @@ import json
 import re
 import tracemalloc
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +22,18 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from ncuflow.analyze.hotspots import LaunchHotspots, rank, read_hotspots, samples_in
+from analysis.check_source_against_nvidia import (
+    launch_mismatches,
+    nvidia_actions,
+    nvidia_lists,
+    ranked,
+)
+from ncuflow.analyze.hotspots import Instruction, LaunchHotspots, rank, read_hotspots
 from ncuflow.cli import cli
 from ncuflow.errors import NcuflowError, UsageError
 from ncuflow.read.launch import KernelName
 from ncuflow.read.metric_lists import DamagedList, elements
-from ncuflow.read.source_counters import (
-    SAMPLES,
-    SECTION_LINE,
-    SECTOR_PAIRS,
-    LaunchSource,
-    is_source_counter,
-    stall_reason,
-)
+from ncuflow.read.source_counters import EXECUTED, SAMPLES, SECTION_LINE, LaunchSource
 from tests.hostile import run_limited
 
 APLAINJANE = "aplainjane__CUDA_Learning__012_sharedMemory_shared_report.ncu-rep"  # file:line, samples
@@ -44,129 +45,58 @@ WITH_COUNTERS = (APLAINJANE, VARIANT3, SPEEDY_SCAN, RAY_TRACER, TRANSPOSE)
 WITHOUT_COUNTERS = "2388612861__GPU-DEMO__ncu_detailed_occupancy_report.ncu-rep"
 TOP = 5
 
-Lists = dict[str, dict[int, Any]]
-
-
-def _nvidia_lists(action: Any, ncu_report: Any) -> Lists:
-    """Every source counter's per-PC list, whole, as ncu_report reads it."""
-    doubles = {ncu_report.IMetric.ValueKind_DOUBLE, ncu_report.IMetric.ValueKind_FLOAT}
-    lists: Lists = {}
-    for name in action.metric_names():
-        metric = action.metric_by_name(name)
-        if not is_source_counter(name) or not metric.has_correlation_ids():
-            continue
-        ids = metric.correlation_ids()
-        read = metric.as_double if metric.kind() in doubles else metric.as_uint64
-        lists[name] = {ids.as_uint64(i): read(i) for i in range(metric.num_instances())}
-    return lists
-
-
-def _nvidia_actions(path: Path) -> Iterator[tuple[tuple[int, int], Any]]:
-    from ncuflow.read.reportfile import import_ncu_report
-
-    ncu_report = import_ncu_report()
-    context = ncu_report.load_report(str(path))
-    for range_index in range(context.num_ranges()):
-        report_range = context.range_by_idx(range_index)
-        for action_index in range(report_range.num_actions()):
-            action = report_range.action_by_idx(action_index)
-            yield (range_index, action_index), (action, _nvidia_lists(action, ncu_report))
-
-
-def _samples(lists: Lists) -> dict[int, Any]:
-    if SAMPLES in lists:
-        return lists[SAMPLES]
-    total: dict[int, Any] = {}
-    for name, values in lists.items():
-        if stall_reason(name):
-            for address, value in values.items():
-                total[address] = total.get(address, 0) + value
-    return total
-
-
-def _excess(lists: Lists) -> dict[int, Any]:
-    pair = next((p for p in SECTOR_PAIRS if p.theoretical in lists and p.ideal in lists), None)
-    if pair is None:
-        return {}
-    return {a: v - lists[pair.ideal].get(a, 0) for a, v in lists[pair.theoretical].items()}
-
-
-def _ranked(values: dict[Any, Any], top: int) -> list[Any]:
-    return sorted((k for k, v in values.items() if v > 0), key=lambda k: (-values[k], k))[:top]
-
-
-def _counters_at(lists: Lists, address: int) -> dict[str, Any]:
-    return {name: values[address] for name, values in lists.items() if address in values}
-
-
-def _line_sums(action: Any, lists: Lists) -> dict[tuple[str, int], dict[str, Any]]:
-    sums: dict[tuple[str, int], dict[str, Any]] = {}
-    for name, values in lists.items():
-        for address, value in values.items():
-            info = action.source_info(address)
-            if info is None or not info.file_name() or info.line() <= 0:
-                continue
-            line = sums.setdefault((info.file_name(), info.line()), {})
-            line[name] = line.get(name, 0) + value
-    return sums
-
-
-def _check_launch(view: LaunchHotspots, action: Any, lists: Lists) -> None:
-    samples, excess = _samples(lists), _excess(lists)
-    assert [i.address for i in view.by_samples] == _ranked(samples, TOP)
-    assert [i.address for i in view.by_excess] == _ranked(excess, TOP)
-    sampled = any(name == SAMPLES or stall_reason(name) for name in action.metric_names())
-    assert view.total_samples == (sum(samples.values()) if sampled else None)
-    for instruction in view.instructions:
-        assert dict(instruction.counters) == _counters_at(lists, instruction.address)
-    sums = _line_sums(action, lists)
-    weight = {k: (samples_in(v) or 0) if view.sampled else v.get("inst_executed", 0) for k, v in sums.items()}
-    assert [(x.file, x.line) for x in view.lines] == _ranked(weight, TOP)
-    counted = "inst_executed" if "inst_executed" in lists else view.counters[0]
-    for line in view.lines:
-        assert dict(line.counters) == sums[(line.file, line.line)]
-        located = [action.source_info(a) for a in lists.get(counted, {})]
-        assert line.instructions == sum(1 for i in located if i and (i.file_name(), i.line()) == (line.file, line.line))
+def _nvidia(path: Path) -> dict[tuple[int, int], Any]:
+    return dict(nvidia_actions(path))
 
 
 @pytest.mark.parametrize("name", WITH_COUNTERS)
 def test_the_top_instructions_and_lines_are_nvidias(corpus_dir: Path, name: str) -> None:
     path = corpus_dir / name
     found = read_hotspots(path, lambda launch: True, TOP)
-    nvidia = dict(_nvidia_actions(path))
+    nvidia = _nvidia(path)
     assert found.launches and not found.notes
-    assert found.selected == len(nvidia) and found.without == sum(not lists for _, lists in nvidia.values())
+    assert found.selected == len(nvidia)
+    assert found.without == sum(not nvidia_lists(action) for action in nvidia.values())
     for view in found.launches:
-        action, lists = nvidia[(view.range_index, view.action_index)]
-        _check_launch(view, action, lists)
+        assert not launch_mismatches(view, nvidia[(view.range_index, view.action_index)], TOP)
+    assert any(view.by_samples for view in found.launches)
+
+
+def test_the_oracle_sees_a_wrong_view(corpus_dir: Path) -> None:
+    """The comparison fails where the view is wrong: instructions out of order, a counter off by one,
+    a line's sum changed, an excess changed."""
+    path = corpus_dir / VARIANT3
+    view = read_hotspots(path, lambda launch: True, TOP).launches[0]
+    action = _nvidia(path)[(view.range_index, view.action_index)]
+    first, second = view.by_samples[:2]
+    bumped = Instruction(first.address, {**first.counters, SAMPLES: first.counters[SAMPLES] + 1})
+    line = view.lines[0]
+    assert view.pair is not None
+    excess = view.by_excess[0]
+    wrong_excess = Instruction(excess.address, {**excess.counters, view.pair.ideal: excess.counters[view.pair.ideal] + 1})
+    for wrong in (replace(view, by_samples=(second, first, *view.by_samples[2:])),
+                  replace(view, by_samples=(bumped, *view.by_samples[1:])),
+                  replace(view, lines=(replace(line, counters={**line.counters, EXECUTED: 0}), *view.lines[1:])),
+                  replace(view, by_excess=(wrong_excess, *view.by_excess[1:]))):
+        assert launch_mismatches(wrong, action, TOP)
+    assert not launch_mismatches(view, action, TOP)
 
 
 @pytest.mark.parametrize("name", (VARIANT3, SPEEDY_SCAN))
-def test_excess_sectors_are_nvidias_own_excess(corpus_dir: Path, name: str) -> None:
-    """Requested minus ideal sectors is NVIDIA's derived excess at every instruction shown."""
+def test_excess_sectors_are_shown_where_counted(corpus_dir: Path, name: str) -> None:
+    """The uncoalesced reports' launches rank instructions by excess sectors (NVIDIA's derived
+    excess is compared by ``launch_mismatches``)."""
     found = read_hotspots(corpus_dir / name, lambda launch: True, TOP)
-    nvidia = dict(_nvidia_actions(corpus_dir / name))
-    shown = 0
-    for view in found.launches:
-        assert view.pair is not None and view.total_excess and view.total_excess > 0
-        metric = nvidia[(view.range_index, view.action_index)][0].metric_by_name(
-            f"derived__{view.pair.theoretical}_excessive")
-        ids = metric.correlation_ids()
-        derived = {ids.as_uint64(i): metric.as_uint64(i) for i in range(metric.num_instances())}
-        for instruction in view.by_excess:
-            counters = instruction.counters
-            assert counters[view.pair.theoretical] - counters[view.pair.ideal] == derived[instruction.address]
-            shown += 1
-    assert shown
+    assert found.launches and all(view.pair and view.total_excess and view.by_excess for view in found.launches)
 
 
 def test_the_text_is_the_cubins(corpus_dir: Path) -> None:
     """SASS and file:line of the instructions shown are ncu_report's for the same address."""
     found = read_hotspots(corpus_dir / APLAINJANE, lambda launch: True, TOP)
-    nvidia = dict(_nvidia_actions(corpus_dir / APLAINJANE))
+    nvidia = _nvidia(corpus_dir / APLAINJANE)
     checked = 0
     for view in found.launches:
-        action = nvidia[(view.range_index, view.action_index)][0]
+        action = nvidia[(view.range_index, view.action_index)]
         for instruction in view.instructions:
             place = view.places[instruction.address]
             info = action.source_info(instruction.address)
@@ -272,7 +202,7 @@ def test_a_huge_list_is_ranked_in_bounded_memory() -> None:
     decoded encodings are kept, whatever the lists' length."""
     _, _, small_peak = _ranked_with_peak(10_000)
     found, samples, peak = _ranked_with_peak(40_000)
-    assert found is not None and [i.address for i in found.by_samples] == _ranked(samples, TOP)
+    assert found is not None and [i.address for i in found.by_samples] == ranked(samples, TOP)
     assert found.total_samples == sum(samples.values())
     assert peak < 1.3 * small_peak, (peak, small_peak)
 
@@ -372,5 +302,5 @@ def test_a_report_with_a_huge_list_is_read_within_limits(corpus_dir: Path, tmp_p
                       case="source-huge-list")
     assert ran.code == 0 and not ran.traceback, ran.output
     (record,) = json.loads(ran.stdout)
-    assert [i["address"] for i in record["by_samples"]] == _ranked(samples, TOP)
+    assert [i["address"] for i in record["by_samples"]] == ranked(samples, TOP)
     assert record["total_samples"] == sum(samples.values())
