@@ -37,8 +37,8 @@ def source_command(paths: tuple[Path, ...], top: int, as_json: bool, parquet: Pa
     """Hot spots of each launch from its source counters: the top SASS instructions by warp-stall
     samples (with the stall reasons) and by excess global sectors, and the top source lines.
 
-    PATHS are report files or folders searched recursively. The counters are NVIDIA's per-
-    instruction metrics, which ncu stores where the report was collected with its
+    PATHS are report files or folders searched recursively. The counters are NVIDIA's
+    per-instruction metrics, which ncu stores where the report was collected with its
     SourceCounters section; the SASS text and the file:line of each instruction come from
     the cubin in the report, through NVIDIA's ncu_report module. A report without source
     counters gets one line saying how to collect them.
