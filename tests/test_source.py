@@ -304,3 +304,18 @@ def test_a_report_with_a_huge_list_is_read_within_limits(corpus_dir: Path, tmp_p
     (record,) = json.loads(ran.stdout)
     assert [i["address"] for i in record["by_samples"]] == ranked(samples, TOP)
     assert record["total_samples"] == sum(samples.values())
+
+
+def test_sector_lists_in_different_orders_are_matched_by_address() -> None:
+    """ncu writes a launch's requested and ideal sector lists in the same order; where they are not,
+    each address's excess is still its own (and an address the ideal list lacks counts all)."""
+    from ncuflow.read.source_counters import SECTOR_PAIRS
+
+    pair = SECTOR_PAIRS[0]
+    requested = {0x100: 40, 0x110: 8, 0x120: 64, 0x130: 16}
+    ideal = {0x130: 4, 0x120: 8, 0x100: 40}  # another order, 0x110 missing
+    launch = LaunchSource("sectors", 0, 0, KernelName("k", "k", "k"), (),
+                          _Lists({pair.theoretical: _record(requested), pair.ideal: _record(ideal)}))
+    found = rank(launch, TOP)
+    assert found is not None and [i.address for i in found.by_excess] == [0x120, 0x130, 0x110]
+    assert found.total_excess == 56 + 12 + 8
