@@ -13,6 +13,7 @@ from ncuflow.phases.parse.values import MAX_COUNT
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import report_to_dict
 from ncuflow.phases.selection import RunSelection
+from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.text import render_text
 
 EPILOG = """\b
@@ -139,11 +140,8 @@ def phases_command(
         data["plots"] = [str(p) for p in written]
         click.echo(json.dumps(data, indent=2, default=str))
         return
-    from ncuflow.files.safe_text import safe_text
-
-    # a log's run labels and values reach the terminal escaped (each line, its breaks kept)
-    text = render_text(report, selection)
-    click.echo("".join(safe_text(line, limit=None) + "\n" for line in text.splitlines()), nl=False)
+    # a log's run labels and values reach the terminal escaped, value by value (render_text)
+    click.echo(render_text(report, selection), nl=False)
     for path in written:
-        click.echo(f"timeline written to {path}")
+        click.echo(f"timeline written to {safe_text(path, limit=None)}")
 
