@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 STEP_S = 0.01
 
@@ -182,3 +184,12 @@ class SseServer:
         self._server.state.closing.set()
         self._server.shutdown()
         self._server.server_close()
+
+
+def trace_records(path: Path) -> list[dict[str, Any]]:
+    """The request records of a trace ``phases-record`` wrote: the lines after its header record."""
+    from ncuflow.phases.recorder_trace import HEADER_START
+
+    lines = path.read_text().splitlines()
+    assert lines and lines[0].startswith(HEADER_START), lines[:1]
+    return [json.loads(line) for line in lines[1:]]
