@@ -100,7 +100,7 @@ def record_command(
     guard_output(out_path, kind=kind, recognise=is_own_trace, option="--out")
     target = output_target(out_path, kind=kind, option="--out")
     with Recording(settings) as recording, _opened(target, settings) as writer, progress_bar() as bar:
-        step = bar.stage(f"recording {settings.endpoint.url}", n_requests)
+        step = bar.stage(f"recording {settings.redactor.text(settings.endpoint.url)}", n_requests)
         try:
             for record in recording:
                 with os_errors_as_messages(target):
@@ -135,7 +135,8 @@ def _api_key(given: str | None, key_file: Path | None) -> str | None:
 
 def _opened(target: Path, settings: RecorderSettings) -> TraceWriter:
     with os_errors_as_messages(target):
-        return TraceWriter(target, trace_header(settings.endpoint.url, settings.model), settings.max_record_bytes)
+        header = trace_header(settings.redactor.text(settings.endpoint.url), settings.redactor.text(settings.model))
+        return TraceWriter(target, header, settings.max_record_bytes)
 
 
 def _summary(writer: TraceWriter, out_path: Path) -> str:
