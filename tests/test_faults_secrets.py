@@ -97,6 +97,21 @@ def test_a_malformed_event_quoting_the_key_is_cut_after_the_key_is_replaced(tmp_
     assert "sk-live" not in out.read_text() + ran.output
 
 
+def test_a_key_spelled_otherwise_and_cut_by_the_message_leaves_no_head(tmp_path: Path) -> None:
+    """The server spells the key with JSON escapes (no form of it is in the line) and the message is
+    cut to 300 characters in the middle of it: the head before the cut is replaced too."""
+    out = tmp_path / "trace.jsonl"
+    spelled = "".join(f"\\u{ord(c):04x}" for c in KEY)
+    event = b'data: {"error": {"message": "' + b"x" * 285 + spelled.encode() + b'"}}\n\n'
+    with sse.SseServer(lambda i: sse.reply_with(event)) as server:
+        ran = _record(server.url, out, "--api-key-file", str(_key_file(tmp_path)), requests=1,
+                      case="recorder key cut by the message")
+    assert ran.code == 1 and not ran.traceback, ran.output
+    (record,) = sse.trace_records(out)
+    assert str(record["error"]).endswith(REDACTED + "…"), record
+    assert KEY[:7] not in out.read_text() + ran.output
+
+
 @pytest.mark.parametrize("given", ["file", "environment", "option"])
 def test_the_key_is_not_in_the_process_list(tmp_path: Path, given: str) -> None:
     """/proc/PID/cmdline (what ps shows every user) of a running recorder: no key given by file or

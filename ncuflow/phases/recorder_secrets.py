@@ -6,7 +6,9 @@ message): the recorder's own words about a request (its ``error`` field in the t
 is replaced wherever it appears, as sent and as JSON or a URL would quote it; so is any
 ``Authorization:`` / ``Bearer`` value and any ``user:password@`` of a URL, whoever's they are.
 ``Redactor.values`` replaces the key alone (cheap: for every event line, before a message
-quotes and cuts it, so no prefix of the key survives a cut). ``without_credentials`` shows a
+quotes and cuts it, so no prefix of the key survives a cut); a message cut to length (ending in
+``…``) that ends in the head of the key, which the server had spelled otherwise (JSON's
+``\u0073k-…``), has that head replaced too. ``without_credentials`` shows a
 URL with its ``user:password@`` replaced (a refused base URL is named in its error).
 """
 
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 from urllib.parse import quote
 
 REDACTED = "[redacted]"
+CUT_MARK = "…"  # how recorder_events.printable ends a message it cut
+SHOWN_HEAD = 3  # a key's first characters a cut message may keep ("sk-" tells nothing)
 # "Authorization: Bearer x", "authorization=Basic x", "'Authorization': 'x'", "Bearer x", "api_key=x", and a
 # URL's "scheme://user:password@".
 _AUTHORIZATION = re.compile(r"""((?:proxy-)?authorization['"]?\s*[:=]\s*['"]?)(?:(bearer|basic|token)\s+)?[^\s'",}]+""",
@@ -61,9 +65,19 @@ class Redactor:
                 text = text.replace(form, REDACTED)
         return text
 
+    def _head_at_cut(self, text: str) -> str:
+        body = text.removesuffix(CUT_MARK)
+        if body == text:
+            return text
+        for secret in self.secrets:
+            for size in range(min(len(secret) - 1, len(body)), SHOWN_HEAD, -1):
+                if body.endswith(secret[:size]):
+                    return body[:-size] + REDACTED + CUT_MARK
+        return text
+
     def text(self, text: str) -> str:
         """``text`` with the secrets, authorization values, key fields and URL credentials replaced."""
-        text = self.values(text)
+        text = self._head_at_cut(self.values(text))
         text = _AUTHORIZATION.sub(_authorization, text)
         text = _BEARER.sub(lambda found: found.group(1) + found.group(2) + REDACTED, text)
         text = _KEY_FIELD.sub(lambda found: found.group(1) + REDACTED, text)
