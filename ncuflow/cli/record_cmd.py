@@ -36,7 +36,8 @@ MAX_KEY_FILE_BYTES = 64 << 10
     "out_path",
     type=click.Path(path_type=Path),
     required=True,
-    help="JSONL file to write (one line per request, written as each request ends).",
+    help="JSONL file to write (a header line, then one line per request, written as each request ends); "
+    "an earlier trace of the recorder is replaced once a request is recorded, any other file is refused.",
 )
 @click.option("--requests", "n_requests", type=click.IntRange(1, MAX_REQUESTS), default=32, show_default=True)
 @click.option("--concurrency", type=click.IntRange(1, MAX_CONCURRENCY), default=32, show_default=True,
