@@ -284,3 +284,16 @@ def test_the_record_bound_is_what_phases_reads_and_the_writer_holds_it(tmp_path:
         writer.write({"request_id": "r0", "submit_time": 1.0, "chunk_times": [1.5] * 2000})
     (record,) = sse.trace_records(out)
     assert "2,000 chunk times" in record["error"] and "chunk_times" not in record
+
+
+def test_an_output_that_became_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    """--out replaced by a FIFO after the checks (the writer opens it then): one paragraph at once."""
+    fifo = tmp_path / "trace.jsonl"
+    os.mkfifo(fifo)
+    script = ("import sys; from pathlib import Path; from ncuflow.phases.recorder_trace import TraceWriter; "
+              "from ncuflow.errors import NcuflowError\n"
+              "try:\n    TraceWriter(Path(sys.argv[1]), {}, 4096)\n"
+              "except NcuflowError as error:\n    print('ncuflow: ' + error.paragraph(), file=sys.stderr); sys.exit(1)")
+    ran = run_limited([], command=[sys.executable, "-c", script, str(fifo)], timeout=20,
+                      case="recorder output became a FIFO")
+    assert ran.paragraph() and "became a special file" in ran.stderr and ran.seconds < 10, ran.output

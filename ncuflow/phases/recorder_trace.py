@@ -24,6 +24,7 @@ and raises an ``OutputError`` that says what the trace holds and what became of 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import stat
@@ -46,6 +47,12 @@ def trace_header(endpoint_url: str, model: str) -> dict[str, Any]:
             "model": model[:MAX_LABEL], "started": time.time()}
 
 
+def _became_special(path: Path) -> OutputError:
+    return OutputError(f"Refusing to write a request trace (JSONL) to {path}: it became a special file (a FIFO "
+                       "or device) after the recorder checked it.", "Nothing was written to it.",
+                       "Give --out the path of a regular file.")
+
+
 def _open_flags(replacing: bool) -> int:
     # never blocks (a FIFO put there meanwhile is refused, not waited on); never follows a link
     flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
@@ -64,14 +71,17 @@ class TraceWriter:
         self.kept_earlier = False
         self.replacing = os.path.lexists(path) and os.lstat(path).st_size > 0
         self._file = temporary_beside(path, "recording-") if self.replacing else path
-        self._fd = os.open(self._file, _open_flags(self.replacing), 0o644)
+        try:
+            self._fd = os.open(self._file, _open_flags(self.replacing), 0o644)
+        except OSError as error:
+            if error.errno == errno.ENXIO:  # a FIFO no one reads, put there meanwhile
+                raise _became_special(path) from None
+            raise
         self._whole = 0  # bytes of whole lines written
         self._refused_once = False
         if not stat.S_ISREG(os.fstat(self._fd).st_mode):
             os.close(self._fd)
-            raise OutputError(f"Refusing to write a request trace (JSONL) to {path}: it became a special "
-                              "file (a FIFO or device) after the recorder checked it.", "",
-                              "Give --out the path of a regular file.")
+            raise _became_special(path)
         self._line(header)
 
     @property
