@@ -8,12 +8,12 @@ from pathlib import Path
 import click
 
 from ncuflow.cli.params import FiniteFloatRange
+from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.parse.registry import format_names
 from ncuflow.phases.parse.values import MAX_COUNT
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import report_to_dict
 from ncuflow.phases.selection import RunSelection
-from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.text import render_text
 
 EPILOG = """\b
