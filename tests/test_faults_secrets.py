@@ -297,3 +297,26 @@ def test_an_output_that_became_a_fifo_is_refused_not_waited_on(tmp_path: Path) -
     ran = run_limited([], command=[sys.executable, "-c", script, str(fifo)], timeout=20,
                       case="recorder output became a FIFO")
     assert ran.paragraph() and "became a special file" in ran.stderr and ran.seconds < 10, ran.output
+
+
+def test_a_disk_that_fills_while_replacing_says_what_the_trace_holds(tmp_path: Path) -> None:
+    """Recording over an earlier trace when one page is free: the new requests that fit (whole lines)
+    replace it, and the message says so, how many, and that nothing partial is left."""
+    from tests.test_faults_io import fill, tmpfs
+
+    with tmpfs(tmp_path / "fs") as fs, sse.SseServer(lambda i: sse.good_reply(4, step_s=0.001)) as server:
+        out = fs / "trace.jsonl"
+        earlier = _record(server.url, out, requests=3, case="recorder earlier trace on a tmpfs")
+        assert earlier.code == 0, earlier.output
+        spare = fs / "spare"
+        spare.write_bytes(b"\0" * 4096)
+        filler = fill(fs)
+        spare.unlink()
+        ran = _record(server.url, out, requests=60, case="recorder over its trace on a full disk")
+        kept = sse.trace_records(out)
+        assert ran.paragraph() and "full" in ran.stderr, ran.output
+        assert f"The {len(kept)} request(s) recorded before" in ran.stderr and "replace the earlier trace" in ran.stderr
+        assert out.read_text().endswith("\n") and 3 < len(kept) < 60
+        assert not [p for p in fs.iterdir() if p.name.startswith(".ncuflow-tmp-")]
+        filler.unlink()
+    SEEN["full_disk_replacements_said"] += 1
