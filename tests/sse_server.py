@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
 STEP_S = 0.01
 
@@ -57,6 +59,8 @@ HUGE_LINE = "huge-line"  # one 100 MB line, then a newline and [DONE]
 TEXT_FOREVER = "text-forever"  # a text chunk every 10 ms, forever
 EMPTY_FOREVER = "empty-forever"  # events without text as fast as possible, forever
 SILENT = "silent"  # read the request, answer nothing, keep the connection open
+ECHO_401 = "echo-401"  # HTTP 401 whose body is the request's headers (a proxy's error page)
+ECHO_EVENT = "echo-event"  # a text chunk, then an SSE error event quoting the request's headers as JSON
 
 Plan = Callable[[int], "Reply | str"]
 
@@ -82,6 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
             index = state.arrived
             state.arrived += 1
         behaviour = state.plan(index)
+        if behaviour in (ECHO_401, ECHO_EVENT):
+            behaviour = self._echo(behaviour)
         try:
             if isinstance(behaviour, Reply):
                 self._reply(behaviour)
@@ -89,6 +95,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self._raw(behaviour, state.closing)
         except OSError:  # the recorder hung up: what a bounded client does
             pass
+
+    def _echo(self, behaviour: str) -> Reply:
+        """The request's headers sent back, as a careless server or proxy does."""
+        headers = dict(self.headers.items())
+        if behaviour == ECHO_401:
+            said = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+            return Reply((f"Unauthorized. You sent:\r\n{said}".encode(),), status=401)
+        error = {"error": {"message": f"bad request {json.dumps(headers)}", "headers": headers}}
+        return Reply((text_event("t0 "), b"data: " + json.dumps(error).encode() + b"\n\n", DONE))
 
     def _start(self, status: int = 200) -> None:
         self.send_response(status)
@@ -169,3 +184,12 @@ class SseServer:
         self._server.state.closing.set()
         self._server.shutdown()
         self._server.server_close()
+
+
+def trace_records(path: Path) -> list[dict[str, Any]]:
+    """The request records of a trace ``phases-record`` wrote: the lines after its header record."""
+    from ncuflow.phases.recorder_trace import HEADER_START
+
+    lines = path.read_text().splitlines()
+    assert lines and lines[0].startswith(HEADER_START), lines[:1]
+    return [json.loads(line) for line in lines[1:]]

@@ -9,7 +9,6 @@ one JSON line each, whatever the bad one did)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -35,7 +34,7 @@ def _print_figures() -> Iterator[None]:
 
 
 def _records(path: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return sse.trace_records(path)
 
 
 def _record(url: str, out: Path, *extra: str, requests: int = 4, concurrency: int = 2, case: str = "") -> tuple:
@@ -187,8 +186,8 @@ def test_a_recorder_output_that_is_a_link_or_special(tmp_path: Path) -> None:
 
 
 def test_a_disk_that_fills_mid_recording_keeps_what_was_written(tmp_path: Path) -> None:
-    """One page free on a real tmpfs: the records that fit are whole lines phases reads (a line
-    cut by the full disk is left out with a note), the command says the disk is full and stops."""
+    """One page free on a real tmpfs: the records that fit are whole lines phases reads (the line
+    the full disk cut is removed), the command says the disk is full, what the trace holds, and stops."""
     from tests.test_faults_io import fill, tmpfs
 
     with tmpfs(tmp_path / "fs") as fs, sse.SseServer(lambda i: sse.good_reply(4, step_s=0.001)) as server:
@@ -200,9 +199,11 @@ def test_a_disk_that_fills_mid_recording_keeps_what_was_written(tmp_path: Path) 
         ran = run_limited(["phases-record", server.url, "--model", "m", "--out", str(out), "--requests", "60",
                            "--concurrency", "4", "--max-tokens", "4"], case="recorder on a full disk")
         assert ran.paragraph() and "full" in ran.stderr and str(out) in ran.stderr, ran.output
-        text = out.read_text()
-        whole = text.count("\n")
+        assert out.read_text().endswith("\n")  # the line the disk cut was removed: nothing partial is left
+        whole = len(_records(out))
         assert 5 < whole < 60
+        assert f"holds the {whole} request(s) recorded before" in ran.stderr, ran.stderr
+        assert "earlier results are intact" not in ran.stderr  # what it said, untrue, before
         traces = load_traces(out)
         assert sum(len(t.requests) for t in traces) == whole
         SEEN["full_disk_records_kept"] = whole

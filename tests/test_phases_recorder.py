@@ -91,7 +91,7 @@ def test_recorder_writes_a_trace_phases_can_read(loopback_server: str, tmp_path:
     )
     assert result.exit_code == 0, result.output
     assert "4 requests recorded, 0 failed" in result.output
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    records = trace_records(out)
     assert len(records) == 4
     for record in records:
         assert record["run"] == "fake-run" and record["output_tokens"] == 20
@@ -124,7 +124,7 @@ def test_recorder_reports_failed_requests(loopback_server: str, tmp_path: Path) 
     )
     assert result.exit_code == 1  # failed requests are a failure, even though the trace is written
     assert "0 requests recorded, 2 failed" in result.output
-    assert all("HTTP 404" in json.loads(line)["error"] for line in out.read_text().splitlines())
+    assert all("HTTP 404" in record["error"] for record in trace_records(out))
 
 
 # ----------------------------------------------------------------------------- issue 31: hostile servers and inputs
@@ -133,7 +133,16 @@ from ncuflow.errors import NcuflowError  # noqa: E402
 from ncuflow.phases.recorder import RecorderSettings  # noqa: E402
 from ncuflow.phases.recorder_endpoint import RecorderError, parse_endpoint  # noqa: E402
 from ncuflow.phases.recorder_events import MalformedEvent, read_event  # noqa: E402
-from tests.sse_server import DONE, Reply, SseServer, good_reply, reply_with, text_event, usage_event  # noqa: E402
+from tests.sse_server import (  # noqa: E402
+    DONE,
+    Reply,
+    SseServer,
+    good_reply,
+    reply_with,
+    text_event,
+    trace_records,
+    usage_event,
+)
 
 # Every shape an event can take that is no completion chunk, with what the failure says.
 MALFORMED_EVENTS: list[tuple[str, bytes, str]] = [
@@ -171,7 +180,7 @@ def test_a_malformed_event_fails_its_request_and_keeps_the_others(tmp_path: Path
         result = CliRunner().invoke(record_command, [server.url, "--model", "m", "--out", str(out), "--requests", "4",
                                                      "--concurrency", "2", "--max-tokens", "6"])
     assert result.exit_code == 1, result.output
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    records = trace_records(out)
     failed = [r for r in records if "error" in r]
     assert len(records) == 4 and len(failed) == 1, records
     assert said in failed[0]["error"], failed[0]["error"]
@@ -189,7 +198,7 @@ def test_a_usage_count_the_stream_did_not_carry_fails_its_request(tmp_path: Path
         result = CliRunner().invoke(record_command, [server.url, "--model", "m", "--out", str(out), "--requests", "1",
                                                      "--max-tokens", "4"])
     assert result.exit_code == 1
-    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    (record,) = trace_records(out)
     assert record["error"] == ("'usage.completion_tokens' is 1,000,000 for 2 text chunk(s), more than 64 tokens "
                                "a chunk")
 
@@ -289,6 +298,7 @@ def test_a_server_with_an_api_key_is_recorded_and_the_key_is_never_written(
     for result, name in ((by_option, "option.jsonl"), (by_env, "env.jsonl")):
         assert result.exit_code == 0 and "2 requests recorded, 0 failed" in result.output, result.output
         assert "sk-test" not in (tmp_path / name).read_text() and "sk-test" not in result.output
+    assert "--api-key shows the key" in by_option.output and "--api-key shows" not in by_env.output
 
 
 @pytest.mark.parametrize("key", ["", "sk test", "sk-test\r\nX-Injected: 1", "k" * 5000, "clé"])

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ncuflow.cli.params import FiniteFloatRange
+from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.parse.registry import format_names
 from ncuflow.phases.parse.values import MAX_COUNT
 from ncuflow.phases.pipeline import build_report
@@ -139,11 +140,8 @@ def phases_command(
         data["plots"] = [str(p) for p in written]
         click.echo(json.dumps(data, indent=2, default=str))
         return
-    from ncuflow.files.safe_text import safe_text
-
-    # a log's run labels and values reach the terminal escaped (each line, its breaks kept)
-    text = render_text(report, selection)
-    click.echo("".join(safe_text(line, limit=None) + "\n" for line in text.splitlines()), nl=False)
+    # a log's run labels and values reach the terminal escaped, value by value (render_text)
+    click.echo(render_text(report, selection), nl=False)
     for path in written:
-        click.echo(f"timeline written to {path}")
+        click.echo(f"timeline written to {safe_text(path, limit=None)}")
 

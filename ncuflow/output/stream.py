@@ -27,6 +27,8 @@ from typing import Any
 import polars as pl
 from polars.io.plugins import register_io_source
 
+from ncuflow.files.safe_text import FORMULA_PREFIX, FORMULA_START, PLAIN_NUMBER
+
 Columns = dict[str, list[Any]]
 
 # frames waiting for the sink: the reading runs ahead of the writing by at most this many
@@ -128,11 +130,21 @@ class TableStream:
             with target.open("wb") as handle:
                 if csv:
                     lists = [name for name, dtype in self.schema.items() if isinstance(dtype, pl.List)]
-                    lazy.with_columns(pl.col(name).list.join("; ") for name in lists).sink_csv(handle)
+                    joined = lazy.with_columns(pl.col(name).list.join("; ") for name in lists)
+                    texts = [name for name, dtype in self.schema.items() if dtype == pl.String or name in lists]
+                    joined.with_columns(_spreadsheet_cell(name) for name in texts).sink_csv(handle)
                 else:
                     lazy.sink_parquet(handle, metadata=metadata, row_group_size=row_group_rows)
         except BaseException as error:  # raised in the caller's thread (close, or the next extend)
             self._error = error  # a caller waiting on the full queue sees the thread gone (_put)
+
+
+def _spreadsheet_cell(name: str) -> pl.Expr:
+    """A text column whose cells that would start a spreadsheet formula are quoted
+    (``safe_text.spreadsheet_cell``, as a polars expression)."""
+    column = pl.col(name)
+    formula = column.str.contains(FORMULA_START) & ~column.str.contains(PLAIN_NUMBER)
+    return pl.when(formula).then(pl.lit(FORMULA_PREFIX) + column).otherwise(column).alias(name)
 
 
 def _empty(schema: dict[str, Any]) -> Columns:

@@ -10,7 +10,7 @@ from typing import Any
 from ncuflow.analyze.fields import duration_text
 from ncuflow.analyze.summary import ReportSummary, summary_rows
 from ncuflow.files import make_console
-from ncuflow.files.safe_text import safe_text
+from ncuflow.files.safe_text import safe_text, spreadsheet_cell
 from ncuflow.terms import BOUND_STYLES
 
 CSV_COLUMNS: tuple[str, ...] = (
@@ -62,12 +62,13 @@ def print_summaries(summaries: Sequence[ReportSummary], console: Any = None) -> 
 
 
 def summaries_csv(summaries: Sequence[ReportSummary]) -> str:
-    """The flat rows as CSV text (one row per kernel of every report, full names included)."""
+    """The flat rows as CSV text (one row per kernel of every report, full names included; a name
+    that would start a spreadsheet formula is quoted: ``spreadsheet_cell``)."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(CSV_COLUMNS), extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for row in summary_rows(summaries):
-        writer.writerow({key: "" if value is None else value for key, value in row.items()})
+        writer.writerow({key: "" if value is None else spreadsheet_cell(value) for key, value in row.items()})
     return buffer.getvalue()
 
 

@@ -67,17 +67,23 @@ def read_server_log(
     formats = (forced,) if forced is not None else registry.LINE_FORMATS
     readers = [(f, f.reader(path, skip_malformed)) for f in formats]
     chosen: LineReader | None = readers[0][1] if forced is not None else None
+    claim: tuple[LineFormat, int] | None = (forced, 0) if forced is not None else None
+    others: tuple[LineFormat, ...] = ()
     first: tuple[int, str] | None = None
     counts = LineCounts()
     for number, line in numbered_lines(handle, counts):
         if chosen is None:
             if first is None and line.strip():
                 first = (number, line)
-            chosen = next((reader for f, reader in readers if f.claims(line)), None)
-            if chosen is None:
+            found = next(((f, reader) for f, reader in readers if f.claims(line)), None)
+            if found is None:
                 for _, reader in readers:
                     reader.context(number, line)
                 continue
+            claim, chosen = (found[0], number), found[1]
+            others = tuple(f for f in registry.LINE_FORMATS if f is not found[0])
+        elif claim is not None and (other := next((f for f in others if f.claims(line)), None)) is not None:
+            raise _two_formats(path, claim, (other, number))
         chosen.feed(number, line)
     if chosen is None:
         if first is None:
@@ -92,6 +98,20 @@ def read_server_log(
         )
         traces = tuple(replace(t, events=(*t.events, note)) for t in traces)
     return traces
+
+
+def _two_formats(path: Path, first: tuple[LineFormat, int], second: tuple[LineFormat, int]) -> TraceError:
+    """A log in which a second server format starts (two logs concatenated): refused, never read
+    as the first format alone (the second's runs would vanish without a word)."""
+    (one, one_line), (two, two_line) = first, second
+    return TraceError(
+        f"{path}:{two_line}: a statistics line of the {two.title} format, in a file read as the "
+        f"{one.title} format (from its statistics line {one_line}): the file holds two servers' logs.",
+        "ncuflow reads one server's log a file; reading it as the first format alone would drop the "
+        "second server's runs without a word.",
+        f"Split the file where the {two.name} log begins (before line {two_line}) and pass both parts, "
+        "or pass --format to read the lines of one format only.",
+    )
 
 
 def _empty(path: Path) -> TraceError:

@@ -12,8 +12,12 @@ Every request is bounded whatever the server does: ``timeout_s`` is its whole ti
 connecting to the last byte (a watchdog shuts the socket of a request past it, so a server
 that trickles a byte every half second, or streams forever, is cut off there); an event line
 is read up to ``MAX_LINE_BYTES`` and a stream up to ``max_chunks`` text chunks; each event is
-checked by shape (``recorder_events``). A request that breaks a bound or sends a malformed
-event is a record with an ``error`` field; the others go on. ``TraceWriter`` writes each
+checked by shape (``recorder_events``); a record is at most ``max_record_bytes`` as a line (what
+``phases`` reads), so a stream is cut off at the chunk times that fit. A request that breaks a
+bound or sends a malformed event is a record with an ``error`` field; the others go on. What a
+server sends back reaches a record's ``error`` with the API key, authorization values and URL
+credentials replaced (``recorder_secrets``): a server that echoes the request's headers puts
+no secret in the trace or on the terminal. ``TraceWriter`` writes each
 record as it arrives (one flushed line), so Ctrl-C, a crash or ``kill -9`` keep every request
 that ended; Ctrl-C returns at once (the workers are daemon threads, their sockets are shut).
 """
@@ -24,25 +28,32 @@ import contextlib
 import http.client
 import json
 import math
-import os
 import queue
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from functools import cached_property
 from typing import Any
 
 from ncuflow.phases.parse.json_values import MAX_TOKENS_PER_CHUNK, count_or_none, shown
 from ncuflow.phases.parse.jsonl import MAX_LABEL
+from ncuflow.phases.parse.jsonl import MAX_LINE_BYTES as MAX_TRACE_LINE_BYTES
 from ncuflow.phases.recorder_endpoint import Endpoint, RecorderError
 from ncuflow.phases.recorder_events import MalformedEvent, printable, read_event
+from ncuflow.phases.recorder_secrets import Redactor
 
 MAX_LINE_BYTES = 1 << 20  # an event line; a completion chunk is a few hundred bytes
 MAX_CONCURRENCY = 4096
 MAX_REQUESTS = 1_000_000_000
 MAX_TOKEN_BUDGET = 10_000_000
+MAX_TIMEOUT_S = 86_400.0  # a day for one request; past ~1e9 s the clock's arithmetic overflows
+MAX_RECORD_BYTES = MAX_TRACE_LINE_BYTES  # a record's line, its newline included: what phases reads
+MIN_RECORD_BYTES = 4096
+CHUNK_TIME_BYTES = 24  # a chunk time as JSON ("1765000000.1234567, ") with room to spare
+RECORD_BYTES_BESIDE_CHUNKS = 2048  # request id, run label (200 characters, escaped), times, counts
+MAX_SERVER_WORDS = 4096  # what is read of a refusal's body before it is cut to a message
 MAX_API_KEY = 4096  # an API key is a token of printable characters; sent as 'Authorization: Bearer KEY'
 WORKER_STACK_BYTES = 512 << 10  # 1,000 workers in 0.5 GiB of address space, not 8 GiB
 SPARE_DESCRIPTORS = 64
@@ -66,6 +77,7 @@ class RecorderSettings:
     run: str | None = None
     timeout_s: float = 600.0
     api_key: str | None = field(default=None, repr=False)  # never shown: sent as a bearer token
+    max_record_bytes: int = MAX_RECORD_BYTES
 
     def __post_init__(self) -> None:
         problems = [
@@ -76,7 +88,11 @@ class RecorderSettings:
                  f"from 1 to {MAX_CONCURRENCY:,}"),
                 ("max_tokens", self.max_tokens, _whole(self.max_tokens, 1, MAX_TOKEN_BUDGET),
                  f"from 1 to {MAX_TOKEN_BUDGET:,}"),
-                ("timeout_s", self.timeout_s, _positive_finite(self.timeout_s), "a finite number of seconds above 0"),
+                ("timeout_s", self.timeout_s, _positive_finite(self.timeout_s) and self.timeout_s <= MAX_TIMEOUT_S,
+                 f"a number of seconds above 0 and at most {MAX_TIMEOUT_S:,.0f} (a day)"),
+                ("max_record_bytes", self.max_record_bytes,
+                 _whole(self.max_record_bytes, MIN_RECORD_BYTES, MAX_RECORD_BYTES),
+                 f"from {MIN_RECORD_BYTES:,} to {MAX_RECORD_BYTES:,} bytes (the longest line phases reads)"),
                 ("prompts", len(self.prompts), bool(self.prompts), "at least one prompt"),
                 ("run", self.run, self.run is None or len(self.run) <= MAX_LABEL,
                  f"a label of at most {MAX_LABEL} characters (what phases reads)"),
@@ -92,8 +108,17 @@ class RecorderSettings:
     @property
     def max_chunks(self) -> int:
         """Text chunks a request may stream: one per token and as many again (a server splits
-        text, never past the budget by this much), then it is cut off."""
-        return 2 * self.max_tokens + 64
+        text, never past the budget by this much), and no more than a record of
+        ``max_record_bytes`` holds; then it is cut off."""
+        return min(2 * self.max_tokens + 64, self.chunks_in_a_record)
+
+    @property
+    def chunks_in_a_record(self) -> int:
+        return (self.max_record_bytes - RECORD_BYTES_BESIDE_CHUNKS) // CHUNK_TIME_BYTES
+
+    @cached_property
+    def redactor(self) -> Redactor:
+        return Redactor((self.api_key,) if self.api_key else ())
 
     def prompt(self, index: int) -> str:
         return self.prompts[index % len(self.prompts)]
@@ -246,7 +271,7 @@ def _read_stream(response: http.client.HTTPResponse, settings: RecorderSettings,
         if len(raw) > MAX_LINE_BYTES:
             stream.error = f"an event line longer than {MAX_LINE_BYTES >> 20} MiB; stopped reading"
             return
-        line = raw.decode("utf-8", "replace").strip()
+        line = settings.redactor.values(raw.decode("utf-8", "replace").strip())
         if not line.startswith("data:"):
             continue
         events += 1
@@ -264,11 +289,17 @@ def _read_stream(response: http.client.HTTPResponse, settings: RecorderSettings,
         if event.text:
             stream.chunk_times.append(arrived)
             if len(stream.chunk_times) > settings.max_chunks:
-                stream.error = (f"more than {settings.max_chunks:,} text chunks for --max-tokens "
-                                f"{settings.max_tokens}; stopped reading")
+                stream.error = _too_many_chunks(settings)
                 return
         if event.completion_tokens is not None:
             stream.output_tokens = event.completion_tokens
+
+
+def _too_many_chunks(settings: RecorderSettings) -> str:
+    if settings.max_chunks == settings.chunks_in_a_record:
+        return (f"more than {settings.max_chunks:,} text chunks, whose times would make the record longer than "
+                f"--max-record-bytes {settings.max_record_bytes:,}; stopped reading, the chunk times left out")
+    return f"more than {settings.max_chunks:,} text chunks for --max-tokens {settings.max_tokens}; stopped reading"
 
 
 def _headers(settings: RecorderSettings) -> dict[str, str]:
@@ -292,7 +323,8 @@ def record_one(settings: RecorderSettings, index: int, clock: _Clock, watchdog: 
                            headers=_headers(settings))
         response = connection.getresponse()
         if response.status != 200:
-            stream.error = f"HTTP {response.status}: {printable(response.read(300).decode('utf-8', 'replace'))}"
+            said = settings.redactor.text(response.read(MAX_SERVER_WORDS).decode("utf-8", "replace"))
+            stream.error = f"HTTP {response.status}: {printable(said)}"
         else:
             _read_stream(response, settings, clock, stream)
     except TimeoutError:  # no byte for timeout_s: the request's whole time is up
@@ -311,7 +343,7 @@ def record_one(settings: RecorderSettings, index: int, clock: _Clock, watchdog: 
         stream.error = (f"'usage.completion_tokens' is {stream.output_tokens:,} for {len(stream.chunk_times):,} "
                         f"text chunk(s), more than {MAX_TOKENS_PER_CHUNK} tokens a chunk")
     if stream.error is not None:
-        record["error"] = stream.error
+        record["error"] = settings.redactor.text(stream.error)
         return record
     record["chunk_times"] = stream.chunk_times
     if stream.output_tokens is not None:
@@ -440,39 +472,6 @@ class Recording:
         self._loop.watchdog.cut_all()
 
     def __enter__(self) -> Recording:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class TraceWriter:
-    """The JSONL trace, one line per record, each written by one flushed ``write`` as it comes."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.written = 0
-        self.failed = 0
-        self.first_failure = ""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-        self._fd = os.open(path, flags, 0o644)
-
-    def write(self, record: dict[str, Any]) -> None:
-        data = memoryview((json.dumps(record) + "\n").encode())
-        while data:
-            data = data[os.write(self._fd, data):]
-        self.written += 1
-        if "error" in record:
-            self.failed += 1
-            self.first_failure = self.first_failure or str(record["error"])
-
-    def close(self) -> None:
-        try:
-            os.fsync(self._fd)
-        finally:
-            os.close(self._fd)
-
-    def __enter__(self) -> TraceWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

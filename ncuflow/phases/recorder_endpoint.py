@@ -3,7 +3,8 @@
 A base URL is ``http://`` or ``https://``, a host (a name, an IPv4 address or a bracketed
 IPv6 one), an optional port from 1 to 65535 and an optional path (``/v1`` is added unless it
 ends so). Anything else (``:99999``, ``[::1``, ``:abc``, ``:0``, a space or a control
-character, a query, credentials) is refused with one paragraph before a request is sent.
+character, a query, credentials) is refused with one paragraph before a request is sent; the
+paragraph shows the URL with its ``user:password@`` replaced.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ncuflow.errors import NcuflowError
+from ncuflow.phases.recorder_secrets import without_credentials
 
 EXAMPLE = "http://127.0.0.1:30000"
 
@@ -36,7 +38,7 @@ class Endpoint:
 
 
 def _refuse(base_url: str, why: str) -> RecorderError:
-    shown = base_url.encode("unicode_escape").decode("ascii")[:200]
+    shown = without_credentials(base_url).encode("unicode_escape").decode("ascii")[:200]
     return RecorderError(
         f"{shown!r} is not a server base URL: {why}.",
         "The recorder talks to an OpenAI-compatible server over HTTP(S).",

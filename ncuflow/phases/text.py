@@ -1,10 +1,16 @@
-"""Render a ``PhasesReport`` as text tables. Pure."""
+"""Render a ``PhasesReport`` as text tables. Pure.
+
+A log's words (its path, run labels, rank names, notes) reach the text through ``safe_text``
+value by value, before any line is joined: a label's newline, carriage return or U+2028 is
+shown escaped in its cell (each cell is escaped before the column widths are measured) and
+can start no line of its own."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.model import Distribution, PhaseSpan, Reconciliation, RunAnalysis, Segment, Term
 from ncuflow.phases.model.results import SegmentKind
 from ncuflow.phases.model.session import run_numbers
@@ -56,7 +62,13 @@ def _dist_ms(dist: Distribution | None, flagged: bool = False, headline: float |
     return f"{value * 1000:.2f} ms{mark} ({dist.p10 * 1000:.1f}–{dist.p90 * 1000:.1f})"
 
 
+def _shown(value: object) -> str:
+    """A value of the log as one line of plain text: control and invisible characters escaped."""
+    return safe_text(value, limit=None)
+
+
 def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
+    rows = [[_shown(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
         indent + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -212,7 +224,7 @@ def render_text(report: PhasesReport, selection: RunSelection | None = None) -> 
             out.extend(_file_lines(replace(file, runs=shown)))
         out.append("")
     out.extend(_amortization_lines(report))
-    return "\n".join(out).rstrip() + "\n"
+    return "\n".join(_shown(line) for line in out).rstrip() + "\n"
 
 
 def _header(file: FileReport) -> str:

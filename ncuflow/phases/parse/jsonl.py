@@ -14,6 +14,9 @@ with ``#`` are ignored):
   ``run`` form one run; default: the whole file is one run);
 - ``error`` (string, optional): a failed request, left out and counted.
 
+A line whose object holds ``ncuflow_trace`` is the recorder's header (who wrote the file,
+from which server): skipped.
+
 All times of a file must come from one clock (any epoch). Values are checked where they
 enter (``json_values``): a time is a finite number of at most 10^10 s, a count a whole
 number up to 10^9; anything else (``NaN``, ``1e308``, a 5000-digit integer, ``true``) is
@@ -61,6 +64,7 @@ REQUEST_BYTES = 600
 CHUNK_BYTES = 160
 MAX_HELD_BYTES = 1_400_000_000  # the runs analysed at once: under the fault suite's 2 GiB with the rest
 MAX_LABEL = 200
+TRACE_HEADER_KEY = "ncuflow_trace"  # the recorder's header record (phases-record), skipped
 
 # (line number, text, whether the line ended with a newline)
 Line = tuple[int, str, bool]
@@ -90,7 +94,8 @@ def listed_lines(lines: list[str]) -> LineSource:
 
 def looks_like_request_jsonl(first_line: str) -> bool:
     """Whether a file whose first meaningful line is ``first_line`` is a per-request trace."""
-    return first_line.lstrip().startswith("{") and ('"submit_time"' in first_line or '"chunk_times"' in first_line)
+    return first_line.lstrip().startswith("{") and any(
+        f'"{key}"' in first_line for key in ("submit_time", "chunk_times", TRACE_HEADER_KEY))
 
 
 @dataclass
@@ -126,6 +131,8 @@ def _requests(path: Path, source: LineSource, index: _Index | None) -> Iterator[
             if index is not None:  # the last line, cut short: a recorder stopped mid-write
                 index.cut_last_line = number
             return
+        if TRACE_HEADER_KEY in obj:
+            continue
         if obj.get("error"):
             if index is not None:
                 index.failed += 1
@@ -389,7 +396,8 @@ def _check_runs_do_not_overlap(path: Path, index: _Index, runs: _Runs) -> None:
 def _claims(objects: JsonObjects) -> bool:
     """Per-request lines: anything but one JSON object without 'submit_time' (which is no
     trace of any format ncuflow reads)."""
-    return not (len(objects) == 1 and isinstance(objects[0][1], dict) and "submit_time" not in objects[0][1])
+    only = objects[0][1] if len(objects) == 1 else None
+    return not (isinstance(only, dict) and "submit_time" not in only and TRACE_HEADER_KEY not in only)
 
 
 FORMAT = JsonFormat(
