@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ncuflow.read.findings import RuleResults
 from ncuflow.read.metrics import FIELDS_BY_NAME
 from ncuflow.read.sanity import checked
 
@@ -63,6 +64,9 @@ class Launch:
     notes: Mapping[str, str] = field(default_factory=dict)
     # Raw metrics the report holds as NaN or infinite (read as absent; named in ``notes``).
     not_numbers: tuple[str, ...] = ()
+    # NVIDIA's findings and source markers (``ncuflow.read.findings``); None where they were not
+    # read (``ReadOptions.findings``), ``RuleResults()`` (not ``held``) where the report has none.
+    rule_results: RuleResults | None = None
 
     def __post_init__(self) -> None:
         # The one check of impossible values, whatever reader built the launch (``read.sanity``).
