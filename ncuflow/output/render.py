@@ -11,7 +11,9 @@ from ncuflow.analyze.fields import CLASSIFY_FIELDS, FIELD_TABLE, duration_text
 from ncuflow.analyze.summary import config_text
 from ncuflow.files import make_console
 from ncuflow.files.safe_text import safe_text, shortened
+from ncuflow.output.findings_text import evidence_lines, finding_record, marker_record
 from ncuflow.read.deep_metrics import DEEP_FIELD_NAMES
+from ncuflow.read.findings import NO_RULE_RESULTS
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
 from ncuflow.read.sanity import parts_on
@@ -26,9 +28,12 @@ ROW_KEYS: tuple[str, ...] = (
     "report", "range", "action", "kernel", *(FIELD_TABLE[name].json_key for name in CLASSIFY_FIELDS),
     *(FIELD_TABLE[name].json_key for name in STAND_INS.values()),
     *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing", "notes",
+    "rule_results", "findings", "markers",
 )
+# The keys that carry NVIDIA's findings (null where they were not read).
+FINDING_KEYS: tuple[str, ...] = ROW_KEYS[-3:]
 
-__all__ = ["ROW_KEYS", "duration_text", "launch_row", "note_lines", "print_launch_table"]
+__all__ = ["FINDING_KEYS", "ROW_KEYS", "duration_text", "launch_row", "note_lines", "print_launch_table"]
 
 
 def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
@@ -47,6 +52,10 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
     row["nvidia_sol"] = launch.nvidia_sol
     row["missing"] = list(launch.missing)
     row["notes"] = dict(launch.notes)
+    results = launch.rule_results
+    row["rule_results"] = None if results is None else (results.held or NO_RULE_RESULTS)
+    row["findings"] = None if results is None else [finding_record(f) for f in results.findings]
+    row["markers"] = None if results is None else [marker_record(m) for m in results.markers]
     return row
 
 
@@ -166,6 +175,8 @@ def print_launch_table(
             if verdict.bound == "latency":
                 for line in why_waiting(launch).lines():
                     console.print(f"   why it waits, {safe_text(line, limit=None)}", highlight=False, markup=False)
+            for line in evidence_lines(launch.rule_results, verdict.bound):
+                console.print(f"   {safe_text(line, limit=None)}", highlight=False, markup=False)
             core = [name for name in launch.missing if name not in DEEP_FIELD_NAMES]
             deep = len(launch.missing) - len(core)
             if core or deep:

@@ -21,7 +21,6 @@ from ncuflow.errors import ReportError
 from ncuflow.read.findings import RuleResults
 from ncuflow.read.launch import DeviceInfo, KernelName, Launch
 from ncuflow.read.metrics import BREAKDOWN_METRICS, FIELDS, UNIT_THROUGHPUT_METRICS
-from ncuflow.read.options import READ_DEFAULT, ReadOptions
 from ncuflow.read.ncureport import (  # re-exported: the ncu_report side's calls
     NcuReportAction,
     iter_report_actions,
@@ -29,6 +28,7 @@ from ncuflow.read.ncureport import (  # re-exported: the ncu_report side's calls
     metric_number,
     metric_text,
 )
+from ncuflow.read.options import READ_DEFAULT, ReadOptions
 from ncuflow.read.plan import (
     MetricList,
     ReadPlan,
