@@ -5,9 +5,10 @@ about by its rule, one row per rule identifier (``RULE_TERMS``): bank conflicts 
 uncoalesced accesses are L1's (and L2's, whose sectors they waste), the occupancy, warp-stall
 and launch-configuration rules are about latency, NVIDIA's speed-of-light rule about whichever
 wall binds. A rule no row names is ``other``: shown, never guessed at. ``ranked`` orders a
-launch's findings as ``classify --evidence`` lists them: those about the binding wall first,
-then the rest, each by estimated speedup (largest first; none estimated last), in the
-report's order among equals. Findings that say nothing (no title, no message, no speedup:
+launch's findings as ``classify --evidence`` lists them: those with an estimated speedup
+first, the binding wall's before the other walls', each by estimate (largest first); then
+those without an estimate (NVIDIA's notes: "Balanced", "Roofline Analysis"), the binding
+wall's first; the report's order among equals. Findings that say nothing (no title, no message, no speedup:
 what ncu writes for a rule's source table) are left out of the ranking, not of the data.
 """
 
@@ -94,12 +95,16 @@ def says_something(finding: Finding) -> bool:
 
 
 def ranked(results: RuleResults, bound: str) -> tuple[RankedFinding, ...]:
-    """The findings that say something, those about the binding wall first, each group by estimated
-    speedup (largest first, none last), the report's order among equals."""
+    """The findings that say something: those with an estimated speedup first, the binding wall's
+    before the rest, each by estimate (largest first); then the others, the binding wall's first;
+    the report's order among equals."""
     tied = [RankedFinding(f, terms_of(f.rule), bound in terms_of(f.rule))
             for f in results.findings if says_something(f)]
-    order = sorted(range(len(tied)), key=lambda i: (not tied[i].on_binding, _speedup_key(tied[i].finding), i))
-    return tuple(tied[i] for i in order)
+    return tuple(sorted(tied, key=_rank))
+
+
+def _rank(item: RankedFinding) -> tuple[bool, bool, float]:
+    return item.finding.speedup is None, not item.on_binding, _speedup_key(item.finding)
 
 
 def _speedup_key(finding: Finding) -> float:
@@ -116,3 +121,36 @@ def top_of(launches: Sequence[RuleResults | None]) -> Finding | None:
     """The largest estimated speedup over several launches' findings (a kernel's launches)."""
     tops = [f for f in map(top_finding, launches) if f is not None]
     return max(tops, key=lambda f: f.speedup or 0.0, default=None)
+
+
+@dataclass(frozen=True)
+class PooledFinding:
+    """A finding as several launches of one kernel give it (by rule and title): the estimate of the
+    launch that gives the largest, and on how many launches it is found."""
+
+    item: RankedFinding
+    launches: int
+
+
+def pooled(results: Sequence[RuleResults | None], bound: str) -> tuple[PooledFinding, ...]:
+    """The findings of a kernel's launches by rule and title, ranked as ``ranked`` ranks one launch's."""
+    best: dict[tuple[str, str], RankedFinding] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for launch in results:
+        seen: set[tuple[str, str]] = set()
+        for item in ranked(launch, bound) if launch is not None else ():
+            key = (item.finding.rule, item.finding.heading)
+            if key not in best or _speedup_key(item.finding) < _speedup_key(best[key].finding):
+                best[key] = item
+            seen.add(key)
+        for key in seen:
+            counts[key] = counts.get(key, 0) + 1
+    items = list(best.items())
+    items.sort(key=lambda pair: _rank(pair[1]))
+    return tuple(PooledFinding(item, counts[key]) for key, item in items)
+
+
+def held(results: Sequence[RuleResults | None]) -> bool | None:
+    """Whether any launch holds rule results (None: none of them was read for findings)."""
+    read = [r for r in results if r is not None]
+    return any(r.held for r in read) if read else None

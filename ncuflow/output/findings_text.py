@@ -8,10 +8,11 @@ dicts: no rich, no polars (the profiling path renders verdicts too).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
 
-from ncuflow.analyze.findings import RankedFinding, ranked, terms_of
+from ncuflow.analyze.findings import RankedFinding, held, ranked, terms_of, top_of
 from ncuflow.files.safe_text import shortened
 from ncuflow.read.findings import NO_RULE_RESULTS, Finding, FocusMetric, Marker, RuleResults
 
@@ -84,7 +85,8 @@ def evidence_lines(results: RuleResults | None, bound: str) -> list[str]:
     if not results.held:
         return [NO_RULE_RESULTS]
     items = ranked(results, bound)
-    lines = [f"NVIDIA's findings ({len(items)}, the binding wall's first, by estimated speedup):"]
+    lines = [f"NVIDIA's findings ({len(items)}; estimated first, the binding wall's before the others, "
+             "by estimated speedup):"]
     lines += [f"  {finding_line(item, bound)}" for item in items]
     markers = marker_summary(results.markers)
     return [*lines, markers] if markers else lines
@@ -98,6 +100,18 @@ def top_text(finding: Finding | None, results_held: bool) -> str:
     if finding is None:
         return "—"
     return f"{shortened(finding.heading, 40)} {finding.speedup:.1f} %"
+
+
+def top_line(results: Sequence[RuleResults | None]) -> str | None:
+    """A kernel's largest estimated speedup, 'Shared Load Bank Conflicts est. 48.9 % global', or why
+    there is none; None where its findings were not read."""
+    found = held(results)
+    if found is None:
+        return None
+    top = top_of(results)
+    if top is None:
+        return "no rule results" if not found else "no finding estimates a speedup"
+    return f"{shortened(top.heading, 60)} {speedup_text(top)}"
 
 
 def finding_record(finding: Finding) -> dict[str, Any]:
