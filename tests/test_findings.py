@@ -135,10 +135,11 @@ def test_links_are_rendered_as_their_words(corpus_dir: Path) -> None:
 
 
 def test_link_rendering_is_linear_on_hostile_messages() -> None:
-    for hostile in ("@" * 1_000_000, "@url:" * 200_000, "@section:a:" * 100_000 + "x", "@source:a:" * 100_000):
+    """100,000 characters of unclosed or nested links: a quadratic scan would take minutes."""
+    for hostile in ("@" * 100_000, "@url:" * 20_000, "@section:a:" * 10_000 + "x", "@source:a:" * 10_000):
         begun = time.perf_counter()
         plain_words(hostile)
-        assert time.perf_counter() - begun < 1.0
+        assert time.perf_counter() - begun < 2.0
 
 
 # --------------------------------------------------------------------------- walls and ranking

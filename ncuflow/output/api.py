@@ -104,13 +104,9 @@ def findings(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = 
     one per finding, per marker, and per launch whose report holds no rule results (``kind``)."""
     from ncuflow.output.export import FINDINGS_SCHEMA
     from ncuflow.output.finding_rows import finding_rows
-    from ncuflow.output.launch_rows import run_identity
 
     loaded = _load(paths, kernel, nvtx, jobs, threshold, WITH_FINDINGS)
-    rows = []
-    for run in loaded.runs:
-        identity = run_identity(run.ref)
-        rows += [row for x in run.launches for row in finding_rows(x, classify_launch(x, threshold), identity)]
+    rows = [row for run in loaded.runs for x in run.launches for row in finding_rows(x, classify_launch(x, threshold))]
     return pl.DataFrame(rows, schema=FINDINGS_SCHEMA)
 
 

@@ -10,15 +10,12 @@ table's schema is ``ncuflow.output.export.FINDINGS_SCHEMA``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ncuflow.analyze.classify import Verdict
 from ncuflow.analyze.findings import terms_of
 from ncuflow.read.findings import NO_RULE_RESULTS, Finding, Marker
 from ncuflow.read.launch import Launch
-
-if TYPE_CHECKING:
-    from ncuflow.output.launch_rows import RunIdentity
 
 ROW_KINDS = ("finding", "marker", "none")
 _EMPTY: dict[str, Any] = {
@@ -28,9 +25,10 @@ _EMPTY: dict[str, Any] = {
 }
 
 
-def _launch_part(launch: Launch, verdict: Verdict, identity: RunIdentity) -> dict[str, Any]:
+def _launch_part(launch: Launch, verdict: Verdict, run_id: str | None) -> dict[str, Any]:
     return {"report": launch.report, "range": launch.range_index, "action": launch.action_index,
-            "kernel_function": launch.kernel.function, "run_id": identity.run_id, "bound": verdict.bound}
+            "kernel_function": launch.kernel.function, "bound": verdict.bound,
+            "run_id": run_id if run_id is not None else launch.run.run_id if launch.run else None}
 
 
 def _finding_part(finding: Finding, bound: str) -> dict[str, Any]:
@@ -51,12 +49,13 @@ def _marker_part(marker: Marker) -> dict[str, Any]:
             "address": marker.address, "file": marker.file, "line": marker.line}
 
 
-def finding_rows(launch: Launch, verdict: Verdict, identity: RunIdentity) -> list[dict[str, Any]]:
-    """The launch's rows of the findings table ([] where its findings were not read)."""
+def finding_rows(launch: Launch, verdict: Verdict, run_id: str | None = None) -> list[dict[str, Any]]:
+    """The launch's rows of the findings table ([] where its findings were not read); ``run_id``: its
+    store run's (else the one the launch carries, if any)."""
     results = launch.rule_results
     if results is None:
         return []
-    base = _launch_part(launch, verdict, identity)
+    base = _launch_part(launch, verdict, run_id)
     if not results.held:
         return [{**base, "kind": "none", "order": 0, **_EMPTY, "message": NO_RULE_RESULTS}]
     rows = [{**base, "kind": "finding", "order": order, **_EMPTY, **_finding_part(finding, verdict.bound)}

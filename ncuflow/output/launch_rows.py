@@ -176,7 +176,7 @@ def export_one_report(report: Path, record: RunRecord | None, folder: Path | Non
     identity = run_identity(record.ref if record is not None else None)
     verdicts = [classify(x, options.threshold) for x in launches]
     rows = as_columns([launch_record(x, v, identity) for x, v in zip(launches, verdicts, strict=True)])
-    findings = as_columns([row for x, v in zip(launches, verdicts, strict=True) for row in finding_rows(x, v, identity)]
+    findings = as_columns([row for x, v in zip(launches, verdicts, strict=True) for row in finding_rows(x, v, identity.run_id)]
                           ) if options.read.findings else {}
     return ExportedReport(rows, metric_rows, tuple(f"{report}: {w.message}" for w in caught), findings)
 
