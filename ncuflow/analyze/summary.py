@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ncuflow.analyze.classify import (
     DEFAULT_THRESHOLD,
@@ -26,10 +26,11 @@ from ncuflow.analyze.classify import (
     check_threshold,
     classify,
 )
-from ncuflow.analyze.findings import top_of
 from ncuflow.analyze.names import distinct_short_names
-from ncuflow.read.findings import Finding
 from ncuflow.read.launch import Launch
+
+if TYPE_CHECKING:  # findings are read (and their modules imported) only where asked for
+    from ncuflow.read.findings import Finding
 
 KernelKey = tuple[str, float | None, float | None]
 
@@ -167,12 +168,17 @@ def summarize_kernel(launches: Sequence[Launch], verdicts: Sequence[Verdict], sh
     share = (total or 0.0) / report_total if report_total else None
     results = [x.rule_results for x in launches]
     read = [r for r in results if r is not None]
+    top = None
+    if read:
+        from ncuflow.analyze.findings import top_of
+
+        top = top_of(results)
     return KernelSummary(
         kernel=name, function=launches[0].kernel.function, short_name=short, grid_size=grid, block_size=block,
         launches=len(launches), timed_launches=len(durations), total_ns=total,
         median_ns=statistics.median(durations) if durations else None, share=share,
         verdicts=ranked, binding_term=term, binding_u=u,
-        top_finding=top_of(results), rules=any(r.held for r in read) if read else None,
+        top_finding=top, rules=any(r.held for r in read) if read else None,
     )
 
 

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, Verdict, classify
 from ncuflow.analyze.selection import Selection
-from ncuflow.output.finding_rows import finding_rows
 from ncuflow.read.escalation import read_run_launches, with_tier2
 from ncuflow.read.extract import iter_launches_with_metrics, read_launches
 from ncuflow.read.launch import Launch
@@ -176,8 +175,12 @@ def export_one_report(report: Path, record: RunRecord | None, folder: Path | Non
     identity = run_identity(record.ref if record is not None else None)
     verdicts = [classify(x, options.threshold) for x in launches]
     rows = as_columns([launch_record(x, v, identity) for x, v in zip(launches, verdicts, strict=True)])
-    findings = as_columns([row for x, v in zip(launches, verdicts, strict=True) for row in finding_rows(x, v, identity.run_id)]
-                          ) if options.read.findings else {}
+    findings: Columns = {}
+    if options.read.findings:
+        from ncuflow.output.finding_rows import finding_rows
+
+        findings = as_columns([row for x, v in zip(launches, verdicts, strict=True)
+                               for row in finding_rows(x, v, identity.run_id)])
     return ExportedReport(rows, metric_rows, tuple(f"{report}: {w.message}" for w in caught), findings)
 
 

@@ -11,9 +11,7 @@ from ncuflow.analyze.fields import CLASSIFY_FIELDS, FIELD_TABLE, duration_text
 from ncuflow.analyze.summary import config_text
 from ncuflow.files import make_console
 from ncuflow.files.safe_text import safe_text, shortened
-from ncuflow.output.findings_text import evidence_lines, finding_record, marker_record
 from ncuflow.read.deep_metrics import DEEP_FIELD_NAMES
-from ncuflow.read.findings import NO_RULE_RESULTS
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
 from ncuflow.read.sanity import parts_on
@@ -52,11 +50,20 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
     row["nvidia_sol"] = launch.nvidia_sol
     row["missing"] = list(launch.missing)
     row["notes"] = dict(launch.notes)
-    results = launch.rule_results
-    row["rule_results"] = None if results is None else (results.held or NO_RULE_RESULTS)
-    row["findings"] = None if results is None else [finding_record(f) for f in results.findings]
-    row["markers"] = None if results is None else [marker_record(m) for m in results.markers]
+    row.update(_finding_keys(launch))
     return row
+
+
+def _finding_keys(launch: Launch) -> dict[str, Any]:
+    """``rule_results`` (true, or why there are none), ``findings`` and ``markers``; null where not read."""
+    results = launch.rule_results
+    if results is None:
+        return dict.fromkeys(FINDING_KEYS)
+    from ncuflow.output.findings_text import finding_record, marker_record
+    from ncuflow.read.findings import NO_RULE_RESULTS
+
+    return {"rule_results": results.held or NO_RULE_RESULTS, "findings": [finding_record(f) for f in results.findings],
+            "markers": [marker_record(m) for m in results.markers]}
 
 
 def binding_utilization(verdict: Verdict) -> tuple[str | None, float | None]:
@@ -165,6 +172,7 @@ def print_launch_table(
         console.print(f"[yellow]disagreement[/yellow] {safe_text(note, 'rich', limit=None)}", highlight=False)
     if evidence:
         from ncuflow.analyze.waiting import why_waiting
+        from ncuflow.output.findings_text import evidence_lines
 
         for launch, verdict in zip(launches, verdicts, strict=True):
             console.print(f"[bold]#{launch.action_index}[/bold] {verdict.bound}: "

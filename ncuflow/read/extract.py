@@ -15,10 +15,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ncuflow.errors import ReportError
-from ncuflow.read.findings import RuleResults
 from ncuflow.read.launch import DeviceInfo, KernelName, Launch
 from ncuflow.read.metrics import BREAKDOWN_METRICS, FIELDS, UNIT_THROUGHPUT_METRICS
 from ncuflow.read.ncureport import (  # re-exported: the ncu_report side's calls
@@ -40,6 +39,9 @@ from ncuflow.read.plan import (
 from ncuflow.read.readers import UnknownLayoutWarning, reads_the_file
 from ncuflow.read.reportfile import read_ncu_version
 from ncuflow.read.units import ReportUnits
+
+if TYPE_CHECKING:  # findings are read only where asked for (``ReadOptions``)
+    from ncuflow.read.findings import RuleResults
 
 __all__ = ["Action", "RawMetric", "count_actions", "iter_launches", "iter_launches_with_metrics",
            "iter_report", "metric_calls", "metric_number", "metric_text",

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ncuflow.read.findings import RuleResults
 from ncuflow.read.metrics import FIELDS_BY_NAME
 from ncuflow.read.sanity import checked
 
 if TYPE_CHECKING:  # a launch of a plain report carries none: reading one imports no store
+    from ncuflow.read.findings import RuleResults  # imported where findings are read
     from ncuflow.store.manifest import RunRef
 
 
