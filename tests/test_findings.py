@@ -114,7 +114,8 @@ def test_a_report_without_rule_results_says_so(corpus_dir: Path) -> None:
     assert result.exit_code == 0, result.output
     assert _words(NO_RULE_RESULTS) in _words(result.output)
     rows = json.loads(CliRunner().invoke(cli, ["classify", "--json", str(report)]).output)
-    assert all(row["rule_results"] == NO_RULE_RESULTS and row["findings"] == [] for row in rows)
+    assert all(row["rule_results"] is False and row["findings"] == [] and row["findings_note"] == NO_RULE_RESULTS
+               for row in rows)
 
 
 # --------------------------------------------------------------------------- link markup

@@ -21,15 +21,15 @@ from ncuflow.terms import BOUND_STYLES
 STAND_INS: dict[str, str] = {
     name: stand_in for name in CLASSIFY_FIELDS if (stand_in := FIELD_TABLE[name].canonical.display.stand_in)
 }
+# The keys that carry NVIDIA's findings (null where they were not read): whether the report holds rule
+# results for the launch, the findings, the markers, and why there are none where it holds none.
+FINDING_KEYS: tuple[str, ...] = ("rule_results", "findings", "markers", "findings_note")
 # The keys of `ncuflow classify --json`, in order (the fields' JSON keys from the field table).
 ROW_KEYS: tuple[str, ...] = (
     "report", "range", "action", "kernel", *(FIELD_TABLE[name].json_key for name in CLASSIFY_FIELDS),
     *(FIELD_TABLE[name].json_key for name in STAND_INS.values()),
-    *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing", "notes",
-    "rule_results", "findings", "markers",
+    *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing", "notes", *FINDING_KEYS,
 )
-# The keys that carry NVIDIA's findings (null where they were not read).
-FINDING_KEYS: tuple[str, ...] = ROW_KEYS[-3:]
 
 __all__ = ["FINDING_KEYS", "ROW_KEYS", "duration_text", "launch_row", "note_lines", "print_launch_table"]
 
@@ -55,15 +55,16 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
 
 
 def _finding_keys(launch: Launch) -> dict[str, Any]:
-    """``rule_results`` (true, or why there are none), ``findings`` and ``markers``; null where not read."""
+    """``FINDING_KEYS``: all null where the findings were not read."""
     results = launch.rule_results
     if results is None:
         return dict.fromkeys(FINDING_KEYS)
     from ncuflow.output.findings_text import finding_record, marker_record
     from ncuflow.read.findings import NO_RULE_RESULTS
 
-    return {"rule_results": results.held or NO_RULE_RESULTS, "findings": [finding_record(f) for f in results.findings],
-            "markers": [marker_record(m) for m in results.markers]}
+    return {"rule_results": results.held, "findings": [finding_record(f) for f in results.findings],
+            "markers": [marker_record(m) for m in results.markers],
+            "findings_note": None if results.held else NO_RULE_RESULTS}
 
 
 def binding_utilization(verdict: Verdict) -> tuple[str | None, float | None]:
