@@ -17,6 +17,7 @@ from pathlib import Path
 from ncuflow.errors import UsageError
 from ncuflow.files.patterns import kernel_pattern
 from ncuflow.read.launch import KernelName, Launch
+from ncuflow.read.options import READ_DEFAULT, ReadOptions
 from ncuflow.read.runs import Loaded, kernel_filter, load_paths
 
 
@@ -98,9 +99,9 @@ class Selection:
             )
         return replace(loaded, runs=tuple(runs), notes=tuple(notes))
 
-    def load(self, paths: Sequence[Path], *, jobs: int | None = None) -> Loaded:
+    def load(self, paths: Sequence[Path], *, jobs: int | None = None, options: ReadOptions = READ_DEFAULT) -> Loaded:
         """``load_paths`` with the kernel filter applied in the readers and the NVTX filter after."""
-        return self.apply(load_paths(list(paths), kernel=self.kernel, jobs=jobs))
+        return self.apply(load_paths(list(paths), kernel=self.kernel, jobs=jobs, options=options))
 
 
 ALL = Selection()

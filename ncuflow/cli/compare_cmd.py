@@ -17,6 +17,7 @@ from ncuflow.cli.options import (
 )
 from ncuflow.cli.selection import nvtx_option, selection_from
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
+from ncuflow.read.options import WITH_FINDINGS
 
 
 @click.command("compare")
@@ -57,8 +58,8 @@ def compare_command(
         guard_markdown(markdown_path, title="compare", inputs=[base, new])
     named_pairs = [parse_pair(text) for text in pairs]
     selection = selection_from(kernel, nvtx)
-    loaded_base = selection.load([base], jobs=resolve_jobs(jobs))
-    loaded_new = selection.load([new], jobs=resolve_jobs(jobs))
+    loaded_base = selection.load([base], jobs=resolve_jobs(jobs), options=WITH_FINDINGS)  # the Markdown's top findings
+    loaded_new = selection.load([new], jobs=resolve_jobs(jobs), options=WITH_FINDINGS)
     echo_notes((*loaded_base.notes, *loaded_new.notes), tuple(dict.fromkeys((*loaded_base.damaged, *loaded_new.damaged))))
     comparison = compare_loaded(loaded_base, loaded_new, base_label=str(base), new_label=str(new),
                                 tolerances=tolerances, threshold=threshold, pairs=named_pairs)

@@ -16,6 +16,7 @@ from ncuflow.cli.options import echo_notes, jobs_option, threshold_option
 from ncuflow.cli.selection import selection_from, selection_options
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 from ncuflow.read.jobs import resolve_jobs
+from ncuflow.read.options import READ_DEFAULT, WITH_FINDINGS
 from ncuflow.read.runs import prestart_reading, read_sources, sources
 
 _threshold_option = threshold_option()
@@ -53,8 +54,10 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     global-load instructions, its grid × block, the binding wall of the max model (dram,
     l2, l1, issue, math) with its utilization u, or `latency` when no term is above the
     threshold (with the largest term's u); NVIDIA's own SpeedOfLight verdict beside ours.
-    --evidence adds every term, and for a latency-bound launch its occupancy and top
-    warp-stall reasons where the report holds them.
+    --evidence adds every term, for a latency-bound launch its occupancy and top
+    warp-stall reasons where the report holds them, and NVIDIA's findings (its rules'
+    messages, the binding wall's first, by estimated speedup) with the metrics they rest
+    on; --json carries the findings and source markers of each launch.
     """
     selection = selection_from(kernel, nvtx)
     keep = selection.predicate()
@@ -73,8 +76,8 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     per_report = []
     with _warnings_to_stderr(), progress_bar() as bar:
         step = bar.stage("reading", len(found.items))
-        for source, read, notes in read_sources(found, jobs=jobs, strict=True,
-                                                progress=step):
+        for source, read, notes in read_sources(found, jobs=jobs, strict=True, progress=step,
+                                                options=WITH_FINDINGS if evidence or as_json else READ_DEFAULT):
             for note in notes:  # what the reader said (an escalation not used, a damaged last action)
                 click.echo(f"ncuflow: warning: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
             launches = [x for x in read or () if keep(x)]  # strict: an unreadable report raises
@@ -173,22 +176,26 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The launches parquet file to write.")
 @click.option("--metrics-long", is_flag=True, help="Also write every raw metric (long table) to OUTPUT's stem + .metrics.parquet.")
+@click.option("--findings", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="F.parquet",
+              help="Also write NVIDIA's findings and source markers, one row each (docs/findings.md), to this parquet file.")
 @_threshold_option
 @selection_options
 @jobs_option
-def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, threshold: float, kernel: str | None,
-                   nvtx: str | None, jobs: int | None) -> None:
+def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, findings: Path | None, threshold: float,
+                   kernel: str | None, nvtx: str | None, jobs: int | None) -> None:
     """Write the launches table of reports to parquet (one row per launch).
 
     Columns: identity (report, range, action, kernel names, NVTX ranges, device,
     compute capability, SM count, ncu version, store run), every canonical field and
     the raw metric it came from (src_*), the model terms u_* and their sources, the
     verdict, NVIDIA's rule verdict, and the list of missing fields. The schema version
-    is in the file's metadata (key ncuflow.schema_version). Nothing is written when a
+    is in the file's metadata (key ncuflow.schema_version). --findings adds a second table:
+    one row per NVIDIA finding (rule, title, message, speedup, focus metrics, the wall it
+    concerns) and per source marker, and one per launch whose report holds no rule results. Nothing is written when a
     report cannot be read. A store run whose manifest does not validate is skipped with
     one warning line: no row is written without the run's identity.
     """
-    from ncuflow.output.launch_rows import prestart_export
+    from ncuflow.output.launch_rows import ExportOptions, prestart_export
 
     selection = selection_from(kernel, nvtx)
     found = sources(paths)
@@ -208,9 +215,11 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
                 bar.stage("writing " + ("the launches and metrics tables" if metrics_long else "the launches table"),
                           None)
 
-        result = export_reports(found, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
-                                jobs=jobs, selection=selection)
+        result = export_reports(found, output, metrics_long=metrics_long, progress=advance, jobs=jobs,
+                                options=ExportOptions(threshold=threshold, selection=selection), findings=findings)
     click.echo(f"wrote {result.launch_count} launch{'' if result.launch_count == 1 else 'es'} from "
                f"{result.report_count} report{'' if result.report_count == 1 else 's'} to {result.launches_path}")
     if result.metrics_path is not None:
         click.echo(f"wrote {result.metric_rows} raw metric rows to {result.metrics_path}")
+    if result.findings_path is not None:
+        click.echo(f"wrote {result.finding_rows} finding and marker rows to {result.findings_path}")

@@ -29,15 +29,18 @@ def summary_command(paths: tuple[Path, ...], top: int | None, as_json: bool, as_
     one report). Per kernel (full name and launch configuration, grid × block): launches,
     total and median duration, share of the report's GPU time (the shares of a report sum
     to 1), the max model's verdicts with their counts and the binding term's median
-    utilization (the largest term's, for a latency-bound kernel). Sorted by total time.
+    utilization (the largest term's, for a latency-bound kernel), and NVIDIA's finding with
+    the largest estimated speedup ("no rules" where the report holds no rule results).
+    Sorted by total time.
     """
     from ncuflow.analyze.summary import summarize
     from ncuflow.errors import UsageError
     from ncuflow.read.jobs import resolve_jobs
+    from ncuflow.read.options import WITH_FINDINGS
 
     if as_json and as_csv:
         raise UsageError("--json and --csv both ask for the whole output.", "", "Pass one of them.")
-    loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs))
+    loaded = selection_from(kernel, nvtx).load(paths, jobs=resolve_jobs(jobs), options=WITH_FINDINGS)
     echo_notes(loaded.notes, loaded.damaged)  # each damaged or unreadable run skipped, named once
     summaries = summarize(loaded.runs, threshold=threshold, top=top)
     from ncuflow.output.summary_table import print_summaries, summaries_csv, summaries_document

@@ -1,6 +1,6 @@
 """ncuflow from Python: launches, verdicts, summaries, comparisons and rooflines for a notebook.
 
-The functions behind ``ncuflow.launches``, ``ncuflow.classify``, ``ncuflow.summary``,
+The functions behind ``ncuflow.launches``, ``ncuflow.classify``, ``ncuflow.findings``, ``ncuflow.summary``,
 ``ncuflow.compare`` and ``ncuflow.roofline`` (``docs/api.md``). Each takes what the
 commands take — report files, folders of reports, run folders or profile stores — and
 returns a polars frame or frozen records; none imports click or the command line.
@@ -28,9 +28,10 @@ from ncuflow.analyze.roofline import Roofline, point_groups, rooflines
 from ncuflow.analyze.selection import Selection
 from ncuflow.analyze.stability import DEFAULT_TOLERANCES
 from ncuflow.analyze.summary import ReportSummary, summarize, summary_rows
+from ncuflow.read.options import READ_DEFAULT, WITH_FINDINGS, ReadOptions
 from ncuflow.read.runs import Loaded
 
-__all__ = ["classify", "compare", "launches", "roofline", "summaries", "summary"]
+__all__ = ["classify", "compare", "findings", "launches", "roofline", "summaries", "summary"]
 
 PathsLike = str | Path | Iterable[str | Path]
 
@@ -38,7 +39,8 @@ SUMMARY_SCHEMA: dict[str, Any] = {
     "report": pl.String, "label": pl.String, "device": pl.String, "rank": pl.Int32, "short_name": pl.String,
     "kernel": pl.String, "function": pl.String, "grid_size": pl.Float64, "block_size": pl.Float64,
     "launches": pl.Int64, "total_ns": pl.Float64, "median_ns": pl.Float64, "share": pl.Float64, "bound": pl.String,
-    "verdicts": pl.String, "binding_term": pl.String, "binding_u": pl.Float64,
+    "verdicts": pl.String, "binding_term": pl.String, "binding_u": pl.Float64, "top_finding": pl.String,
+    "top_speedup": pl.Float64,
 }
 
 
@@ -49,10 +51,10 @@ def _paths(paths: PathsLike) -> list[Path]:
 
 
 def _load(paths: PathsLike, kernel: str | None, nvtx: str | None, jobs: int | None,
-          threshold: float = DEFAULT_THRESHOLD) -> Loaded:
+          threshold: float = DEFAULT_THRESHOLD, options: ReadOptions = READ_DEFAULT) -> Loaded:
     """The selected launches, every argument checked first by the rule its option has (``arguments``)."""
     checked_threshold(threshold)
-    return Selection(kernel=kernel, nvtx=nvtx).load(_paths(paths), jobs=checked_jobs(jobs))
+    return Selection(kernel=kernel, nvtx=nvtx).load(_paths(paths), jobs=checked_jobs(jobs), options=options)
 
 
 def launches(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = None,
@@ -74,7 +76,7 @@ def classify(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = 
              threshold: float = DEFAULT_THRESHOLD, jobs: int | None = None) -> pl.DataFrame:
     """One row per launch with the keys of ``ncuflow classify --json``, plus the device, the launch
     configuration and the binding term with its utilization."""
-    from ncuflow.output.render import ROW_KEYS, binding_utilization, launch_row
+    from ncuflow.output.render import FINDING_KEYS, ROW_KEYS, binding_utilization, launch_row
 
     loaded = _load(paths, kernel, nvtx, jobs, threshold)
     rows = []
@@ -82,12 +84,12 @@ def classify(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = 
         for launch in run.launches:
             verdict = classify_launch(launch, threshold)
             term, u = binding_utilization(verdict)
-            row = launch_row(launch, verdict)
+            row = {key: value for key, value in launch_row(launch, verdict).items() if key not in FINDING_KEYS}
             row["notes"] = [f"{name}: {note}" for name, note in launch.notes.items()]  # what a value does not say
             rows.append({**row, "device": launch.device.name,
                          "grid_size": launch.value("grid_size"), "block_size": launch.value("block_size"),
                          "binding_term": term, "binding_u": u})
-    schema: dict[str, Any] = {key: pl.Float64 for key in ROW_KEYS}
+    schema: dict[str, Any] = {key: pl.Float64 for key in ROW_KEYS if key not in FINDING_KEYS}
     schema.update({"report": pl.String, "range": pl.Int32, "action": pl.Int32, "kernel": pl.String,
                    "bound": pl.String, "nvidia_sol": pl.String, "missing": pl.List(pl.String),
                    "notes": pl.List(pl.String),
@@ -96,11 +98,23 @@ def classify(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = 
     return pl.DataFrame(rows, schema=schema)
 
 
+def findings(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = None,
+             threshold: float = DEFAULT_THRESHOLD, jobs: int | None = None) -> pl.DataFrame:
+    """NVIDIA's findings and source markers: the rows of ``ncuflow export --findings`` (docs/findings.md),
+    one per finding, per marker, and per launch whose report holds no rule results (``kind``)."""
+    from ncuflow.output.export import FINDINGS_SCHEMA
+    from ncuflow.output.finding_rows import finding_rows
+
+    loaded = _load(paths, kernel, nvtx, jobs, threshold, WITH_FINDINGS)
+    rows = [row for run in loaded.runs for x in run.launches for row in finding_rows(x, classify_launch(x, threshold))]
+    return pl.DataFrame(rows, schema=FINDINGS_SCHEMA)
+
+
 def summaries(paths: PathsLike, *, top: int | None = None, kernel: str | None = None, nvtx: str | None = None,
               threshold: float = DEFAULT_THRESHOLD, jobs: int | None = None) -> tuple[ReportSummary, ...]:
     """``ncuflow summary`` as frozen records: one ``ReportSummary`` per report, its kernels by time."""
     top = checked_top(top)
-    return summarize(_load(paths, kernel, nvtx, jobs, threshold).runs, threshold=threshold, top=top)
+    return summarize(_load(paths, kernel, nvtx, jobs, threshold, WITH_FINDINGS).runs, threshold=threshold, top=top)
 
 
 def summary(paths: PathsLike, *, top: int | None = None, kernel: str | None = None, nvtx: str | None = None,

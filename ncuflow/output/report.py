@@ -126,6 +126,7 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
     """
     from ncuflow.output.deep_markdown import roofline_markdown, waiting_markdown
     from ncuflow.output.export import guard_parquet, write_parquet
+    from ncuflow.output.findings_markdown import findings_markdown
     from ncuflow.output.plots import plot_sweep, plot_terms
     from ncuflow.output.roofline_plot import plot_rooflines
 
@@ -158,7 +159,8 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
         for (table, frame), temporary in zip(tables.items(), temporaries[len(plot_paths):], strict=False):
             write_parquet(frame, temporary, table=table, metadata={"ncuflow.report_id": report_id})
         lines = next((what for key, _name, what in planned if key == "roofline"), ())
-        extra = [*roofline_markdown(lines, plots.get("roofline")), *waiting_markdown(analysis)]  # type: ignore[arg-type]
+        extra = [*roofline_markdown(lines, plots.get("roofline")), *waiting_markdown(analysis),  # type: ignore[arg-type]
+                 *findings_markdown(analysis)]
         text = report_markdown(analysis, plots, extra) + (
             f"\nReport id: `{report_id}` (in the name of each plot, and as `ncuflow.report_id` in the "
             "metadata of the parquet tables beside this file).\n")

@@ -11,11 +11,13 @@ from ncuflow.analyze.fields import duration_text
 from ncuflow.analyze.summary import ReportSummary, summary_rows
 from ncuflow.files import make_console
 from ncuflow.files.safe_text import safe_text, spreadsheet_cell
+from ncuflow.output.findings_text import top_text
 from ncuflow.terms import BOUND_STYLES
 
 CSV_COLUMNS: tuple[str, ...] = (
     "report", "label", "device", "rank", "short_name", "grid_size", "block_size", "launches", "total_ns",
-    "median_ns", "share", "bound", "verdicts", "binding_term", "binding_u", "kernel", "function",
+    "median_ns", "share", "bound", "verdicts", "binding_term", "binding_u", "top_finding", "top_speedup", "kernel",
+    "function",
 )
 
 
@@ -41,7 +43,7 @@ def print_summaries(summaries: Sequence[ReportSummary], console: Any = None) -> 
         table = Table(title=_title(summary), header_style="bold", title_justify="left")
         for header, justify in (("#", "right"), ("kernel", "left"), ("grid × block", "right"), ("launches", "right"),
                                 ("total", "right"), ("median", "right"), ("share", "right"),
-                                ("verdicts", "left"), ("binding u", "left")):
+                                ("verdicts", "left"), ("binding u", "left"), ("top finding", "left")):
             table.add_column(header, justify=justify, no_wrap=header != "kernel",  # type: ignore[arg-type]
                              max_width=64 if header == "kernel" else None, overflow="fold")
         for rank, k in enumerate(summary.kernels, start=1):
@@ -49,11 +51,12 @@ def print_summaries(summaries: Sequence[ReportSummary], console: Any = None) -> 
             verdicts = safe_text(k.verdict_text(), "rich") or "—"
             table.add_row(str(rank), safe_text(k.short_name, "rich"), k.config, f"{k.launches:,}", duration_text(k.total_ns),
                           duration_text(k.median_ns), share_text(k.share),
-                          f"[{style}]{verdicts}[/{style}]" if style else verdicts, k.binding_text())
+                          f"[{style}]{verdicts}[/{style}]" if style else verdicts, k.binding_text(),
+                          safe_text(top_text(k.top_finding, k.rules), "rich") if k.rules is not None else "")
         if summary.rest is not None:
             rest = summary.rest
             table.add_row("", f"[dim]{rest.kernels} other kernels[/dim]", "", f"{rest.launches:,}",
-                          duration_text(rest.total_ns), "", share_text(rest.share), "", "")
+                          duration_text(rest.total_ns), "", share_text(rest.share), "", "", "")
         console.print(table)
     if len(summaries) > 1:
         total = sum(s.total_ns or 0.0 for s in summaries)

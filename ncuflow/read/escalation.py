@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from ncuflow.errors import NcuflowError
 from ncuflow.files.safe_text import shortened
 from ncuflow.read.launch import Launch
+from ncuflow.read.options import READ_DEFAULT, ReadOptions
 
 if TYPE_CHECKING:  # the store is imported when a run is read, not with this module
     from ncuflow.store import RunRecord
@@ -29,7 +30,8 @@ class EscalationWarning(UserWarning):
 def merge_launches(first: Launch, second: Launch) -> Launch:
     """One launch seen by two runs (tier 1, then its tier-2 escalation): every field either holds.
 
-    A field tier 1 holds keeps tier 1's value and provenance; the breakdown is the union.
+    A field tier 1 holds keeps tier 1's value and provenance; the breakdown is the union; NVIDIA's
+    findings are tier 1's, or tier 2's where tier 1 holds none (a decisive collection runs no rule).
     """
     values = dict(first.values)
     provenance = dict(first.provenance)
@@ -39,8 +41,9 @@ def merge_launches(first: Launch, second: Launch) -> Launch:
             if name in second.provenance:
                 provenance[name] = second.provenance[name]
     missing = tuple(name for name in first.missing if values.get(name) is None)
+    rules = first.rule_results if first.rule_results is None or first.rule_results.held else second.rule_results
     return replace(first, values=values, provenance=provenance, missing=missing,
-                   breakdown={**second.breakdown, **first.breakdown})
+                   breakdown={**second.breakdown, **first.breakdown}, rule_results=rules)
 
 
 def _mismatch(first: Launch, second: Launch, index: int) -> str | None:
@@ -98,7 +101,8 @@ def tier2_report(record: RunRecord) -> Path | None:
     return found[0].report_path if found else None
 
 
-def with_tier2(record: RunRecord, first: tuple[Launch, ...]) -> tuple[Launch, ...]:
+def with_tier2(record: RunRecord, first: tuple[Launch, ...], options: ReadOptions = READ_DEFAULT,
+               ) -> tuple[Launch, ...]:
     """A stored run's launches (``first``, read from its report) merged with its tier-2
     escalation where it has one.
 
@@ -111,7 +115,7 @@ def with_tier2(record: RunRecord, first: tuple[Launch, ...]) -> tuple[Launch, ..
         second_report = tier2_report(record)
         if second_report is None:
             return first
-        merged, problem = merge_tiers(first, read_launches(second_report), second_report)
+        merged, problem = merge_tiers(first, read_launches(second_report, options), second_report)
     except NcuflowError as error:
         warnings.warn(EscalationWarning(f"{record.report_path}: its tier-2 escalation is not used: {error}"),
                       stacklevel=2)
@@ -121,8 +125,8 @@ def with_tier2(record: RunRecord, first: tuple[Launch, ...]) -> tuple[Launch, ..
     return merged
 
 
-def read_run_launches(record: RunRecord) -> tuple[Launch, ...]:
+def read_run_launches(record: RunRecord, options: ReadOptions = READ_DEFAULT) -> tuple[Launch, ...]:
     """Every intact launch of a stored run, merged with its tier-2 escalation (``with_tier2``)."""
     from ncuflow.read.extract import read_launches
 
-    return with_tier2(record, read_launches(record.report_path))
+    return with_tier2(record, read_launches(record.report_path, options), options)

@@ -1,4 +1,4 @@
-"""One parsed ``ProfileResult`` as ncuflow reads an action: metrics by name, names, NVTX, rules.
+"""One parsed ``ProfileResult`` as ncuflow reads an action: metrics by name, names, NVTX, rule results.
 
 What ``ncu_report``'s ``IAction`` gives for the same launch, from the message itself
 (``ncuflow.read.schema``): a metric's value is the ``MetricValue`` field that is set
@@ -35,6 +35,7 @@ from ncuflow.read.reportfile import DamagedActionWarning, check_bytes
 from ncuflow.read.reportformat import KEPT_TABLE_BYTES
 
 if TYPE_CHECKING:
+    from ncuflow.read.findings import RuleResults
     from ncuflow.read.reportformat import ReportFile
 
 _SOL_RULE = "SOLBottleneck"
@@ -247,6 +248,12 @@ class FileAction:
             ranges.extend(f"{prefix}{text_of(pushed.name)}" for pushed in stacks.get(domain.id, ()))
             ranges.extend(f"{prefix}{text_of(begun.name)}" for begun in started.get(domain.id, ()))
         return tuple(ranges)
+
+    def rule_results(self) -> RuleResults:
+        """NVIDIA's findings and source markers for this launch (each rule result parsed whole, now)."""
+        from ncuflow.read.rule_results import file_rule_results
+
+        return file_rule_results(self._result.rule_results)
 
     def nvidia_sol(self) -> str | None:
         """The title of NVIDIA's speed-of-light rule result (its first message), where there is one."""

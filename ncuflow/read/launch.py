@@ -15,6 +15,7 @@ from ncuflow.read.metrics import FIELDS_BY_NAME
 from ncuflow.read.sanity import checked
 
 if TYPE_CHECKING:  # a launch of a plain report carries none: reading one imports no store
+    from ncuflow.read.findings import RuleResults  # imported where findings are read
     from ncuflow.store.manifest import RunRef
 
 
@@ -63,6 +64,9 @@ class Launch:
     notes: Mapping[str, str] = field(default_factory=dict)
     # Raw metrics the report holds as NaN or infinite (read as absent; named in ``notes``).
     not_numbers: tuple[str, ...] = ()
+    # NVIDIA's findings and source markers (``ncuflow.read.findings``); None where they were not
+    # read (``ReadOptions.findings``), ``RuleResults()`` (not ``held``) where the report has none.
+    rule_results: RuleResults | None = None
 
     def __post_init__(self) -> None:
         # The one check of impossible values, whatever reader built the launch (``read.sanity``).

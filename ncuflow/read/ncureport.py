@@ -14,10 +14,13 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ncuflow.read.launch import KernelName
 from ncuflow.read.reportfile import import_ncu_report, iter_actions, load_context
+
+if TYPE_CHECKING:
+    from ncuflow.read.findings import RuleResults
 
 _SOL_RULE = "SOLBottleneck"
 
@@ -217,6 +220,12 @@ class NcuReportAction:
                 title = message.get("title") if isinstance(message, dict) else None
                 return str(title) if title else None
         return None
+
+    def rule_results(self) -> RuleResults:
+        """NVIDIA's findings and source markers for this launch (``IRuleResult``, ``source_markers()``)."""
+        from ncuflow.read.rule_results import ncu_report_rule_results
+
+        return ncu_report_rule_results(self.action)
 
     def metric_names(self) -> list[str]:
         return list(self.action.metric_names())
