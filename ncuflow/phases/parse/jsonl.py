@@ -212,6 +212,9 @@ def parse_request_jsonl(path: Path, source: LineSource) -> tuple[RequestTrace, .
     kept = runs.in_time_order[::stride]
     origin = min(index.submit)
     records = _kept_records(path, source, index, set(kept), origin)
+    short = next((run for run in kept if len(records[run]) != runs.requests[run]), None)
+    if short is not None:
+        raise _changed(path, runs.first_line[short])
     notes = _notes(index, len(runs.in_time_order), stride)
     return tuple(
         RequestTrace(
@@ -253,13 +256,27 @@ def _kept_records(path: Path, source: LineSource, index: _Index, kept: set[int],
     """The second pass: the requests of the runs analysed, read again from their lines (the
     first pass's requests are in line order, so one position walks along)."""
     records: dict[int, list[RequestRecord]] = {run: [] for run in kept}
-    position = 0
+    position, last = 0, index.line[-1]
     for number, obj in _requests(path, source, None):
+        if number > last:
+            break  # lines written since the first pass: the trace is read as that pass found it
         while index.line[position] < number:
             position += 1
+        if index.line[position] != number:
+            raise _changed(path, number)
         if index.run[position] in kept:
             records[index.run[position]].append(_record(path, number, obj, origin))
     return records
+
+
+def _changed(path: Path, number: int) -> TraceError:
+    return TraceError(
+        f"{path}: the file changed while it was read (near line {number}, its requests are not those "
+        "read a moment before).",
+        "ncuflow reads a trace twice, the second time for the runs it analyses; something rewrote "
+        "the file in between (lines added at its end are left out, as the first reading ended there).",
+        "Analyse the trace once its recorder has stopped writing, or analyse a copy of it.",
+    )
 
 
 def _notes(index: _Index, runs: int, stride: int) -> tuple[str, ...]:
