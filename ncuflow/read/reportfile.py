@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import mmap
 import os
 import re
 import shutil
@@ -217,36 +216,50 @@ def read_ncu_version(path: Path) -> str | None:
     "2025.3.1.0 (build 36398880)"); legacy files do not, and give None.
     """
     try:
-        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            # mmap: the file is searched where it lies, not copied. Searched from the end:
-            # in most reports the string lies within a few hundred bytes of it (after each
-            # result), and the writer's version is the same everywhere.
-            if data[:4] == COMPRESSED_MAGIC:
-                return _compressed_version(handle)
-            return version_in(data, 0, len(data))
-    except (OSError, ValueError):  # ValueError: an empty file cannot be mapped
+        with path.open("rb") as handle:
+            if handle.read(4) == COMPRESSED_MAGIC:
+                return _compressed_version(path, handle)
+            return _version_from_the_end(handle)
+    except OSError:
         return None
 
 
-def _compressed_version(handle: Any) -> str | None:
+def _version_from_the_end(handle: Any) -> str | None:
+    """The last version string of a plain report, read from its end in chunks that overlap by a
+    version string's length (in most reports it lies within a few hundred bytes of the end, after
+    each result). Read, not mapped: a mapped file that another process truncates kills this one
+    with SIGBUS."""
+    end = handle.seek(0, os.SEEK_END)
+    head = b""
+    while end > 0:
+        start = max(0, end - (1 << 20))
+        handle.seek(start)
+        window = handle.read(end - start) + head
+        found = version_in(window, 0, len(window))
+        if found:
+            return found
+        head, end = window[:64], start
+    return None
+
+
+def _compressed_version(path: Path, handle: Any) -> str | None:
     """The last version string of a ``.ncu-repz``'s report, searched as it is decompressed (in
-    chunks that overlap by a version string's length; at most 100x the file is read)."""
+    chunks that overlap by a version string's length; within the bound the reader keeps,
+    ``ncuflow.read.zstdframes``)."""
     try:
         import zstandard
+
+        from ncuflow.read.zstdframes import expansion_limit, zstd_content
     except ImportError:
         return None
-    handle.seek(0)
-    limit = 100 * os.fstat(handle.fileno()).st_size + (64 << 20)
     found: str | None = None
-    tail, read = b"", 0
+    tail = b""
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
-        while read < limit and (chunk := reader.read(1 << 20)):
-            read += len(chunk)
+        for chunk in zstd_content(path, handle, expansion_limit(os.fstat(handle.fileno()).st_size)):
             window = tail + chunk
             found = version_in(window, 0, len(window)) or found
             tail = window[-64:]
-    except zstandard.ZstdError:
+    except (zstandard.ZstdError, ReportError):
         return found
     return found
 

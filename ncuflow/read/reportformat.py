@@ -32,15 +32,16 @@ from typing import IO, Any
 
 from ncuflow.errors import ReportError
 from ncuflow.read.reportfile import COMPRESSED_MAGIC, REPORT_MAGIC, version_in
+from ncuflow.read.zstdframes import expansion_limit, zstd_content
 
 FORMAT_VERSION = 7
 # The fields of BlockHeader that NVIDIA's schema defines (1-7): a higher one is a layout
 # this reader has not been checked against.
 _KNOWN_BLOCK_FIELDS = frozenset(range(1, 8))
-# Caps against hostile files (real reports: a few thousand names, at most ~100,000 results).
+# Caps against hostile files (real reports: a few thousand names, at most ~100,000 results), checked
+# against what the block headers count before their entries are walked.
 MAX_STRINGS = 2_000_000
-MAX_ENTRIES = 20_000_000
-MAX_EXPANSION = 100  # a .ncu-repz expands a few times; more than this is no report
+MAX_ENTRIES = 2_000_000
 _LENGTH = struct.Struct("<I")
 
 
@@ -57,6 +58,7 @@ class ReportFile:
     string_tables: list[Any]  # each block's string table (parsed, its strings not yet Python text), in order
     result_spans: list[tuple[int, int]]  # (offset, length) of each ProfileResult entry, in file order
     damage: str | None = None  # where the file is cut off or stops making sense, None when whole
+    trailing: str | None = None  # bytes after the last block that are none (zeros, garbage), None when none
     version: str | None = None  # the ncu version its block headers name (the last), None where none does
     tables_key: tuple[bytes, ...] = ()  # the string tables' bytes: equal for reports that name alike
     _closers: list[Any] = field(default_factory=list, repr=False)
@@ -74,8 +76,8 @@ class ReportFile:
         view = memoryview(self.data)
         try:
             for index, (offset, length) in enumerate(self.result_spans):
-                try:
-                    parsed = message_class.FromString(view[offset:offset + length])
+                try:  # a result of 0 bytes (no kernel, no metric: never one ncu wrote) is damaged, unparsed
+                    parsed = message_class.FromString(view[offset:offset + length]) if length else None
                 except Exception:  # DecodeError, or a nesting too deep: a damaged result
                     parsed = None
                 yield index, parsed
@@ -108,22 +110,9 @@ def _decompressed(path: Path, handle: IO[bytes]) -> IO[bytes]:
             "ncuflow reads .ncu-repz files through the zstandard package, a dependency of ncuflow.",
             "Install it with `pip install zstandard`, or pass the uncompressed .ncu-rep.",
         ) from error
-    limit = MAX_EXPANSION * os.fstat(handle.fileno()).st_size + (64 << 20)
     sink = tempfile.TemporaryFile(prefix="ncuflow-repz-")  # noqa: SIM115 - returned open; the ReportFile closes it
-    written = 0
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
-        while chunk := reader.read(1 << 20):
-            written += len(chunk)
-            if written > limit:
-                sink.close()
-                raise ReportError(
-                    f"{path} is not a compressed report ncuflow reads: it expands to more than "
-                    f"{MAX_EXPANSION} times its size.",
-                    "A .ncu-repz is an Nsight Compute report inside a zstd container; reports compress "
-                    "a few times, and this file would fill the temporary folder.",
-                    "Pass a report that ncu wrote (check the file's origin).",
-                )
+        for chunk in zstd_content(path, handle, expansion_limit(os.fstat(handle.fileno()).st_size)):
             sink.write(chunk)
     except zstandard.ZstdError as error:
         sink.close()
@@ -132,7 +121,7 @@ def _decompressed(path: Path, handle: IO[bytes]) -> IO[bytes]:
             "A .ncu-repz is an Nsight Compute report inside a zstd container; this one is cut off or corrupted.",
             "Copy the complete file again, or export the report again from Nsight Compute.",
         ) from error
-    except OSError:
+    except BaseException:
         sink.close()
         raise
     sink.seek(0)
@@ -140,9 +129,43 @@ def _decompressed(path: Path, handle: IO[bytes]) -> IO[bytes]:
 
 
 def _map(handle: IO[bytes]) -> Any:
+    """Our own temporary file (a .ncu-repz's content), mapped: nothing else writes it."""
     if os.fstat(handle.fileno()).st_size == 0:
         return b""
     return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _identity(status: os.stat_result) -> tuple[int, ...]:
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+
+
+def _changed(path: Path) -> ReportError:
+    return ReportError(
+        f"{path} changed while it was read: its size or modification time differs after reading from before.",
+        "Something wrote the file meanwhile (an ncu --force-overwrite, a copy or a sync into the same path); "
+        "what was read may mix its old and new bytes, so none of it is used.",
+        "Read the report again once it is written (or read a copy of it).",
+    )
+
+
+def _snapshot(path: Path, handle: IO[bytes]) -> tuple[Any, IO[bytes] | None]:
+    """The user's file, read whole into memory (a compressed one: decompressed into our own temporary
+    file, mapped) and the temporary file to close. Not mapped: a mapped file that another process
+    truncates or rewrites kills the reading process with SIGBUS (issue 38: 4 of 40 runs). The file's
+    identity before and after the reading must agree, else it changed while it was read."""
+    before = _identity(os.fstat(handle.fileno()))
+    sink = None
+    if handle.read(4) == COMPRESSED_MAGIC:
+        sink = _decompressed(path, handle)
+        data = _map(sink)
+    else:
+        handle.seek(0)
+        data = handle.read()
+    if _identity(os.fstat(handle.fileno())) != before or (sink is None and len(data) != before[2]):
+        if sink is not None:
+            sink.close()
+        raise _changed(path)
+    return data, sink
 
 
 @contextlib.contextmanager
@@ -153,13 +176,10 @@ def open_report(path: Path, messages: Any) -> Iterator[ReportFile]:
     """
     report = ReportFile(path, b"", [], [])
     try:
-        handle: IO[bytes] = path.open("rb")
-        report._closers.append(handle)
-        if handle.read(4) == COMPRESSED_MAGIC:
-            handle.seek(0)
-            handle = _decompressed(path, handle)
-            report._closers.append(handle)
-        report.data = _map(handle)
+        with path.open("rb") as handle:
+            report.data, sink = _snapshot(path, handle)
+        if sink is not None:
+            report._closers.append(sink)
         if isinstance(report.data, mmap.mmap):
             report._closers.append(report.data)
     except OSError as error:
@@ -198,6 +218,9 @@ def _walk(report: ReportFile, messages: Any) -> None:
                             f"knows version {FORMAT_VERSION} only")
     entries = names = 0
     while position < size and report.damage is None:
+        if position + 4 <= size and _LENGTH.unpack_from(data, position)[0] == 0:
+            report.trailing = _trailing(data, position)  # ncu writes no empty block header
+            break
         block, after_header = _message_at(data, position, messages.block_header)
         if block is None:
             report.damage = f"the block at byte {position} is cut off or corrupted"
@@ -220,18 +243,37 @@ def _walk(report: ReportFile, messages: Any) -> None:
         if payload_end > size:
             report.damage = f"the file ends inside the block at byte {position}"
         counts = (block.num_sources, block.num_results)
+        entries += _checked_counts(path, position, block, entries)
         walked = _note_entries(report, after_header, min(payload_end, size), counts)
         if report.damage is None and walked != sum(counts):
             raise UnknownLayout(f"the block at byte {position} holds {walked} entries where its header counts "
                                 f"{sum(counts)} sources and results")
-        entries += walked
-        if entries > MAX_ENTRIES:
-            raise ReportError(
-                f"{path} is not a report ncuflow reads: it holds more than {MAX_ENTRIES:,} entries.",
-                "Reports that ncu writes hold at most about a hundred thousand results.",
-                "Pass a report that ncu wrote (check the file's origin).",
-            )
         position = payload_end
+
+
+def _checked_counts(path: Path, position: int, block: Any, entries: int) -> int:
+    """The entries a block's header counts, checked before any is walked: within ``MAX_ENTRIES``
+    with those before it, and each at least its 4-byte length in the payload."""
+    declared = block.num_sources + block.num_results
+    if entries + declared > MAX_ENTRIES:
+        raise ReportError(
+            f"{path} is not a report ncuflow reads: its blocks count more than {MAX_ENTRIES:,} entries.",
+            "Reports that ncu writes hold at most about a hundred thousand results.",
+            "Pass a report that ncu wrote (check the file's origin).",
+        )
+    if 4 * declared > block.payload_size:
+        raise UnknownLayout(f"the block at byte {position} counts {declared:,} entries, more than its "
+                            f"{block.payload_size:,} bytes of payload can hold")
+    return int(declared)
+
+
+def _trailing(data: Any, position: int) -> str:
+    """What the bytes from ``position`` to the end are, where a block header should begin and
+    none does (a 0 length): zeros (a padded copy, a preallocated file) or garbage."""
+    size = len(data)
+    zeros = all(not any(data[at:at + (1 << 20)]) for at in range(position, size, 1 << 20))
+    kind = "zeros" if zeros else "no block ncu writes (garbage)"
+    return f"its last {size - position:,} bytes, from byte {position:,}, are {kind}: they were not read"
 
 
 # String tables parsed lately, by their bytes: the reports of one collection on one chip carry the
@@ -297,6 +339,8 @@ def _note_entries(report: ReportFile, start: int, end: int, counts: tuple[int, i
             report.result_spans.append((position, length))
         position += length
         index += 1
+        if index > sources + results:
+            break  # more entries than the header counts: a layout not checked (the caller says so)
     return index
 
 

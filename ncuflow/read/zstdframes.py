@@ -1,0 +1,76 @@
+"""A ``.ncu-repz``'s content, decompressed frame by frame within a stated bound, and checked whole.
+
+A ``.ncu-repz`` is a report inside zstd frames. Its content is yielded in pieces of at most
+``PIECE`` input bytes' worth (a zstd block of 4 bytes can expand to 128 KiB, so a piece is
+never more than a few MiB), each checked against the bound before the caller writes it:
+at most ``MAX_EXPANSION`` times the file's size (real reports compress 4-42× at zstd's
+level 19): the piece that would pass it is refused before it is written.
+Skippable frames (no content: padding) are passed over. A file that ends inside a frame is
+cut off, and said so (zstd's own readers end quietly there: the content was empty, and
+"does not start with the report signature (b'')" was all a user learned).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from ncuflow.errors import ReportError
+
+MAX_EXPANSION = 100  # a .ncu-repz expands a few times; more than this is no report
+PIECE = 1 << 10  # compressed bytes fed at a time: their content is at most 32 zstd blocks of 128 KiB
+
+
+def expansion_limit(size: int) -> int:
+    """The most a compressed report of ``size`` bytes may expand to: ``MAX_EXPANSION`` times its size."""
+    return MAX_EXPANSION * size
+
+
+def _too_large(path: Path, limit: int) -> ReportError:
+    return ReportError(
+        f"{path} is not a compressed report ncuflow reads: it expands to more than {MAX_EXPANSION} times its "
+        f"size ({limit:,} bytes).",
+        "A .ncu-repz is an Nsight Compute report inside a zstd container; reports compress a few times "
+        "(4-42× at zstd's level 19), and this file would fill the temporary folder.",
+        "Pass a report that ncu wrote (check the file's origin), or its uncompressed .ncu-rep.",
+    )
+
+
+def _cut(path: Path, frames: int, written: int) -> ReportError:
+    return ReportError(
+        f"{path} is cut off: the file ends inside zstd frame {frames + 1}, after {written:,} bytes of its "
+        "report were decompressed.",
+        "A .ncu-repz is an Nsight Compute report inside a zstd container; a copy or a download that "
+        "stopped early leaves its last frame incomplete.",
+        "Copy the complete file again, or export the report again from Nsight Compute.",
+    )
+
+
+def zstd_content(path: Path, handle: IO[bytes], limit: int) -> Iterator[bytes]:
+    """The content of every zstd frame of ``handle`` from its start, in pieces; raises
+    ``ReportError`` past ``limit`` bytes or for a file that ends inside a frame, and lets
+    ``zstandard.ZstdError`` through for bytes that are no zstd."""
+    import zstandard
+
+    handle.seek(0)
+    written, frames = 0, 0
+    frame, pending = None, b""
+    while True:
+        if not pending:
+            pending = handle.read(PIECE)
+            if not pending:
+                break
+        if frame is None:
+            frame = zstandard.ZstdDecompressor().decompressobj()
+        piece = frame.decompress(pending)
+        pending = b""
+        written += len(piece)
+        if written > limit:  # before the piece is written anywhere
+            raise _too_large(path, limit)
+        if piece:
+            yield piece
+        if frame.eof:
+            pending, frame, frames = frame.unused_data, None, frames + 1
+    if frame is not None:
+        raise _cut(path, frames, written)
