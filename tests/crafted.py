@@ -31,8 +31,9 @@ def _block(results: int, payload: int) -> bytes:
 
 def with_empty_results(source: Path, target: Path, count: int) -> Path:
     """``source`` followed by one block declaring ``count`` zero-length results (4 bytes each)."""
-    payload = _LENGTH.pack(0) * count
-    target.write_bytes(source.read_bytes() + _block(count, len(payload)) + payload)
+    with target.open("wb") as out:
+        out.write(source.read_bytes() + _block(count, 4 * count))
+        out.truncate(out.tell() + 4 * count)  # each entry a 4-byte length of 0: sparse, no disk
     return target
 
 

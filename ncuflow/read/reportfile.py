@@ -18,6 +18,7 @@ import shutil
 import stat
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ COMPRESSED_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 _LFS_POINTER = b"version https://git-lfs"
+RECENT_SECONDS = 10.0  # an empty report changed this recently may be being written
 
 
 _VERSION_PATTERN = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?) \(build (\d+)\)")
@@ -185,11 +187,15 @@ def check_bytes(path: Path) -> None:
             "Check the file's permissions and that it is a regular file.",
         ) from error
     if size == 0:
+        age = time.time() - status.st_mtime
         raise ReportError(
-            f"{path} is empty (0 bytes).",
+            f"{path} is empty (0 bytes)" + (f", and was changed {age:.1f} s ago: something may be writing it "
+                                            "now." if 0 <= age < RECENT_SECONDS else "."),
             "An Nsight Compute report that ncu finished writing is never empty; this one was "
-            "created but never written, or its copy failed.",
-            "Profile again, or copy the report again from where it was made.",
+            "created but never written, or its copy failed (or it is being overwritten, as "
+            "ncu --force-overwrite and cp do: the file is emptied first).",
+            "Profile again, or copy the report again from where it was made; if something is writing it, "
+            "read it once written.",
         )
     if head.startswith(_LFS_POINTER):
         raise ReportError(

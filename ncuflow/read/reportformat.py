@@ -272,8 +272,8 @@ def _trailing(data: Any, position: int) -> str:
     none does (a 0 length): zeros (a padded copy, a preallocated file) or garbage."""
     size = len(data)
     zeros = all(not any(data[at:at + (1 << 20)]) for at in range(position, size, 1 << 20))
-    kind = "zeros" if zeros else "no block ncu writes (garbage)"
-    return f"its last {size - position:,} bytes, from byte {position:,}, are {kind}: they were not read"
+    kind = "zeros" if zeros else "garbage"
+    return f"its last {size - position:,} bytes, from byte {position:,}, are {kind}, no block ncu writes: left out"
 
 
 # String tables parsed lately, by their bytes: the reports of one collection on one chip carry the

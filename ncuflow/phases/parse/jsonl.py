@@ -19,7 +19,8 @@ enter (``json_values``): a time is a finite number of at most 10^10 s, a count a
 number up to 10^9; anything else (``NaN``, ``1e308``, a 5000-digit integer, ``true``) is
 one paragraph naming the line and field.
 
-The file is read twice, line by line, in bounded memory: the first pass checks every line
+The file is read twice, line by line, in bounded memory, up to where it ended when it was
+opened (lines a recorder appends meanwhile are left out): the first pass checks every line
 and keeps only each request's span and run (24 bytes a request); the second builds the
 requests of the runs analysed. Beyond ``RUNS`` runs (a quiet server's one-request runs),
 only every ``stride``-th run in time order is analysed, as for server logs, and a note says
@@ -29,6 +30,7 @@ so. A last line cut short (a recorder stopped mid-write) is left out with a note
 from __future__ import annotations
 
 import math
+import os
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -68,12 +70,16 @@ LineSource = Callable[[], Iterator[Line]]
 
 
 def file_lines(path: Path, handle: BinaryIO) -> LineSource:
-    """The lines of ``handle`` from its start, each time the source is called."""
+    """The lines of ``handle`` from its start to where it ended when the source was made, each time
+    the source is called: both passes read the same bytes, and a trace still being written (a
+    recorder appending faster than it is read) does not keep the first pass going."""
+    size = os.fstat(handle.fileno()).st_size
 
     def lines() -> Iterator[Line]:
         handle.seek(0)
-        number = 0
-        while chunk := handle.readline(MAX_LINE_BYTES + 1):
+        number, left = 0, size
+        while left > 0 and (chunk := handle.readline(min(MAX_LINE_BYTES + 1, left))):
+            left -= len(chunk)
             number += 1
             if len(chunk) > MAX_LINE_BYTES:
                 raise TraceError(f"{path}:{number}: a line longer than {MAX_LINE_BYTES >> 20} MiB.",
