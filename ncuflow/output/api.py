@@ -20,7 +20,13 @@ from typing import Any
 
 import polars as pl
 
-from ncuflow.analyze.arguments import checked_jobs, checked_pairs, checked_per, checked_threshold, checked_top
+from ncuflow.analyze.arguments import (
+    checked_jobs,
+    checked_pairs,
+    checked_per,
+    checked_threshold,
+    checked_top,
+)
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD
 from ncuflow.analyze.classify import classify as classify_launch
 from ncuflow.analyze.compare import Comparison, compare_loaded
@@ -46,16 +52,19 @@ SUMMARY_SCHEMA: dict[str, Any] = {
 
 def _paths(paths: PathsLike) -> list[Path]:
     """The paths given, checked as the command line's arguments are: text or ``os.PathLike`` each."""
-    items = [paths] if isinstance(paths, str | os.PathLike) else paths
-    try:
-        listed = list(items)
-    except TypeError:
-        listed = [items]
+    listed: list[object]
+    if isinstance(paths, str | os.PathLike):
+        listed = [paths]
+    else:
+        try:
+            listed = list(paths)
+        except TypeError:  # not iterable: 123
+            listed = [paths]
     for item in listed:
         if not isinstance(item, str | os.PathLike):
             raise UsageError(f"The path {item!r:.60} is not a path: it must be a string or a pathlib.Path.", "",
                              "Give a report file, a folder or a store as a string or a Path, or a list of them.")
-    return [Path(p) for p in listed]
+    return [Path(p) for p in listed if isinstance(p, str | os.PathLike)]
 
 
 def _load(paths: PathsLike, kernel: str | None, nvtx: str | None, jobs: int | None,

@@ -35,7 +35,6 @@ Each note is keyed by the field's name (``Launch.notes``); the tables, ``classif
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 from ncuflow.read.chains import CanonicalField, Part, exact_sum
