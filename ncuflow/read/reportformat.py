@@ -14,8 +14,12 @@ refer to a name that a later block defines: ``open_report`` walks every block fi
 one result at a time. A file cut off is read up to the cut (the ``damage`` it names);
 bytes that are no report are a ``ReportError``; a version or layout this reader has not
 been checked against is ``UnknownLayout``, for which the caller falls back to
-``ncu_report``. Memory is bounded by the file's size (mapped, not copied) and the caps
-below; time is linear in the file's size.
+``ncu_report``. The file is read into memory once, not mapped (a mapped file rewritten by
+another process kills the reader with SIGBUS), and refused where it changed while it was
+read. Memory is bounded by the file's size and the caps below, each checked before the work
+it bounds (a block's counts before its entries are walked); bytes after the last block that
+begin with no block header (zeros, garbage) are named (``trailing``) and left out; time is
+linear in the file's size.
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ class ReportFile:
     """One report's bytes, its whole string table and where each result lies."""
 
     path: Path
-    data: Any  # the mapped file (mmap), or bytes
+    data: Any  # the file's bytes (a .ncu-repz: its content in our temporary file, mapped)
     string_tables: list[Any]  # each block's string table (parsed, its strings not yet Python text), in order
     result_spans: list[tuple[int, int]]  # (offset, length) of each ProfileResult entry, in file order
     damage: str | None = None  # where the file is cut off or stops making sense, None when whole
@@ -156,12 +160,19 @@ def _snapshot(path: Path, handle: IO[bytes]) -> tuple[Any, IO[bytes] | None]:
     before = _identity(os.fstat(handle.fileno()))
     sink = None
     if handle.read(4) == COMPRESSED_MAGIC:
-        sink = _decompressed(path, handle)
+        try:
+            sink = _decompressed(path, handle)
+        except ReportError:  # cut off or corrupted: it may have been rewritten meanwhile
+            if _identity(os.fstat(handle.fileno())) != before:
+                raise _changed(path) from None
+            raise
         data = _map(sink)
     else:
         handle.seek(0)
         data = handle.read()
     if _identity(os.fstat(handle.fileno())) != before or (sink is None and len(data) != before[2]):
+        if isinstance(data, mmap.mmap):
+            data.close()
         if sink is not None:
             sink.close()
         raise _changed(path)
