@@ -50,15 +50,21 @@ def compressed(source: Path, target: Path, *, padding: int = 0, cut: int | None 
     (its size inflates the file without adding content), or only its first ``cut`` bytes."""
     data = zstandard.ZstdCompressor(level=19).compress(source.read_bytes())
     if padding:
-        data += _LENGTH.pack(_SKIPPABLE_MAGIC) + _LENGTH.pack(padding) + bytes(padding)
+        data += _skippable(padding)
     target.write_bytes(data[:cut] if cut is not None else data)
     return target
 
 
-def bomb(target: Path, content: bytes, expanded: int) -> Path:
-    """A ``.ncu-repz`` whose frame expands to ``content`` and then zeros up to ``expanded`` bytes."""
-    target.write_bytes(zstandard.ZstdCompressor(level=19).compress(content + bytes(expanded - len(content))))
+def bomb(target: Path, content: bytes, expanded: int, padding: int = 0) -> Path:
+    """A ``.ncu-repz`` whose frame expands to ``content`` and then zeros up to ``expanded`` bytes,
+    ``padding`` bytes of skippable frame after it."""
+    data = zstandard.ZstdCompressor(level=19).compress(content + bytes(expanded - len(content)))
+    target.write_bytes(data + (_skippable(padding) if padding else b""))
     return target
+
+
+def _skippable(size: int) -> bytes:
+    return _LENGTH.pack(_SKIPPABLE_MAGIC) + _LENGTH.pack(size) + bytes(size)
 
 
 def with_metric_values(source: Path, target: Path, value: float, kind: str = "double_value") -> int:

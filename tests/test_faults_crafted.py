@@ -91,6 +91,12 @@ def test_a_compressed_report_is_held_to_100_times_its_size(corpus_dir: Path, tmp
     ran = run_limited(["classify", str(bomb)], case="crafted:repz expanding 3,000x")
     _refused(ran, f"more than {zstdframes.MAX_EXPANSION} times its size")
     assert ran.seconds < 20
+    # 160x its content's frame, 20x the file with a skippable frame of padding: the padding is no size
+    padded = crafted.bomb(tmp_path / "padded.ncu-repz", source, 3 * MIB, padding=150_000)
+    content_frame = padded.stat().st_size - 150_008
+    assert 3 * MIB > zstdframes.MAX_EXPANSION * content_frame and 3 * MIB < 25 * padded.stat().st_size
+    ran = run_limited(["classify", str(padded)], case="crafted:repz padded by a skippable frame")
+    _refused(ran, f"more than {zstdframes.MAX_EXPANSION} times its size")
 
 
 def test_a_compressed_report_cut_short_is_said_to_be_cut(corpus_dir: Path, tmp_path: Path) -> None:

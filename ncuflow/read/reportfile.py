@@ -255,13 +255,13 @@ def _compressed_version(path: Path, handle: Any) -> str | None:
     try:
         import zstandard
 
-        from ncuflow.read.zstdframes import expansion_limit, zstd_content
+        from ncuflow.read.zstdframes import zstd_content
     except ImportError:
         return None
     found: str | None = None
     tail = b""
     try:
-        for chunk in zstd_content(path, handle, expansion_limit(os.fstat(handle.fileno()).st_size)):
+        for chunk in zstd_content(path, handle):
             window = tail + chunk
             found = version_in(window, 0, len(window)) or found
             tail = window[-64:]

@@ -36,7 +36,7 @@ from typing import IO, Any
 
 from ncuflow.errors import ReportError
 from ncuflow.read.reportfile import COMPRESSED_MAGIC, REPORT_MAGIC, version_in
-from ncuflow.read.zstdframes import expansion_limit, zstd_content
+from ncuflow.read.zstdframes import zstd_content
 
 FORMAT_VERSION = 7
 # The fields of BlockHeader that NVIDIA's schema defines (1-7): a higher one is a layout
@@ -116,7 +116,7 @@ def _decompressed(path: Path, handle: IO[bytes]) -> IO[bytes]:
         ) from error
     sink = tempfile.TemporaryFile(prefix="ncuflow-repz-")  # noqa: SIM115 - returned open; the ReportFile closes it
     try:
-        for chunk in zstd_content(path, handle, expansion_limit(os.fstat(handle.fileno()).st_size)):
+        for chunk in zstd_content(path, handle):
             sink.write(chunk)
     except zstandard.ZstdError as error:
         sink.close()
