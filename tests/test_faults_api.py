@@ -8,7 +8,7 @@ in one paragraph, from the function that checks the option of the same name
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +16,17 @@ import pytest
 
 import ncuflow
 from ncuflow.errors import UsageError
-from tests.hostile import FIGURES, run_limited
+from tests.hostile import FIGURES, figures_line, run_limited
 
 SMALL = "yzwang2000__cudaCode__profile.ncu-rep"
 MISSING = "no-such-report.ncu-rep"  # checked before any path is read: a missing one is never reached
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_figures() -> Iterator[None]:
+    yield
+    print(figures_line("fault suite so far", FIGURES))
+
 
 CASES: list[tuple[str, Callable[[Path], Any], str]] = [
     ("threshold=10**400", lambda r: ncuflow.classify(r, threshold=10**400), "threshold"),

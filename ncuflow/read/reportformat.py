@@ -159,7 +159,7 @@ def _snapshot(path: Path, handle: IO[bytes]) -> tuple[Any, IO[bytes] | None]:
     identity before and after the reading must agree, else it changed while it was read."""
     before = _identity(os.fstat(handle.fileno()))
     sink = None
-    if handle.read(4) == COMPRESSED_MAGIC:
+    if os.pread(handle.fileno(), 4, 0) == COMPRESSED_MAGIC:  # the handle left unread: read() below copies once
         try:
             sink = _decompressed(path, handle)
         except ReportError:  # cut off or corrupted: it may have been rewritten meanwhile
@@ -168,7 +168,6 @@ def _snapshot(path: Path, handle: IO[bytes]) -> tuple[Any, IO[bytes] | None]:
             raise
         data = _map(sink)
     else:
-        handle.seek(0)
         data = handle.read()
     if _identity(os.fstat(handle.fileno())) != before or (sink is None and len(data) != before[2]):
         if isinstance(data, mmap.mmap):
@@ -282,7 +281,8 @@ def _trailing(data: Any, position: int) -> str:
     """What the bytes from ``position`` to the end are, where a block header should begin and
     none does (a 0 length): zeros (a padded copy, a preallocated file) or garbage."""
     size = len(data)
-    zeros = all(not any(data[at:at + (1 << 20)]) for at in range(position, size, 1 << 20))
+    step = 1 << 20
+    zeros = all(data[at:at + step].count(0) == min(step, size - at) for at in range(position, size, step))
     kind = "zeros" if zeros else "garbage"
     return f"its last {size - position:,} bytes, from byte {position:,}, are {kind}, no block ncu writes: left out"
 
