@@ -214,6 +214,20 @@ def check_bytes(path: Path) -> None:
         )
 
 
+def file_identity(status: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is written: compared before and after a report is read."""
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+
+
+def changed_while_read(path: Path) -> ReportError:
+    return ReportError(
+        f"{path} changed while it was read: its size or modification time differs after reading from before.",
+        "Something wrote the file meanwhile (an ncu --force-overwrite, a copy or a sync into the same path); "
+        "what was read may mix its old and new bytes, so none of it is used.",
+        "Read the report again once it is written (or read a copy of it).",
+    )
+
+
 def read_ncu_version(path: Path) -> str | None:
     """The ncu version that wrote the report, read from the file's bytes.
 
@@ -322,20 +336,32 @@ def _native_note(captured: list[str]) -> str:
     return f"ncu_report's own log said: {last[:300]}"
 
 
+def _identity_of(path: Path) -> tuple[int, ...] | None:
+    try:
+        return file_identity(path.stat())
+    except OSError:
+        return None
+
+
 def load_context(path: Path) -> Any:
     check_bytes(path)
     ncu_report = import_ncu_report()
+    before = _identity_of(path)
     try:
         with _native_stderr_captured() as native_log:
-            context = ncu_report.load_report(str(path))
+            context = ncu_report.load_report(str(path))  # the whole file, read at once
             empty = context.num_ranges() == 0
     except Exception as error:
+        if _identity_of(path) != before:
+            raise changed_while_read(path) from error
         raise ReportError(
             f"{path} could not be opened as an Nsight Compute report: {error}.",
             "The ncu_report module rejected the file.",
             "Check that the file is a complete report written by ncu; a newer ncu_report wheel "
             "(`pip install -U ncu-report`) reads reports of every older ncu version.",
         ) from error
+    if _identity_of(path) != before:
+        raise changed_while_read(path)
     if empty:
         raise ReportError(
             f"{path} holds no profiled launch: ncu_report opened it as zero ranges.",

@@ -35,7 +35,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from ncuflow.errors import ReportError
-from ncuflow.read.reportfile import COMPRESSED_MAGIC, REPORT_MAGIC, version_in
+from ncuflow.read.reportfile import (
+    COMPRESSED_MAGIC,
+    REPORT_MAGIC,
+    changed_while_read,
+    file_identity,
+    version_in,
+)
 from ncuflow.read.zstdframes import zstd_content
 
 FORMAT_VERSION = 7
@@ -139,42 +145,29 @@ def _map(handle: IO[bytes]) -> Any:
     return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _identity(status: os.stat_result) -> tuple[int, ...]:
-    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
-
-
-def _changed(path: Path) -> ReportError:
-    return ReportError(
-        f"{path} changed while it was read: its size or modification time differs after reading from before.",
-        "Something wrote the file meanwhile (an ncu --force-overwrite, a copy or a sync into the same path); "
-        "what was read may mix its old and new bytes, so none of it is used.",
-        "Read the report again once it is written (or read a copy of it).",
-    )
-
-
 def _snapshot(path: Path, handle: IO[bytes]) -> tuple[Any, IO[bytes] | None]:
     """The user's file, read whole into memory (a compressed one: decompressed into our own temporary
     file, mapped) and the temporary file to close. Not mapped: a mapped file that another process
     truncates or rewrites kills the reading process with SIGBUS (issue 38: 4 of 40 runs). The file's
     identity before and after the reading must agree, else it changed while it was read."""
-    before = _identity(os.fstat(handle.fileno()))
+    before = file_identity(os.fstat(handle.fileno()))
     sink = None
     if os.pread(handle.fileno(), 4, 0) == COMPRESSED_MAGIC:  # the handle left unread: read() below copies once
         try:
             sink = _decompressed(path, handle)
         except ReportError:  # cut off or corrupted: it may have been rewritten meanwhile
-            if _identity(os.fstat(handle.fileno())) != before:
-                raise _changed(path) from None
+            if file_identity(os.fstat(handle.fileno())) != before:
+                raise changed_while_read(path) from None
             raise
         data = _map(sink)
     else:
         data = handle.read()
-    if _identity(os.fstat(handle.fileno())) != before or (sink is None and len(data) != before[2]):
+    if file_identity(os.fstat(handle.fileno())) != before or (sink is None and len(data) != before[2]):
         if isinstance(data, mmap.mmap):
             data.close()
         if sink is not None:
             sink.close()
-        raise _changed(path)
+        raise changed_while_read(path)
     return data, sink
 
 
