@@ -2,7 +2,7 @@
 
 A ``.ncu-repz`` is a report inside zstd frames. Its content is yielded in pieces of at most
 ``PIECE`` input bytes' worth (a zstd block of 4 bytes can expand to 128 KiB, so a piece is
-never more than a few MiB), each checked against the bound before the caller writes it:
+never more than 32 MiB), each checked against the bound before the caller writes it:
 at most ``MAX_EXPANSION`` times the file's size (real reports compress 4-42× at zstd's
 level 19): the piece that would pass it is refused before it is written. Skippable frames
 (no content: padding) are passed over, and their bytes do not count as the file's size once
@@ -21,7 +21,7 @@ from typing import IO
 from ncuflow.errors import ReportError
 
 MAX_EXPANSION = 100  # a .ncu-repz expands a few times; more than this is no report
-PIECE = 1 << 10  # compressed bytes fed at a time: their content is at most 32 zstd blocks of 128 KiB
+PIECE = 1 << 10  # compressed bytes fed at a time: at most 256 zstd blocks (4 bytes each at least) of 128 KiB
 
 
 def expansion_limit(size: int) -> int:
