@@ -7,6 +7,7 @@ Whatever reader built them, a ``Launch``'s fields pass through ``checked`` (its
   few-µs launch overshoots) is the rated one, with a note;
 - a hit rate above 100 % or below 0 % (ncu computes it from sampled sector counts and
   can land at 100.43 %) is clamped into [0, 100], with a note giving the stored value;
+  one outside the % rule's range below (−1e6 %) is no sampling noise: missing, with a note;
 - sectors per request over 0 requests is undefined (ncu's own average stores 0.0): the
   field is missing, with a note;
 - a count (bytes, sectors, requests, instructions, ...) that is negative, or, where it was
@@ -106,7 +107,9 @@ def _impossible(values: Mapping[str, float | None],
     found: dict[str, tuple[float | None, str]] = {}
     for name in SHARE_PERCENTAGES:
         value = values.get(name)
-        if value is not None and not 0.0 <= value <= 100.0:
+        if value is not None and not _in_range(value, "percent"):  # no sampling noise: no measurement
+            found[name] = (None, f"a share, stored as {_number(value)} %: outside 0 … 200, no measurement")
+        elif value is not None and not 0.0 <= value <= 100.0:
             bound = 100.0 if value > 100.0 else 0.0
             found[name] = (bound, f"ncu stored {_number(value)} %, outside 0–100 %: clamped to {bound:g} %")
     for name in _PER_REQUEST:
