@@ -37,6 +37,13 @@ def with_empty_results(source: Path, target: Path, count: int) -> Path:
     return target
 
 
+def with_lying_block(source: Path, target: Path, count: int) -> Path:
+    """``source`` followed by one block counting ``count`` results in a payload of two empty entries."""
+    payload = _LENGTH.pack(0) * 2
+    target.write_bytes(source.read_bytes() + _block(count, len(payload)) + payload)
+    return target
+
+
 def with_trailing_zeros(source: Path, target: Path, size: int) -> Path:
     """``source`` with ``size`` zero bytes after its last block (a copy padded, a disk image)."""
     with source.open("rb") as original, target.open("wb") as out:

@@ -5,7 +5,8 @@ Every case runs the real command line under the fault suite's limits (``tests.ho
 traceback, no hang, memory bounded by the caps checked before any work.
 
 - a block counting 25 M zero-length results (100 MB, sparse), and the same as a ``.ncu-repz``
-  padded with a skippable frame; 1.9 M of them (under the cap: skipped, counted);
+  padded with a skippable frame; 1.9 M of them (under the cap: skipped, counted); a block
+  counting 1.5 M entries in 8 bytes (corrupted: the blocks before it are read);
 - 80 MiB of zeros, or garbage, after the last block;
 - a ``.ncu-repz`` expanding 3,000× (the cap is 100× as stated), one cut short;
 - every double metric set to 1e308, or to -1e6 (values out of their kind's range: missing with a note).
@@ -69,6 +70,13 @@ def test_empty_results_under_the_cap_are_counted_as_damaged_not_read(corpus_dir:
     _read_with_note(ran, "1,900,000 actions", "damaged")
     assert len(json.loads(ran.stdout)) == 2
     assert ran.peak_mib < 1024, ran.peak_mib
+
+
+def test_a_block_counting_more_entries_than_its_payload_holds_is_corrupted(corpus_dir: Path,
+                                                                           tmp_path: Path) -> None:
+    report = crafted.with_lying_block(corpus_dir / SMALL, tmp_path / "lying.ncu-rep", 1_500_000)
+    ran = run_limited(["classify", str(report)], case="crafted:a block counting more than its payload holds")
+    _read_with_note(ran, "is corrupted: it counts 1,500,000 entries, more than its 8 bytes", "its 2 actions")
 
 
 @pytest.mark.parametrize("kind", ["zeros", "garbage"])

@@ -246,7 +246,11 @@ def _walk(report: ReportFile, messages: Any) -> None:
         if payload_end > size:
             report.damage = f"the file ends inside the block at byte {position}"
         counts = (block.num_sources, block.num_results)
-        entries += _checked_counts(path, position, block, entries)
+        entries += _checked_counts(path, block, entries)
+        if 4 * sum(counts) > block.payload_size:  # each entry is at least its 4-byte length: corrupted
+            report.damage = (f"the block at byte {position} is corrupted: it counts {sum(counts):,} entries, "
+                             f"more than its {block.payload_size:,} bytes of payload can hold")
+            break
         walked = _note_entries(report, after_header, min(payload_end, size), counts)
         if report.damage is None and walked != sum(counts):
             raise UnknownLayout(f"the block at byte {position} holds {walked} entries where its header counts "
@@ -254,9 +258,9 @@ def _walk(report: ReportFile, messages: Any) -> None:
         position = payload_end
 
 
-def _checked_counts(path: Path, position: int, block: Any, entries: int) -> int:
+def _checked_counts(path: Path, block: Any, entries: int) -> int:
     """The entries a block's header counts, checked before any is walked: within ``MAX_ENTRIES``
-    with those before it, and each at least its 4-byte length in the payload."""
+    with those before it."""
     declared = block.num_sources + block.num_results
     if entries + declared > MAX_ENTRIES:
         raise ReportError(
@@ -264,9 +268,6 @@ def _checked_counts(path: Path, position: int, block: Any, entries: int) -> int:
             "Reports that ncu writes hold at most about a hundred thousand results.",
             "Pass a report that ncu wrote (check the file's origin).",
         )
-    if 4 * declared > block.payload_size:
-        raise UnknownLayout(f"the block at byte {position} counts {declared:,} entries, more than its "
-                            f"{block.payload_size:,} bytes of payload can hold")
     return int(declared)
 
 
