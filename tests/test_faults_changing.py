@@ -95,10 +95,14 @@ class _WrittenAfterTheFirstLook:
         return status
 
 
+@pytest.mark.parametrize("copied", [False, True])
 def test_a_report_rewritten_while_it_is_read_is_one_paragraph(corpus_dir: Path, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                                              monkeypatch: pytest.MonkeyPatch, copied: bool) -> None:
+    """Read into memory, or (above ``MAX_READ_BYTES``) copied to a temporary file: either way compared."""
     target = tmp_path / "live.ncu-rep"
     shutil.copyfile(corpus_dir / LARGE, target)
+    if copied:
+        monkeypatch.setattr(reportformat, "MAX_READ_BYTES", 1 << 20)
     monkeypatch.setattr(reportformat, "os", _WrittenAfterTheFirstLook(target, (corpus_dir / OTHER).read_bytes()))
     with pytest.raises(ReportError) as caught:
         read_launches(target)

@@ -9,7 +9,8 @@ traceback, no hang, memory bounded by the caps checked before any work.
   counting 1.5 M entries in 8 bytes (corrupted: the blocks before it are read);
 - 80 MiB of zeros, or garbage, after the last block;
 - a ``.ncu-repz`` expanding 3,000× (the cap is 100× as stated), one cut short;
-- every double metric set to 1e308, or to -1e6 (values out of their kind's range: missing with a note).
+- every double metric set to 1e308, or to -1e6 (values out of their kind's range: missing with a note);
+- a 1.2 GB report where 1 GiB of address space is allowed (copied, then too large to map: one paragraph).
 
 The figures are printed at the end of the module (``pytest -s``) for the README.
 """
@@ -29,6 +30,7 @@ from tests import crafted
 from tests.hostile import FIGURES, Ran, figures_line, run_limited
 
 SMALL = "yzwang2000__cudaCode__profile.ncu-rep"  # 2 launches, 104 KB
+LARGE = "jestes15__EE384_FinalProject__profile_output.ncu-rep"  # 18 launches, 3.6 MB
 MIB = 2**20
 
 
@@ -90,6 +92,26 @@ def test_bytes_after_the_last_block_are_named_and_left_out(corpus_dir: Path, tmp
         ran = run_limited([command, str(report)], case=f"crafted:80 MiB of trailing {kind}")
         _read_with_note(ran, f"are {kind}, no block ncu writes: left out", "its 2 actions")
         assert ran.seconds < 20, ran.seconds  # 4 bytes at a time took ~0.85 s a MiB
+
+
+def test_a_report_larger_than_the_memory_allowed_is_one_paragraph(corpus_dir: Path, tmp_path: Path) -> None:
+    """Above ``MAX_READ_BYTES`` the report is copied to a temporary file and mapped (never the user's
+    file: SIGBUS); where the address space allowed is smaller, one paragraph, not a MemoryError."""
+    report = crafted.with_trailing_zeros(corpus_dir / SMALL, tmp_path / "large.ncu-rep", 1200 * MIB)
+    assert report.stat().st_size > reportformat.MAX_READ_BYTES
+    ran = run_limited(["classify", str(report)], memory=1 << 30, case="crafted:1.2 GB report, 1 GiB allowed")
+    _refused(ran, "does not fit in the memory this process may use")
+    assert "MemoryError" not in ran.output
+
+
+def test_a_large_report_read_through_its_copy_is_the_report(corpus_dir: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from ncuflow.read.extract import read_launches
+
+    whole = read_launches(corpus_dir / LARGE)
+    monkeypatch.setattr(reportformat, "MAX_READ_BYTES", 1 * MIB)
+    assert (corpus_dir / LARGE).stat().st_size > reportformat.MAX_READ_BYTES
+    assert read_launches(corpus_dir / LARGE) == whole
 
 
 def test_a_compressed_report_is_held_to_100_times_its_size(corpus_dir: Path, tmp_path: Path) -> None:

@@ -25,8 +25,10 @@ linear in the file's size.
 from __future__ import annotations
 
 import contextlib
+import errno
 import mmap
 import os
+import shutil
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -52,6 +54,9 @@ _KNOWN_BLOCK_FIELDS = frozenset(range(1, 8))
 # against what the block headers count before their entries are walked.
 MAX_STRINGS = 2_000_000
 MAX_ENTRIES = 2_000_000
+# A report up to this size is read into memory; a larger one is copied to a temporary file and mapped
+# (either way a copy: a mapped file that another process rewrites kills the reader with SIGBUS).
+MAX_READ_BYTES = 256 << 20
 _LENGTH = struct.Struct("<I")
 
 
@@ -145,30 +150,52 @@ def _map(handle: IO[bytes]) -> Any:
     return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
 
+def _copied(handle: IO[bytes]) -> IO[bytes]:
+    """The file copied in pieces into an anonymous temporary file of ours."""
+    sink = tempfile.TemporaryFile(prefix="ncuflow-report-")  # noqa: SIM115 - returned open; the ReportFile closes it
+    try:
+        shutil.copyfileobj(handle, sink, 1 << 20)
+    except BaseException:
+        sink.close()
+        raise
+    return sink
+
+
 def _snapshot(path: Path, handle: IO[bytes]) -> tuple[Any, IO[bytes] | None]:
-    """The user's file, read whole into memory (a compressed one: decompressed into our own temporary
-    file, mapped) and the temporary file to close. Not mapped: a mapped file that another process
-    truncates or rewrites kills the reading process with SIGBUS (issue 38: 4 of 40 runs). The file's
-    identity before and after the reading must agree, else it changed while it was read."""
+    """A copy of the user's file that nothing else writes, and the temporary file to close (None
+    where the copy is in memory): a report up to ``MAX_READ_BYTES`` read whole into memory, a
+    larger one copied to our temporary file, a compressed one decompressed there; those are mapped.
+    Never the user's file mapped: another process that truncates or rewrites it kills the reader
+    with SIGBUS (issue 38: 4 of 40 runs). The file's identity before and after must agree, else
+    it changed while it was read."""
     before = file_identity(os.fstat(handle.fileno()))
-    sink = None
-    if os.pread(handle.fileno(), 4, 0) == COMPRESSED_MAGIC:  # the handle left unread: read() below copies once
-        try:
-            sink = _decompressed(path, handle)
-        except ReportError:  # cut off or corrupted: it may have been rewritten meanwhile
-            if file_identity(os.fstat(handle.fileno())) != before:
-                raise changed_while_read(path) from None
-            raise
-        data = _map(sink)
-    else:
-        data = handle.read()
-    if file_identity(os.fstat(handle.fileno())) != before or (sink is None and len(data) != before[2]):
+    compressed = os.pread(handle.fileno(), 4, 0) == COMPRESSED_MAGIC  # the handle left unread: one copy
+    try:
+        if compressed:
+            sink: IO[bytes] | None = _decompressed(path, handle)
+        else:
+            sink = _copied(handle) if before[2] > MAX_READ_BYTES else None
+    except ReportError:  # cut off or corrupted: it may have been rewritten meanwhile
+        if file_identity(os.fstat(handle.fileno())) != before:
+            raise changed_while_read(path) from None
+        raise
+    data = _map(sink) if sink is not None else handle.read()
+    if file_identity(os.fstat(handle.fileno())) != before or (not compressed and len(data) != before[2]):
         if isinstance(data, mmap.mmap):
             data.close()
         if sink is not None:
             sink.close()
         raise changed_while_read(path)
     return data, sink
+
+
+def _too_large_for_memory(path: Path) -> ReportError:
+    return ReportError(
+        f"{path} does not fit in the memory this process may use.",
+        f"ncuflow reads a report of up to {MAX_READ_BYTES >> 20} MiB into memory, and maps its own copy of a "
+        "larger one; the address space this process is allowed (a ulimit, a container's limit) is smaller.",
+        "Read it where more memory is allowed, or profile fewer launches per report (ncu --launch-count, --kernel).",
+    )
 
 
 @contextlib.contextmanager
@@ -185,8 +212,13 @@ def open_report(path: Path, messages: Any) -> Iterator[ReportFile]:
             report._closers.append(sink)
         if isinstance(report.data, mmap.mmap):
             report._closers.append(report.data)
+    except MemoryError:
+        report.close()
+        raise _too_large_for_memory(path) from None
     except OSError as error:
         report.close()
+        if error.errno == errno.ENOMEM:  # mapping our copy of a large one
+            raise _too_large_for_memory(path) from None
         raise ReportError(
             f"{path} cannot be read: {error.strerror or error}.",
             "ncuflow needs read access to the report file (and, for a .ncu-repz, room in the temporary folder).",
