@@ -61,7 +61,9 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
     "ratio": (0.0, 1e12, True, "a ratio"),
     "per_request": (0.0, 1e12, True, "a ratio"),
 }
-_RANGED = tuple(f for f in FIELDS if f.sanity in RANGES)
+# (field, lowest, highest, whether the lowest is allowed, what it is) of each ranged row, looked up once.
+_RANGED = tuple((f.name, *RANGES[f.sanity]) for f in FIELDS if f.sanity in RANGES)
+_PERCENT_LOW, _PERCENT_HIGH = RANGES["percent"][:2]
 
 # A measured peak this far above the rated one is a clock measured over too short a launch.
 RATED_SLACK = 0.001
@@ -121,12 +123,12 @@ def _impossible(values: Mapping[str, float | None],
         value = values.get(name)
         if value is not None and value <= 0.0:
             found[name] = (None, f"a peak, stored as {_number(value)}: no peak is 0 or less")
-    for field in _RANGED:
-        value = values.get(field.name)
-        if value is not None and field.name not in found and not _in_range(value, field.sanity):
-            low, high, _, what = RANGES[str(field.sanity)]
-            found[field.name] = (None, f"{what}, stored as {_number(value)}: outside {_number(low)} … "
-                                       f"{_number(high)}, no measurement")
+    for name, low, high, low_allowed, what in _RANGED:
+        value = values.get(name)
+        if value is None or (low < value <= high) or (low_allowed and value == low) or name in found:
+            continue
+        found[name] = (None, f"{what}, stored as {_number(value)}: outside {_number(low)} … {_number(high)}, "
+                             "no measurement")
     for field in _WHOLE:
         value = values.get(field.name)
         whole = float(value).is_integer() or _derived(provenance.get(field.name)) if value is not None else True
@@ -135,21 +137,21 @@ def _impossible(values: Mapping[str, float | None],
     return found
 
 
-def _in_range(value: float, sanity: str | None) -> bool:
-    low, high, low_allowed, _ = RANGES[str(sanity)]
+def _in_range(value: float, sanity: str) -> bool:
+    low, high, low_allowed, _ = RANGES[sanity]
     return (low <= value if low_allowed else low < value) and value <= high
 
 
 def checked_breakdown(breakdown: Mapping[str, float]) -> tuple[dict[str, float], str] | None:
     """NVIDIA's breakdown without the units whose % of peak is out of range, and a note naming
-    them; None when every unit is in range (the common case: nothing is copied)."""
-    out = {metric: pct for metric, pct in breakdown.items() if not _in_range(pct, "percent")}
-    if not out:
+    them; None when every unit is in range (the common case: two builtins over the values)."""
+    if min(breakdown.values()) >= _PERCENT_LOW and max(breakdown.values()) <= _PERCENT_HIGH:
         return None
-    low, high, _, _ = RANGES["percent"]
+    out = {metric: pct for metric, pct in breakdown.items() if not _in_range(pct, "percent")}
     first, value = next(iter(out.items()))
-    note = (f"{len(out)} unit{'s' if len(out) > 1 else ''} stored outside {_number(low)} … {_number(high)} % of "
-            f"peak ({first}: {_number(value)}{', ...' if len(out) > 1 else ''}): left out of the model")
+    note = (f"{len(out)} unit{'s' if len(out) > 1 else ''} stored outside {_number(_PERCENT_LOW)} … "
+            f"{_number(_PERCENT_HIGH)} % of peak ({first}: {_number(value)}{', ...' if len(out) > 1 else ''}): "
+            "left out of the model")
     return {metric: pct for metric, pct in breakdown.items() if metric not in out}, note
 
 
