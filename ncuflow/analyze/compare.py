@@ -150,18 +150,6 @@ def _pair(base: list[Measurement], new: list[Measurement]) -> tuple[list[tuple[M
     return pairs, rest_base, rest_new
 
 
-def parse_pair(text: str) -> tuple[str, str]:
-    """``--pair BASE=NEW`` as (base name, new name)."""
-    base, equals, new = text.partition("=")
-    if not equals or not base.strip() or not new.strip():
-        raise UsageError(
-            f"--pair {text!r} is not BASE=NEW.",
-            "--pair names a kernel of BASE and the kernel of NEW it became (a renamed kernel).",
-            "Write it like --pair old_kernel=new_kernel (each a name or a regular expression).",
-        )
-    return base.strip(), new.strip()
-
-
 def _named(pool: Sequence[Measurement], name: str, side: str) -> list[Measurement]:
     """The measurements of a side a --pair name selects: exact names first, else a regular expression."""
     def names(m: Measurement) -> tuple[str, ...]:

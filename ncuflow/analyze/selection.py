@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ncuflow.analyze.arguments import checked_text
 from ncuflow.errors import UsageError
 from ncuflow.files.patterns import kernel_pattern
 from ncuflow.read.launch import KernelName, Launch
@@ -47,6 +48,8 @@ class Selection:
     nvtx: str | None = None
 
     def __post_init__(self) -> None:
+        checked_text(self.kernel, "kernel")  # the API's kernel=123: what --kernel never is
+        checked_text(self.nvtx, "nvtx")
         kernel_filter(self.kernel)  # a bad regular expression is refused here, once
         if self.nvtx is not None and not self.nvtx.strip().rstrip("/"):
             raise UsageError(

@@ -49,7 +49,8 @@ def compare_command(
     work, or ambiguous) with the binding term on each side. Replicas and repeated launches
     on a side make its noise known; a side measured once can only show large changes.
     """
-    from ncuflow.analyze.compare import compare_loaded, comparison_document, parse_pair
+    from ncuflow.analyze.arguments import parse_pair
+    from ncuflow.analyze.compare import compare_loaded, comparison_document
     from ncuflow.output.markdown import compare_markdown, guard_markdown, write_markdown
     from ncuflow.read.jobs import resolve_jobs
 

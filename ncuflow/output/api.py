@@ -13,13 +13,20 @@ commands do. Where ``ncu_report`` reads, every report is read in a worker proces
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from ncuflow.analyze.arguments import checked_jobs, checked_per, checked_threshold, checked_top
+from ncuflow.analyze.arguments import (
+    checked_jobs,
+    checked_pairs,
+    checked_per,
+    checked_threshold,
+    checked_top,
+)
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD
 from ncuflow.analyze.classify import classify as classify_launch
 from ncuflow.analyze.compare import Comparison, compare_loaded
@@ -28,6 +35,7 @@ from ncuflow.analyze.roofline import Roofline, point_groups, rooflines
 from ncuflow.analyze.selection import Selection
 from ncuflow.analyze.stability import DEFAULT_TOLERANCES
 from ncuflow.analyze.summary import ReportSummary, summarize, summary_rows
+from ncuflow.errors import UsageError
 from ncuflow.read.options import READ_DEFAULT, WITH_FINDINGS, ReadOptions
 from ncuflow.read.runs import Loaded
 
@@ -45,9 +53,20 @@ SUMMARY_SCHEMA: dict[str, Any] = {
 
 
 def _paths(paths: PathsLike) -> list[Path]:
-    if isinstance(paths, (str, Path)):
-        return [Path(paths)]
-    return [Path(p) for p in paths]
+    """The paths given, checked as the command line's arguments are: text or ``os.PathLike`` each."""
+    listed: list[object]
+    if isinstance(paths, str | os.PathLike):
+        listed = [paths]
+    else:
+        try:
+            listed = list(paths)
+        except TypeError:  # not iterable: 123
+            listed = [paths]
+    for item in listed:
+        if not isinstance(item, str | os.PathLike):
+            raise UsageError(f"The path {item!r:.60} is not a path: it must be a string or a pathlib.Path.", "",
+                             "Give a report file, a folder or a store as a string or a Path, or a list of them.")
+    return [Path(p) for p in listed if isinstance(p, str | os.PathLike)]
 
 
 def _load(paths: PathsLike, kernel: str | None, nvtx: str | None, jobs: int | None,
@@ -130,10 +149,10 @@ def compare(base: PathsLike, new: PathsLike, *, pairs: Sequence[tuple[str, str]]
             tolerances: Tolerances = DEFAULT_TOLERANCES, jobs: int | None = None) -> Comparison:
     """``ncuflow compare`` as a frozen ``Comparison``: ``matched`` (each with ``how``: matched,
     reconfigured or paired, the judged fields and per-run totals), ``only_base``, ``only_new``."""
-    base_paths, new_paths = _paths(base), _paths(new)
+    base_paths, new_paths, named_pairs = _paths(base), _paths(new), checked_pairs(pairs)
     return compare_loaded(_load(base_paths, kernel, nvtx, jobs, threshold), _load(new_paths, kernel, nvtx, jobs),
                           base_label=", ".join(map(str, base_paths)), new_label=", ".join(map(str, new_paths)),
-                          tolerances=tolerances, threshold=threshold, pairs=tuple(pairs))
+                          tolerances=tolerances, threshold=threshold, pairs=named_pairs)
 
 
 def roofline(paths: PathsLike, *, per: str = "kernel", kernel: str | None = None, nvtx: str | None = None,
