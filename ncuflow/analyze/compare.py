@@ -6,7 +6,8 @@ BASE and NEW are reports, run folders or stores, grouped into measurements
 1. ``pairs`` the user names (``--pair BASE=NEW``: a renamed kernel), each side's name an
    exact function or demangled name, else a regular expression, selecting one kernel;
 2. the same function name and launch configuration (grid, block); where one side holds
-   several measurements with that key (a store of many cells), the same cell spec decides;
+   several measurements with that key (a store of many cells), the same cell spec decides,
+   else the same signature label (``kernel #2``: two reports of one program);
 3. what is left with the same function name and another launch configuration, where that
    pairing is unique (one left on each side, or the same cell spec): *reconfigured*, the
    usual result of a tuning change; its work is compared per launch and per run in total.
@@ -143,6 +144,12 @@ def _pair(base: list[Measurement], new: list[Measurement]) -> tuple[list[tuple[M
             rest_base.append(b)
         else:
             pairs.append((b, same))
+            rest_new.remove(same)
+    for b in list(rest_base):  # two reports of one program: the same signature label (``name #2``)
+        same = next((n for n in rest_new if n.kernel == b.kernel), None)
+        if same is not None:
+            pairs.append((b, same))
+            rest_base.remove(b)
             rest_new.remove(same)
     if len(rest_base) == 1 and len(rest_new) == 1:
         pairs.append((rest_base[0], rest_new[0]))

@@ -149,6 +149,10 @@ class Moved:
     change: str  # '+2.0 %', '×16'
     reason: str
 
+    @property
+    def grew(self) -> bool:
+        return self.base is not None and self.new is not None and self.new > self.base
+
     def text(self) -> str:
         """``inst_executed +2.0 %``, ``duration_ns ambiguous +1.1 %``: what a table cell shows."""
         return f"{self.field} {'ambiguous ' if self.direction == 'undecided' else ''}{self.change}"
@@ -265,8 +269,11 @@ def _applies(moved: Sequence[Moved], bound_moved: bool, rules: GateRules) -> set
             found.add("slower" if time else "more_work")
         elif m.direction == "down":
             found.add("faster" if time else "less_work")
-        elif m.direction == "undecided":
-            found.add("ambiguous")
+    # an undecided field that grew could hide a regression; one that shrank beside a decided
+    # improvement (DRAM writes inside a total that shrank) does not make the kernel ambiguous
+    undecided = [m for m in moved if m.direction == "undecided"]
+    if any(m.grew for m in undecided) or (undecided and not found & {"less_work", "faster"}):
+        found.add("ambiguous")
     if bound_moved and not rules.work_only:
         found.add("verdict_moved")
     return found
