@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from analysis.report_edit import metric_scaled, rename_kernels
 from ncuflow.analyze.baseline import VERSION, baseline_document, read_baseline
 from ncuflow.analyze.gate import EXIT_CODES, GATE_LABELS, LABELS, Z_DECIDE, replicas_to_decide
 from ncuflow.analyze.gate_run import gate_measurements
@@ -23,9 +23,6 @@ from ncuflow.cli import cli
 from ncuflow.errors import NcuflowError
 from ncuflow.read.reportfile import find_reports
 from ncuflow.read.runs import load_paths
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from analysis.report_edit import metric_scaled, rename_kernels  # noqa: E402
 
 H200 = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "h200"
 COPY = H200 / "copy_bandwidth"

@@ -8,7 +8,13 @@ from typing import Any
 
 import click
 
-from ncuflow.cli.options import echo_notes, jobs_option, threshold_option, tolerance_options, tolerances_from
+from ncuflow.cli.options import (
+    echo_notes,
+    jobs_option,
+    threshold_option,
+    tolerance_options,
+    tolerances_from,
+)
 from ncuflow.cli.selection import nvtx_option, selection_from
 from ncuflow.errors import UsageError
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
