@@ -285,6 +285,7 @@ def compare_loaded(
 
 def comparison_document(comparison: Comparison) -> dict[str, Any]:
     """The comparison as JSON-ready data (null where a side lacks a field)."""
+    from ncuflow.analyze.beyond_work import beyond_work
 
     def side(m: Measurement) -> dict[str, Any]:
         model = m.model(comparison.threshold)
@@ -307,6 +308,7 @@ def comparison_document(comparison: Comparison) -> dict[str, Any]:
                 "verdict": k.judged.verdict, "verdict_text": k.verdict_text, "work": k.judged.work, "time": k.judged.time,
                 "evidence": k.judged.deltas, "reasons": list(k.judged.reasons),
                 "base": side(k.base), "new": side(k.new),
+                "beyond_work": beyond_work(k.base, k.new, comparison.threshold).document(),
                 "fields": {
                     f.field: {"state": f.state, "base": f.baseline, "new": f.value, "delta": _finite(f.delta),
                               "noise": _finite(f.noise), "reason": f.reason}
