@@ -79,8 +79,9 @@ def test_every_h200_run_against_its_replicas_has_no_regression() -> None:
 
 
 def _halves(m: Measurement) -> tuple[Measurement, Measurement]:
-    """Repeated launches of one kernel split into two sides (every other launch)."""
-    return replace(m, launches=m.launches[0::2]), replace(m, launches=m.launches[1::2])
+    """Repeated launches of one kernel split into two sides (every other launch), each launch a run of its own."""
+    first, second = m.launches[0::2], m.launches[1::2]
+    return replace(m, launches=first, runs=len(first)), replace(m, launches=second, runs=len(second))
 
 
 def test_repeated_launches_of_the_same_work_against_each_other_have_no_regression(corpus_dir: Path) -> None:
@@ -248,3 +249,41 @@ def test_replicas_to_decide_follow_the_standard_error() -> None:
     assert replicas_to_decide(0.02, [0.02, 0.02]) == round(Z_DECIDE**2 * 2)
     assert replicas_to_decide(0.02, [0.001, 0.001]) == 2
     assert replicas_to_decide(0.0, [0.01]) is None
+
+
+def test_a_kernel_launched_more_often_per_run_is_more_work(corpus_dir: Path) -> None:
+    """The same launches, one of them dropped from the new side: one launch fewer per run."""
+    for report in find_reports([corpus_dir]):
+        members = measurements(load_paths([report]).runs)
+        repeated = next((m for m in members if len(m.launches) >= 3), None)
+        if repeated is not None:
+            break
+    else:
+        pytest.skip("no corpus kernel launched three times")
+    fewer = replace(repeated, launches=repeated.launches[:-1])
+    result = gate_measurements([fewer], [repeated])
+    (kernel,) = result.kernels
+    assert kernel.label.code == "more_work" and kernel.moved[0].field == "launches_per_run" and result.exit_code == 1
+    assert gate_measurements([repeated], [fewer]).kernels[0].label.code == "less_work"
+
+
+def test_outputs_never_replace_what_is_not_theirs(tmp_path: Path) -> None:
+    """--write-baseline over a file of the user's, a FIFO as the baseline: one paragraph, nothing lost."""
+    import os
+
+    mine = tmp_path / "notes.json"
+    mine.write_text('{"mine": true}\n')
+    code, out = _gate(str(_copy(16)), "--write-baseline", str(mine))
+    assert code == EXIT["bad input or usage"] and "Refusing to overwrite" in out and mine.read_text() == '{"mine": true}\n'
+    link = tmp_path / "link.json"
+    link.symlink_to(mine)
+    assert _gate(str(_copy(16)), "--write-baseline", str(link))[0] == EXIT["bad input or usage"]
+    assert mine.read_text() == '{"mine": true}\n'
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    code, out = _gate(str(fifo), str(_copy(16)))
+    assert code == EXIT["bad input or usage"], out
+    junit = tmp_path / "report.xml"
+    junit.write_text("<other/>\n")
+    assert _gate(str(_copy(16)), str(_copy(16)), "--junit", str(junit))[0] == EXIT["bad input or usage"]
+    assert junit.read_text() == "<other/>\n"

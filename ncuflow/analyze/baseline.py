@@ -35,6 +35,7 @@ FORMAT = "ncuflow gate baseline"
 VERSION = 1
 MAX_BASELINE_BYTES = 64 << 20
 MAX_NESTING = 16
+PARAM_TYPES = (str, int, float, bool, type(None))  # what a cell parameter's value is
 GATED_FIELDS: tuple[str, ...] = ("duration_ns", *WORK_FIELDS)
 
 
@@ -132,8 +133,9 @@ def _measurement(path: Path, entry: Any, first: int) -> Measurement:
     if not isinstance(entry, dict) or not isinstance(entry.get("function"), str) or not isinstance(entry.get("launches"), list):
         raise _refuse(path, "a measurement lacks its function or its launches")
     params = entry.get("params", [])
-    if not isinstance(params, list) or not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in params):
-        raise _refuse(path, "a measurement's params are not [name, value] pairs")
+    if not isinstance(params, list) or not all(
+            isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], PARAM_TYPES) for p in params):
+        raise _refuse(path, "a measurement's params are not [name, value] pairs of text, numbers or booleans")
     launches = tuple(_launch(path, entry, item, first + i) for i, item in enumerate(entry["launches"]) if isinstance(item, dict))
     runs = entry.get("runs", 1)
     return Measurement(

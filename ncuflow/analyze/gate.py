@@ -87,6 +87,8 @@ PASS, REGRESSION, UNDECIDABLE = 0, 1, 3
 # The standard errors apart two means of durations must lie to call time changed where the
 # replica ranges overlap (3σ: about 1 false alarm in 700 kernels gated for "slower").
 Z_DECIDE = 3.0
+# What the launch count per run is called where it moved (not a field of the table: a count of launches).
+LAUNCHES_PER_RUN = "launches_per_run"
 # The fewest launches a side needs for its time noise to count as known.
 TIME_NOISE_LAUNCHES = 2
 
@@ -214,6 +216,15 @@ def _work(k: KernelComparison, rules: GateRules) -> list[Moved]:
     return found
 
 
+def _launches(k: KernelComparison) -> Moved | None:
+    """The kernel launched more (or fewer) times per run: more (or less) work whatever each launch does."""
+    base, new = k.launches_per_run
+    if base == new or base == 0:
+        return None
+    return Moved(LAUNCHES_PER_RUN, "up" if new > base else "down", base, new, f"{base:g} → {new:g}",
+                 "launches per run, an exact count")
+
+
 def _time_by_tolerance(change: FieldChange, tolerance: float) -> Moved | None:
     ratio = change.ratio
     if ratio is None or abs(ratio - 1.0) <= tolerance:
@@ -287,6 +298,9 @@ def _label(moved: Sequence[Moved], bound_moved: bool, rules: GateRules) -> Label
 def gate_kernel(k: KernelComparison, rules: GateRules) -> KernelGate:
     """The label of one pair of kernels under ``rules``."""
     moved = _work(k, rules)
+    launches = _launches(k)
+    if launches is not None:
+        moved.insert(0, launches)
     time, needed, time_note = _time(k, rules)
     if time is not None:
         moved.append(time)
