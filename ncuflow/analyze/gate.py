@@ -168,12 +168,12 @@ class Moved:
 class KernelGate:
     """The label of one kernel, the fields that decided it, and what the gate could not judge."""
 
-    kernel: str  # key_label of the baseline side (function [grid, block])
+    kernel: str  # compare's label: function [grid, block] (→ the new side's where reconfigured), (cell spec)
     label: GateLabel
     moved: tuple[Moved, ...] = ()
     notes: tuple[str, ...] = ()
     replicas: int | None = None  # for ambiguous: launches a side that would decide it
-    new_kernel: str | None = None  # where paired with another configuration or name
+    function: str = ""  # the kernel's function name on the baseline side (or the side that holds it)
     compared: KernelComparison | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -313,9 +313,8 @@ def gate_kernel(k: KernelComparison, rules: GateRules) -> KernelGate:
         notes.append(f"bound {base_bound} → {new_bound}")
     notes += [r for r in k.judged.reasons if r.startswith("different GPUs")]
     code = _label(moved, base_bound != new_bound, rules)
-    return KernelGate(key_label(k.key), LABELS[code], tuple(moved), tuple(notes),
-                      needed if code == "ambiguous" else None,
-                      key_label(k.new_key) if k.how != "matched" else None, k)
+    return KernelGate(k.label, LABELS[code], tuple(moved), tuple(notes), needed if code == "ambiguous" else None,
+                      k.base.function, k)
 
 
 # ---------------------------------------------------------------------------
@@ -354,7 +353,9 @@ class GateResult:
 
 
 def _unpaired(m: Measurement, code: LabelCode) -> KernelGate:
-    return KernelGate(key_label((m.function, *m.config())), LABELS[code], notes=(m.spec(),))
+    spec = f" ({m.spec()})" if m.params else ""
+    return KernelGate(key_label((m.function, *m.config())) + spec, LABELS[code], notes=() if spec else (m.spec(),),
+                      function=m.function)
 
 
 def gate(comparison: Comparison, rules: GateRules = DEFAULT_GATE_RULES, notes: Sequence[str] = ()) -> GateResult:
@@ -364,7 +365,7 @@ def gate(comparison: Comparison, rules: GateRules = DEFAULT_GATE_RULES, notes: S
     kernels: list[KernelGate] = []
     for k in comparison.matched:
         if rules.ignored(k.base.function) or rules.ignored(k.new.function):
-            ignored.append(key_label(k.key))
+            ignored.append(k.label)
         else:
             kernels.append(gate_kernel(k, rules))
     for side, code in ((comparison.only_base, "missing"), (comparison.only_new, "new")):

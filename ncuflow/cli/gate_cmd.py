@@ -167,8 +167,7 @@ def _print_gate(result: Any) -> None:
         table.add_column(column, overflow="fold")
     for gate in result.kernels:
         colour = "red" if result.fails(gate) else colours[gate.label.fails] if gate.label.fails != "verdict" else "green"
-        name = gate.kernel + (f" → {gate.new_kernel}" if gate.new_kernel else "")
-        table.add_row(safe_text(name, "rich"), f"[{colour}]{gate.label.text}[/{colour}]",
+        table.add_row(safe_text(gate.kernel, "rich"), f"[{colour}]{gate.label.text}[/{colour}]",
                       safe_text(what_moved(gate), "rich", limit=SENTENCE_CHARS))
     console.print(table)
     for note in result.notes:

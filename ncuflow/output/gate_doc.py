@@ -36,10 +36,6 @@ def what_moved(gate: KernelGate, detail: bool = False) -> str:
     return "; ".join(parts)
 
 
-def _kernel_name(gate: KernelGate) -> str:
-    return gate.kernel + (f" → {gate.new_kernel}" if gate.new_kernel else "")
-
-
 def gate_markdown(result: GateResult) -> str:
     """The gate as one Markdown document (title, outcome, one table, notes)."""
     lines = [f"# ncuflow gate {markdown_text(result.base)} {markdown_text(result.new)}", "",
@@ -47,7 +43,7 @@ def gate_markdown(result: GateResult) -> str:
     lines += ["| | kernel | label | what moved |", "| --- | --- | --- | --- |"]
     for gate in result.kernels:
         mark = "❌" if result.fails(gate) else "⚠️" if gate.label.fails == "strict" else "✅"
-        lines.append(f"| {mark} | {markdown_text(_kernel_name(gate))} | {gate.label.text} | "
+        lines.append(f"| {mark} | {markdown_text(gate.kernel)} | {gate.label.text} | "
                      f"{markdown_text(what_moved(gate)) or '—'} |")
     lines += [""] + [f"- {markdown_text(note)}" for note in result.notes]
     if result.ignored:
@@ -67,7 +63,7 @@ def gate_junit(result: GateResult) -> str:
     suite = ET.Element("testsuite", name="ncuflow gate", tests=str(len(result.kernels) + len(result.ignored)),
                        failures=str(failing), errors=str(errors), skipped=str(len(result.ignored)))
     for gate in result.kernels:
-        case = ET.SubElement(suite, "testcase", classname="ncuflow.gate", name=_xml_text(_kernel_name(gate)))
+        case = ET.SubElement(suite, "testcase", classname="ncuflow.gate", name=_xml_text(gate.kernel))
         detail = _xml_text(what_moved(gate, detail=True))
         if result.fails(gate):
             moved = ", ".join(f"{m.field} {m.change}" for m in gate.moved if m.direction == "up") or gate.label.text
@@ -93,7 +89,7 @@ def gate_document(result: GateResult) -> dict[str, Any]:
     return {
         "base": result.base, "new": result.new, "exit_code": result.exit_code, "outcome": outcome(result),
         "kernels": [
-            {"kernel": g.kernel, "new_kernel": g.new_kernel, "label": g.label.code, "label_text": g.label.text,
+            {"kernel": g.kernel, "function": g.function, "label": g.label.code, "label_text": g.label.text,
              "fails": result.fails(g), "moved": _moved(g), "replicas_to_decide": g.replicas, "notes": list(g.notes)}
             for g in result.kernels
         ],
