@@ -14,7 +14,9 @@ gate adds what a CI job needs on top:
   by pattern, and when time is gated: only where both sides carry noise (two or more launches:
   replicas or repeated launches), or beyond an explicit ``time_tolerance``.
 
-Work counters are judged by their tolerance class (exact / near-exact / bytes, the field table);
+Work counters are judged by their tolerance class (exact / near-exact / bytes, the field table):
+a difference compare leaves ambiguous for want of replicas but inside the class's band (the noise
+measured on replays of the H200 store) counts as no change;
 time where compare's range rule cannot decide (the replica ranges overlap) is decided by the
 standard error of the two means at ``Z_DECIDE`` σ, and where that cannot decide either the label
 is *ambiguous* with the replicas a side that would (``replicas_to_decide``).
@@ -32,7 +34,7 @@ from typing import Literal
 
 from ncuflow.analyze.change import FieldChange
 from ncuflow.analyze.compare import Comparison, KernelComparison, key_label
-from ncuflow.analyze.fields import FIELD_CLASSES, WORK_FIELDS, format_pct
+from ncuflow.analyze.fields import FIELD_CLASSES, WORK_FIELDS, format_pct, noise_band
 from ncuflow.analyze.measurement import Measurement
 from ncuflow.files.patterns import KernelPattern
 
@@ -196,11 +198,22 @@ def _relative_sd(values: Sequence[float]) -> float:
     return statistics.stdev(values) / abs(mean) if len(values) >= 2 and mean else 0.0
 
 
+def within_class_band(k: KernelComparison, change: FieldChange) -> bool:
+    """A difference compare leaves ambiguous for want of replicas, inside the band of the field's
+    tolerance class (measured on replays: ``fields.py``): the class is the noise known beforehand."""
+    if change.baseline is None or change.value is None:
+        return False
+    scale = k.base.noise_scale(change.field) or abs(change.baseline)
+    return abs(change.value - change.baseline) <= noise_band(change.field, change.tolerance, scale)
+
+
 def _work(k: KernelComparison, rules: GateRules) -> list[Moved]:
-    """The work fields that moved (changed or ambiguous), each against its allowance."""
+    """The work fields that moved (changed or ambiguous beyond the class band), each against its allowance."""
     found: list[Moved] = []
     for change in k.judged.fields:
         if change.field not in WORK_FIELDS or change.state in ("unchanged", "missing"):
+            continue
+        if change.state == "ambiguous" and within_class_band(k, change):
             continue
         up = (change.value or 0.0) > (change.baseline or 0.0)
         if change.state == "ambiguous":
