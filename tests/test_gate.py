@@ -287,3 +287,26 @@ def test_outputs_never_replace_what_is_not_theirs(tmp_path: Path) -> None:
     junit.write_text("<other/>\n")
     assert _gate(str(_copy(16)), str(_copy(16)), "--junit", str(junit))[0] == EXIT["bad input or usage"]
     assert junit.read_text() == "<other/>\n"
+
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "gate.md"
+
+
+def _doc_table(heading: str) -> list[list[str]]:
+    """The rows of the first table after ``heading`` in docs/gate.md (cells stripped)."""
+    lines = DOC.read_text().split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_docs_tables_are_the_label_table_the_exit_codes_and_the_replicas_rule() -> None:
+    assert [row[0] for row in _doc_table("## Labels")] == [label.text for label in GATE_LABELS]
+    assert _doc_table("## Exit status") == [[str(e.code), e.meaning] for e in EXIT_CODES]
+    for sigma, launches in _doc_table("## How many replicas"):
+        value = float(sigma.split()[0]) / 100
+        assert replicas_to_decide(0.02, [value, value]) == int(launches), sigma

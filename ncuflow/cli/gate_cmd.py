@@ -21,7 +21,7 @@ from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 
 
 @click.command("gate")
-@click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.argument("inputs", nargs=-1, required=True, metavar="BASELINE [NEW]", type=click.Path(path_type=Path, exists=True))
 @threshold_option(help="On-wall threshold of the max model (names each side's binding wall).")
 @tolerance_options
 @nvtx_option
