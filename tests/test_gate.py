@@ -310,3 +310,37 @@ def test_the_docs_tables_are_the_label_table_the_exit_codes_and_the_replicas_rul
     for sigma, launches in _doc_table("## How many replicas"):
         value = float(sigma.split()[0]) / 100
         assert replicas_to_decide(0.02, [value, value]) == int(launches), sigma
+
+
+def test_the_same_work_in_half_the_launches_of_twice_the_grid_is_same(corpus_dir: Path) -> None:
+    """A reconfigured kernel is judged per run in total: a real launch run twice against one launch
+    of twice the grid doing twice each work counter (the same work per run) is not more work."""
+    from ncuflow.analyze.fields import WORK_FIELDS
+
+    report, kernel = _full_kernel(corpus_dir)
+    (m,) = [m for m in measurements(load_paths([report]).runs) if m.function == kernel]
+    (launch,) = m.launches
+    doubled = {name: (2 * v if v is not None and (name in WORK_FIELDS or name == "grid_size") else v)
+               for name, v in launch.values.items()}
+    base = replace(m, launches=(launch, replace(launch, action_index=launch.action_index + 1)))
+    new = replace(m, launches=(replace(launch, values=doubled),))
+    result = gate_measurements([base], [new])
+    (gate,) = result.kernels
+    assert gate.compared is not None and gate.compared.how == "reconfigured"
+    assert gate.label.code == "same" and result.exit_code == EXIT["pass"], [mv.detail() for mv in gate.moved]
+    tripled = {name: (1.5 * v if v is not None and name == "inst_executed" else v) for name, v in doubled.items()}
+    more = gate_measurements([base], [replace(new, launches=(replace(launch, values=tripled),))])
+    assert more.kernels[0].label.code == "more_work" and more.kernels[0].moved[0].field == "inst_executed"
+
+
+def test_the_summaries_quoted_in_the_docs_are_what_the_gate_writes(tmp_path: Path) -> None:
+    quoted = [line[2:] for line in DOC.read_text().splitlines() if line.startswith("> |") and "---" not in line]
+    paged = H200 / "paged_decode"
+    page16, page64 = (next(paged.glob(f"*kvshared*page{page}-*")) for page in (16, 64))
+    written = ""
+    for index, (base, new) in enumerate(((_copy(16), _copy(256)), (page64, page16))):
+        target = tmp_path / f"{index}.md"
+        _gate(str(base), str(new), "--markdown", str(target))
+        written += target.read_text()
+    rows = [line for line in quoted if not line.startswith("| | kernel")]
+    assert len(rows) == 3 and all(row in written.splitlines() for row in rows), rows

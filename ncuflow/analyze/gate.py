@@ -29,10 +29,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from ncuflow.analyze.change import FieldChange
+from ncuflow.analyze.change import DEFAULT_RULES, FieldChange
 from ncuflow.analyze.compare import Comparison, KernelComparison, key_label
 from ncuflow.analyze.fields import FIELD_CLASSES, WORK_FIELDS, format_pct, noise_band
 from ncuflow.analyze.measurement import Measurement
@@ -207,8 +207,23 @@ def within_class_band(k: KernelComparison, change: FieldChange) -> bool:
     return abs(change.value - change.baseline) <= noise_band(change.field, change.tolerance, scale)
 
 
-def _work(k: KernelComparison, rules: GateRules) -> list[Moved]:
-    """The work fields that moved (changed or ambiguous beyond the class band), each against its allowance."""
+def _direction(k: KernelComparison, field_name: str, ratio: float | None, up: bool, rules: GateRules) -> Direction:
+    """A decided move: up beyond the allowance, allowed, or down."""
+    if up and (ratio is None or ratio - 1.0 > rules.allowance(k.base.function, field_name)):
+        return "up"
+    return "allowed" if up else "down"
+
+
+def _moved(k: KernelComparison, field_name: str, direction: Direction, values: tuple[float | None, float | None],
+           change: str, reason: str, rules: GateRules) -> Moved:
+    why = f"{FIELD_CLASSES[field_name].replace('_', '-')}: {reason}"
+    if direction == "allowed":
+        why += f"; within the allowance {format_pct(rules.allowance(k.base.function, field_name))}"
+    return Moved(field_name, direction, values[0], values[1], change, why)
+
+
+def _per_launch(k: KernelComparison, rules: GateRules) -> list[Moved]:
+    """The work fields that moved per launch (changed, or ambiguous beyond the class band)."""
     found: list[Moved] = []
     for change in k.judged.fields:
         if change.field not in WORK_FIELDS or change.state in ("unchanged", "missing"):
@@ -216,17 +231,37 @@ def _work(k: KernelComparison, rules: GateRules) -> list[Moved]:
         if change.state == "ambiguous" and within_class_band(k, change):
             continue
         up = (change.value or 0.0) > (change.baseline or 0.0)
-        if change.state == "ambiguous":
-            direction: Direction = "undecided"
-        elif up and (change.ratio is None or change.ratio - 1.0 > rules.allowance(k.base.function, change.field)):
-            direction = "up"
-        else:
-            direction = "allowed" if up else "down"
-        why = f"{FIELD_CLASSES[change.field].replace('_', '-')}: {change.reason}"
-        if direction == "allowed":
-            why += f"; within the allowance {format_pct(rules.allowance(k.base.function, change.field))}"
-        found.append(Moved(change.field, direction, change.baseline, change.value, change.delta_text(), why))
+        direction = "undecided" if change.state == "ambiguous" else _direction(k, change.field, change.ratio, up, rules)
+        found.append(_moved(k, change.field, direction, (change.baseline, change.value), change.delta_text(),
+                            change.reason, rules))
     return found
+
+
+def _per_run(k: KernelComparison, rules: GateRules) -> list[Moved]:
+    """A reconfigured or --pair kernel: its work per run in total (another grid may split the same
+    work into more launches), a total beyond compare's no-replica limit of its class counting."""
+    found: list[Moved] = []
+    launches = "{:g} → {:g} launches a run".format(*k.launches_per_run)
+    for total in k.totals:
+        ratio = total.ratio
+        if total.field not in WORK_FIELDS or ratio is None or total.base is None or total.new is None:
+            continue
+        limit = DEFAULT_RULES.far(k.judged.field(total.field).tolerance)
+        if abs(ratio - 1.0) <= limit:
+            continue
+        change = f"×{ratio:.3g}" if ratio >= 1.5 or ratio <= 1 / 1.5 else f"{(ratio - 1) * 100:+.1f} %"
+        found.append(_moved(k, total.field, _direction(k, total.field, ratio, ratio > 1, rules), (total.base, total.new),
+                            change, f"per run in total ({launches}) beyond {format_pct(limit)}", rules))
+    return found
+
+
+def _work(k: KernelComparison, rules: GateRules) -> list[Moved]:
+    """The work that moved: per launch for a kernel matched as it was (and its launches per run),
+    per run in total for a reconfigured or --pair one."""
+    if k.how != "matched" and k.totals:
+        return _per_run(k, rules)
+    launches = _launches(k)
+    return ([launches] if launches is not None else []) + _per_launch(k, rules)
 
 
 def _launches(k: KernelComparison) -> Moved | None:
@@ -261,26 +296,39 @@ def _time_by_standard_error(base: Sequence[float], new: Sequence[float], change:
     return Moved("duration_ns", "undecided", change.baseline, change.value, change.delta_text(), change.reason), needed
 
 
+def _time_by_noise(k: KernelComparison, change: FieldChange) -> tuple[Moved | None, int | None]:
+    """Time with noise known on both sides: compare's state, else the standard error of the means."""
+    if change.state == "unchanged":
+        return None, None
+    if change.state == "changed":
+        up = (change.value or 0.0) > (change.baseline or 0.0)
+        return Moved("duration_ns", "up" if up else "down", change.baseline, change.value, change.delta_text(),
+                     change.reason), None
+    return _time_by_standard_error(k.base.values("duration_ns"), k.new.values("duration_ns"), change)
+
+
 def _time(k: KernelComparison, rules: GateRules) -> tuple[Moved | None, int | None, str | None]:
-    """The duration's move (None: inside its noise), the replicas that would decide it, or why time is not gated."""
+    """The duration's move (None: inside its noise or the time tolerance), the replicas that would
+    decide it, or why time is not gated.
+
+    With noise on both sides the noise decides, and ``time_tolerance`` is an allowance on top;
+    without, ``time_tolerance`` alone decides, and with neither time is not gated.
+    """
     if rules.work_only:
         return None, None, "time not gated: the baseline comes from another GPU (work counters only)"
     change = k.judged.field("duration_ns")
     if change.state == "missing":
         return None, None, "time not gated: no duration on both sides"
-    if rules.time_tolerance is not None:
-        return _time_by_tolerance(change, rules.time_tolerance), None, None
-    base, new = k.base.values("duration_ns"), k.new.values("duration_ns")
-    if min(len(base), len(new)) < TIME_NOISE_LAUNCHES:
+    if min(len(k.base.values("duration_ns")), len(k.new.values("duration_ns"))) < TIME_NOISE_LAUNCHES:
+        if rules.time_tolerance is not None:
+            return _time_by_tolerance(change, rules.time_tolerance), None, None
         return None, None, ("time not gated: one side measured once (profile with --replicas, or pass --time-tolerance)"
                             if change.state != "unchanged" else None)
-    if change.state == "unchanged":
-        return None, None, None
-    if change.state == "changed":
-        up = (change.value or 0.0) > (change.baseline or 0.0)
-        return Moved("duration_ns", "up" if up else "down", change.baseline, change.value, change.delta_text(),
-                     change.reason), None, None
-    moved, needed = _time_by_standard_error(base, new, change)
+    moved, needed = _time_by_noise(k, change)
+    if moved is not None and moved.direction in ("up", "down") and rules.time_tolerance is not None \
+            and _time_by_tolerance(change, rules.time_tolerance) is None:
+        moved = replace(moved, direction="allowed", reason=f"{moved.reason}; within --time-tolerance "
+                                                           f"{format_pct(rules.time_tolerance)}")
     return moved, needed, None
 
 
@@ -311,9 +359,6 @@ def _label(moved: Sequence[Moved], bound_moved: bool, rules: GateRules) -> Label
 def gate_kernel(k: KernelComparison, rules: GateRules) -> KernelGate:
     """The label of one pair of kernels under ``rules``."""
     moved = _work(k, rules)
-    launches = _launches(k)
-    if launches is not None:
-        moved.insert(0, launches)
     time, needed, time_note = _time(k, rules)
     if time is not None:
         moved.append(time)
