@@ -161,8 +161,12 @@ def test_a_baseline_committed_in_a_repository_is_read_back_and_gated(tmp_path: P
     assert code == EXIT["regression"] and "more work" in out
     read = read_baseline(committed)
     original = measurements(load_paths([_copy(16)]).runs)
-    assert [m.values("duration_ns") for m in read] == [m.values("duration_ns") for m in original]
-    assert [m.model().bound for m in read] == [m.model().bound for m in original]
+    def kept(m: Measurement) -> list[dict[str, float]]:
+        return [{name: v for name, v in launch.values.items() if v is not None} for launch in m.launches]
+
+    assert [kept(m) for m in read] == [kept(m) for m in original]  # every value, not one field
+    assert [(m.kernel, m.spec(), m.runs, m.model().bound) for m in read] == \
+        [(m.kernel, m.spec(), m.runs, m.model().bound) for m in original]
 
 
 def test_a_baseline_from_another_gpu_is_refused_or_downgraded(tmp_path: Path) -> None:
@@ -203,8 +207,10 @@ def test_markdown_reads_as_a_summary_with_hostile_names_made_safe(corpus_dir: Pa
     renamed, edited = tmp_path / "renamed.ncu-rep", tmp_path / "edited.ncu-rep"
     rename_kernels(report, renamed, lambda _, old: hostile if old == kernel else old)
     metric_scaled(renamed, edited, lambda name: name in DRAM_BYTES, 1.02, lambda _, function: function == hostile)
-    markdown = tmp_path / "summary.md"
-    code, _ = _gate(str(renamed), str(edited), "--markdown", str(markdown))
+    markdown, junit = tmp_path / "summary.md", tmp_path / "summary.xml"
+    code, _ = _gate(str(renamed), str(edited), "--markdown", str(markdown), "--junit", str(junit))
+    (failed,) = [case for case in ET.parse(junit).getroot().iter("testcase") if case.find("failure") is not None]
+    assert (failed.get("name") or "").startswith("evil|`name`\\x1b[31m<b>*x*")  # the escape shown, never sent
     text = markdown.read_text()
     print(text)
     lines = text.splitlines()
@@ -344,3 +350,32 @@ def test_the_summaries_quoted_in_the_docs_are_what_the_gate_writes(tmp_path: Pat
         written += target.read_text()
     rows = [line for line in quoted if not line.startswith("| | kernel")]
     assert len(rows) == 3 and all(row in written.splitlines() for row in rows), rows
+
+
+def _repeated_kernel(corpus_dir: Path) -> tuple[Path, str, str]:
+    """A corpus report whose kernel is launched at least four times doing the same work (its time
+    noise known): the report, the function and the kernel as the gate names it."""
+    from ncuflow.analyze.compare import key_label, match_key
+    from ncuflow.analyze.work import work_key
+
+    for report in find_reports([corpus_dir]):
+        for m in measurements(load_paths([report]).runs):
+            if len(m.values("duration_ns")) >= 4 and len({work_key(launch) for launch in m.launches}) == 1:
+                return report, m.function, key_label(match_key(m))
+    pytest.skip("no corpus kernel launched four times doing the same work")
+
+
+@pytest.mark.parametrize(("factor", "label", "code"), [(1.10, "slower", 1), (0.90, "faster", 0)])
+def test_time_is_gated_where_repeated_launches_make_its_noise_known(
+        corpus_dir: Path, tmp_path: Path, factor: float, label: str, code: int) -> None:
+    report, kernel, name = _repeated_kernel(corpus_dir)
+    edited = tmp_path / "edited.ncu-rep"
+    assert metric_scaled(report, edited, lambda metric: metric == "gpu__time_duration.sum", factor,
+                         lambda _, function: function == kernel)
+    status, out = _gate(str(report), str(edited), "--json")
+    kernels = json.loads(out)["kernels"]
+    (timed,) = [k for k in kernels if k["kernel"] == name]
+    assert status == code and timed["label"] == label, timed
+    assert [m["field"] for m in timed["moved"]] == ["duration_ns"]
+    assert {k["label"] for k in kernels if k["function"] != kernel} <= {"same"}
+    assert _gate(str(report), str(edited), "--time-tolerance", "15")[0] == EXIT["pass"]
