@@ -379,3 +379,27 @@ def test_time_is_gated_where_repeated_launches_make_its_noise_known(
     assert [m["field"] for m in timed["moved"]] == ["duration_ns"]
     assert {k["label"] for k in kernels if k["function"] != kernel} <= {"same"}
     assert _gate(str(report), str(edited), "--time-tolerance", "15")[0] == EXIT["pass"]
+
+
+def test_a_moved_binding_wall_is_reported_and_fails_only_when_asked() -> None:
+    """The H200 16 MiB copy (latency-bound) with its speed-of-light figures doubled (u_dram past the
+    threshold) and its work and time untouched: verdict moved; exit 1 only with fail_on_verdict."""
+    from ncuflow.analyze.gate import GateRules
+    from ncuflow.read.launch import Launch
+    from ncuflow.read.metrics import FIELDS_BY_NAME
+
+    (m,) = measurements(load_paths([_copy(16)]).runs)
+    percents = {name for name, row in FIELDS_BY_NAME.items() if row.unit == "%" and "throughput" in name}
+
+    def busier(launch: Launch) -> Launch:
+        values = {n: (min(2 * v, 100.0) if v is not None and n in percents else v) for n, v in launch.values.items()}
+        return replace(launch, values=values, breakdown={k: min(2 * v, 100.0) for k, v in launch.breakdown.items()})
+
+    new = replace(m, launches=tuple(busier(launch) for launch in m.launches))
+    assert m.model().bound == "latency" and new.model().bound != "latency"
+    result = gate_measurements([m], [new])
+    (gate,) = result.kernels
+    assert gate.label.code == "verdict_moved" and result.exit_code == EXIT["pass"]
+    assert any(note.startswith("bound latency → ") for note in gate.notes)
+    strict = gate_measurements([m], [new], rules=GateRules(fail_on_verdict=True))
+    assert strict.exit_code == EXIT["regression"] and strict.failing
