@@ -349,7 +349,9 @@ def test_the_summaries_quoted_in_the_docs_are_what_the_gate_writes(tmp_path: Pat
         _gate(str(base), str(new), "--markdown", str(target))
         written += target.read_text()
     rows = [line for line in quoted if not line.startswith("| | kernel")]
-    assert len(rows) == 3 and all(row in written.splitlines() for row in rows), rows
+    outcomes = [line[2:] for line in DOC.read_text().splitlines() if line.startswith("> **exit")]
+    assert len(rows) == 3 and len(outcomes) == 2
+    assert all(line in written.splitlines() for line in rows + outcomes), rows + outcomes
 
 
 def _repeated_kernel(corpus_dir: Path) -> tuple[Path, str, str]:

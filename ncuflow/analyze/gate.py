@@ -16,7 +16,8 @@ gate adds what a CI job needs on top:
 
 Work counters are judged by their tolerance class (exact / near-exact / bytes, the field table):
 a difference compare leaves ambiguous for want of replicas but inside the class's band (the noise
-measured on replays of the H200 store) counts as no change;
+measured on replays of the H200 store) counts as no change; launches per run are an exact count;
+a reconfigured or ``--pair`` kernel is judged on its work per run in total;
 time where compare's range rule cannot decide (the replica ranges overlap) is decided by the
 standard error of the two means at ``Z_DECIDE`` σ, and where that cannot decide either the label
 is *ambiguous* with the replicas a side that would (``replicas_to_decide``).

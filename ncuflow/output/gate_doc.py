@@ -21,7 +21,7 @@ from ncuflow.output.markdown import markdown_text
 
 def outcome(result: GateResult) -> str:
     """One line: pass / regression / undecidable, and how many kernels got each label."""
-    meaning = next(e.meaning for e in EXIT_CODES if e.code == result.exit_code)
+    meaning = next(e.meaning for e in EXIT_CODES if e.code == result.exit_code).split(":")[0]
     counts = ", ".join(f"{n} {text}" for text, n in result.counts().items()) or "no kernel"
     ignored = f"; {len(result.ignored)} ignored by the rules" if result.ignored else ""
     return f"exit {result.exit_code}, {meaning} ({counts}{ignored})"
