@@ -233,6 +233,10 @@ def test_rules_allow_ignore_and_refuse(corpus_dir: Path, tmp_path: Path) -> None
     code, out = _gate(str(report), str(edited), "--rules", str(rules))
     assert code == EXIT["pass"] and "ignored by the rules" in out
     assert _gate(str(report), str(edited), "--ignore", kernel)[0] == EXIT["pass"]
+    rules.unlink()
+    rules.symlink_to("/dev/zero")
+    assert _gate(str(report), str(edited), "--rules", str(rules))[0] == EXIT["bad input or usage"]
+    rules.unlink()
     for bad in ('ignore = ["(a)\\\\1"]\n', "[allow]\nduration_ns = 1\n", "[allow]\ndram_bytes = -1\n", "nonsense = 1\n", "= ="):
         rules.write_text(bad)
         code, out = _gate(str(report), str(edited), "--rules", str(rules))
@@ -293,6 +297,8 @@ def test_outputs_never_replace_what_is_not_theirs(tmp_path: Path) -> None:
     junit.write_text("<other/>\n")
     assert _gate(str(_copy(16)), str(_copy(16)), "--junit", str(junit))[0] == EXIT["bad input or usage"]
     assert junit.read_text() == "<other/>\n"
+    same = tmp_path / "both"
+    assert _gate(str(_copy(16)), str(_copy(16)), "--junit", str(same), "--markdown", str(same))[0] == EXIT["bad input or usage"]
 
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "gate.md"

@@ -133,6 +133,9 @@ def _guard_outputs(markdown_path: Path | None, junit_path: Path | None, inputs: 
     from ncuflow.files import guard_output, text_recogniser
     from ncuflow.output.markdown import guard_markdown
 
+    if markdown_path is not None and junit_path is not None and markdown_path.resolve() == junit_path.resolve():
+        raise UsageError(f"--markdown and --junit are both {safe_text(markdown_path)}.",
+                         "The second would replace the first.", "Give each its own file.")
     if markdown_path is not None:
         guard_markdown(markdown_path, title="gate", inputs=inputs)
     if junit_path is not None:
