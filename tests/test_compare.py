@@ -164,3 +164,29 @@ def test_unmatched_kernels_are_listed_with_readable_durations(corpus_dir: Path) 
     text = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3)]).output
     assert "kernel_conv2d_baseline [grid=262,144, block=256]" in text
     assert "4 launches, median 37.552 ms" in text
+
+
+def test_compare_shows_u_terms_stall_shares_and_occupancy_side_by_side(corpus_dir: Path) -> None:
+    """The naive convolution against its variant (--pair): what moved beyond the work fields is
+    each side's own reading (the max model, waiting.stall_shares, the occupancy fields)."""
+    import statistics
+
+    from ncuflow.analyze.waiting import stall_shares
+
+    result = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3), "--json",
+                                      "--pair", "kernel_conv2d_baseline=conv2d_variant3_kernel"])
+    assert result.exit_code == 0, result.output
+    (kernel,) = json.loads(result.output)["matched"]
+    beyond = kernel["beyond_work"]
+    for side in ("base", "new"):
+        assert all(beyond["u"][t][side] == kernel[side][f"u_{t}"] for t in beyond["u"])
+    naive = load_paths([corpus_dir / NAIVE]).runs[0].launches
+    shares = [{s.reason: s.share for s in stall_shares(launch)} for launch in naive]
+    leading = max(beyond["stall_shares"], key=lambda r: beyond["stall_shares"][r]["base"] or 0)
+    assert leading == max(shares[0], key=lambda r: shares[0][r])
+    assert beyond["stall_shares"][leading]["base"] == statistics.median(s.get(leading, 0.0) for s in shares)
+    achieved = [launch.value("occupancy_achieved_pct") for launch in naive]
+    assert beyond["occupancy_pct"]["achieved"]["base"] == statistics.median(v for v in achieved if v is not None)
+    text = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3),
+                                    "--pair", "kernel_conv2d_baseline=conv2d_variant3_kernel"]).output
+    assert "warp stalls: lg_throttle" in text and "occupancy: achieved" in text and "u: dram" in text

@@ -184,6 +184,7 @@ MANIFEST_COMMANDS = {
     "store check": lambda root, out: ["store", "check", str(root)],
     "export": lambda root, out: ["export", str(root), "-o", str(out / "x.parquet")],
     "compare": lambda root, out: ["compare", str(root), str(root)],
+    "gate": lambda root, out: ["gate", str(root), str(root)],
     "sweep": lambda root, out: ["sweep", str(_sweep_file(out, [16, 32])), "--store", str(root),
                                 "--ncu", str(FAKE_NCU)],
 }

@@ -83,7 +83,7 @@ def _print_comparison(comparison: Any, tolerances: Any) -> None:
                "time_without_work": "yellow", "ambiguous": "bright_black"}
     states = {"changed": "red", "unchanged": "green", "ambiguous": "yellow", "missing": "dim"}
     for k in comparison.matched:
-        _print_kernel(console, k, colours[k.judged.verdict], states)
+        _print_kernel(console, k, colours[k.judged.verdict], states, comparison.threshold)
     for title, items in (("only in base", comparison.only_base), ("only in new", comparison.only_new)):
         if items:
             console.print(f"{title}: " + ", ".join(f"{safe_text(m.kernel, 'rich')} ({safe_text(m.spec(), 'rich')}; "
@@ -91,7 +91,7 @@ def _print_comparison(comparison: Any, tolerances: Any) -> None:
     _print_counts(console, comparison, tolerances)
 
 
-def _print_kernel(console: Any, k: Any, colour: str, states: dict[str, str]) -> None:
+def _print_kernel(console: Any, k: Any, colour: str, states: dict[str, str], threshold: float) -> None:
     from rich.table import Table
 
     from ncuflow.analyze.fields import FIELD_TABLE
@@ -110,6 +110,10 @@ def _print_kernel(console: Any, k: Any, colour: str, states: dict[str, str]) -> 
                       f.delta_text() if f.state != "missing" else "—",
                       f"[{states[f.state]}]{f.state}[/{states[f.state]}]", safe_text(f.reason, "rich", limit=SENTENCE_CHARS))
     console.print(table)
+    from ncuflow.analyze.beyond_work import beyond_work
+
+    for line in beyond_work(k.base, k.new, threshold).lines():
+        console.print("  " + safe_text(line, "rich", limit=SENTENCE_CHARS), highlight=False)
     missing = [f.field for f in k.judged.fields if f.state == "missing" and not f.reason.endswith("both sides")]
     if missing:
         console.print(f"  missing on one side: {', '.join(missing)}")

@@ -144,7 +144,9 @@ def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None, 
 
 
 def compare_markdown(comparison: Comparison) -> list[str]:
-    """The comparison: one summary table, a field table per matched kernel, the unmatched ones."""
+    """The comparison: one summary table, a field table per matched kernel (and the u-terms, stall
+    shares and occupancy beside it), the unmatched ones."""
+    from ncuflow.analyze.beyond_work import beyond_work
     from ncuflow.analyze.fields import FIELD_TABLE
 
     lines = [
@@ -168,6 +170,9 @@ def compare_markdown(comparison: Comparison) -> list[str]:
               f.delta_text(), f.state, f.reason]
              for f in k.judged.fields if f.state != "missing"],
         )
+        beyond = beyond_work(k.base, k.new, comparison.threshold).lines()
+        if beyond:
+            lines += [""] + [f"- {markdown_text(line)}" for line in beyond]
         missing = [f.field for f in k.judged.fields if f.state == "missing"]
         if missing:
             lines += ["", "Missing on at least one side: " + markdown_text(", ".join(missing)) + "."]
