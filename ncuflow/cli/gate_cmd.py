@@ -59,7 +59,8 @@ def gate_command(inputs: tuple[Path, ...], threshold: float, tol_exact: float, t
     only where both sides carry noise or with --time-tolerance) fail the job; improvements never
     do. `ncuflow gate RUNS --write-baseline F` writes the baseline file to commit.
     """
-    from ncuflow.analyze.compare import Judging, parse_pair
+    from ncuflow.analyze.arguments import parse_pair
+    from ncuflow.analyze.compare import Judging
     from ncuflow.analyze.gate import GateRules
     from ncuflow.analyze.gate_rules import load_rules
     from ncuflow.analyze.gate_run import gate_measurements
