@@ -1,6 +1,6 @@
 """``ncuflow profile``'s work: each replica of one job profiled, escalated where tier 1 leaves
-launches undecided, and its tiers paired, with what happens told to an observer (the
-command line prints it; a notebook may ignore it).
+launches undecided, explained by the why tier where asked (``--why``), and its tiers paired,
+with what happens told to an observer (the command line prints it; a notebook may ignore it).
 
 Never imports polars (the GPU host has none).
 """
@@ -23,6 +23,8 @@ from ncuflow.profile.orchestrate import StoredRun, profile
 from ncuflow.profile.plan import ProfileJob
 from ncuflow.profile.precheck import PassCheck, check_passes
 from ncuflow.profile.settings import ProfileSettings
+from ncuflow.profile.why import FROM_VERDICT, WHY_TIER, binding_wall, commit_why, why_check, why_job
+from ncuflow.read.escalation import merge_tiers
 from ncuflow.read.launch import Launch
 
 
@@ -35,6 +37,7 @@ class ProfileResult:
     tier2: StoredRun | None = None
     launches: tuple[Launch, ...] = ()
     unpaired: str | None = None
+    why: StoredRun | None = None  # the why tier (tier 3), where asked and stored
 
 
 class ProfileObserver(Protocol):
@@ -44,6 +47,9 @@ class ProfileObserver(Protocol):
     def stored(self, run: StoredRun, tier: int) -> None: ...
 
     def escalating(self, run: StoredRun, check: PassCheck) -> None: ...
+
+    def explaining(self, run: StoredRun, wall: str | None, check: PassCheck | None) -> None:
+        """The why tier of ``run`` is profiled for ``wall`` (None: no verdict has a why tier)."""
 
 
 class Quiet:
@@ -58,19 +64,43 @@ class Quiet:
     def escalating(self, run: StoredRun, check: PassCheck) -> None:
         return None
 
+    def explaining(self, run: StoredRun, wall: str | None, check: PassCheck | None) -> None:
+        return None
+
 
 def profile_replicas(job: ProfileJob, settings: ProfileSettings, replicas: int = 1,
-                     observer: ProfileObserver | None = None) -> list[ProfileResult]:
+                     observer: ProfileObserver | None = None, why: str | None = None) -> list[ProfileResult]:
     """Profile ``job`` ``replicas`` times in fresh ncu processes (replica 0, 1, ...), each
-    escalated to tier 2 where its launches need it."""
+    escalated to tier 2 where its launches need it, and explained by the why tier of ``why``
+    (a wall, or ``FROM_VERDICT``: the wall of the run's own verdict; None: no why tier)."""
     watch = observer or Quiet()
     results = []
     for replica in range(replicas):
         this = replace(job, provenance=replace(job.provenance, replica=replica))
         first = profile_tier1(this, settings, watch.working(f"profiling {job.label} under ncu"))
         watch.stored(first, 1)
-        results.append(_escalated(first, this, settings, watch))
+        result = _escalated(first, this, settings, watch)
+        results.append(_explained(result, this, settings, watch, why) if why is not None else result)
     return results
+
+
+def _explained(result: ProfileResult, job: ProfileJob, settings: ProfileSettings, watch: ProfileObserver,
+               why: str) -> ProfileResult:
+    """``result`` with its why tier profiled and merged (its tier-1 fields unchanged)."""
+    first = result.tier1
+    wall = binding_wall(result.launches, settings.escalation.threshold) if why == FROM_VERDICT else why
+    if wall is None:
+        watch.explaining(first, None, None)
+        return result
+    check = why_check(job.options, wall, settings.escalation.chip, settings.ncu or first.record.manifest.collection.ncu_path)
+    watch.explaining(first, wall, check)
+    third = commit_why(first.record, wall, lambda: profile(why_job(first.record, job, wall, check.options), settings,
+                                                           progress=watch.working(f"profiling the why tier ({wall})")))
+    if third is None:  # another process stored it meanwhile
+        return result
+    watch.stored(third, WHY_TIER)
+    launches, problem = merge_tiers(result.launches, third.launches, third.record.report_path, WHY_TIER)
+    return replace(result, why=third, launches=launches, unpaired=result.unpaired or problem)
 
 
 def _escalated(first: StoredRun, job: ProfileJob, settings: ProfileSettings,
