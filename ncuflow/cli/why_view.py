@@ -14,8 +14,10 @@ from ncuflow.profile.why import WhyRow
 
 def row_line(row: WhyRow) -> str:
     """``dram: MemoryWorkloadAnalysis, … (rules: MemoryCacheAccessPattern, …)``."""
+    metrics = f" + {len(row.metrics)} metrics they read" if row.metrics else ""
     source = "; --import-source yes" if row.source else ""
-    return f"{row.wall}: sections {', '.join(row.sections)}{source} (rules {', '.join(row.rules)}: {row.reason})"
+    return (f"{row.wall}: sections {', '.join(row.sections)}{metrics}{source} "
+            f"(rules {', '.join(row.rules)}: {row.reason})")
 
 
 def passes_line(check: PassCheck) -> str:
@@ -28,7 +30,7 @@ def passes_line(check: PassCheck) -> str:
 
 def row_json(row: WhyRow, check: PassCheck) -> dict[str, Any]:
     """A row and its predicted passes, for ``passes --why --json``."""
-    return {"wall": row.wall, "sections": list(row.sections), "rules": list(row.rules),
+    return {"wall": row.wall, "sections": list(row.sections), "rules": list(row.rules), "metrics": list(row.metrics),
             "import_source": row.source, "reason": row.reason, "chip": check.chip, "passes": check.passes,
             "counter_passes": check.counter_passes, "sass_passes": check.sass_passes,
             "recorded_passes_expected": check.recorded_expected, "note": check.note}

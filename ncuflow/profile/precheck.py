@@ -49,13 +49,15 @@ def metric_list(options: NcuOptions) -> tuple[str, ...]:
     return tuple(args[args.index("--metrics") + 1].split(","))
 
 
-def check_passes(options: NcuOptions, chip: str | None = None,
-                 section_names: tuple[str, ...] | None = None) -> PassCheck:
+def check_passes(options: NcuOptions, chip: str | None = None, section_names: tuple[str, ...] | None = None,
+                 own: tuple[str, ...] = ()) -> PassCheck:
     """Predict the passes of ``options``' metric list and drop the names the chip lacks.
 
     ``section_names``: the metrics ncu lists for the options' sections
     (``ncuflow.profile.section_metrics``), predicted with the list; ncu's own names, never
-    dropped. Without them a collection of sections is not predicted.
+    dropped. Without them a collection of sections is not predicted. ``own``: names among
+    ``options.extra_metrics`` that ncuflow asked for (dropped where the chip lacks them, as the
+    metric set's are; the user's ``--metrics`` are kept).
     """
     from ncuflow.profile import passes, perfworks
 
@@ -75,7 +77,7 @@ def check_passes(options: NcuOptions, chip: str | None = None,
         library = perfworks.load()
         with library.evaluator(chip) as evaluator:
             _known, unknown = passes.known_names(evaluator, names)
-            ours = tuple(n for n in unknown if n not in options.extra_metrics)
+            ours = tuple(n for n in unknown if n not in options.extra_metrics or n in own)
             wanted = [n for n in (*names, *(section_names or ())) if n not in ours]
             prediction = passes.predict(evaluator, wanted, options.metric_set)
     except NcuflowError as error:

@@ -42,11 +42,13 @@ WHY_TIER = 3
 
 @dataclass(frozen=True)
 class WhyRow:
-    """One verdict's why: the ncu sections collected for it, and the NVIDIA rules they feed."""
+    """One verdict's why: the ncu sections collected for it, the NVIDIA rules they feed, and the
+    metrics those rules read that the sections do not collect."""
 
     wall: str  # a verdict (``ncuflow.terms.BOUND_NAMES``)
     sections: tuple[str, ...]  # ncu section identifiers (``ncu --list-sections``)
     rules: tuple[str, ...]  # the rule identifiers those sections feed that explain the wall
+    metrics: tuple[str, ...] = ()  # read by those rules, collected by no section of the row
     source: bool = False  # SourceCounters among them: ``--import-source yes`` (CUDA lines in the report)
     reason: str = ""
 
@@ -55,26 +57,32 @@ class WhyRow:
             raise ValueError(f"{self.wall!r} is no verdict ({', '.join(BOUND_NAMES)})")
 
 
-_MEMORY = ("MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables")
-_MEMORY_RULES = ("MemoryCacheAccessPattern",)
+# MemoryCacheAccessPattern (on the tables) reads the L2's read sectors from the texture unit and
+# the DRAM read throughput, which ncu collects with MemoryWorkloadAnalysis' chart: those
+# metrics alone, not the chart's whole group.
+_TABLES = ("MemoryWorkloadAnalysis_Tables",)
+_TABLE_RULES = ("MemoryCacheAccessPattern",)
+_TABLE_RULE_METRICS = ("dram__bytes_read.sum.pct_of_peak_sustained_elapsed", "lts__t_sectors_srcunit_tex_op_read.sum",
+                       "lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum",
+                       "lts__t_sectors_srcunit_tex_op_read_lookup_miss.sum")
 _CHART = ("MemoryWorkloadAnalysis_Chart",)
 _CHART_RULES = ("MemoryL2Compression", "MemoryApertureUsage")
 _SOURCE = ("SourceCounters",)
 _SOURCE_RULES = ("UncoalescedGlobalAccess", "UncoalescedSharedAccess")
-_COMPUTE = ("InstructionStats", "ComputeWorkloadAnalysis")
-_COMPUTE_RULES = ("FPInstructions", "HighPipeUtilization", "SlowPipeLimiter")
+_PIPES = ("InstructionStats", "ComputeWorkloadAnalysis")
+_PIPE_RULES = ("FPInstructions", "HighPipeUtilization", "SlowPipeLimiter")
 
 WHY: tuple[WhyRow, ...] = (
-    WhyRow("dram", (*_MEMORY, *_CHART), (*_MEMORY_RULES, *_CHART_RULES),
-           reason="access pattern per cache level, L2 compression, memory apertures"),
-    WhyRow("l2", (*_MEMORY, *_CHART), (*_MEMORY_RULES, *_CHART_RULES),
-           reason="access pattern per cache level, L2 compression, memory apertures"),
-    WhyRow("l1", (*_MEMORY, *_SOURCE), (*_MEMORY_RULES, *_SOURCE_RULES), source=True,
+    WhyRow("dram", (*_TABLES, *_CHART), (*_TABLE_RULES, *_CHART_RULES), _TABLE_RULE_METRICS,
+           reason="the access pattern per cache level, L2 compression, the memory apertures"),
+    WhyRow("l2", (*_TABLES, *_CHART), (*_TABLE_RULES, *_CHART_RULES), _TABLE_RULE_METRICS,
+           reason="the access pattern per cache level, L2 compression, the memory apertures"),
+    WhyRow("l1", (*_TABLES, *_SOURCE), (*_TABLE_RULES, *_SOURCE_RULES), _TABLE_RULE_METRICS, source=True,
            reason="bank conflicts and uncoalesced accesses, down to the source line"),
-    WhyRow("issue", (*_COMPUTE, "SchedulerStats"), (*_COMPUTE_RULES, "IssueSlotUtilization"),
-           reason="the instruction mix, the pipes and the schedulers' issue slots"),
-    WhyRow("pipe", _COMPUTE, _COMPUTE_RULES, reason="the instruction mix and the pipes it loads"),
-    WhyRow("math", _COMPUTE, _COMPUTE_RULES, reason="the instruction mix and the pipes it loads"),
+    WhyRow("issue", ("InstructionStats", "SchedulerStats"), ("FPInstructions", "IssueSlotUtilization"),
+           reason="the instruction mix and how the schedulers' issue slots are used"),
+    WhyRow("pipe", _PIPES, _PIPE_RULES, reason="the instruction mix and the pipes it loads"),
+    WhyRow("math", _PIPES, _PIPE_RULES, reason="the instruction mix and the pipes it loads"),
     WhyRow("latency", ("WarpStateStats", *_SOURCE, "Occupancy"),
            ("CPIStall", "ThreadDivergence", *_SOURCE_RULES, "PCSamplingData", "Occupancy",
             "AchievedOccupancy", "TheoreticalOccupancy"), source=True,
@@ -96,10 +104,10 @@ def why_row(wall: str) -> WhyRow:
 
 
 def why_options(options: NcuOptions, wall: str) -> NcuOptions:
-    """The tier-3 collection of ``wall``: its row's sections alone (no metric set, none of the
-    run's own metrics), with the run's other options (replay, caches, clocks, filters)."""
+    """The tier-3 collection of ``wall``: its row's sections and metrics alone (no metric set, none
+    of the run's own metrics), with the run's other options (replay, caches, clocks, filters)."""
     row = why_row(wall)
-    return replace(options, metric_set="none", sections=row.sections, extra_metrics=(), exclude_metrics=(),
+    return replace(options, metric_set="none", sections=row.sections, extra_metrics=row.metrics, exclude_metrics=(),
                    import_source=row.source)
 
 
@@ -123,19 +131,19 @@ def binding_wall(launches: Sequence[Launch], threshold: float) -> str | None:
 
 
 def why_check(options: NcuOptions, wall: str, chip: str | None, ncu: str | None) -> PassCheck:
-    """The why tier of ``wall`` as it would run after ``options``' decisive run: its options and
-    the passes Perfworks predicts for what ncu (``ncu``; None: not found here) lists for its
-    sections on ``chip`` (None: this machine's GPU)."""
+    """The why tier of ``wall`` as it would run after ``options``' decisive run: its options (the
+    row's metrics ``chip`` lacks dropped) and the passes Perfworks predicts for them and for what
+    ncu (``ncu``; None: not found here) lists for its sections on ``chip`` (None: this machine's GPU)."""
     from ncuflow.profile.precheck import check_passes
     from ncuflow.profile.section_metrics import list_section_metrics
 
-    chosen = why_options(options, wall)
+    chosen, own = why_options(options, wall), why_row(wall).metrics
     if ncu is None:
-        return replace(check_passes(chosen, chip), note="passes not predicted: no ncu here lists the sections' metrics")
+        return replace(check_passes(chosen, chip, own=own), note="passes not predicted: no ncu here lists the sections' metrics")
     listed = list_section_metrics(ncu, chosen.sections)
     if listed.problem is not None:
-        return replace(check_passes(chosen, chip), note=f"passes not predicted: {listed.problem}")
-    return check_passes(chosen, chip, listed.names)
+        return replace(check_passes(chosen, chip, own=own), note=f"passes not predicted: {listed.problem}")
+    return check_passes(chosen, chip, listed.names, own)
 
 
 def why_job(run: RunRecord, job: ProfileJob, wall: str, options: NcuOptions | None = None) -> ProfileJob:
