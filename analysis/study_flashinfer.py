@@ -69,18 +69,18 @@ def predicted_passes() -> dict[str, Any]:
     return result
 
 
-def why_passes() -> str:
-    """The why tier's passes per wall on gh100 (`ncuflow passes --why`), or why they are unknown here."""
+def why_passes() -> list[str]:
+    """The why tier's rows and passes on gh100 (`ncuflow profile COST_CELL --why --dry-run`), or why
+    they are unknown here."""
     try:
-        done = subprocess.run([sys.executable, "-m", "ncuflow", "passes", "--chip", "gh100", "--why", "--json"],
-                              cwd=REPO, capture_output=True, text=True, check=False, timeout=120)
+        done = subprocess.run([sys.executable, "-m", "ncuflow", "profile", COST_CELL, "--why", "--dry-run", "--chip",
+                               "gh100"], cwd=REPO, capture_output=True, text=True, check=False, timeout=120)
     except subprocess.TimeoutExpired:
-        return "why-tier passes: unknown here (ncuflow passes --why took over 120 s)"
-    if done.returncode != 0:
-        return "why-tier passes: unknown here (" + " ".join(done.stderr.strip().splitlines()[-1:]) + ")"
-    walls = json.loads(done.stdout)["walls"]
-    each = ", ".join(f"{w['wall']} {w['passes'] if w['passes'] is not None else '?'}" for w in walls)
-    return f"why-tier passes per wall on gh100 (Perfworks over what ncu lists; + what it cannot count): {each}"
+        return ["why-tier passes: unknown here (profile --why --dry-run took over 120 s)"]
+    rows = [line[4:] for line in done.stderr.splitlines() if line.startswith("#   ")]
+    if done.returncode != 0 or not rows:
+        return ["why-tier passes: unknown here (" + " ".join(done.stderr.strip().splitlines()[-1:]) + ")"]
+    return [row for row in rows if not row.startswith("  not counted")]
 
 
 def bundle_modules(bundle: Path) -> list[dict[str, Any]]:
@@ -127,7 +127,8 @@ def print_plan(bundle: Path, budget_s: float) -> None:
         print(f"  {spec_text(PLAN_CELL, {'index_len': index_len})}")
     print(f"\nheadline re-profiles (the sweeps' corners), tier 1 each: {', '.join(headline_specs())}")
     print(f"why tier, as time allows, in this order: ncuflow profile SPEC --why for {', '.join(why_specs())}")
-    print(f"  {why_passes()}")
+    for line in why_passes():
+        print(f"  {line}")
     print(f"cost: ncuflow profile {COST_CELL} twice, and the same ncu command bare twice")
     print(f"pytest -m gpu: {' '.join(GPU_TESTS)}")
     print(f"\n{len(seen)} profiled points + {len(PLAN_INDEX_LENS)} plan() timings.")

@@ -75,30 +75,6 @@ def _print_collection(result: dict[str, Any]) -> None:
     click.echo(f"# Perfworks: {result['library']}")
 
 
-def _print_why(chip: str | None, ncu_path: str | None, as_json: bool) -> None:
-    """``passes --why``: each row of the why tier with its predicted passes on the chip."""
-    from ncuflow.cli.why_view import row_json, row_lines
-    from ncuflow.errors import NcuflowError
-    from ncuflow.profile.ncu import NcuOptions, find_ncu
-    from ncuflow.profile.passes import local_chip
-    from ncuflow.profile.why import WHY, why_check
-
-    chip_name = (chip or local_chip()).lower()
-    try:
-        ncu: str | None = str(find_ncu(ncu_path)[0])
-    except NcuflowError:
-        ncu = None
-    checks = [(row, why_check(NcuOptions(), row.wall, chip_name, ncu)) for row in WHY]
-    if as_json:
-        click.echo(json.dumps({"chip": chip_name, "ncu": ncu, "walls": [row_json(row, check) for row, check in checks]},
-                              indent=1))
-        return
-    click.echo(f"the why tier (profile --why) on {chip_name}, per wall (sections as {ncu or 'no ncu here'} lists them):")
-    for row, check in checks:
-        for line in row_lines(row, check):
-            click.echo(f"  {line}")
-
-
 def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[str, Any]]:
     from ncuflow.cli.progress import progress_bar
     from ncuflow.profile import passes, perfworks
@@ -148,15 +124,11 @@ def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[
               help="decisive (tier 1 + its escalation), tier1, tier2, decisive+tier2, fields; "
                    "roofline, occupancy, stalls (what the roofline and classify --evidence read).")
 @click.option("--metrics", "metrics", multiple=True, help="A metric list (comma-separated) instead of a collection.")
-@click.option("--why", "why", is_flag=True,
-              help="The why tier instead: per wall, the ncu sections `profile --why` collects and their passes "
-                   "(the sections' metrics asked of ncu: --ncu, $NCU, PATH...).")
-@click.option("--ncu", "ncu_path", help="The ncu whose sections --why prices (default: $NCU, PATH, ...).")
 @click.option("--list-chips", is_flag=True, help="List the chips the Perfworks library knows and stop.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (an object for --chip, an array for reports).")
 @jobs_option
 def passes_command(reports: tuple[Path, ...], chip: str | None, collection: str, metrics: tuple[str, ...],
-                   list_chips: bool, as_json: bool, jobs: int | None, why: bool, ncu_path: str | None) -> None:
+                   list_chips: bool, as_json: bool, jobs: int | None) -> None:
     """Replay passes a collection costs on a chip, predicted offline with NVIDIA's Perfworks;
     or, for REPORTS, the passes predicted for the metrics each holds beside the ones ncu recorded.
 
@@ -164,7 +136,6 @@ def passes_command(reports: tuple[Path, ...], chip: str | None, collection: str,
       ncuflow passes --chip gh100                      # the decisive collection
       ncuflow passes --chip ga100 --metrics sm__throughput.avg.pct_of_peak_sustained_elapsed
       ncuflow passes profiles/ --json                  # predicted vs recorded
-      ncuflow passes --chip gh100 --why                # the why tier, per wall
     """
     if list_chips:
         from ncuflow.profile import perfworks
@@ -189,12 +160,6 @@ def passes_command(reports: tuple[Path, ...], chip: str | None, collection: str,
             click.echo(f"{row['report']}: {row['device'] or 'unknown GPU'} ({row['chip'] or '?'}), "
                        f"ncu {row['ncu_version'] or '?'}: predicted {predicted}{detail}, recorded {recorded}"
                        + (f"; {row['note']}" if row["note"] else ""))
-        return
-    if why:
-        if reports or metrics:
-            raise UsageError("--why prices the why tier's sections; it takes no reports or metrics.", "",
-                             "Drop REPORTS and --metrics, or drop --why.")
-        _print_why(chip, ncu_path, as_json)
         return
     result = _collection_costs(chip, collection, metrics)
     if as_json:

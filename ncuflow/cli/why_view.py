@@ -1,12 +1,10 @@
-"""What the why tier will collect, for people: ``profile --why --dry-run`` and ``passes --why``.
+"""What the why tier will collect, for people: ``profile --why --dry-run`` and ``profile --why``.
 
 Every line is derived from the rows of ``ncuflow.profile.why.WHY`` and the passes Perfworks
 predicts for what ncu lists for their sections. Never imports polars (the GPU host has none).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from ncuflow.profile.precheck import PassCheck
 from ncuflow.profile.why import WhyRow
@@ -26,14 +24,6 @@ def passes_line(check: PassCheck) -> str:
         return check.note or "passes not predicted"
     return (f"{check.passes} passes predicted on {check.chip} ({check.counter_passes} counter + {check.sass_passes} "
             f"SASS-patching; ncu records about {check.recorded_expected} per kernel launch)")
-
-
-def row_json(row: WhyRow, check: PassCheck) -> dict[str, Any]:
-    """A row and its predicted passes, for ``passes --why --json``."""
-    return {"wall": row.wall, "sections": list(row.sections), "rules": list(row.rules), "metrics": list(row.metrics),
-            "import_source": row.source, "reason": row.reason, "chip": check.chip, "passes": check.passes,
-            "counter_passes": check.counter_passes, "sass_passes": check.sass_passes,
-            "recorded_passes_expected": check.recorded_expected, "note": check.note}
 
 
 def row_lines(row: WhyRow, check: PassCheck) -> list[str]:

@@ -5,7 +5,7 @@ binds, but only for the sections they belong to, and ``--set full`` collects eve
 (~40 passes on GH100). ``WHY`` holds one row per verdict: the sections that explain that
 wall and the rules (ncu's rule identifiers) those sections feed. Everything else is derived
 from the row: the ncu options of the tier-3 run (``why_options``), what ``profile --why
---dry-run`` and ``passes --why`` show, the passes Perfworks predicts for it
+--dry-run`` shows, the passes Perfworks predicts for it
 (``ncuflow.profile.section_metrics`` asks the ncu that will run which metrics the sections
 collect) and the docs' table (checked by a test).
 
