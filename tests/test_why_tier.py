@@ -116,3 +116,13 @@ def test_a_run_whose_launches_are_all_unknown_gets_no_why_run(corpus_dir: Path, 
     done = _profile(root, corpus_dir / DURATIONS_ONLY, tmp_path / "calls.jsonl")
     assert "no why tier" in done.stdout
     assert not (root / tiers.TIER3_FOLDER).exists()
+
+
+def test_why_follows_only_the_decisive_collection(corpus_dir: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "NCU": str(FAKE), "FAKE_NCU_REPORT": str(corpus_dir / MIXED),
+           "FAKE_NCU_CALLS": str(tmp_path / "calls.jsonl")}
+    done = subprocess.run([sys.executable, "-m", "ncuflow", "profile", "copy_bandwidth:mib=16", "--set", "full", "--why",
+                           "--store", str(tmp_path / "store")], capture_output=True, text=True, timeout=300, env=env,
+                          check=False)
+    assert done.returncode == 2 and "--why follows the decisive collection" in done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "calls.jsonl").exists()  # refused before ncu ran

@@ -278,16 +278,18 @@ def _timed(job: Any, settings: Any, console: Any) -> Any:
 
 
 def _print_escalation(result: Any, console: Any, threshold: float) -> None:
-    """A replica's tier 1 and tier 2 together, as every reader pairs them (or why they cannot be)."""
-    if result.tier2 is None:
-        return
-    if result.unpaired is not None:
-        console.print(f"[yellow]{escape(str(result.tier1.record.report_path))}: {escape(result.unpaired)}[/yellow]",
+    """A replica's tiers together, as every reader pairs them, where tier 2 changed the table (the
+    why tier fills no field of it), and why an escalation run could not be paired."""
+    for problem in result.unpaired:
+        console.print(f"[yellow]{escape(str(result.tier1.record.report_path))}: {escape(problem)}[/yellow]",
                       soft_wrap=True)
+    if 2 not in result.merged:
         return
     record = result.tier1.record
-    print_launches(result.launches, console, threshold,
-                   f"{record.cell} {record.run_id}: tier 1 + tier 2 ({result.tier2.record.run_id})")
+    runs = {2: result.tier2, 3: result.why}
+    tiers = " + ".join(f"tier {tier}" for tier in result.merged)
+    ids = ", ".join(run.record.run_id for tier, run in runs.items() if tier in result.merged and run is not None)
+    print_launches(result.launches, console, threshold, f"{record.cell} {record.run_id}: {tiers} ({ids})")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

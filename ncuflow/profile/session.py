@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from ncuflow.errors import UsageError
 from ncuflow.profile.escalation import (
     commit_tier2,
     escalates,
@@ -30,14 +31,16 @@ from ncuflow.read.launch import Launch
 
 @dataclass(frozen=True)
 class ProfileResult:
-    """One replica: its tier-1 run, its tier-2 run where it escalated, and the launches as
-    every reader sees them (tier 1 merged with tier 2; ``unpaired`` says why not)."""
+    """One replica: its tier-1 run, its tier-2 run where it escalated, its why run (tier 3) where
+    asked, and the launches as every reader sees them: tier 1 merged with the tiers in
+    ``merged``; ``unpaired`` says why an escalation run could not be merged."""
 
     tier1: StoredRun
     tier2: StoredRun | None = None
     launches: tuple[Launch, ...] = ()
-    unpaired: str | None = None
-    why: StoredRun | None = None  # the why tier (tier 3), where asked and stored
+    unpaired: tuple[str, ...] = ()
+    why: StoredRun | None = None
+    merged: tuple[int, ...] = (1,)  # the tiers the launches hold
 
 
 class ProfileObserver(Protocol):
@@ -73,6 +76,11 @@ def profile_replicas(job: ProfileJob, settings: ProfileSettings, replicas: int =
     """Profile ``job`` ``replicas`` times in fresh ncu processes (replica 0, 1, ...), each
     escalated to tier 2 where its launches need it, and explained by the why tier of ``why``
     (a wall, or ``FROM_VERDICT``: the wall of the run's own verdict; None: no why tier)."""
+    if why is not None and not escalates(job.options):
+        raise UsageError(f"--why follows the decisive collection; this profile collects {job.options.label()}.",
+                         "The why tier adds the sections that explain the verdict of tiers 1 and 2; a section set "
+                         "or added sections already hold what they hold.",
+                         "Drop --set/--section to profile the decisive collection with --why, or drop --why.")
     watch = observer or Quiet()
     results = []
     for replica in range(replicas):
@@ -100,7 +108,9 @@ def _explained(result: ProfileResult, job: ProfileJob, settings: ProfileSettings
         return result
     watch.stored(third, WHY_TIER)
     launches, problem = merge_tiers(result.launches, third.launches, third.record.report_path, WHY_TIER)
-    return replace(result, why=third, launches=launches, unpaired=result.unpaired or problem)
+    if problem is not None:
+        return replace(result, why=third, unpaired=(*result.unpaired, problem))
+    return replace(result, why=third, launches=launches, merged=(*result.merged, WHY_TIER))
 
 
 def _escalated(first: StoredRun, job: ProfileJob, settings: ProfileSettings,
@@ -116,4 +126,6 @@ def _escalated(first: StoredRun, job: ProfileJob, settings: ProfileSettings,
         return ProfileResult(first, launches=first.launches)
     watch.stored(second, 2)
     launches, problem = paired(first, second)
-    return ProfileResult(first, second, launches, problem)
+    if problem is not None:
+        return ProfileResult(first, second, launches, (problem,))
+    return ProfileResult(first, second, launches, merged=(1, 2))

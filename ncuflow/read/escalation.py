@@ -111,13 +111,14 @@ def with_escalations(record: RunRecord, first: tuple[Launch, ...]) -> tuple[Laun
     warned about with ``EscalationWarning`` and left out; the others are still merged.
     """
     from ncuflow.read.extract import read_launches
+    from ncuflow.store.tiers import escalation_runs_of
 
     try:
         reports = escalation_reports(record)
-    except NcuflowError as error:
+    except NcuflowError as error:  # a pre-schema-3 sidecar naming tier 2: the why runs are still merged
         warnings.warn(EscalationWarning(f"{record.report_path}: its tier-2 escalation is not used: {error}"),
                       stacklevel=2)
-        return first
+        reports = [(3, run.report_path) for run in escalation_runs_of(record, 3)]
     merged = first
     for tier, path in reports:
         try:
