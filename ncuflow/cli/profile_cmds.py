@@ -278,12 +278,12 @@ def _timed(job: Any, settings: Any, console: Any) -> Any:
 
 
 def _print_escalation(result: Any, console: Any, threshold: float) -> None:
-    """A replica's tiers together, as every reader pairs them, where tier 2 changed the table (the
-    why tier fills no field of it), and why an escalation run could not be paired."""
+    """A replica's tiers together, as every reader merges them (where any escalation run was
+    merged), and why an escalation run could not be paired."""
     for problem in result.unpaired:
         console.print(f"[yellow]{escape(str(result.tier1.record.report_path))}: {escape(problem)}[/yellow]",
                       soft_wrap=True)
-    if 2 not in result.merged:
+    if result.merged == (1,):
         return
     record = result.tier1.record
     runs = {2: result.tier2, 3: result.why}
