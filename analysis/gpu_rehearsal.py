@@ -268,19 +268,23 @@ def _common(summary: dict[str, Any]) -> list[str]:
 
 
 def _each_cell_has_a_run(runs: dict[str, list[str]]) -> list[str]:
-    from study_flashinfer import CELLS
+    from flashinfer_points import CELLS
 
     return [f"no run of {cell} came back" for cell in CELLS if not runs.get(cell)]
 
 
 def expect_normal(summary: dict[str, Any], runs: dict[str, list[str]]) -> list[str]:
+    from ncuflow.store.tiers import TIER3_FOLDER
+
     steps = _steps(summary)
     problems = _common(summary) + _each_cell_has_a_run(runs)
-    for name in ("one point of each cell", "profile vs bare ncu", "sweeps"):
+    for name in ("one point of each cell", "profile vs bare ncu", "sweeps", "why tier"):
         if steps.get(name, {}).get("status") != "ok":
             problems.append(f"{name}: {steps.get(name, {}).get('status')} ({steps.get(name, {}).get('cause', '')[:200]})")
     if not steps.get("profile vs bare ncu", {}).get("result", {}).get("ratio"):
         problems.append("no cost ratio")
+    if not any(f"/{TIER3_FOLDER}/" in name for names in runs.values() for name in names):
+        problems.append("no why-tier run (tier 3) came back")
     return problems
 
 
@@ -300,7 +304,7 @@ def expect_refused(summary: dict[str, Any], runs: dict[str, list[str]]) -> list[
     problems = _common(summary)
     if "ERR_NVGPUCTRPERM" not in summary.get("ncu_refused", ""):
         problems.append("the counter refusal is not named in the summary (ncu_refused)")
-    for name in ("sweeps", "headline re-profiles", "profile vs bare ncu"):
+    for name in ("sweeps", "headline re-profiles", "why tier", "profile vs bare ncu"):
         step = steps.get(name, {})
         if step.get("status") != "skipped" or "ERR_NVGPUCTRPERM" not in step.get("cause", ""):
             problems.append(f"{name} was not skipped naming the refusal: {step.get('status')}")

@@ -23,9 +23,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "analysis"))
 
+import flashinfer_points  # noqa: E402
 import gpu_call  # noqa: E402
 import gpu_rehearsal  # noqa: E402
-import study_flashinfer  # noqa: E402
 import study_steps  # noqa: E402
 
 
@@ -129,7 +129,7 @@ def test_a_tarball_over_the_tools_limit_is_named(tmp_path: Path, monkeypatch: py
 def test_the_first_point_sweep_keeps_the_sweeps_settings(tmp_path: Path) -> None:
     from ncuflow.profile.sweep import load_sweep
 
-    for path in study_flashinfer.sweep_files():
+    for path in flashinfer_points.sweep_files():
         whole, first = load_sweep(path), load_sweep(study_steps.one_point_sweep(path, tmp_path))
         assert len(first.points) == 1 and first.points[0].content_key == whole.points[0].content_key
         assert first.options == whole.options and first.name == whole.name and first.timeout == whole.timeout
@@ -140,7 +140,7 @@ def test_the_first_point_sweep_keeps_the_sweeps_settings(tmp_path: Path) -> None
 def test_a_sweep_without_its_extra_metrics_keeps_everything_else(tmp_path: Path) -> None:
     from ncuflow.profile.sweep import load_sweep
 
-    path = study_flashinfer.sweep_files()[0]
+    path = flashinfer_points.sweep_files()[0]
     whole = load_sweep(path)
     plain = load_sweep(study_steps.rewritten_sweep(path, tmp_path, first_point=False, extra_metrics=False))
     assert whole.options.extra_metrics and not plain.options.extra_metrics
@@ -194,7 +194,7 @@ def test_a_missing_bundle_skips_what_needs_it_and_says_why(tmp_path: Path) -> No
     plan = study_steps.time_plan(call, time.monotonic() + 30)
     assert plan.status is gpu_call.Status.SKIPPED and "bundle could not be activated" in plan.cause
     first = study_steps.first_points(call, time.monotonic() + 30)
-    assert set(first.result) == set(study_flashinfer.CELLS)
+    assert set(first.result) == set(flashinfer_points.CELLS)
     assert all("left out" in str(v) for v in first.result.values())
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ncuflow.analyze.classify import DEFAULT_THRESHOLD, Verdict, classify
 from ncuflow.analyze.selection import Selection
-from ncuflow.read.escalation import read_run_launches, with_tier2
+from ncuflow.read.escalation import read_run_launches, with_escalations
 from ncuflow.read.extract import iter_launches_with_metrics, read_launches
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
@@ -219,4 +219,4 @@ def _launches_writing_metrics(report: Path, record: RunRecord | None, folder: Pa
                 }
             )
     metrics.close()
-    return (with_tier2(record, tuple(tier1), read) if record is not None else tuple(tier1)), metrics.rows
+    return (with_escalations(record, tuple(tier1), read) if record is not None else tuple(tier1)), metrics.rows

@@ -210,6 +210,8 @@ def build_command(
     if options.launch_count is not None:
         command += ["--launch-count", str(options.launch_count)]
     command += collection_args(options)
+    if options.import_source:
+        command += ["--import-source", "yes"]
     command += list(options.extra_args)
     command += ["--export", str(report_path), "--force-overwrite"]
     command += [str(a) for a in app_argv]

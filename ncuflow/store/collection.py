@@ -43,6 +43,7 @@ class NcuOptions:
     kernel_regex: str | None = None
     nvtx_include: tuple[str, ...] = ()  # full ncu expressions, e.g. "ncuflow/flat_decode/"
     target_processes: str = "all"
+    import_source: bool = False  # --import-source yes: the CUDA source files in the report (source counters)
     extra_args: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -58,6 +59,9 @@ class NcuOptions:
                 f"{', '.join(NAMED_SETS)}; use 'none' with --section for sections only.",
                 "Choose one of those (`ncu --list-sets` shows what each holds).",
             )
+        if not isinstance(self.import_source, bool):
+            raise UsageError(f"The ncu option import_source = {self.import_source!r} is not a boolean.", "",
+                             "Give import_source true or false.")
         if self.metric_set == "none" and not self.sections and not self.extra_metrics:
             raise UsageError(
                 "The metric set 'none' with no --section or --metrics collects nothing.",
