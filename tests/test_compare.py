@@ -190,3 +190,42 @@ def test_compare_shows_u_terms_stall_shares_and_occupancy_side_by_side(corpus_di
     text = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3),
                                     "--pair", "kernel_conv2d_baseline=conv2d_variant3_kernel"]).output
     assert "warp stalls: lg_throttle" in text and "occupancy: achieved" in text and "u: dram" in text
+
+
+def _nvidia_headings(report: Path) -> dict[str, float | None]:
+    """Each finding that says something in NVIDIA's own reading of ``report`` (``ncu_report``), by
+    'rule: heading', with its largest estimated speedup over the report's launches."""
+    import ncu_report
+
+    found: dict[str, float | None] = {}
+    context = ncu_report.load_report(str(report))
+    for r in range(context.num_ranges()):
+        for a in range(context[r].num_actions()):
+            for rule in context[r][a].rule_results_as_dicts():
+                message = rule["rule_message"]
+                speedup = rule.get("speedup_estimation", {}).get("speedup")
+                if not (message["title"] or message["message"] or speedup is not None):
+                    continue
+                key = f"{rule['rule_identifier']}: {message['title'] or rule['name'] or rule['rule_identifier']}"
+                estimates = [v for v in (found.get(key), speedup) if v is not None]
+                found[key] = max(estimates) if estimates else None
+    return found
+
+
+def test_compare_names_the_findings_that_appeared_or_vanished(corpus_dir: Path) -> None:
+    """The naive convolution against its variant: the findings only one side gives are NVIDIA's own
+    (ncu_report's rule results of each report), with their estimates; compare X X names none."""
+    pair = ["--pair", "kernel_conv2d_baseline=conv2d_variant3_kernel"]
+    result = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3), "--json", *pair])
+    assert result.exit_code == 0, result.output
+    (kernel,) = json.loads(result.output)["matched"]
+    moved = kernel["beyond_work"]["findings"]
+    base, new = _nvidia_headings(corpus_dir / NAIVE), _nvidia_headings(corpus_dir / VARIANT3)
+    assert {f["finding"]: f["speedup"] for f in moved["appeared"]} == {h: new[h] for h in new if h not in base}
+    assert {f["finding"]: f["speedup"] for f in moved["vanished"]} == {h: base[h] for h in base if h not in new}
+    assert moved["appeared"] and moved["vanished"]
+    text = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3), *pair]).output
+    assert "NVIDIA's findings: appeared: " in text
+    same = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / NAIVE), "--json"])
+    (kernel,) = json.loads(same.output)["matched"]
+    assert kernel["beyond_work"]["findings"] == {"appeared": [], "vanished": []}
