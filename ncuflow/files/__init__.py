@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.errors import NcuflowError
+from ncuflow.files.owner import owner_tag, tag_owner_dead
 
 try:
     import fcntl
@@ -133,7 +134,8 @@ def _plain_name(name: str) -> str:
 
 
 def temporary_beside(target: Path, role: str = "") -> Path:
-    return target.with_name(f"{TMP_MARK}{os.getpid()}-{role}{_plain_name(target.name)}")
+    """``.ncuflow-tmp-<owner tag>-<role><name>``: the tag names this process beyond its id (``files.owner``)."""
+    return target.with_name(f"{TMP_MARK}{owner_tag()}-{role}{_plain_name(target.name)}")
 
 
 MAX_LINK_HOPS = 40
@@ -334,13 +336,17 @@ def atomic_write_text(target: Path, text: str, *, make_parents: bool = True) -> 
 
 
 def remove_temporaries(folder: Path) -> None:
-    """Remove temporary files of ``atomic_paths`` left in ``folder`` by dead processes."""
+    """Remove temporary files of ``atomic_paths`` left in ``folder`` by dead processes.
+
+    Only those whose owner is provably dead (``owner.tag_owner_dead``): a temporary of a
+    process on another host, in another PID namespace (a container sharing the folder) or
+    of another boot, or one named by a pid alone, is left where it is.
+    """
     with contextlib.suppress(OSError):
         for child in folder.iterdir():
             if not child.name.startswith(TMP_MARK):
                 continue
-            pid = child.name[len(TMP_MARK):].split("-", 1)[0]
-            if not pid.isdigit() or pid_alive(int(pid)):
+            if not tag_owner_dead(child.name[len(TMP_MARK):].split("-", 1)[0]):
                 continue
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
@@ -411,10 +417,40 @@ def text_recogniser(*first_lines: str) -> Callable[[Path], bool]:
     return recognise
 
 
+PLOT_KEY = "ncuflow.plot"  # the PNG text chunk every plot of ncuflow carries (what it plots)
+LEGACY_PLOT_SOFTWARE = "ncuflow (Matplotlib)"  # the Software chunk of ncuflow's plots before PLOT_KEY
+
+
+def plot_metadata(kind: str) -> dict[str, str]:
+    """The PNG text chunks of an ncuflow plot: ``Software: ncuflow <version>`` and ``ncuflow.plot: <kind>``."""
+    from ncuflow import __version__
+
+    return {"Software": f"ncuflow {__version__}", PLOT_KEY: kind}
+
+
+def png_text(path: Path, limit: int = 1 << 16) -> dict[str, str]:
+    """The ``tEXt`` chunks of a PNG before its image data (within its first ``limit`` bytes)."""
+    head = _head(path, limit)
+    if not head.startswith(PNG_MAGIC):
+        return {}
+    found: dict[str, str] = {}
+    at = len(PNG_MAGIC)
+    while at + 8 <= len(head):
+        length, kind = int.from_bytes(head[at:at + 4], "big"), head[at + 4:at + 8]
+        if kind in (b"IDAT", b"IEND") or at + 8 + length > len(head):
+            break
+        if kind == b"tEXt":
+            key, _, value = head[at + 8:at + 8 + length].partition(b"\0")
+            found[key.decode("latin-1")] = value.decode("latin-1")
+        at += 12 + length  # length, type, data, CRC
+    return found
+
+
 def png_recogniser(path: Path) -> bool:
-    """True for a PNG written by matplotlib (ncuflow's plots)."""
-    head = _head(path, 4096)
-    return head.startswith(PNG_MAGIC) and (b"ncuflow" in head or b"Matplotlib" in head)
+    """True for a PNG ncuflow wrote (its ``ncuflow.plot`` text chunk, or the Software chunk its
+    plots carried before); a PNG of Matplotlib, or of anything else, is someone else's."""
+    text = png_text(path)
+    return PLOT_KEY in text or text.get("Software") == LEGACY_PLOT_SOFTWARE
 
 
 def _describe(path: Path) -> str:
