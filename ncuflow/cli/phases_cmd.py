@@ -49,7 +49,7 @@ Examples:
     type=click.Path(path_type=Path),
     default=None,
     help="Write a timeline PNG (batch size and per-token time, phases shaded); with "
-    "several inputs, one file per input named PATH-<input>.png.",
+    "several inputs, one file per input named PATH-<input>.png (with its parent folders where two inputs share a name).",
 )
 @click.option(
     "--decode-log-interval",
@@ -144,6 +144,7 @@ def phases_command(
     # a log's run labels and values reach the terminal escaped (each line, its breaks kept)
     text = render_text(report, selection)
     click.echo("".join(safe_text(line, limit=None) + "\n" for line in text.splitlines()), nl=False)
-    for path in written:
-        click.echo(f"timeline written to {path}")
+    for file, path in zip(report.files, written, strict=True):  # several inputs: which plot is whose
+        click.echo(f"timeline of {safe_text(file.path)} written to {path}" if len(written) > 1
+                   else f"timeline written to {path}")
 
