@@ -202,8 +202,8 @@ def commit_shipped(store_root: Path, shipped: ShippedRun, replicas: int | None =
 
     manifest = _typed(shipped)
     with point_lock(store.point_dir(store_root, manifest.spec, manifest.content_key)):
-        if replicas is not None and len(store.complete_runs_for_key(store_root, manifest.cell,
-                                                                     manifest.content_key)) >= replicas:
+        present = store.runs_for_key(store_root, manifest.cell, manifest.content_key)  # unreadable ones count
+        if replicas is not None and len(present.complete) + len(present.unreadable) >= replicas:
             return None
         pending = store.begin_run(store_root, manifest.spec, manifest.content_key, manifest.run_id)
         try:
