@@ -13,6 +13,7 @@ from ncuflow.phases.recorder import (
     MAX_CONCURRENCY,
     MAX_REQUESTS,
     MAX_TOKEN_BUDGET,
+    TRACE_START,
     RecorderSettings,
     Recording,
     TraceWriter,
@@ -80,7 +81,7 @@ def record_command(
         api_key=api_key or None,
     )
     kind = "a request trace (JSONL)"
-    guard_output(out_path, kind=kind, recognise=text_recogniser('{"'), option="--out")
+    guard_output(out_path, kind=kind, recognise=text_recogniser(TRACE_START), option="--out")
     target = output_target(out_path, kind=kind, option="--out")
     with Recording(settings) as recording, _opened(target) as writer, progress_bar() as bar:
         step = bar.stage(f"recording {settings.endpoint.url}", n_requests)

@@ -21,12 +21,14 @@ that ended; Ctrl-C returns at once (the workers are daemon threads, their socket
 from __future__ import annotations
 
 import contextlib
+import errno
 import http.client
 import json
 import math
 import os
 import queue
 import socket
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -278,6 +280,11 @@ def _headers(settings: RecorderSettings) -> dict[str, str]:
     return headers
 
 
+# How every trace the recorder writes begins (``record_one``'s first key): how ``--out`` knows an
+# earlier trace of its own (a bench_serving result, or any other JSON, is someone else's file).
+TRACE_START = '{"request_id": "r'
+
+
 def record_one(settings: RecorderSettings, index: int, clock: _Clock, watchdog: _Watchdog) -> dict[str, Any]:
     """One request, start to end, within ``settings.timeout_s`` in all."""
     record: dict[str, Any] = {"request_id": f"r{index}"}
@@ -446,6 +453,25 @@ class Recording:
         self.close()
 
 
+def _open_regular(path: Path) -> int:
+    """``path`` opened for writing, truncated, if it is a regular file. Opened without blocking (a
+    FIFO put there after the checks would wait for a reader forever) and checked once open (fstat):
+    anything else is refused before a byte is written (``OSError``, shown as one paragraph)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as error:
+        if error.errno not in (errno.ENXIO, errno.ELOOP):  # a FIFO without a reader; a link put there
+            raise
+        raise OSError(errno.EINVAL, "it is no longer a regular file (replaced meanwhile)", str(path)) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "it is no longer a regular file (replaced meanwhile)", str(path))
+    os.set_blocking(fd, True)
+    os.ftruncate(fd, 0)
+    return fd
+
+
 class TraceWriter:
     """The JSONL trace, one line per record, each written by one flushed ``write`` as it comes."""
 
@@ -454,8 +480,7 @@ class TraceWriter:
         self.written = 0
         self.failed = 0
         self.first_failure = ""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-        self._fd = os.open(path, flags, 0o644)
+        self._fd = _open_regular(path)
 
     def write(self, record: dict[str, Any]) -> None:
         data = memoryview((json.dumps(record) + "\n").encode())
