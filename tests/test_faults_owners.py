@@ -400,3 +400,21 @@ def test_a_log_pump_keeps_ncu_lines_and_the_last_lines_past_its_head(tmp_path: P
     assert text.startswith("==PROF== Connected\nline 0\n") and "==ERROR== late\n" in text
     assert CUT_NOTE in text and text.endswith("line 4999\nlast words\n")
     assert len(text) < 1000 + 200 * 12 + 300
+
+
+def test_a_store_run_folder_of_another_place_is_never_removed(tmp_path: Path) -> None:
+    """A run being written (``.tmp-<run-id>-<owner tag>``) by a process elsewhere stays; a dead one's here goes."""
+    from ncuflow.cells.contract import CellSpec
+
+    spec = CellSpec.of("copy_bandwidth", {"mib": 1})
+    point = store.point_dir(tmp_path, spec, "c" * 64)
+    point.mkdir(parents=True)
+    dead = _dead_pid()
+    here = point / f".tmp-20260101T000000Z-abcdef-{dead}.{place_token()}.7"
+    elsewhere = point / f".tmp-20260101T000000Z-abcdef-{dead}.0123456789.7"
+    for folder in (here, elsewhere):
+        folder.mkdir()
+    pending = store.begin_run(tmp_path, spec, "c" * 64)
+    assert pending.tmp_path.name.endswith(owner_tag()) and pending.tmp_path.is_dir()
+    SEEN["foreign_temporaries_deleted"] += not elsewhere.exists()
+    assert not here.exists() and elsewhere.exists()

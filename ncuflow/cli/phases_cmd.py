@@ -144,7 +144,7 @@ def phases_command(
     # a log's run labels and values reach the terminal escaped (each line, its breaks kept)
     text = render_text(report, selection)
     click.echo("".join(safe_text(line, limit=None) + "\n" for line in text.splitlines()), nl=False)
-    for file, path in zip(report.files, written, strict=True):  # several inputs: which plot is whose
+    for file, path in zip(report.files, written, strict=False):  # several inputs: which plot is whose
         click.echo(f"timeline of {safe_text(file.path)} written to {path}" if len(written) > 1
                    else f"timeline written to {path}")
 

@@ -17,6 +17,7 @@ import contextlib
 import os
 import select
 import threading
+from collections.abc import Callable
 from typing import BinaryIO
 
 from ncuflow.profile.process import (
@@ -51,9 +52,11 @@ class LogPump:
         return self
 
     def spawned(self) -> None:
-        """ncu holds the write end now: ours is closed, so the pipe ends when ncu's group ends."""
-        with contextlib.suppress(OSError):
-            os.close(self.writer)
+        """ncu holds the write end now: ours is closed (once), so the pipe ends when ncu's group ends."""
+        if self.writer >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.writer)
+            self.writer = -1
 
     def __exit__(self, *exc: object) -> None:
         self.spawned()
@@ -63,18 +66,27 @@ class LogPump:
         os.close(self._reader)
 
     def _copy(self) -> None:
+        """Copy until the pipe ends (or ``__exit__`` says stop). Should the log refuse a write (a
+        full disk), the rest is read and dropped: ncu never blocks on a pipe nobody reads."""
+        writable = True
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self._reader], [], [], 0.1)
+            chunk = os.read(self._reader, READ_CHUNK_BYTES) if ready else None
+            if chunk == b"":
+                break
+            if chunk and writable:
+                writable = self._written(self._take, chunk)
+        if writable:
+            self._written(lambda _: self._finish(), b"")
+
+    def _written(self, write: Callable[[bytes], None], chunk: bytes) -> bool:
+        """Whether ``write(chunk)`` and a flush reached the log (the progress bar reads it as it comes)."""
         try:
-            while not self._stop.is_set():
-                ready, _, _ = select.select([self._reader], [], [], 0.1)
-                if not ready:
-                    continue
-                chunk = os.read(self._reader, READ_CHUNK_BYTES)
-                if not chunk:
-                    break
-                self._take(chunk)
-            self._finish()
-        except OSError:  # the log cannot be written (a full disk): judging the run says so
-            return
+            write(chunk)
+            self.log.flush()
+        except OSError:  # judging the run names the full disk
+            return False
+        return True
 
     def _take(self, chunk: bytes) -> None:
         room = self.head_bytes - self.written
@@ -119,4 +131,3 @@ class LogPump:
                            "follow\n".encode())
         for line in kept:
             self.log.write(line + b"\n")
-        self.log.flush()

@@ -42,6 +42,7 @@ from ncuflow.files import (
     os_error,
     pid_alive,
 )
+from ncuflow.files.owner import owner_tag, tag_owner_dead
 from ncuflow.files.run_layout import LOG_NAME, REPORT_NAME
 from ncuflow.read.framing import framing_problem  # plain bytes: the store's only look into read
 from ncuflow.store.access import listing, unreadable
@@ -204,6 +205,12 @@ class PendingRun:
         return self.tmp_path / MANIFEST_NAME
 
 
+def temporary_run_folder(point: Path, run_id: str) -> Path:
+    """Where run ``run_id`` is written until it is complete: ``.tmp-<run-id>-<owner tag>``, its
+    writer named beyond a pid (``files.owner``: host, boot, PID namespace, start time)."""
+    return point / f"{TMP_PREFIX}{run_id}-{owner_tag()}"
+
+
 def begin_run(root: Path, spec: CellSpec, content_key: str, run_id: str | None = None) -> PendingRun:
     """Create the temporary folder of a new run (and clean temporaries of dead processes)."""
     point = point_dir(root, spec, content_key)
@@ -220,7 +227,7 @@ def begin_run(root: Path, spec: CellSpec, content_key: str, run_id: str | None =
             "Run ids must be unique within a point.",
             "Leave run_id unset so that ncuflow makes a fresh one.",
         )
-    tmp = point / f"{TMP_PREFIX}{rid}-{os.getpid()}"
+    tmp = temporary_run_folder(point, rid)
     try:
         tmp.mkdir()
     except OSError as error:
@@ -313,7 +320,12 @@ def keep_failed_run(pending: PendingRun, manifest: Manifest) -> Path | None:
 
 
 def remove_stale_temporaries(point: Path) -> list[Path]:
-    """Delete ``.tmp-*`` folders left by processes that no longer exist (e.g. SIGKILL)."""
+    """Delete ``.tmp-*`` folders left by processes that no longer exist (e.g. SIGKILL).
+
+    The caller holds the point's lock. A folder named with an owner tag is removed only when
+    its owner is provably dead (``owner.tag_owner_dead``: this host, boot and PID namespace,
+    and gone); one named by a pid alone (an older ncuflow's) when no process has that pid.
+    """
     removed: list[Path] = []
     if not point.is_dir():
         return removed
@@ -321,6 +333,8 @@ def remove_stale_temporaries(point: Path) -> list[Path]:
         if not (child.is_dir() and child.name.startswith(TMP_PREFIX)):
             continue
         pid_text = child.name.rsplit("-", 1)[-1]
+        if "." in pid_text and not tag_owner_dead(pid_text):
+            continue
         if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
             continue
         if pid_text.isdigit() and int(pid_text) == os.getpid():
