@@ -17,8 +17,8 @@ target's name (a name with a byte that is not UTF-8 reaches no library as text).
 
 ``guard_output`` refuses a target that is one of the command's inputs, is not a
 regular file, or already holds something that is not a previous output of the same
-kind; the kind is recognised by the file's content (a report by its signature), never
-by its suffix. ``os_error`` turns an ``OSError`` into an ``OutputError`` paragraph
+kind; the kind is recognised by what ncuflow wrote into the file (``files.recognise``),
+never by its name or format. ``os_error`` turns an ``OSError`` into an ``OutputError`` paragraph
 that names the path and what to do.
 
 Plain standard library: the profiling path and the read side both use it.
@@ -39,6 +39,17 @@ from typing import Any
 
 from ncuflow.errors import NcuflowError
 from ncuflow.files.owner import owner_tag, tag_owner_dead
+from ncuflow.files.recognise import (
+    LEGACY_PLOT_SOFTWARE,
+    PLOT_KEY,
+    REPORT_SIGNATURE,
+    describe,
+    parquet_table_recogniser,
+    plot_metadata,
+    png_recogniser,
+    png_text,
+    text_recogniser,
+)
 
 try:
     import fcntl
@@ -46,9 +57,6 @@ except ImportError:  # not POSIX: pairs are committed without the folder lock
     fcntl = None  # type: ignore[assignment]
 
 TMP_MARK = ".ncuflow-tmp-"
-REPORT_SIGNATURE = b"NVR\x00"  # how every report ncu writes begins (read.reportfile.REPORT_MAGIC)
-PARQUET_MAGIC = b"PAR1"
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LOW_SPACE_BYTES = 1 << 20
 
 
@@ -380,96 +388,6 @@ def process_group_alive(pgid: int) -> bool:
 # ---------------------------------------------------------------------------- output guard
 
 
-def _head(path: Path, size: int = 64) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read(size)
-
-
-def _tail(path: Path, size: int = 65536) -> bytes:
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        end = handle.tell()
-        handle.seek(max(0, end - size))
-        return handle.read()
-
-
-def parquet_table_recogniser(*tables: str) -> Callable[[Path], bool]:
-    """True for a parquet file ncuflow wrote as one of ``tables`` (from its footer metadata)."""
-
-    def recognise(path: Path) -> bool:
-        if _head(path, 4) != PARQUET_MAGIC:
-            return False
-        footer = _tail(path)
-        if not footer.endswith(PARQUET_MAGIC) or b"ncuflow.table" not in footer:
-            return False
-        return any(table.encode() in footer for table in tables)
-
-    return recognise
-
-
-def text_recogniser(*first_lines: str) -> Callable[[Path], bool]:
-    """True for a text file whose first line starts with one of ``first_lines``."""
-
-    def recognise(path: Path) -> bool:
-        head = _head(path, 256)
-        return any(head.startswith(line.encode()) for line in first_lines)
-
-    return recognise
-
-
-PLOT_KEY = "ncuflow.plot"  # the PNG text chunk every plot of ncuflow carries (what it plots)
-LEGACY_PLOT_SOFTWARE = "ncuflow (Matplotlib)"  # the Software chunk of ncuflow's plots before PLOT_KEY
-
-
-def plot_metadata(kind: str) -> dict[str, str]:
-    """The PNG text chunks of an ncuflow plot: ``Software: ncuflow <version>`` and ``ncuflow.plot: <kind>``."""
-    from ncuflow import __version__
-
-    return {"Software": f"ncuflow {__version__}", PLOT_KEY: kind}
-
-
-def png_text(path: Path, limit: int = 1 << 16) -> dict[str, str]:
-    """The ``tEXt`` chunks of a PNG before its image data (within its first ``limit`` bytes)."""
-    head = _head(path, limit)
-    if not head.startswith(PNG_MAGIC):
-        return {}
-    found: dict[str, str] = {}
-    at = len(PNG_MAGIC)
-    while at + 8 <= len(head):
-        length, kind = int.from_bytes(head[at:at + 4], "big"), head[at + 4:at + 8]
-        if kind in (b"IDAT", b"IEND") or at + 8 + length > len(head):
-            break
-        if kind == b"tEXt":
-            key, _, value = head[at + 8:at + 8 + length].partition(b"\0")
-            found[key.decode("latin-1")] = value.decode("latin-1")
-        at += 12 + length  # length, type, data, CRC
-    return found
-
-
-def png_recogniser(path: Path) -> bool:
-    """True for a PNG ncuflow wrote (its ``ncuflow.plot`` text chunk, or the Software chunk its
-    plots carried before); a PNG of Matplotlib, or of anything else, is someone else's."""
-    text = png_text(path)
-    return PLOT_KEY in text or text.get("Software") == LEGACY_PLOT_SOFTWARE
-
-
-def _describe(path: Path) -> str:
-    try:
-        head = _head(path, 80)
-    except OSError:
-        return "a file ncuflow cannot read"
-    if head.startswith(b"# ncuflow "):
-        first_line = head.splitlines()[0][:40].decode(errors="replace")
-        return f"ncuflow Markdown of another kind ({first_line!r})"
-    if head.startswith(REPORT_SIGNATURE):
-        return "an Nsight Compute report"
-    if head.startswith(PARQUET_MAGIC):
-        return "a parquet file of another kind"
-    if head.startswith(PNG_MAGIC):
-        return "a PNG image ncuflow did not write"
-    return "a file ncuflow did not write"
-
-
 def _same_file(a: Path, b: Path) -> bool:
     try:
         return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
@@ -505,7 +423,7 @@ def guard_output(target: Path, *, kind: str, recognise: Callable[[Path], bool],
         raise os_error(error, path, "read") from None
     if not ours:
         raise OutputError(
-            f"Refusing to overwrite {shown}: it is {_describe(path)}, not {kind} from an earlier run.",
+            f"Refusing to overwrite {shown}: it is {describe(path)}, not {kind} from an earlier run.",
             "ncuflow replaces only its own earlier outputs of the same kind (recognised by content).",
             f"Give {option} a new path, or remove that file yourself if you no longer need it.",
         )
@@ -531,6 +449,7 @@ def make_console() -> Any:
 from ncuflow.files.inputs import InputFileError, file_kind, open_regular_file, read_small_file  # noqa: E402
 
 __all__ = [
-    "InputFileError", "OutputError", "atomic_path", "atomic_paths", "atomic_write_text", "file_kind", "guard_output",
-    "make_console", "open_regular_file", "os_error", "read_small_file",
+    "LEGACY_PLOT_SOFTWARE", "PLOT_KEY", "REPORT_SIGNATURE", "InputFileError", "OutputError", "atomic_path",
+    "atomic_paths", "atomic_write_text", "file_kind", "guard_output", "make_console", "open_regular_file", "os_error",
+    "parquet_table_recogniser", "plot_metadata", "png_recogniser", "png_text", "read_small_file", "text_recogniser",
 ]

@@ -21,14 +21,12 @@ that ended; Ctrl-C returns at once (the workers are daemon threads, their socket
 from __future__ import annotations
 
 import contextlib
-import errno
 import http.client
 import json
 import math
 import os
 import queue
 import socket
-import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -36,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ncuflow.files.streamed import open_streamed_output
 from ncuflow.phases.parse.json_values import MAX_TOKENS_PER_CHUNK, count_or_none, shown
 from ncuflow.phases.parse.jsonl import MAX_LABEL
 from ncuflow.phases.recorder_endpoint import Endpoint, RecorderError
@@ -453,25 +452,6 @@ class Recording:
         self.close()
 
 
-def _open_regular(path: Path) -> int:
-    """``path`` opened for writing, truncated, if it is a regular file. Opened without blocking (a
-    FIFO put there after the checks would wait for a reader forever) and checked once open (fstat):
-    anything else is refused before a byte is written (``OSError``, shown as one paragraph)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as error:
-        if error.errno not in (errno.ENXIO, errno.ELOOP):  # a FIFO without a reader; a link put there
-            raise
-        raise OSError(errno.EINVAL, "it is no longer a regular file (replaced meanwhile)", str(path)) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "it is no longer a regular file (replaced meanwhile)", str(path))
-    os.set_blocking(fd, True)
-    os.ftruncate(fd, 0)
-    return fd
-
-
 class TraceWriter:
     """The JSONL trace, one line per record, each written by one flushed ``write`` as it comes."""
 
@@ -480,7 +460,7 @@ class TraceWriter:
         self.written = 0
         self.failed = 0
         self.first_failure = ""
-        self._fd = _open_regular(path)
+        self._fd = open_streamed_output(path)
 
     def write(self, record: dict[str, Any]) -> None:
         data = memoryview((json.dumps(record) + "\n").encode())

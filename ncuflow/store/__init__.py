@@ -4,7 +4,7 @@ Layout (docs/ARCHITECTURE.md)::
 
     <root>/<cell>/<param-slug>-<key8>/<run-id>/{report.ncu-rep, manifest.json, ncu.log}
 
-A run is written into a temporary sibling folder ``.tmp-<run-id>-<pid>`` and renamed
+A run is written into a temporary sibling folder ``.tmp-<run-id>-<owner tag>`` and renamed
 to ``<run-id>`` only when the report, the log and the manifest are all on disk. A
 rename within one file system is atomic, so a folder without a leading dot is always
 a complete run: an interrupted profile or sweep never leaves a half run that looks
@@ -57,8 +57,9 @@ from ncuflow.store.manifest import (
 )
 
 __all__ = [
-    "MANIFEST_NAME", "SCHEMA_VERSION", "DamagedRun", "DamagedRunWarning", "Manifest", "ManifestError", "RunRecord",
-    "RunRef", "StoreError", "iter_runs", "read_manifest", "read_run", "scan_runs", "write_run",
+    "MANIFEST_NAME", "SCHEMA_VERSION", "DamagedRun", "DamagedRunWarning", "Manifest", "ManifestError", "PointRuns",
+    "RunRecord", "RunRef", "StoreError", "complete_runs_for_key", "iter_runs", "read_manifest", "read_run",
+    "runs_for_key", "scan_runs", "write_run",
 ]
 
 TMP_PREFIX = ".tmp-"
@@ -481,34 +482,5 @@ def iter_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord]:
             yield found
 
 
-@dataclass(frozen=True)
-class PointRuns:
-    """The runs of one point: the complete ones (oldest first), and those this user cannot read
-    (a run, or the point folder, without read permission: there, but neither complete nor damaged)."""
-
-    complete: list[RunRecord]
-    unreadable: list[DamagedRun]
-
-
-def runs_for_key(root: Path, cell: str, content_key: str) -> PointRuns:
-    """The runs of one point (same cell and full content key); each damaged one warned about once."""
-    cell_folder = Path(root) / _safe(cell)
-    runs: list[RunRecord] = []
-    unreadable: list[DamagedRun] = []
-    for point in visible_dirs(cell_folder):
-        if not point.name.endswith(f"-{content_key[:8]}"):
-            continue
-        for run_folder in _readable_dirs(point):
-            found = run_folder if isinstance(run_folder, DamagedRun) else inspect_run(run_folder, point=point)
-            if isinstance(found, DamagedRun):
-                warnings.warn(DamagedRunWarning(found.line()), stacklevel=2)
-                unreadable += [found] if found.unreadable else []
-            elif found is not None and found.content_key == content_key:
-                runs.append(found)
-    runs.sort(key=lambda r: (r.manifest.identity.created_utc or "", r.run_id))
-    return PointRuns(runs, unreadable)
-
-
-def complete_runs_for_key(root: Path, cell: str, content_key: str) -> list[RunRecord]:
-    """Complete runs of one point (same cell and full content key), oldest first."""
-    return runs_for_key(root, cell, content_key).complete
+# The runs of one point, counted (a module of its own; it reads the store with the functions above).
+from ncuflow.store.point_runs import PointRuns, complete_runs_for_key, runs_for_key  # noqa: E402
