@@ -31,12 +31,15 @@ def check_command(store: Path, repair: bool) -> None:
     from ncuflow.store.check import check_store, move_aside
 
     result = check_store(store)
+    moved_by_other = 0
     for run in result.damaged:
         kind = "unreadable" if run.unreadable else "newer" if run.newer else "damaged"
         click.echo(f"{kind}\t{safe_text(run.path, limit=None)}\t{safe_text(run.problem, limit=SENTENCE_CHARS)}")
         if repair and run.movable:
             target = move_aside(run)
-            click.echo(f"moved\t{safe_text(run.path, limit=None)} -> {safe_text(target.name, limit=None)}")
+            moved_by_other += target is None
+            click.echo(f"moved\t{safe_text(run.path, limit=None)} -> " + (
+                safe_text(target.name, limit=None) if target else "(by another process, meanwhile)"))
     unmerged = _unmerged_escalations(result.runs)
     for run, problem in unmerged:
         click.echo(f"tier2\t{safe_text(run.path, limit=None)}\t{safe_text(problem, limit=SENTENCE_CHARS)}")
@@ -51,7 +54,8 @@ def check_command(store: Path, repair: bool) -> None:
         summary += (f", {len(unmerged)} whose tier-2 escalation is not of the same launches or device (read as "
                     "tier 1 alone; profile the point again to escalate it anew)")
     if repair and repairable:
-        summary += f"; {repairable} moved aside"
+        summary += f"; {repairable} moved aside" + (f" ({moved_by_other} of them by another process meanwhile)"
+                                                     if moved_by_other else "")
     elif repairable:
         summary += f"; `ncuflow store check {store} --repair` moves them aside"
     click.echo(summary, err=True)

@@ -13,7 +13,6 @@ gets the run's identity: cell, params, content key, run id.
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 import warnings
 from collections.abc import Iterator, Sequence
@@ -39,6 +38,7 @@ from ncuflow.files import (
     remove_temporaries,
     text_recogniser,
 )
+from ncuflow.files.owner import owner_tag
 from ncuflow.output.launch_rows import (
     ExportedReport,
     ExportOptions,
@@ -428,7 +428,7 @@ def export_reports(
     targets = [path for path in (metrics_path, findings) if path is not None] + [output]
     csv = output_format(output) == "csv"
     with os_errors_as_messages(output.parent), \
-            tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder, \
+            tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{owner_tag()}-parts-", dir=output.parent) as folder, \
             atomic_paths(targets) as temporaries:  # on any failure the previous pair is left as it was
         parts = Path(folder)
         tasks = [(source.report, source.record, parts.resolve(), index, metrics_long, chunk_rows, options)

@@ -26,7 +26,7 @@ from ncuflow.analyze.explain import GroupExplanation
 from ncuflow.analyze.fields import PLOT_WORK_FIELDS
 from ncuflow.analyze.point import format_param
 from ncuflow.analyze.study import PointSummary
-from ncuflow.files import atomic_path
+from ncuflow.files import atomic_path, plot_metadata
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 from ncuflow.terms import BOUND_COLORS
 
@@ -90,10 +90,11 @@ def _mark_bounds(ax: Any, xs: Sequence[int], meds: Sequence[float], points: Sequ
                     va="bottom" if above else "top", fontsize=7, color="#333333")
 
 
-def plot_sweep(explained: GroupExplanation, path: Path, threshold: float = DEFAULT_THRESHOLD) -> Path:
+def plot_sweep(explained: GroupExplanation, path: Path, threshold: float = DEFAULT_THRESHOLD,
+               kind: str = "sweep") -> Path:
     """Duration and work counters against the swept parameter; verdicts as marker colors, each
-    point's binding wall beside it (``sweep_figure``), saved as PNG."""
-    return save_figure(sweep_figure(explained, threshold), Path(path))
+    point's binding wall beside it (``sweep_figure``), saved as PNG (``kind`` in its metadata)."""
+    return save_figure(sweep_figure(explained, threshold), Path(path), kind)
 
 
 def sweep_figure(explained: GroupExplanation, threshold: float = DEFAULT_THRESHOLD) -> Figure:
@@ -188,11 +189,12 @@ def _scale_ratio_axis(ax: Any, ratios: list[float]) -> None:
     ax.set_ylim(min(low - margin, 1 - MIN_RATIO_SPAN), max(high + margin, 1 + MIN_RATIO_SPAN))
 
 
-def save_figure(fig: Figure, path: Path) -> Path:
-    """Save a figure as PNG atomically (never a half-written plot), then close it."""
+def save_figure(fig: Figure, path: Path, kind: str) -> Path:
+    """Save a figure as PNG atomically (never a half-written plot), then close it; the PNG names
+    ncuflow and what it plots (``files.plot_metadata``: how a later run knows it as its own)."""
     try:
         with atomic_path(path) as temporary:
-            fig.savefig(temporary, dpi=110, format="png", metadata={"Software": "ncuflow (Matplotlib)"})
+            fig.savefig(temporary, dpi=110, format="png", metadata=plot_metadata(kind))
     finally:
         plt.close(fig)
     return path
@@ -226,10 +228,10 @@ def term_label(summary: PointSummary, shown: Sequence[str]) -> str:
 
 
 def plot_terms(summaries: Sequence[PointSummary], path: Path, threshold: float = DEFAULT_THRESHOLD,
-               every: Sequence[PointSummary] = ()) -> Path:
+               every: Sequence[PointSummary] = (), kind: str = "terms") -> Path:
     """Grouped bars: u of each term per point, the on-wall threshold as a dashed line. ``every``:
     all the points of the report (a chart may show some), which decide what tells a cell's apart."""
-    return save_figure(terms_figure(summaries, threshold, every), Path(path))
+    return save_figure(terms_figure(summaries, threshold, every), Path(path), kind)
 
 
 def terms_figure(summaries: Sequence[PointSummary], threshold: float = DEFAULT_THRESHOLD,

@@ -151,7 +151,7 @@ def plan_job(job: ProfileJob, settings: ProfileSettings, *, dry_run: bool = Fals
     rid = run_id or store.new_run_id()
     spec, key = job.spec(), job.content_key()
     point = store.point_dir(root, spec, key)
-    tmp, final = point / f"{store.TMP_PREFIX}{rid}-{os.getpid()}", point / rid
+    tmp, final = store.temporary_run_folder(point, rid), point / rid
     representation: Path | None = None
     if isinstance(job.target, CellTarget):
         representation = tmp / REPRESENTATION_FILE

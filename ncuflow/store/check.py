@@ -17,6 +17,7 @@ read, repair or grow the wrong folder.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,8 +118,12 @@ def refuse_misrooted(base: Path, command: str, usage: str) -> None:
     )
 
 
-def move_aside(run: DamagedRun) -> Path:
-    """Rename a damaged run folder to ``.damaged-<name>`` beside it (``-2``, ``-3`` ... if taken)."""
+def move_aside(run: DamagedRun) -> Path | None:
+    """Rename a damaged run folder to ``.damaged-<name>`` beside it (``-2``, ``-3`` ... if taken).
+
+    None when the run is no longer there: another repair (or sweep) moved it aside meanwhile;
+    two ``store check --repair`` at once each move what the other has not.
+    """
     if not run.movable:
         raise StoreError(
             f"The run {run.path} " + ("cannot be read by this user" if run.unreadable else
@@ -126,20 +131,25 @@ def move_aside(run: DamagedRun) -> Path:
             "Only runs whose manifest or report is broken are moved aside.",
             "Fix its permissions (ls -ld shows them)." if run.unreadable else "Upgrade ncuflow to read it.",
         )
-    target = run.path.with_name(f"{DAMAGED_PREFIX}{run.path.name}")
     suffix = 1
-    while target.exists():
-        suffix += 1
-        target = run.path.with_name(f"{DAMAGED_PREFIX}{run.path.name}-{suffix}")
-    try:
-        os.rename(run.path, target)
-    except OSError as error:
-        raise StoreError(
-            f"Cannot move the damaged run {run.path} aside: {error.strerror or error}.",
-            f"Repair renames it to {target.name} in the same folder.",
-            "Check the folder's permissions, or move it by hand.",
-        ) from error
-    return target
+    while True:
+        target = run.path.with_name(f"{DAMAGED_PREFIX}{run.path.name}" + (f"-{suffix}" if suffix > 1 else ""))
+        if not os.path.lexists(run.path):
+            return None
+        try:
+            if not os.path.lexists(target):
+                os.rename(run.path, target)
+                return target
+        except OSError as error:
+            if not os.path.lexists(run.path):
+                return None  # moved meanwhile by another process
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise StoreError(
+                    f"Cannot move the damaged run {run.path} aside: {error.strerror or error}.",
+                    f"Repair renames it to {target.name} in the same folder.",
+                    "Check the folder's permissions, or move it by hand.",
+                ) from error
+        suffix += 1  # that name is taken (by an earlier repair, or another one just now)
 
 
 def move_aside_damaged(root: Path, cell: str) -> list[tuple[DamagedRun, Path]]:
@@ -151,6 +161,6 @@ def move_aside_damaged(root: Path, cell: str) -> list[tuple[DamagedRun, Path]]:
     refuse_misrooted(Path(root), "sweep", "ncuflow sweep SWEEP_FILE --store {store}")
     moved: list[tuple[DamagedRun, Path]] = []
     for found in scan_runs(Path(root), cell):
-        if isinstance(found, DamagedRun) and found.movable:
-            moved.append((found, move_aside(found)))
+        if isinstance(found, DamagedRun) and found.movable and (target := move_aside(found)) is not None:
+            moved.append((found, target))
     return moved
