@@ -94,17 +94,19 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         device = first.device.name or "unknown GPU"
         cc = f" (sm_{first.device.compute_capability.replace('.', '')})" if first.device.compute_capability else ""
         version = f", ncu {first.ncu_version}" if first.ncu_version else ""
-        title = (f"{safe_text(heading, 'rich')}\n{safe_text(device, 'rich')}{cc}{safe_text(version, 'rich')}, "
+        about = (f"{safe_text(device, 'rich')}{cc}{safe_text(version, 'rich')}, "
                  f"{len(launches)} launch{'es' if len(launches) != 1 else ''}")
+        title = "\n".join([*(safe_text(line, "rich") for line in heading), about])
         print_launch_table(launches, verdicts, console, title=title, evidence=evidence)
 
 
-def _title_of(source: Any) -> str:
-    """What a table is about: a store run by its cell spec and run id (its folder path runs to
-    150 characters and was wrapped mid-word), a plain report by its path as given."""
+def _title_of(source: Any) -> tuple[str, ...]:
+    """What a table is about, line by line (each shown through ``safe_text`` on its own, so the
+    break between them stays a break): a store run by its cell spec and run id (its folder path
+    runs to 150 characters and was wrapped mid-word), a plain report by its path as given."""
     if source.record is None:
-        return str(source.report)
-    return f"{source.record.ref.spec.text()}\nrun {source.record.run_id}"
+        return (str(source.report),)
+    return (source.record.ref.spec.text(), f"run {source.record.run_id}")
 
 
 def _nothing_selected(selection: object) -> None:
