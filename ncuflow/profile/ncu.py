@@ -85,7 +85,10 @@ def _is_executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def _named_ncu_problem(path: str, how: str, given: str) -> NcuNotFound:
+DOCTOR_HINT = "; `ncuflow doctor` checks the setup"  # left out where doctor itself says it
+
+
+def _named_ncu_problem(path: str, how: str, given: str, hint: str) -> NcuNotFound:
     label = f"--ncu {given}" if how == "--ncu" else f"NCU={given}"
     if "/" not in given and not os.path.isabs(path):
         detail, why = ("no program of that name is on PATH",
@@ -99,25 +102,26 @@ def _named_ncu_problem(path: str, how: str, given: str) -> NcuNotFound:
     what = f"The ncu named by {label} is not an executable file: {detail}."
     return NcuNotFound(what, why,
                        "Fix the path (e.g. /opt/nvidia/nsight-compute/2025.3.1/ncu, or ./ncu for one in this "
-                       "folder), or leave it out to search; `ncuflow doctor` shows what is found.")
+                       f"folder), or leave it out to search{hint}.")
 
 
-def find_ncu(explicit: str | os.PathLike[str] | None = None,
-             env: Mapping[str, str] | None = None) -> tuple[Path, str]:
-    """The ncu to use and how it was found. An explicit choice that is not executable is an error."""
+def find_ncu(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
+             hint: str = DOCTOR_HINT) -> tuple[Path, str]:
+    """The ncu to use and how it was found. An explicit choice that is not executable is an error,
+    whose fix ends with ``hint`` (doctor, which is what it names, gives "")."""
     environ = os.environ if env is None else env
     for path, how in ncu_candidates(explicit, env):
         if _is_executable(path):
             return Path(path), how
         if how in ("--ncu", "NCU"):
             given = os.fspath(explicit) if how == "--ncu" and explicit else str(environ.get("NCU", path))
-            raise _named_ncu_problem(path, how, given)
+            raise _named_ncu_problem(path, how, given, hint)
     raise NcuNotFound(
         "Nsight Compute's ncu was not found.",
         "ncuflow looked at --ncu, the NCU environment variable, PATH, "
         f"{OPT_NCU_GLOB} and {', '.join(FIXED_NCU_LOCATIONS)}.",
         "Install Nsight Compute (it comes with the CUDA toolkit, or as the nsight-compute "
-        "package), or point to it with --ncu PATH or NCU=PATH; `ncuflow doctor` checks the setup.",
+        f"package), or point to it with --ncu PATH or NCU=PATH{hint}.",
     )
 
 
