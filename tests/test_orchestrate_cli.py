@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -205,6 +206,9 @@ def test_doctor_names_a_running_dcgm_host_engine_and_how_to_pause_it(monkeypatch
     engine.chmod(0o755)
     process = subprocess.Popen([HOST_ENGINE], env={"PATH": os.environ["PATH"]})
     try:
+        comm, deadline = Path(f"/proc/{process.pid}/comm"), time.monotonic() + 10
+        while comm.read_text().strip() != HOST_ENGINE and time.monotonic() < deadline:
+            time.sleep(0.05)  # the shell has not yet taken the script's name
         check = doctor.check_dcgm()
         assert check.status == "warn" and str(process.pid) in check.detail, check
         assert check.fix and PAUSE in check.fix
