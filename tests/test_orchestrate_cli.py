@@ -106,6 +106,7 @@ def test_profile_success_prints_the_classify_table(corpus_dir: Path, tmp_path: P
 
 @pytest.mark.parametrize(("mode", "needle", "code"), [
     ("perm", "ERR_NVGPUCTRPERM", 3),
+    ("dcgm", "dcgmi profile --pause", 3),  # DCGM holds the counters: named, with how to pause it
     ("nokernels", "profiled no kernel", 3),
     ("appfail", "exited with code 1", 3),
     ("driver", "CUDA driver", 3),

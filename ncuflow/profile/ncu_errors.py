@@ -39,6 +39,24 @@ class CounterPermissionDenied(NcuFailed):
         )
 
 
+# How ncu says another tool holds the GPU's counters (DCGM's profiling module, typically).
+COUNTERS_BUSY_WORDS = "a driver resource was unavailable"
+
+
+class CountersHeldElsewhere(NcuFailed):
+    def __init__(self, log_path: Path | None = None) -> None:
+        super().__init__(
+            "ncu could not take the GPU performance counters: another tool holds them "
+            f"(ncu: \"{COUNTERS_BUSY_WORDS}\").",
+            "One profiler at a time may use the counters; DCGM's profiling module (what dcgm-exporter's "
+            "DCGM_FI_PROF_* fields read, common on Kubernetes GPU nodes) keeps them while it watches the "
+            "GPU, as does another ncu or Nsight Systems' GPU metrics." + _see_log(log_path),
+            "Pause DCGM's profiling while you profile: `dcgmi profile --pause`, then `dcgmi profile --resume` "
+            "after (where dcgm-exporter runs in a pod, in that pod); `ncuflow doctor` names a running "
+            "nv-hostengine.",
+        )
+
+
 class NoKernelsProfiled(NcuFailed):
     def __init__(self, filters: str, log_path: Path | None = None) -> None:
         nesting = re.search(r"'[^'@]*[^/']/[^']*/'", filters)
@@ -149,6 +167,7 @@ class LogFindings:
     driver_problem: str | None
     app_exit_code: int | None
     report_line: str | None
+    counters_busy: bool = False  # another tool holds the counters (COUNTERS_BUSY_WORDS)
 
 
 _PROFILING = re.compile(r"^==PROF== Profiling \"")
@@ -215,6 +234,7 @@ def parse_log(text: str) -> LogFindings:
         driver_problem=driver if (driver and (joined or app_code is not None)) else None,
         app_exit_code=app_code,
         report_line=report_line,
+        counters_busy=COUNTERS_BUSY_WORDS in text,
     )
 
 
@@ -242,6 +262,8 @@ def error_from_log(
     found = parse_log(text)
     if found.permission_denied:
         return CounterPermissionDenied(log_path)
+    if found.counters_busy:
+        return CountersHeldElsewhere(log_path)
     if found.driver_problem:
         return DriverMismatch(found.driver_problem, log_path)
     if found.failed_metrics:
