@@ -170,3 +170,19 @@ def test_attach_takes_no_program_and_no_cell() -> None:
         ran = _run("profile", "--attach", "1234", "--dry-run", *extra)
         assert ran.returncode == 2 and "--attach profiles a process that runs already" in ran.stderr
     assert _run("profile", "--attach", "0", "--dry-run").returncode == 2
+
+
+def test_an_ncu_that_does_not_know_graph_profiling_is_named_with_the_option(tmp_path: Path) -> None:
+    """Debian's ncu 2022.3 prints "unrecognised option '--graph-profiling'" (no ==ERROR== line) and
+    exits 255: that was 'ncu exited with code 255 ... no specific code'."""
+    from tests.test_passes_real_ncu import _real_ncu
+
+    ncu = _real_ncu()
+    if ncu is None:
+        pytest.skip("the real ncu is not installed (`make setup-test` installs Debian's nsight-compute)")
+    if "--graph-profiling" in subprocess.run([ncu, "--help"], capture_output=True, text=True, timeout=60).stdout:
+        pytest.skip("this ncu knows --graph-profiling")
+    ran = _run("profile", "--graph-profiling", "node", "--ncu", ncu, "--store", str(tmp_path / "p"), "--", "true")
+    assert ran.returncode == 3 and "Traceback" not in ran.stderr, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last.startswith("ncuflow: ncu ") and "does not know the option --graph-profiling" in last

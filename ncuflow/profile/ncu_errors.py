@@ -57,6 +57,18 @@ class CountersHeldElsewhere(NcuFailed):
         )
 
 
+class OptionUnknown(NcuFailed):
+    def __init__(self, option: str, ncu_version: str | None, log_path: Path | None = None) -> None:
+        which = f"ncu {ncu_version}" if ncu_version else "This ncu"
+        super().__init__(
+            f"{which} does not know the option {option}.",
+            "Options come with Nsight Compute versions: --graph-profiling is newer than 2022.3, and "
+            "--mode attach --process-id came with 2026.2.1." + _see_log(log_path),
+            f"Install a newer Nsight Compute and point to it with --ncu PATH, or profile without {option}.",
+        )
+        self.option = option
+
+
 class NoKernelsProfiled(NcuFailed):
     def __init__(self, filters: str, log_path: Path | None = None) -> None:
         nesting = re.search(r"'[^'@]*[^/']/[^']*/'", filters)
@@ -168,6 +180,7 @@ class LogFindings:
     app_exit_code: int | None
     report_line: str | None
     counters_busy: bool = False  # another tool holds the counters (COUNTERS_BUSY_WORDS)
+    unknown_option: str | None = None  # an option this ncu does not know ("unrecognised option '--x'")
 
 
 _PROFILING = re.compile(r"^==PROF== Profiling \"")
@@ -177,6 +190,7 @@ _APP_CODE = re.compile(r"The application returned an error code \((-?\d+)\)")
 
 
 _FAILED_METRIC = re.compile(r"Failed to find metric\s+(\S+)")
+_UNKNOWN_OPTION = re.compile(r"unrecogni[sz]ed option '(-[A-Za-z0-9-]{1,60})'")
 
 
 # the name inside ncu's regex for it; a `breakdown:` request keeps its prefix (ncu's own syntax)
@@ -235,6 +249,7 @@ def parse_log(text: str) -> LogFindings:
         app_exit_code=app_code,
         report_line=report_line,
         counters_busy=COUNTERS_BUSY_WORDS in text,
+        unknown_option=option.group(1) if (option := _UNKNOWN_OPTION.search(text)) else None,
     )
 
 
@@ -264,6 +279,8 @@ def error_from_log(
         return CounterPermissionDenied(log_path)
     if found.counters_busy:
         return CountersHeldElsewhere(log_path)
+    if found.unknown_option is not None:
+        return OptionUnknown(found.unknown_option, ncu_version, log_path)
     if found.driver_problem:
         return DriverMismatch(found.driver_problem, log_path)
     if found.failed_metrics:
