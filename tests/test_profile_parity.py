@@ -186,3 +186,13 @@ def test_an_ncu_that_does_not_know_graph_profiling_is_named_with_the_option(tmp_
     assert ran.returncode == 3 and "Traceback" not in ran.stderr, ran.stderr
     last = ran.stderr.strip().splitlines()[-1]
     assert last.startswith("ncuflow: ncu ") and "does not know the option --graph-profiling" in last
+
+
+def test_a_sweep_file_sets_graph_profiling_for_its_points() -> None:
+    from ncuflow.errors import UsageError
+    from ncuflow.profile.sweep import parse_sweep
+
+    plan = parse_sweep({"cell": "copy_bandwidth", "axes": {"mib": [16, 32]}, "ncu": {"graph_profiling": "graph"}})
+    assert plan.options.graph_profiling == "graph"
+    with pytest.raises(UsageError, match="graph_profiling"):
+        parse_sweep({"cell": "copy_bandwidth", "axes": {"mib": [16]}, "ncu": {"graph_profiling": "kernels"}})
