@@ -1,6 +1,6 @@
-"""Planning a profile: what runs (a cell, or any program), under which ncu command, stored where.
+"""Planning a profile: what runs (a cell, any program, or a running process), under which ncu command, stored where.
 
-A ``ProfileJob`` is one profile to run: its ``Target`` (a ``CellTarget`` or a
+A ``ProfileJob`` is one profile to run: its ``Target`` (a ``CellTarget``, an ``AttachTarget`` or a
 ``CommandTarget``), what ncu collects (``NcuOptions``), the store it goes to and its
 provenance (replica, sweep, escalation). ``plan_job(job, settings)`` decides everything
 before anything runs (the exact command, the content key, the run folders: what
