@@ -149,8 +149,9 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
                 continue
             held = [r for r in results if r.holds]
             lacking = ", ".join(dict.fromkeys(t for r in results for t in r.lacking))
+            shown = safe_text(report, "rich")
             if not held:
-                console.print(f"{report}: does not hold what `{collection.name}` collects ({lacking} cannot be "
+                console.print(f"{shown}: does not hold what `{collection.name}` collects ({lacking} cannot be "
                               f"computed from it; it recorded {info.recorded_passes or '?'} passes per launch): "
                               "no verdict or cost as if", highlight=False)
                 continue
@@ -158,7 +159,7 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
             spent = [r.passes for r in held if r.passes is not None]
             cost_text = (f"{sum(spent) / len(spent):.1f} passes per launch on {held[0].chip}"
                          if spent else "passes not priced")
-            title = (f"{report}\nas if only `{collection.name}` had been collected: {cost_text}"
+            title = (f"{shown}\nas if only `{collection.name}` had been collected: {cost_text}"
                      f" (this report recorded {info.recorded_passes or '?'} per launch); "
                      f"{escalated} launch{'es' if escalated != 1 else ''} escalated to tier 2")
             print_launch_table([r.launch for r in held], [r.verdict for r in held], console,
