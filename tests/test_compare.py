@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from ncuflow.analyze.compare import compare_loaded, match_key
+from ncuflow.analyze.fields import spec_of
 from ncuflow.cli import cli
 from ncuflow.errors import UsageError
 from ncuflow.read.runs import load_paths
@@ -84,6 +85,21 @@ def test_h200_page_size_on_a_shared_prefix(tmp_path: Path) -> None:
     assert merge["fields"]["inst_issued"]["state"] == "unchanged"  # re-issues differ, inside the near-exact band
     text = md.read_text()
     assert "| paged_decode_split_kernel [grid=2,048, block=128] | work changed and time moved with it |" in text
+
+
+def test_a_difference_judged_against_a_noise_reference_names_it() -> None:
+    """dram_bytes_read's band is a share of the launch's dram_bytes: its reason said "0.0049 % is inside
+    the noise band" beside a Δ of −4.1 % (relative to the field itself), as if the two contradicted."""
+    result = CliRunner().invoke(cli, ["compare", str(_point("shared", 16)), str(_point("shared", 64)), "--json"])
+    assert result.exit_code == 0, result.output
+    judged = [(name, field) for kernel in json.loads(result.stdout)["matched"]
+              for name, field in kernel["fields"].items() if field["reason"] not in ("identical values",)]
+    referenced = {name for name, _ in judged if spec_of(name).noise_reference}
+    assert {"dram_bytes_read", "dram_bytes_write"} <= referenced
+    for name, field in judged:
+        reference = spec_of(name).noise_reference
+        named = f" of {reference}" in field["reason"] if reference else " of " not in field["reason"]
+        assert named, (name, field["reason"])
 
 
 def test_a_run_folder_against_a_point_folder_and_a_store_against_itself() -> None:

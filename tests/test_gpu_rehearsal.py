@@ -1,9 +1,9 @@
 """The one device call, without the device: its parts here, and the dry run on a bare Python 3.12.
 
-`make gpu-rehearsal` runs the whole README device command on a host-like environment (minutes,
+`make gpu-rehearsal` runs the whole device command (docs/gpu-host.md) on a host-like environment (minutes,
 a 5 GB environment, the GPU bundle): not part of `make test`. What runs here is cheap: the
 dry run in a copy of the tracked tree on a Python 3.12 with nothing installed (skipped where
-no Python 3.12 is found), the README's command, the deadlines, what is written under $OUT,
+no Python 3.12 is found), the device command, the deadlines, what is written under $OUT,
 and the steps' handling of a failure.
 """
 
@@ -45,7 +45,7 @@ def test_the_dry_run_works_on_a_bare_python_312() -> None:
     assert order[-1] == "pytest -m gpu"
 
 
-def test_the_readme_device_command_is_bounded_and_writes_under_out() -> None:
+def test_the_device_command_is_bounded_and_writes_under_out() -> None:
     command = gpu_rehearsal.device_command()
     assert len(command) <= 2000
     assert "timeout -k" in command and '--out "$OUT"' in command and "pipefail" in command
@@ -53,6 +53,15 @@ def test_the_readme_device_command_is_bounded_and_writes_under_out() -> None:
     budget = float(command.split("--budget-s ")[1].split()[0])
     assert budget + 30 <= seconds[1] and sum(seconds) < gpu_rehearsal.CALL_TIMEOUT_S  # it kills itself first
     assert study_steps.GPU_TESTS == ("tests/test_flashinfer_gpu.py",)  # not the Triton GPU tests
+
+
+def test_a_page_that_shows_the_device_command_shows_the_one_the_rehearsal_runs() -> None:
+    """docs/gpu-host.md holds the command; a copy shown elsewhere (the README) may not drift from it."""
+    command = gpu_rehearsal.device_command()
+    for page in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))):
+        shown = [line.strip() for line in page.read_text().splitlines() if "run_study_on_gpu.py --part" in line
+                 and "timeout -k" in line]
+        assert all(line == command for line in shown), page
 
 
 def test_a_command_is_stopped_at_its_deadline_with_its_children(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ These never import polars (the GPU host has none).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from ncuflow.profile.ncu import (
     NcuOptions,
 )
 from ncuflow.profile.why import FROM_VERDICT, WHY_WALLS
+from ncuflow.store.collection import GRAPH_PROFILING
 
 APP_ARGV_KEY = "ncuflow_app_argv"
 
@@ -149,6 +151,9 @@ def _collection_options(function: Any) -> Any:
         click.option("--kernel", help="Profile only kernels whose name matches this regex."),
         click.option("--nvtx", multiple=True,
                      help="ncu --nvtx-include expression, e.g. 'step/' (a cell defaults to its own range)."),
+        click.option("--graph-profiling", type=click.Choice(GRAPH_PROFILING),
+                     help="CUDA graphs: node profiles each kernel node as its own launch (ncu's default); "
+                          "graph profiles each graph as one workload (marked [CUDA graph])."),
     ]
     for decorator in reversed(decorators):
         function = decorator(function)
@@ -163,6 +168,8 @@ def _collection_options(function: Any) -> Any:
               help="Profile the cell N times in fresh ncu processes.")
 @click.option("--time", "time_first", is_flag=True,
               help="Also time the cell with CUDA events outside ncu (stored as duration_unprofiled).")
+@click.option("--attach", "attach_pid", type=click.IntRange(min=1), metavar="PID",
+              help="Attach to the running process PID instead of starting one (Nsight Compute 2026.2.1+).")
 @click.option("--dry-run", is_flag=True, help="Print the exact ncu command and stop.")
 @click.option("--why", is_flag=False, flag_value=FROM_VERDICT, default=None, metavar="[WALL]",
               type=click.Choice((*WHY_WALLS, FROM_VERDICT)),
@@ -170,7 +177,7 @@ def _collection_options(function: Any) -> Any:
                    "(the why tier, stored under STORE/.tier3); WALL forces one. Write it after SPEC.")
 @click.pass_context
 def profile_command(ctx: click.Context, spec: str | None, replicas: int, time_first: bool, dry_run: bool,
-                    why: str | None, **given: Any) -> None:
+                    why: str | None, attach_pid: int | None, **given: Any) -> None:
     """Profile a cell SPEC (e.g. flat_decode:layout=scatter) or any program after `--`
     under ncu, store the run, and print its classify table.
 
@@ -179,20 +186,24 @@ def profile_command(ctx: click.Context, spec: str | None, replicas: int, time_fi
       ncuflow profile --kernel 'gemm' -- ./app --size 4096
       ncuflow profile flat_decode --dry-run
       ncuflow profile flat_decode --why --dry-run       # + the why tier's sections and passes
+      ncuflow profile --attach 1234 --kernel 'attention' --launch-count 20
     """
-    from ncuflow.profile.plan import ProfileJob, plan_job
+    from ncuflow.profile.plan import ProfileJob, attach_problem, plan_job
     from ncuflow.profile.precheck import check_passes
     from ncuflow.profile.session import profile_replicas
 
     settings = profile_settings(given)
-    target = _target(spec, list(ctx.meta.get(APP_ARGV_KEY, [])), settings, time_first)
-    check = check_passes(_options(**{k: given[k] for k in _COLLECTION_KEYS}), settings.escalation.chip)
+    target = _target(spec, list(ctx.meta.get(APP_ARGV_KEY, [])), settings, time_first, attach_pid)
+    options = replace(_options(**{k: given[k] for k in _COLLECTION_KEYS}), graph_profiling=given["graph_profiling"])
+    check = check_passes(options, settings.escalation.chip)
     job = ProfileJob(target, check.options)
     if dry_run:
         plan = plan_job(job, settings, dry_run=True)
         click.echo(plan.shell_line())
         note = "" if plan.ncu_found else "  (ncu not found here: shown as given)"
         click.echo(f"# run folder: {plan.final_path}{note}", err=True)
+        if (problem := attach_problem(plan)) is not None:
+            click.echo(f"ncuflow: warning: {problem} A run would stop here.", err=True)
         _print_pass_check(check.lines())
         if why is not None:
             _print_why_plan(job, plan, settings, why)
@@ -241,10 +252,15 @@ _COLLECTION_KEYS = ("replay_mode", "cache_control", "clock_control", "metric_set
                     "launch_count", "launch_skip", "kernel", "nvtx")
 
 
-def _target(spec: str | None, app_argv: list[str], settings: Any, time_first: bool) -> Any:
-    """What to profile: a cell spec or the program after ``--`` (exactly one of them)."""
-    from ncuflow.profile.plan import CellTarget, CommandTarget
+def _target(spec: str | None, app_argv: list[str], settings: Any, time_first: bool, attach_pid: int | None) -> Any:
+    """What to profile: a cell spec, the program after ``--`` or a running process (exactly one of them)."""
+    from ncuflow.profile.plan import AttachTarget, CellTarget, CommandTarget
 
+    if attach_pid is not None:
+        if spec or app_argv or time_first:
+            raise UsageError("--attach profiles a process that runs already; it takes no cell spec, program "
+                             "or --time.", "", "Drop the cell spec, the program after `--` and --time, or --attach.")
+        return AttachTarget(attach_pid)
     if spec and app_argv:
         raise UsageError("Give either a cell spec or a program after `--`, not both.", "", "Drop one of them.")
     if not spec and not app_argv:
@@ -295,11 +311,15 @@ def _print_escalation(result: Any, console: Any, threshold: float) -> None:
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--ncu", "ncu_path", help="Check this ncu instead of searching.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
-@click.option("--strict", is_flag=True, help="Exit 1 when this machine cannot profile.")
+@click.option("--strict", is_flag=True, hidden=True,
+              help="Kept for old scripts: doctor always exits 1 when this machine cannot profile.")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Also connect to the Ray cluster at ADDRESS and say how many GPUs it offers.")
 def doctor_command(ncu_path: str | None, as_json: bool, strict: bool, ray_address: str | None) -> None:
-    """Check ncu, ncu_report, the GPU, counter permission, package versions and Ray."""
+    """Check ncu, ncu_report, the GPU, counter permission, DCGM, package versions and Ray.
+
+    Exits 0 when this machine can profile, 1 when it cannot (the last line says why).
+    """
     from ncuflow.profile.doctor import Check, run_checks, verdict
     from ncuflow.profile.ray_sweep import ray_doctor_checks
 
@@ -324,7 +344,7 @@ def doctor_command(ncu_path: str | None, as_json: bool, strict: bool, ray_addres
             table.add_row(check.name, f"[{style[check.status]}]{check.status}[/]", detail)
         console.print(table)
         console.print(escape(sentence))
-    if strict and not ok:
+    if not ok:  # --strict, once needed for this, changes nothing
         raise click.exceptions.Exit(1)
 
 

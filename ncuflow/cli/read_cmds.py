@@ -97,17 +97,19 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         device = first.device.name or "unknown GPU"
         cc = f" (sm_{first.device.compute_capability.replace('.', '')})" if first.device.compute_capability else ""
         version = f", ncu {first.ncu_version}" if first.ncu_version else ""
-        title = (f"{safe_text(heading, 'rich')}\n{safe_text(device, 'rich')}{cc}{safe_text(version, 'rich')}, "
+        about = (f"{safe_text(device, 'rich')}{cc}{safe_text(version, 'rich')}, "
                  f"{len(launches)} launch{'es' if len(launches) != 1 else ''}")
+        title = "\n".join([*(safe_text(line, "rich") for line in heading), about])
         print_launch_table(launches, verdicts, console, title=title, evidence=evidence)
 
 
-def _title_of(source: Any) -> str:
-    """What a table is about: a store run by its cell spec and run id (its folder path runs to
-    150 characters and was wrapped mid-word), a plain report by its path as given."""
+def _title_of(source: Any) -> tuple[str, ...]:
+    """What a table is about, line by line (each shown through ``safe_text`` on its own, so the
+    break between them stays a break): a store run by its cell spec and run id (its folder path
+    runs to 150 characters and was wrapped mid-word), a plain report by its path as given."""
     if source.record is None:
-        return str(source.report)
-    return f"{source.record.ref.spec.text()}\nrun {source.record.run_id}"
+        return (str(source.report),)
+    return (source.record.ref.spec.text(), f"run {source.record.run_id}")
 
 
 def _nothing_selected(selection: object) -> None:
@@ -150,8 +152,9 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
                 continue
             held = [r for r in results if r.holds]
             lacking = ", ".join(dict.fromkeys(t for r in results for t in r.lacking))
+            shown = safe_text(report, "rich")
             if not held:
-                console.print(f"{report}: does not hold what `{collection.name}` collects ({lacking} cannot be "
+                console.print(f"{shown}: does not hold what `{collection.name}` collects ({lacking} cannot be "
                               f"computed from it; it recorded {info.recorded_passes or '?'} passes per launch): "
                               "no verdict or cost as if", highlight=False)
                 continue
@@ -159,7 +162,7 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
             spent = [r.passes for r in held if r.passes is not None]
             cost_text = (f"{sum(spent) / len(spent):.1f} passes per launch on {held[0].chip}"
                          if spent else "passes not priced")
-            title = (f"{report}\nas if only `{collection.name}` had been collected: {cost_text}"
+            title = (f"{shown}\nas if only `{collection.name}` had been collected: {cost_text}"
                      f" (this report recorded {info.recorded_passes or '?'} per launch); "
                      f"{escalated} launch{'es' if escalated != 1 else ''} escalated to tier 2")
             print_launch_table([r.launch for r in held], [r.verdict for r in held], console,

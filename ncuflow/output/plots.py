@@ -263,4 +263,22 @@ def terms_figure(summaries: Sequence[PointSummary], threshold: float = DEFAULT_T
     ax.legend(fontsize=8, ncol=6, loc="upper left", framealpha=0.85)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
+    _fit_tick_labels(fig, ax, count)
     return fig
+
+
+LABEL_GAP_INCHES = 0.3  # the least blank between two neighbouring bar groups' labels (checked by eye)
+
+
+def _fit_tick_labels(fig: Figure, ax: Any, count: int) -> None:
+    """Widen the figure until each bar group has room for its widest x label and a gap: at 1.3 inches
+    a group, kernel names (``paged_decode_split_kernel``, up to 26 characters) ran into their
+    neighbours' or all but touched them."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    widest = max((label.get_window_extent(renderer).width for label in ax.get_xticklabels()), default=0.0) / fig.dpi
+    span = ax.get_position().width * fig.get_figwidth()  # the axes' width in inches
+    # the groups lie at 0 .. count-1 inside the limits -0.6 .. count-0.4: one unit per group
+    needed = count * (widest + LABEL_GAP_INCHES)
+    if span < needed:
+        fig.set_figwidth(fig.get_figwidth() + needed - span)
+        fig.tight_layout()

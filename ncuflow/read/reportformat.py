@@ -50,6 +50,11 @@ FORMAT_VERSION = 7
 # The fields of BlockHeader that NVIDIA's schema defines (1-7): a higher one is a layout
 # this reader has not been checked against.
 _KNOWN_BLOCK_FIELDS = frozenset(range(1, 8))
+# BlockHeader field 9, NumGraphResults: the GraphResult entries of `ncu --graph-profiling graph`
+# (each CUDA graph one workload). This reader turns kernel results into launches only.
+GRAPH_RESULTS_FIELD = 9
+GRAPH_RESULTS_WORDS = ("it holds CUDA-graph results (ncu --graph-profiling graph: each graph profiled as one "
+                       "workload), which ncuflow's reader does not turn into launches")
 # Caps against hostile files (real reports: a few thousand names, at most ~100,000 results), checked
 # against what the block headers count before their entries are walked.
 MAX_STRINGS = 2_000_000
@@ -348,6 +353,8 @@ def _check_block_layout(block: Any) -> None:
     # against, unless it is a zero (ncu 2026.2 writes field 10 = 0 in every block header).
     unknown = sorted(item.field_number for item in unknown_fields.UnknownFieldSet(block)
                      if item.field_number not in _KNOWN_BLOCK_FIELDS and item.data != 0)
+    if GRAPH_RESULTS_FIELD in unknown:  # ncu 2026's NumGraphResults: CUDA graphs profiled as one workload each
+        raise UnknownLayout(GRAPH_RESULTS_WORDS)
     if unknown:
         raise UnknownLayout(f"a block header carries field {unknown[0]}, which NVIDIA's schema of format "
                             f"version {FORMAT_VERSION} does not define")

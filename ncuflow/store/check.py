@@ -9,10 +9,11 @@ visits dot-folders, a sweep then profiles the point again, and nothing is delete
 report and the log stay there for a look). Runs written by a newer ncuflow (an unknown
 schema version) are named but never moved.
 
-A folder that holds no run at a store's depth (``<cell>/<point>/<run>``) but complete runs
-at another (``profiles/``, whose stores lie below it; a cell or point folder of a store) is
-refused with one paragraph naming the store to check instead: checking or sweeping it would
-read, repair or grow the wrong folder.
+A folder that holds no run at a store's depth (``<cell>/<point>/<run>``) but whole stores one
+or two levels below it (``profiles/``, ``profiles/reference/``) is checked store by store
+(``check_stores``), as ``report`` reads every run below it; a sweep into it is refused, as is a
+check or a sweep of a cell, point or run folder of a store: that would read, repair or grow the
+wrong folder, so one paragraph names the store to give instead.
 """
 
 from __future__ import annotations
@@ -70,6 +71,16 @@ def check_store(root: Path) -> StoreCheck:
         else:
             damaged.append(found)
     return StoreCheck(base, tuple(damaged), tuple(runs))
+
+
+def check_stores(root: Path) -> tuple[StoreCheck, ...]:
+    """``check_store`` of the store ``root``, or of each store below a folder of stores (``profiles/``)."""
+    base = Path(root)
+    if base.is_dir() and not any(True for _ in scan_runs(base)) and _store_above(base) is None:
+        below = stores_below(base)
+        if below:
+            return tuple(check_store(store) for store in below)
+    return (check_store(base),)
 
 
 def _store_above(base: Path) -> Path | None:
