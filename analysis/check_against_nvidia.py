@@ -14,7 +14,7 @@ with the ``ncu_report`` module where they are compared):
 - NVIDIA's findings and source markers, read by ncuflow, against ``ncu_report``'s on every
   launch (``analysis/check_findings.py``).
 
-The README's figures of issue 30 come from one run of this script.
+The figures of docs/h200.md come from one run of this script.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ traceback, no hang, memory bounded by the caps checked before any work.
 - every double metric set to 1e308, or to -1e6 (values out of their kind's range: missing with a note);
 - a 1.2 GB report where 1 GiB of address space is allowed (copied, then too large to map: one paragraph).
 
-The figures are printed at the end of the module (``pytest -s``) for the README.
+The figures are printed at the end of the module (``pytest -s``) for docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ should be.
 - paths and work: a non-ASCII path under ``PYTHONIOENCODING=ascii``, a folder 1500 levels
   deep, ``--jobs 64`` on a small machine.
 
-The figures are printed at the end of the module (``pytest -s``) for the README.
+The figures are printed at the end of the module (``pytest -s``) for docs/reliability.md.
 """
 
 from __future__ import annotations
