@@ -24,6 +24,7 @@ from ncuflow.phases.model import (
 from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.session import SessionSummary
 from ncuflow.phases.selection import RunSelection
+from ncuflow.phases.shapes import FileShapes
 
 # 1: before issue 32 (no version key); 2: + schema_version, format_name, capabilities,
 # session, runs_total, runs_index; runs may be a selection of a long session's runs
@@ -110,6 +111,7 @@ class FileReport:
     server_rows: tuple[ServerRow, ...] = ()
     capabilities: Capabilities | None = None  # a server log's format; None for request traces
     session: SessionSummary | None = None  # every run of the file together
+    shapes: FileShapes | None = None  # the shapes a server log's runs served (phases.shapes)
 
 
 @dataclass(frozen=True)
@@ -260,6 +262,7 @@ def _file_dict(f: FileReport, selection: RunSelection) -> dict[str, Any]:
         "runs_index": runs_index(f.runs),
         "session": _plain(f.session),
         "server_rows": [_plain(row) for row in f.server_rows],
+        "shapes": _plain(f.shapes),
     }
 
 
