@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ncuflow.cli.params import FiniteFloatRange
+from ncuflow.cli.phases_study import StudyOptions, study_options
 from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.parse.registry import format_names
 from ncuflow.phases.parse.values import MAX_COUNT
@@ -102,6 +104,7 @@ Examples:
     default=None,
     help="Read every input as this format instead of detecting it.",
 )
+@study_options
 def phases_command(
     inputs: tuple[Path, ...],
     as_json: bool,
@@ -113,6 +116,7 @@ def phases_command(
     skip_malformed: bool,
     runs_text: str | None,
     format_name: str | None,
+    **study_given: Any,
 ) -> None:
     """Split serving traces into segments (one per #running-req plateau) with their admission
     ramp, warm-up, steady, mixed and drain phases, and reconcile the reported TPOT with
@@ -121,6 +125,7 @@ def phases_command(
         selection = RunSelection.parse(runs_text)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--runs") from None
+    study = StudyOptions.parse(study_given)
     report = build_report(
         inputs,
         labels=labels,
@@ -129,6 +134,7 @@ def phases_command(
         batch_tolerance=batch_tolerance,
         skip_malformed=skip_malformed,
         format_name=format_name,
+        settings=study.settings,
     )
     written: list[Path] = []
     if plot_path is not None:

@@ -21,7 +21,7 @@ from ncuflow.phases.parse.lines import numbered_lines
 from ncuflow.serving import SETTINGS, ServingShape
 
 KV_TOKENS = re.compile(r"(?:^|,)\s*#(?:full )?token:\s*(\d{1,15})\b")
-CUDA_GRAPH = re.compile(r"\bcuda graph:\s*(True|False)\b")
+CUDA_GRAPH = re.compile(r"\b(?:cuda|cpu|npu) graph:\s*(True|False)\b")
 # the lines a server states its settings on
 SETTINGS_CONTEXT = ("ServerArgs(", "server_args=", "with config:", "non-default args",
                     "launch_server", "vllm serve", "api_server", "Command:")
