@@ -14,6 +14,7 @@ from typing import Any
 
 from ncuflow.cells.contract import CellParams, param
 from ncuflow.errors import UsageError
+from ncuflow.serving import ServingShape
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 INT32_MAX = 2**31 - 1
@@ -23,11 +24,12 @@ KV_MODES = ("shared", "distinct")
 
 
 def batch_param(default: int) -> Any:
-    return param(default, "requests decoded together (one query token each)", None, 1, INT32_MAX)
+    return param(default, "requests decoded together (one query token each)", None, 1, INT32_MAX,
+                 serves=ServingShape.DECODE_BATCH)
 
 
 def kv_len_param(default: int) -> Any:
-    return param(default, "KV tokens per request", None, 1, INT32_MAX)
+    return param(default, "KV tokens per request", None, 1, INT32_MAX, serves=ServingShape.KV_LEN)
 
 
 def heads_param() -> Any:
@@ -43,7 +45,7 @@ def head_dim_param(choices: tuple[int, ...] = HEAD_DIMS) -> Any:
 
 
 def dtype_param() -> Any:
-    return param("fp16", "KV and query dtype", DTYPES)
+    return param("fp16", "KV and query dtype", DTYPES, serves=ServingShape.KV_DTYPE)
 
 
 def seed_param(what: str = "seed of the data and of the physical layout") -> Any:
@@ -91,7 +93,8 @@ class FlatDecodeParams(_GroupedQueryAttention):
 
 @dataclass(frozen=True)
 class PagedDecodeParams(_GroupedQueryAttention):
-    page: int = param(16, "tokens per KV page (the kernel's page size)", (1, 16, 32, 64, 128))
+    page: int = param(16, "tokens per KV page (the kernel's page size)", (1, 16, 32, 64, 128),
+                      serves=ServingShape.PAGE_SIZE)
     kv: str = param("shared", "shared: all requests read the same prefix pages; distinct: each its own", KV_MODES)
     batch: int = batch_param(32)
     kv_len: int = kv_len_param(8192)

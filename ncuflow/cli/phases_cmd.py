@@ -10,6 +10,7 @@ import click
 
 from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.cli.phases_study import StudyOptions, study_options
+from ncuflow.cli.phases_sweep import sweep_lines, write_sweep
 from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.parse.registry import format_names
 from ncuflow.phases.parse.values import MAX_COUNT
@@ -141,13 +142,19 @@ def phases_command(
         from ncuflow.phases.plot import plot_report
 
         written = plot_report(report, plot_path)
+    sweep = write_sweep(report, study, inputs) if study.sweep_cell is not None else None
     if as_json:
         data = report_to_dict(report, selection)
         data["plots"] = [str(p) for p in written]
+        if sweep is not None:
+            data["sweep"] = {"path": str(sweep[0]), "points": sweep[2], "source": sweep[1].source,
+                             "taken": list(sweep[1].taken), "not_taken": list(sweep[1].not_taken)}
         click.echo(json.dumps(data, indent=2, default=str))
         return
     # a log's run labels and values reach the terminal escaped, value by value (render_text)
     click.echo(render_text(report, selection), nl=False)
     for path in written:
         click.echo(f"timeline written to {safe_text(path, limit=None)}")
+    for line in sweep_lines(*sweep) if sweep is not None else ():
+        click.echo(safe_text(line, limit=None))
 
