@@ -135,7 +135,7 @@ def phases_command(
         batch_tolerance=batch_tolerance,
         skip_malformed=skip_malformed,
         format_name=format_name,
-        settings=study.settings,
+        study=study.inputs(),
     )
     written: list[Path] = []
     if plot_path is not None:

@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from ncuflow.phases.harness import read_bench_json
+from ncuflow.phases.study import StudyInputs
 from ncuflow.serving import SETTINGS, ServingShape
 
 MAX_VALUE = 200
@@ -49,6 +51,11 @@ class StudyOptions:
     vary: tuple[tuple[str, tuple[str, ...]], ...]
     cells_dir: Path | None
     bench_json: Path | None
+
+    def inputs(self) -> StudyInputs:
+        """What the analysis takes of these options (the client's JSON read here, once)."""
+        client = read_bench_json(self.bench_json) if self.bench_json is not None else None
+        return StudyInputs(self.settings, client)
 
     @classmethod
     def parse(cls, given: dict[str, Any]) -> StudyOptions:

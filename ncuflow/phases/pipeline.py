@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,9 +33,7 @@ from ncuflow.phases.report import (
     amortization_runs,
     server_rows,
 )
-from ncuflow.phases.shapes import FileShapes, file_shapes
-from ncuflow.phases.shapes_scan import scan_log
-from ncuflow.serving import ServingShape
+from ncuflow.phases.study import StudyInputs, study_of_file
 
 
 def per_input(
@@ -64,7 +62,7 @@ def analyse_file(
     output_tokens: int | None,
     skip_malformed: bool,
     format_name: str | None = None,
-    settings: Mapping[ServingShape, str] | None = None,
+    study: StudyInputs | None = None,
 ) -> FileReport:
     traces = load_traces(path, skip_malformed=skip_malformed, format_name=format_name)
     runs, notes = _analyse_traces(
@@ -93,17 +91,8 @@ def analyse_file(
         server_rows=rows,
         capabilities=header.capabilities,
         session=summarise_session(runs, header.service),
-        shapes=_served_shapes(path, traces, runs, settings or {}),
+        study=study_of_file(path, traces, runs, study),
     )
-
-
-def _served_shapes(
-    path: Path, traces: Sequence[Trace], runs: Sequence[RunAnalysis], settings: Mapping[ServingShape, str]
-) -> FileShapes | None:
-    """The shapes a server log's runs served (``ncuflow.phases.shapes``); None for request traces."""
-    if not any(isinstance(t, ServerTrace) for t in traces):
-        return None
-    return file_shapes(traces, runs, scan_log(path), settings)
 
 
 @dataclass(frozen=True)
@@ -253,7 +242,7 @@ def build_report(
     batch_tolerance: float = 0.05,
     skip_malformed: bool = False,
     format_name: str | None = None,
-    settings: Mapping[ServingShape, str] | None = None,
+    study: StudyInputs | None = None,
 ) -> PhasesReport:
     label_for = per_input(labels, len(paths), "--label")
     tokens_for = per_input(output_tokens, len(paths), "--output-tokens")
@@ -268,7 +257,7 @@ def build_report(
                 output_tokens=int(tokens) if tokens is not None else None,
                 skip_malformed=skip_malformed,
                 format_name=format_name,
-                settings=settings,
+                study=study,
             )
         )
     runs = amortization_runs(files)

@@ -10,6 +10,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from ncuflow.phases.harness import HarnessCheck
 from ncuflow.phases.model import (
     AmortizationResult,
     AmortizationRun,
@@ -25,6 +26,7 @@ from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.session import SessionSummary
 from ncuflow.phases.selection import RunSelection
 from ncuflow.phases.shapes import FileShapes
+from ncuflow.phases.study import FileStudy
 
 # 1: before issue 32 (no version key); 2: + schema_version, format_name, capabilities,
 # session, runs_total, runs_index; runs may be a selection of a long session's runs
@@ -111,7 +113,11 @@ class FileReport:
     server_rows: tuple[ServerRow, ...] = ()
     capabilities: Capabilities | None = None  # a server log's format; None for request traces
     session: SessionSummary | None = None  # every run of the file together
-    shapes: FileShapes | None = None  # the shapes a server log's runs served (phases.shapes)
+    study: FileStudy | None = None  # a server log's served shapes and harness check (phases.study)
+
+    @property
+    def shapes(self) -> FileShapes | None:
+        return self.study.shapes if self.study is not None else None
 
 
 @dataclass(frozen=True)
@@ -215,6 +221,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _harness_dict(check: HarnessCheck | None) -> dict[str, Any] | None:
+    if check is None:
+        return None
+    return {**_plain(check), "outside": dict(check.outside), "line": check.line()}
+
+
 def _distribution_dict(value: Distribution) -> dict[str, Any]:
     return {
         "count": value.count,
@@ -263,6 +275,7 @@ def _file_dict(f: FileReport, selection: RunSelection) -> dict[str, Any]:
         "session": _plain(f.session),
         "server_rows": [_plain(row) for row in f.server_rows],
         "shapes": _plain(f.shapes),
+        "harness": _harness_dict(f.study.harness if f.study is not None else None),
     }
 
 

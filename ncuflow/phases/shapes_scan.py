@@ -26,6 +26,7 @@ CUDA_GRAPH = re.compile(r"\b(?:cuda|cpu|npu) graph:\s*(True|False)\b")
 SETTINGS_CONTEXT = ("ServerArgs(", "server_args=", "with config:", "non-default args",
                     "launch_server", "vllm serve", "api_server", "Command:")
 VALUE = r"('[^']{0,200}'|\"[^\"]{0,200}\"|\[[^\]]{0,400}\]|\{[^}]{0,400}\}|[^,\s)}]{1,200})"
+CLIENT_DURATION = re.compile(r"^Benchmark duration \(s\):\s*([0-9]{1,9}(?:\.[0-9]{1,9})?)\s*$")
 BACKEND_LINE = re.compile(r"\bUsing ([A-Za-z0-9_]{1,40}) backend\b")
 
 
@@ -58,6 +59,7 @@ class LogShapeLines:
     kv_tokens: dict[int, int] = field(default_factory=dict)  # Decode line -> KV tokens in use
     cuda_graph: dict[int, bool] = field(default_factory=dict)  # Decode line -> ran under a graph
     settings: dict[ServingShape, StatedValue] = field(default_factory=dict)
+    client_duration: StatedValue | None = None  # bench_serving's "Benchmark duration (s)" (the first)
 
 
 def scan_log(path: Path) -> LogShapeLines:
@@ -73,6 +75,8 @@ def scan_lines(lines: Iterable[tuple[int, str]]) -> LogShapeLines:
             _decode_fields(found, number, text)
         elif any(context in text for context in SETTINGS_CONTEXT):
             _settings(found, number, text)
+        elif found.client_duration is None and (match := CLIENT_DURATION.match(text)):
+            found.client_duration = StatedValue(match.group(1), number)
         elif ServingShape.ATTENTION_BACKEND not in found.settings and (match := BACKEND_LINE.search(text)):
             found.settings[ServingShape.ATTENTION_BACKEND] = StatedValue(match.group(1), number)
     return found

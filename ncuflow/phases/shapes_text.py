@@ -6,6 +6,7 @@ from collections.abc import Collection
 
 from ncuflow.phases.model.stats import Distribution
 from ncuflow.phases.shapes import FileShapes, RunShapes, StretchShapes
+from ncuflow.phases.study import FileStudy
 
 MAX_ROWS = 12  # the rest is in --json
 COLUMNS = ["run", "stretch", "Decode lines", "batch p10/med/p90 (max)", "KV len p10/med/p90",
@@ -52,3 +53,11 @@ def shape_lines(shapes: FileShapes | None, shown: Collection[str]) -> list[str]:
     if missing:
         out.append(f"    not in the log: {', '.join(missing)} (state one with --setting NAME=VALUE)")
     return out
+
+
+def study_lines(study: FileStudy | None, shown: Collection[str]) -> list[str]:
+    """The shapes block, then the harness check's line where the client's result is known."""
+    if study is None:
+        return []
+    harness = [f"  {study.harness.line()}"] if study.harness is not None else []
+    return harness + shape_lines(study.shapes, shown)
