@@ -115,7 +115,17 @@ def test_the_sweep_file_is_never_written_over_a_foreign_file(serving_logs_dir: P
     ours = tmp_path / "sweep.toml"
     for _ in range(2):  # its own earlier file is replaced
         assert phases(str(log), "--sweep-for", "flat_decode", "-o", str(ours))[0] == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.toml", "notes.toml", "sweep.toml"]
+    ours_link = tmp_path / "ours-link.toml"
+    os.symlink(ours, ours_link)  # a link to its own earlier file is written through and stays a link
+    assert phases(str(log), "--sweep-for", "paged_decode", "-o", str(ours_link))[0] == 0
+    assert os.path.islink(ours_link) and tomllib.loads(ours.read_text())["cell"] == "paged_decode"
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    code, out = phases(str(log), "--sweep-for", "flat_decode", "-o", str(fifo))
+    assert code == 2 and "FIFO" in out
+    assert phases(str(log), "--sweep-for", "flat_decode", "-o", str(log))[0] == 2  # never over its input
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.toml", "link.toml", "notes.toml", "ours-link.toml",
+                                                         "sweep.toml"]
 
 
 @pytest.mark.parametrize(("args", "said"), [
