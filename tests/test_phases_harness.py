@@ -73,3 +73,23 @@ def test_no_client_result_no_check(serving_logs_dir: Path) -> None:
     report = analyse(serving_logs_dir, "sgldocs_openai-batch_2025-06-10.log")
     assert report.study is not None and report.study.harness is None
     assert isinstance(analyse(serving_logs_dir, LOG).study.harness, HarnessCheck)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("duration", ["0", "0.0", "5"])
+def test_a_short_or_empty_window_is_no_crash(tmp_path: Path, duration: str) -> None:
+    """A result block whose window is empty has no check; one shorter than the steady time it
+    covers says 0 % outside, never a negative share."""
+    lines = ["[2025-01-01 00:00:00 TP0] Prefill batch. #new-seq: 4, #new-token: 400, #cached-token: 0, "
+             "token usage: 0.01, #running-req: 0, #queue-req: 0"]
+    lines += [f"[2025-01-01 00:00:{s:02d} TP0] Decode batch. #running-req: 4, #token: {400 + 160 * s}, "
+              f"token usage: 0.02, gen throughput (token/s): 160.00, #queue-req: 0" for s in range(1, 30)]
+    lines += [f"Benchmark duration (s):                  {duration}", "Mean TPOT (ms):                          25.00"]
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(lines) + "\n")
+    code, out = phases(str(log), "--json")
+    assert code == 0, out
+    check = json.loads(out)["files"][0]["harness"]
+    if float(duration) == 0:
+        assert check is None
+    else:
+        assert check["outside_share"] == 0.0 and check["steady_s"] == 5.0

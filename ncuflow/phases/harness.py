@@ -73,7 +73,8 @@ def harness_check(client: ClientResult, runs: Sequence[RunAnalysis], window_end_
     if not timed:
         return None
     segments = [seg for r in timed for seg in r.segments]
-    steady = sum(seg.steady_s for seg in segments if seg.kind is SegmentKind.PLATEAU)
+    # a run that began before the window counts whole: its steady time is at most the window
+    steady = min(sum(seg.steady_s for seg in segments if seg.kind is SegmentKind.PLATEAU), client.duration_s)
     outside: dict[str, float] = {}
     for seg in segments:
         for name, seconds in _spans(seg):

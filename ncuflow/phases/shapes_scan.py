@@ -12,7 +12,7 @@ setting wins. Every pattern is linear (no nested quantifiers) and every value bo
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,17 +62,20 @@ class LogShapeLines:
     client_duration: StatedValue | None = None  # bench_serving's "Benchmark duration (s)" (the first)
 
 
-def scan_log(path: Path) -> LogShapeLines:
-    """The shape fields and stated settings of a server log (I/O: opens and reads the file)."""
+def scan_log(path: Path, decode_lines: Container[int] | None = None) -> LogShapeLines:
+    """The shape fields and stated settings of a server log (I/O: opens and reads the file).
+    Only the Decode lines in ``decode_lines`` are kept (those the parser kept: a very long
+    log's folded lines are not), so memory stays bounded by what the analysis holds."""
     with open_trace(path) as handle:
-        return scan_lines(numbered_lines(handle))
+        return scan_lines(numbered_lines(handle), decode_lines)
 
 
-def scan_lines(lines: Iterable[tuple[int, str]]) -> LogShapeLines:
+def scan_lines(lines: Iterable[tuple[int, str]], decode_lines: Container[int] | None = None) -> LogShapeLines:
     found = LogShapeLines()
     for number, text in lines:
         if "Decode batch" in text:
-            _decode_fields(found, number, text)
+            if decode_lines is None or number in decode_lines:
+                _decode_fields(found, number, text)
         elif any(context in text for context in SETTINGS_CONTEXT):
             _settings(found, number, text)
         elif found.client_duration is None and (match := CLIENT_DURATION.match(text)):

@@ -37,7 +37,7 @@ def study_of_file(
     if not servers:
         return None
     given = given or StudyInputs()
-    lines = scan_log(path)
+    lines = scan_log(path, {s.line for t in servers for s in t.samples if s.kind == "decode"})
     harness = None
     client, end = _client(lines, servers, given)
     if client is not None and end is not None:
@@ -52,7 +52,7 @@ def _client(
     if given.client is not None:
         return given.client, max((t.samples[-1].time_s for t in servers if t.samples), default=None)
     duration = lines.client_duration
-    if duration is None:
+    if duration is None or not float(duration.value) > 0:  # a zero-length window times nothing
         return None, None
     bench = next((t.bench for t in servers if t.bench is not None), None)
     tpot = bench.mean_tpot_ms / 1e3 if bench is not None and bench.mean_tpot_ms else None
