@@ -134,6 +134,10 @@ def test_the_sweep_file_is_never_written_over_a_foreign_file(serving_logs_dir: P
     (["--sweep-for", "flat_decode"], "go together"),
     (["--vary", "page=1"], "--sweep-for"),
     (["--sweep-for", "flat_decode", "-o", "x.toml", "--vary", "page"], "PARAM=V1,V2"),
+    (["--sweep-for", "paged_decode", "-o", "x.toml", "--vary", "page=1,\x1b[31m"], "printable"),
+    (["--sweep-for", "paged_decode", "-o", "x.toml", "--vary", "page=7"], "not one of its choices"),
+    (["--sweep-for", "paged_decode", "-o", "x.toml", "--vary", 'dtype="x\\y'], "not one of its choices"),
+    (["--setting", "kv_dtype=a\u2028b"], "printable"),
 ])
 def test_sweep_for_refusals_are_one_paragraph(serving_logs_dir: Path, tmp_path: Path, args: list[str], said: str) -> None:
     os.chdir(tmp_path)

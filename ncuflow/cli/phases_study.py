@@ -36,10 +36,10 @@ def _setting(text: str) -> tuple[ServingShape, str]:
 def _vary(text: str) -> tuple[str, tuple[str, ...]]:
     name, sep, values = text.partition("=")
     parts = tuple(v.strip() for v in values.split(",") if v.strip())
-    if not sep or not name.strip().isidentifier() or not parts or len(parts) > 64:
+    if not sep or not name.strip().isidentifier() or not parts or len(parts) > 64 or not values.isprintable():
         raise click.BadParameter(
-            f"{text[:80]!r} is not PARAM=V1,V2,…: --vary names a cell parameter and 1 to 64 values, "
-            "e.g. --vary page=1,16,128.", param_hint="--vary")
+            f"{text[:80]!r} is not PARAM=V1,V2,…: --vary names a cell parameter and 1 to 64 values "
+            "(printable characters), e.g. --vary page=1,16,128.", param_hint="--vary")
     return name.strip(), parts
 
 

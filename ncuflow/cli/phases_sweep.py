@@ -63,7 +63,13 @@ def write_sweep(report: PhasesReport, study: StudyOptions, inputs: Sequence[Path
             "The sweep is written at the decode batch and KV length of the log's steady stretch.",
             "Give a log with Decode (or statistics) lines.",
         )
-    plan = parse_sweep(tomllib.loads(draft.text), source=study.sweep_path, cells=source, text=draft.text)
+    try:
+        data = tomllib.loads(draft.text)
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"The sweep file drafted for {cell.cell} is not valid TOML ({error}).",
+                         "A value given with --vary or --setting could not be written as TOML.",
+                         "Give plain values (numbers or words).") from None
+    plan = parse_sweep(data, source=study.sweep_path, cells=source, text=draft.text)
     guard_output(study.sweep_path, kind="a sweep file", recognise=text_recogniser(HEADER), inputs=inputs, option="-o")
     atomic_write_text(study.sweep_path, draft.text)
     return study.sweep_path, draft, len(plan.points)

@@ -154,4 +154,9 @@ def _text(cell: str, log_name: str, where: str, plan: _Plan) -> str:
     lines = [*comments, f"name = {_toml(cell + '_served')}", f"cell = {_toml(cell)}", f"replicas = {REPLICAS}", ""]
     lines += ["[fixed]", *(f"{k} = {_toml(v)}" for k, v in plan.fixed.items()), ""]
     lines += ["[axes]", *(f"{k} = {_toml(v)}" for k, v in plan.axes.items())]
-    return "\n".join(line.replace("\n", " ").replace("\r", " ") for line in lines) + "\n"
+    return "\n".join(_printable(line) for line in lines) + "\n"
+
+
+def _printable(line: str) -> str:
+    """A line TOML accepts: no control characters (a comment may hold none either)."""
+    return "".join(c if c.isprintable() else "?" for c in line)
