@@ -5,7 +5,7 @@ The text tables are in ``ncuflow.phases.text``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -221,6 +221,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _shapes_dict(shapes: FileShapes | None, shown: set[str]) -> dict[str, Any] | None:
+    """The shapes of the runs shown (as ``runs`` is), the file's settings whole."""
+    if shapes is None:
+        return None
+    data: dict[str, Any] = _plain(replace(shapes, runs=tuple(r for r in shapes.runs if r.run_label in shown)))
+    data["runs_total"] = len(shapes.runs)
+    return data
+
+
 def _harness_dict(check: HarnessCheck | None) -> dict[str, Any] | None:
     if check is None:
         return None
@@ -274,7 +283,7 @@ def _file_dict(f: FileReport, selection: RunSelection) -> dict[str, Any]:
         "runs_index": runs_index(f.runs),
         "session": _plain(f.session),
         "server_rows": [_plain(row) for row in f.server_rows],
-        "shapes": _plain(f.shapes),
+        "shapes": _shapes_dict(f.shapes, {r.run_label for r in shown}),
         "harness": _harness_dict(f.study.harness if f.study is not None else None),
     }
 

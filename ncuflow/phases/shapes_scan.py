@@ -30,17 +30,17 @@ CLIENT_DURATION = re.compile(r"^Benchmark duration \(s\):\s*([0-9]{1,9}(?:\.[0-9
 BACKEND_LINE = re.compile(r"\bUsing ([A-Za-z0-9_]{1,40}) backend\b")
 
 
-def _setting_patterns(key: str) -> tuple[re.Pattern[str], ...]:
-    """``key=value``, ``'key': value`` and ``--key value`` / ``--key=value``."""
+def _setting_patterns(key: str) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    """(the text it needs, pattern): ``key=value``, ``'key': value`` and ``--key value`` / ``--key=value``."""
     flag = "--" + key.replace("_", "-")
     return (
-        re.compile(rf"(?<![\w-])['\"]?{key}['\"]?\s*[=:]\s*{VALUE}"),
-        re.compile(rf"(?<![\w-]){re.escape(flag)}(?:=|\s+)([^\s]{{1,200}})"),
+        (key, re.compile(rf"(?<![\w-])['\"]?{key}['\"]?\s*[=:]\s*{VALUE}")),
+        (flag, re.compile(rf"(?<![\w-]){re.escape(flag)}(?:=|\s+)([^\s]{{1,200}})")),
     )
 
 
-PATTERNS: tuple[tuple[ServingShape, re.Pattern[str]], ...] = tuple(
-    (row.shape, pattern) for row in SETTINGS for key in row.keys for pattern in _setting_patterns(key)
+PATTERNS: tuple[tuple[ServingShape, str, re.Pattern[str]], ...] = tuple(
+    (row.shape, needle, pattern) for row in SETTINGS for key in row.keys for needle, pattern in _setting_patterns(key)
 )
 
 
@@ -93,8 +93,8 @@ def _decode_fields(found: LogShapeLines, number: int, text: str) -> None:
 
 
 def _settings(found: LogShapeLines, number: int, text: str) -> None:
-    for shape, pattern in PATTERNS:
-        if shape in found.settings:
+    for shape, needle, pattern in PATTERNS:
+        if shape in found.settings or needle not in text:
             continue
         if match := pattern.search(text):
             found.settings[shape] = StatedValue(match.group(1).strip("'\""), number)
