@@ -14,6 +14,7 @@ once, so under prefix sharing it reads low).
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,12 +38,13 @@ class Stretch:
     start_s: float
     end_s: float
 
-    def holds(self, time_s: float) -> bool:
-        """A ramp ends at the plateau's first Decode line, a drain starts at its last: those
-        lines are the plateau's, not theirs."""
-        after_start = time_s > self.start_s if self.name == "drain" else time_s >= self.start_s
-        before_end = time_s < self.end_s if self.name == "ramp" else time_s <= self.end_s
-        return after_start and before_end
+    def within(self, samples: Sequence[BatchSample], times: Sequence[float]) -> Sequence[BatchSample]:
+        """The lines of ``samples`` (``times``: their sorted times) on this stretch. A ramp ends
+        at the plateau's first Decode line, a drain starts at its last: those lines are the
+        plateau's, not theirs."""
+        low = (bisect.bisect_right if self.name == "drain" else bisect.bisect_left)(times, self.start_s)
+        high = (bisect.bisect_left if self.name == "ramp" else bisect.bisect_right)(times, self.end_s)
+        return samples[low:high]
 
 
 @dataclass(frozen=True)
@@ -121,26 +123,25 @@ def file_shapes(
 
 def _runs_of(trace: ServerTrace, runs: Sequence[RunAnalysis]) -> list[tuple[tuple[BatchSample, ...], RunAnalysis]]:
     """Each run of ``trace`` with its statistics lines (matched by rank and first line's time)."""
-    mine = [r for r in runs if r.rank == trace.rank and r.path == trace.path]
+    by_start: dict[float | None, list[RunAnalysis]] = {}
+    for r in runs:
+        if r.rank == trace.rank and r.path == trace.path:
+            by_start.setdefault(r.start_s, []).append(r)
     pairs = []
     for server_run in split_server_runs(trace):
-        first = server_run.samples[0].time_s
-        match = next((r for r in mine if r.start_s == first), None)
-        if match is not None:
-            mine.remove(match)
-            pairs.append((server_run.samples, match))
+        same_start = by_start.get(server_run.samples[0].time_s)
+        if same_start:
+            pairs.append((server_run.samples, same_start.pop(0)))
     return pairs
 
 
 def _run_shapes(samples: Sequence[BatchSample], run: RunAnalysis, lines: LogShapeLines) -> RunShapes:
-    stretches = stretches_of(run.segments)
+    times = [x.time_s for x in samples]  # a scheduler's lines are in time order
     return RunShapes(
         run_label=run.run_label,
         rank=run.rank,
         run=_shapes_over("run", None, samples, lines),
-        stretches=tuple(
-            _shapes_over(s.name, s, [x for x in samples if s.holds(x.time_s)], lines) for s in stretches
-        ),
+        stretches=tuple(_shapes_over(s.name, s, s.within(samples, times), lines) for s in stretches_of(run.segments)),
     )
 
 
