@@ -10,7 +10,7 @@ import click
 
 from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.cli.phases_study import StudyOptions, study_options
-from ncuflow.cli.phases_sweep import sweep_lines, write_sweep
+from ncuflow.cli.phases_sweep import sweep_cell, sweep_lines, write_sweep
 from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.parse.registry import format_names
 from ncuflow.phases.parse.values import MAX_COUNT
@@ -37,6 +37,8 @@ Examples:
   ncuflow phases server.log --plot timeline.png
   ncuflow phases session.log --runs 3,7-9         # a long session: these runs in detail
   ncuflow phases trace.json --format jsonl         # skip format detection
+  ncuflow phases server.log --sweep-for paged_decode -o sweep.toml --vary page=1,16,128
+                                                   # a sweep file at the shapes it served
   ncuflow phases ps1_out96.jsonl ps1_out512.jsonl ps128_out96.jsonl ps128_out512.jsonl \\
       --label ps1 --label ps1 --label ps128 --label ps128
 """
@@ -127,6 +129,7 @@ def phases_command(
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--runs") from None
     study = StudyOptions.parse(study_given)
+    cell = sweep_cell(study, inputs)
     report = build_report(
         inputs,
         labels=labels,
@@ -142,7 +145,7 @@ def phases_command(
         from ncuflow.phases.plot import plot_report
 
         written = plot_report(report, plot_path)
-    sweep = write_sweep(report, study, inputs) if study.sweep_cell is not None else None
+    sweep = write_sweep(report, study, cell, inputs) if cell is not None else None
     if as_json:
         data = report_to_dict(report, selection)
         data["plots"] = [str(p) for p in written]

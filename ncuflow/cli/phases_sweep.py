@@ -43,12 +43,27 @@ def _checked_vary(cell: CellShapes, study: StudyOptions) -> None:
             )
 
 
-def write_sweep(report: PhasesReport, study: StudyOptions, inputs: Sequence[Path]) -> tuple[Path, SweepDraft, int]:
-    """Draft, check and write the sweep file; (path, draft, points)."""
-    assert study.sweep_cell is not None and study.sweep_path is not None
-    source = CellSource(study.cells_dir)
-    cell = cell_shapes(source.definition(study.sweep_cell))
+def sweep_cell(study: StudyOptions, inputs: Sequence[Path]) -> CellShapes | None:
+    """Before any log is read: the cell --sweep-for names, its --vary checked, the -o target
+    checked (a refusal costs no analysis); None without --sweep-for."""
+    if study.sweep_cell is None or study.sweep_path is None:
+        return None
+    cell = cell_shapes(CellSource(study.cells_dir).definition(study.sweep_cell))
     _checked_vary(cell, study)
+    _guard(study.sweep_path, inputs)
+    return cell
+
+
+def _guard(path: Path, inputs: Sequence[Path]) -> None:
+    guard_output(path, kind="a sweep file", recognise=text_recogniser(HEADER), inputs=inputs, option="-o")
+
+
+def write_sweep(
+    report: PhasesReport, study: StudyOptions, cell: CellShapes, inputs: Sequence[Path]
+) -> tuple[Path, SweepDraft, int]:
+    """Draft, check and write the sweep file; (path, draft, points)."""
+    assert study.sweep_path is not None
+    source = CellSource(study.cells_dir)
     logs = [f for f in report.files if f.shapes is not None]
     if len(report.files) != 1 or not logs or logs[0].shapes is None:
         raise UsageError(
@@ -70,7 +85,7 @@ def write_sweep(report: PhasesReport, study: StudyOptions, inputs: Sequence[Path
                          "A value given with --vary or --setting could not be written as TOML.",
                          "Give plain values (numbers or words).") from None
     plan = parse_sweep(data, source=study.sweep_path, cells=source, text=draft.text)
-    guard_output(study.sweep_path, kind="a sweep file", recognise=text_recogniser(HEADER), inputs=inputs, option="-o")
+    _guard(study.sweep_path, inputs)  # again: the path may have changed while the log was read
     atomic_write_text(study.sweep_path, draft.text)
     return study.sweep_path, draft, len(plan.points)
 
