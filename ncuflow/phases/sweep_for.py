@@ -88,16 +88,24 @@ class _Plan:
     not_taken: list[str]
 
 
-def _measured(stretch: StretchShapes, shape: ServingShape) -> list[int] | None:
-    return {ServingShape.DECODE_BATCH: _spread(stretch.decode_batch),
-            ServingShape.KV_LEN: _spread(stretch.kv_len),
-            ServingShape.PREFILL_CHUNK: _spread(stretch.prefill_chunk)}.get(shape)
+@dataclass(frozen=True)
+class _Source:
+    """Where the measured shapes come from: decode shapes from the carrying stretch, prefill
+    tokens from its whole run (a steady stretch admits nothing)."""
+
+    run: RunShapes
+    stretch: StretchShapes
+
+    def measured(self, shape: ServingShape) -> list[int] | None:
+        return {ServingShape.DECODE_BATCH: _spread(self.stretch.decode_batch),
+                ServingShape.KV_LEN: _spread(self.stretch.kv_len),
+                ServingShape.PREFILL_CHUNK: _spread(self.run.run.prefill_chunk)}.get(shape)
 
 
-def _map_rows(cell: CellShapes, shapes: FileShapes, stretch: StretchShapes, plan: _Plan) -> None:
+def _map_rows(cell: CellShapes, shapes: FileShapes, source: _Source, plan: _Plan) -> None:
     for param, shape in cell.rows:
         if shape in MEASURED:
-            values = _measured(stretch, shape)
+            values = source.measured(shape)
             if values is None:
                 plan.not_taken.append(f"{param} ({shape.value}): not in the log; stays at its default")
                 continue
@@ -118,11 +126,11 @@ def _map_rows(cell: CellShapes, shapes: FileShapes, stretch: StretchShapes, plan
         plan.taken.append(f"{param} <- {shape.value} {setting.value} ({setting.source})")
 
 
-def _unserved(cell: CellShapes, shapes: FileShapes, stretch: StretchShapes) -> list[str]:
+def _unserved(cell: CellShapes, shapes: FileShapes, source: _Source) -> list[str]:
     """Shapes the log states that no parameter of the cell takes."""
     declared = {shape for _, shape in cell.rows}
     named = [f"{shape.value} {values}" for shape in MEASURED
-             if shape not in declared and (values := _measured(stretch, shape)) is not None]
+             if shape not in declared and (values := source.measured(shape)) is not None]
     named += [f"{s.shape.value} {s.value}" for s in shapes.settings if s.value is not None and s.shape not in declared]
     return [f"{cell.cell} cannot take {what}" for what in named]
 
@@ -136,14 +144,15 @@ def draft_sweep(
         return None
     run, stretch = found
     plan = _Plan({}, {}, [], [])
-    _map_rows(cell, shapes, stretch, plan)
+    source = _Source(run, stretch)
+    _map_rows(cell, shapes, source, plan)
     for param, values in vary:
         plan.fixed.pop(param, None)
         plan.taken = [t for t in plan.taken if not t.startswith(f"{param} <-")]
         plan.not_taken = [t for t in plan.not_taken if not t.startswith(f"{param} (")]
         plan.axes[param] = [_typed(v) for v in values]
         plan.taken.append(f"{param} <- --vary {', '.join(values)}")
-    plan.not_taken.extend(_unserved(cell, shapes, stretch))
+    plan.not_taken.extend(_unserved(cell, shapes, source))
     where = f"{run.run_label}, {stretch.name} stretch, {stretch.decode_lines} Decode lines from line {stretch.first_line}"
     return SweepDraft(_text(cell.cell, log_name, where, plan), where, tuple(plan.taken), tuple(plan.not_taken))
 
