@@ -149,3 +149,21 @@ def test_sweep_for_refusals_are_one_paragraph(serving_logs_dir: Path, tmp_path: 
     code, out = phases(str(serving_logs_dir / LOG), *args)
     assert code == 2 and said in out and "Traceback" not in out
     assert not (tmp_path / "x.toml").exists()
+
+
+def test_every_built_in_cell_that_declares_a_shape_gets_a_sweep_dry_run_accepts(serving_logs_dir: Path,
+                                                                                 tmp_path: Path) -> None:
+    from ncuflow.cells.registry import cell_definitions
+
+    declaring = sorted(name for name, d in cell_definitions().items() if d.serving_rows())
+    assert {"flat_decode", "paged_decode"} <= set(declaring)
+    for name in declaring:
+        out = tmp_path / f"{name}.toml"
+        sweep = sweep_for(serving_logs_dir / LOG, out, "--sweep-for", name, "--setting", "page_size=16")
+        rows = dict(get_cell(name).serving_rows())
+        data = tomllib.loads(out.read_text())
+        for param, shape in rows.items():  # each declared parameter is set from the log, or named
+            set_here = param in data["axes"] or param in data["fixed"]
+            assert set_here or any(t.startswith(f"{param} ({shape.value})") for t in sweep["not_taken"]), (name, param)
+        dry = CliRunner().invoke(cli, ["sweep", "--dry-run", str(out)])
+        assert dry.exit_code == 0, (name, dry.output)
