@@ -10,7 +10,7 @@ import pytest
 
 from ncuflow.phases.harness import HarnessCheck
 from tests.test_phases_real_logs import analyse
-from tests.test_phases_sweep_for import phases
+from tests.test_phases_shapes import phases
 
 LOG = "shun8686_qwen3-next-80b_mamba_c80.log"
 # By hand, from the log and the phases table of it: bench_serving's block says "Benchmark

@@ -13,21 +13,11 @@ from click.testing import CliRunner
 
 from ncuflow.cells.registry import get_cell
 from ncuflow.cli import cli
-from ncuflow.errors import NcuflowError
 from ncuflow.phases.sweep_for import HEADER
 from ncuflow.serving import ServingShape
-from tests.test_phases_shapes import shapes_of
+from tests.test_phases_shapes import phases, shapes_of
 
 LOG = "shun8686_qwen3-32b_eagle3_tp4_c78.log"
-
-
-def phases(*args: str) -> tuple[int, str]:
-    """The exit status and output of ``ncuflow phases`` (an error's paragraph and status as ``main`` gives them)."""
-    result = CliRunner().invoke(cli, ["phases", *args])
-    if isinstance(result.exception, NcuflowError):
-        return result.exception.exit_code, result.output + str(result.exception)
-    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
-    return result.exit_code, result.output
 
 
 def sweep_for(log: Path, out: Path, *extra: str) -> dict:

@@ -9,7 +9,7 @@ import re
 import shlex
 from pathlib import Path
 
-from tests.test_phases_sweep_for import phases
+from tests.test_phases_shapes import phases
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "study.md"
 

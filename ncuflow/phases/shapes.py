@@ -118,6 +118,8 @@ def file_shapes(
         for samples, run in _runs_of(trace, runs):
             shaped.append(_run_shapes(samples, run, lines))
     kv_source = KV_SOURCE if lines.kv_tokens else "not in the log"
+    if not lines.kv_tokens and lines.kv_capacity is not None:
+        kv_source = f"GPU KV cache usage × the KV cache's {lines.kv_capacity.value} tokens (line {lines.kv_capacity.line}) / Running"
     return FileShapes(tuple(shaped), _settings(servers, lines, given), kv_source)
 
 
@@ -150,7 +152,7 @@ def _shapes_over(
 ) -> StretchShapes:
     decodes = [s for s in samples if s.kind != "prefill" and s.running > 0]
     prefills = [s for s in samples if s.kind == "prefill" and s.new_tokens]
-    kv = [lines.kv_tokens[s.line] / s.running for s in decodes if s.line in lines.kv_tokens]
+    kv = [kv_tokens / s.running for s in decodes if (kv_tokens := _kv_tokens(s, lines)) is not None]
     graphs = [lines.cuda_graph[s.line] for s in decodes if s.line in lines.cuda_graph]
     first = next(iter(decodes or prefills), None)
     return StretchShapes(
@@ -165,6 +167,16 @@ def _shapes_over(
         prefill_chunk=distribution([float(s.new_tokens or 0) for s in prefills]),
         cuda_graph_share=sum(graphs) / len(graphs) if graphs else None,
     )
+
+
+def _kv_tokens(sample: BatchSample, lines: LogShapeLines) -> float | None:
+    """KV tokens in use on a statistics line: SGLang's ``#token``; else, where vLLM stated its
+    cache's size at start-up, the line's usage share of it (whole blocks: it reads high)."""
+    if sample.line in lines.kv_tokens:
+        return float(lines.kv_tokens[sample.line])
+    if lines.kv_capacity is not None and sample.kv_usage is not None:
+        return sample.kv_usage * int(lines.kv_capacity.value)
+    return None
 
 
 def _settings(

@@ -27,6 +27,7 @@ SETTINGS_CONTEXT = ("ServerArgs(", "server_args=", "with config:", "non-default 
                     "launch_server", "vllm serve", "api_server", "Command:")
 VALUE = r"('[^']{0,200}'|\"[^\"]{0,200}\"|\[[^\]]{0,400}\]|\{[^}]{0,400}\}|[^,\s)}]{1,200})"
 CLIENT_DURATION = re.compile(r"^Benchmark duration \(s\):\s*([0-9]{1,9}(?:\.[0-9]{1,9})?)\s*$")
+KV_CAPACITY = re.compile(r"\bGPU KV cache size:\s*([0-9][0-9,]{0,20})\s*tokens\b")  # vLLM, at start-up
 BACKEND_LINE = re.compile(r"\bUsing ([A-Za-z0-9_]{1,40}) backend\b")
 
 
@@ -60,6 +61,7 @@ class LogShapeLines:
     cuda_graph: dict[int, bool] = field(default_factory=dict)  # Decode line -> ran under a graph
     settings: dict[ServingShape, StatedValue] = field(default_factory=dict)
     client_duration: StatedValue | None = None  # bench_serving's "Benchmark duration (s)" (the first)
+    kv_capacity: StatedValue | None = None  # vLLM's "GPU KV cache size: N tokens" (the first)
 
 
 def scan_log(path: Path, decode_lines: Container[int] | None = None) -> LogShapeLines:
@@ -80,6 +82,8 @@ def scan_lines(lines: Iterable[tuple[int, str]], decode_lines: Container[int] | 
             _settings(found, number, text)
         elif found.client_duration is None and (match := CLIENT_DURATION.match(text)):
             found.client_duration = StatedValue(match.group(1), number)
+        elif found.kv_capacity is None and "KV cache size" in text and (match := KV_CAPACITY.search(text)):
+            found.kv_capacity = StatedValue(match.group(1).replace(",", ""), number)
         elif ServingShape.ATTENTION_BACKEND not in found.settings and (match := BACKEND_LINE.search(text)):
             found.settings[ServingShape.ATTENTION_BACKEND] = StatedValue(match.group(1), number)
     return found
