@@ -87,6 +87,7 @@ def test_hand_check_eagle3_speculative_run(serving_logs_dir: Path) -> None:
     assert speculative is not None and (speculative.line, speculative.source) == (89, "Decode lines")
     assert "accept len: 1.57" in lines_of(serving_logs_dir, name)[88]
     assert run.run.cuda_graph_share == 1.0  # every Decode line says "cpu graph: True"
+    assert run.run.accept_len is not None and run.run.accept_len.count == 113 and run.run.accept_len.minimum > 1
 
 
 def test_hand_check_vllm_closed_loops(serving_logs_dir: Path) -> None:

@@ -61,6 +61,7 @@ class StretchShapes:
     kv_len: Distribution | None
     prefill_chunk: Distribution | None
     cuda_graph_share: float | None  # Decode lines that say "cuda graph: True", where they say
+    accept_len: Distribution | None = None  # speculative decoding: tokens accepted per step
 
 
 @dataclass(frozen=True)
@@ -166,6 +167,7 @@ def _shapes_over(
         kv_len=distribution(kv),
         prefill_chunk=distribution([float(s.new_tokens or 0) for s in prefills]),
         cuda_graph_share=sum(graphs) / len(graphs) if graphs else None,
+        accept_len=distribution([s.accept_len for s in decodes if s.accept_len is not None]),
     )
 
 
