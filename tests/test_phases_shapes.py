@@ -156,3 +156,11 @@ def test_vllm_kv_length_from_its_stated_cache_size(serving_logs_dir: Path, tmp_p
     assert shapes["kv_len_source"].endswith("100000 tokens (line 1) / Running")
     medians = [run["run"]["kv_len"]["median"] if run["run"]["kv_len"] else None for run in shapes["runs"]]
     assert medians == [0.0, pytest.approx(50.0), pytest.approx(25.0)]
+
+
+def test_a_long_list_is_stated_whole_or_not_at_all() -> None:
+    sizes = ", ".join(str(n) for n in range(1, 513))  # SGLang's capture list can be this long
+    found = scan_lines(enumerate([f"server_args=ServerArgs(cuda_graph_bs=[{sizes}], page_size=1)"], start=1))
+    assert found.settings[ServingShape.CUDA_GRAPH_BS].value == f"[{sizes}]"
+    cut = scan_lines(enumerate(["server_args=ServerArgs(cuda_graph_bs=[1, 2, 4" + ", 8" * 2000], start=1))
+    assert ServingShape.CUDA_GRAPH_BS not in cut.settings  # unclosed: nothing, never "[1"

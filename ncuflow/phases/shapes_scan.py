@@ -25,7 +25,8 @@ CUDA_GRAPH = re.compile(r"\b(?:cuda|cpu|npu) graph:\s*(True|False)\b")
 # the lines a server states its settings on
 SETTINGS_CONTEXT = ("ServerArgs(", "server_args=", "with config:", "non-default args",
                     "launch_server", "vllm serve", "api_server", "Command:")
-VALUE = r"('[^']{0,200}'|\"[^\"]{0,200}\"|\[[^\]]{0,400}\]|\{[^}]{0,400}\}|[^,\s)}]{1,200})"
+# a quoted string, a list or a dict whole (never cut: an unclosed one states nothing), or a bare word
+VALUE = r"('[^']{0,200}'|\"[^\"]{0,200}\"|\[[^\]]{0,4000}\]|\{[^}]{0,4000}\}|[^,\s)}\[{'\"][^,\s)}]{0,199})"
 CLIENT_DURATION = re.compile(r"^Benchmark duration \(s\):\s*([0-9]{1,9}(?:\.[0-9]{1,9})?)\s*$")
 KV_CAPACITY = re.compile(r"\bGPU KV cache size:\s*([0-9][0-9,]{0,20})\s*tokens\b")  # vLLM, at start-up
 BACKEND_LINE = re.compile(r"\bUsing ([A-Za-z0-9_]{1,40}) backend\b")
