@@ -164,3 +164,9 @@ def test_a_long_list_is_stated_whole_or_not_at_all() -> None:
     assert found.settings[ServingShape.CUDA_GRAPH_BS].value == f"[{sizes}]"
     cut = scan_lines(enumerate(["server_args=ServerArgs(cuda_graph_bs=[1, 2, 4" + ", 8" * 2000], start=1))
     assert ServingShape.CUDA_GRAPH_BS not in cut.settings  # unclosed: nothing, never "[1"
+
+
+def test_a_setting_with_control_characters_states_nothing() -> None:
+    found = scan_lines(enumerate(["server_args=ServerArgs(attention_backend='fa\x1b[31m3', page_size=16)"], start=1))
+    assert ServingShape.ATTENTION_BACKEND not in found.settings
+    assert found.settings[ServingShape.PAGE_SIZE].value == "16"

@@ -101,5 +101,5 @@ def _settings(found: LogShapeLines, number: int, text: str) -> None:
     for shape, needle, pattern in PATTERNS:
         if shape in found.settings or needle not in text:
             continue
-        if match := pattern.search(text):
-            found.settings[shape] = StatedValue(match.group(1).strip("'\""), number)
+        if (match := pattern.search(text)) and (value := match.group(1).strip("'\"")).isprintable() and value:
+            found.settings[shape] = StatedValue(value, number)  # a value with control characters states nothing
