@@ -14,6 +14,7 @@ from typing import Any
 
 from ncuflow.cells.contract import CellParams, param
 from ncuflow.errors import UsageError
+from ncuflow.serving import ServingShape
 
 HEAD_DIMS = (16, 32, 64, 128, 256)
 INT32_MAX = 2**31 - 1
@@ -23,11 +24,12 @@ KV_MODES = ("shared", "distinct")
 
 
 def batch_param(default: int) -> Any:
-    return param(default, "requests decoded together (one query token each)", None, 1, INT32_MAX)
+    return param(default, "requests decoded together (one query token each)", None, 1, INT32_MAX,
+                 serves=ServingShape.DECODE_BATCH)
 
 
 def kv_len_param(default: int) -> Any:
-    return param(default, "KV tokens per request", None, 1, INT32_MAX)
+    return param(default, "KV tokens per request", None, 1, INT32_MAX, serves=ServingShape.KV_LEN)
 
 
 def heads_param() -> Any:
@@ -43,7 +45,7 @@ def head_dim_param(choices: tuple[int, ...] = HEAD_DIMS) -> Any:
 
 
 def dtype_param() -> Any:
-    return param("fp16", "KV and query dtype", DTYPES)
+    return param("fp16", "KV and query dtype", DTYPES, serves=ServingShape.KV_DTYPE)
 
 
 def seed_param(what: str = "seed of the data and of the physical layout") -> Any:
@@ -91,7 +93,8 @@ class FlatDecodeParams(_GroupedQueryAttention):
 
 @dataclass(frozen=True)
 class PagedDecodeParams(_GroupedQueryAttention):
-    page: int = param(16, "tokens per KV page (the kernel's page size)", (1, 16, 32, 64, 128))
+    page: int = param(16, "tokens per KV page (the kernel's page size)", (1, 16, 32, 64, 128),
+                      serves=ServingShape.PAGE_SIZE)
     kv: str = param("shared", "shared: all requests read the same prefix pages; distinct: each its own", KV_MODES)
     batch: int = batch_param(32)
     kv_len: int = kv_len_param(8192)
@@ -107,7 +110,8 @@ class PagedDecodeParams(_GroupedQueryAttention):
 class PlanHostParams(CellParams):
     index_len: int = param(262144, "token indices in the batch (study: 64 ... 2097152)", None, 1, INT32_MAX)
     batch: int = param(32, "requests", None, 1, INT32_MAX)
-    page: int = param(1, "device page size the planner sees (1 = token-flat)", None, 1, INT32_MAX)
+    page: int = param(1, "device page size the planner sees (1 = token-flat)", None, 1, INT32_MAX,
+                      serves=ServingShape.PAGE_SIZE)
     kv_heads: int = param(8, "KV heads (each work item is per KV head)", None, 1, 4096)
     num_sms: int = param(132, "SMs of the target GPU (H200/H100 SXM: 132)", None, 1, 65535)
     ctas_per_sm: int = param(2, "CTAs per SM the planner budgets for", None, 1, 65535)
@@ -131,7 +135,8 @@ FLASHINFER_HEAD_DIMS = (64, 128, 256)
 
 @dataclass(frozen=True)
 class FlashInferDecodeParams(_GroupedQueryAttention):
-    page: int = param(1, "device page size given to plan() (1: SGLang's token-flat lowering)", (1, 16, 32, 64, 128))
+    page: int = param(1, "device page size given to plan() (1: SGLang's token-flat lowering)", (1, 16, 32, 64, 128),
+                      serves=ServingShape.PAGE_SIZE)
     kv: str = param("distinct", "shared prefix or own KV per request", KV_MODES)
     batch: int = batch_param(32)
     kv_len: int = kv_len_param(8192)
@@ -148,7 +153,8 @@ class FlashInferDecodeParams(_GroupedQueryAttention):
 class FlashInferPlanParams(_GroupedQueryAttention):
     index_len: int = param(262144, "token indices in the batch (study: 64 ... 2097152)", None, 1, INT32_MAX)
     batch: int = param(32, "requests", None, 1, INT32_MAX)
-    page: int = param(1, "device page size given to plan() (1: SGLang's token-flat lowering)", (1, 16, 32, 64, 128))
+    page: int = param(1, "device page size given to plan() (1: SGLang's token-flat lowering)", (1, 16, 32, 64, 128),
+                      serves=ServingShape.PAGE_SIZE)
     heads: int = heads_param()
     kv_heads: int = kv_heads_param()
     head_dim: int = head_dim_param(FLASHINFER_HEAD_DIMS)
@@ -162,7 +168,8 @@ class FlashInferPlanParams(_GroupedQueryAttention):
 
 @dataclass(frozen=True)
 class XqaDecodeParams(_GroupedQueryAttention):
-    page: int = param(16, "tokens per KV page: XQA's compile-time page size", (16, 32, 64, 128))
+    page: int = param(16, "tokens per KV page: XQA's compile-time page size", (16, 32, 64, 128),
+                      serves=ServingShape.PAGE_SIZE)
     kv: str = param("shared", "shared: every request's page-table row points at one prefix; distinct: each its own", KV_MODES)
     batch: int = batch_param(32)
     kv_len: int = kv_len_param(8192)

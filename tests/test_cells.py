@@ -393,8 +393,12 @@ def test_cells_command_json_with_user_dir(user_cells: Path) -> None:
     cells = {c["name"]: c for c in payload["cells"]}
     assert cells["my_sum"]["params"][1] == {
         "name": "mode", "type": "str", "default": "fast", "choices": ["fast", "slow"], "help": "unused switch",
+        "serves": None,
     }
     assert cells["paged_decode"]["needs_ncu"] is True
+    # the serving shape each parameter declares (phases --sweep-for maps a log through it)
+    served = {p["name"]: p["serves"] for p in cells["paged_decode"]["params"] if p["serves"]}
+    assert served == {"page": "page_size", "batch": "decode_batch", "kv_len": "kv_len", "dtype": "kv_dtype"}
 
 
 def _ncuflow(*args: str) -> subprocess.CompletedProcess[str]:

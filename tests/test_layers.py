@@ -135,13 +135,16 @@ ALLOWED_STAGES: dict[str, set[str]] = {
     "store": {"cells", "read"},
     "analyze": {"read", "store"},
     "output": {"analyze", "read", "store"},
-    "cells": set(),
-    "kernels": {"cells"},
+    # the serving shapes (``ncuflow.serving``): the vocabulary both halves share, one row per
+    # shape; a log's shapes (phases) reach a cell's parameters (cells) only through it
+    "serving": set(),
+    "cells": {"serving"},
+    "kernels": {"cells", "serving"},
     # profile escalates tier 1 to tier 2 for launches the model leaves undecided (issue 10),
     # so it may classify: analyze, never output (and never polars: tested below)
     "profile": {"cells", "store", "read", "analyze"},
-    "phases": set(),
-    "cli": {"output", "analyze", "read", "store", "cells", "kernels", "profile", "phases"},
+    "phases": {"serving"},
+    "cli": {"output", "analyze", "read", "store", "cells", "kernels", "profile", "phases", "serving"},
 }
 READ_SIDE = [m for m in SOURCES if _stage(m) in {"read", "analyze", "output", "phases"}]
 PROFILING_PATH = [m for m in SOURCES if _stage(m) in {"profile", "store", "cells", "kernels"}

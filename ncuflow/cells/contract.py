@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Protocol, TypeVar, runtime_checkable
 
 from ncuflow.errors import UsageError
+from ncuflow.serving import ServingShape
 
 ParamValue = str | int | float | bool
 INT64_MIN = -(2**63)
@@ -31,6 +32,9 @@ class ParamSpec:
     help: str = ""
     minimum: int | float | None = None  # inclusive; sizes declare 1, seeds 0
     maximum: int | float | None = None  # inclusive; e.g. 2**31 - 1 where a cell stores int32
+    # the serving shape this parameter takes (``ncuflow.serving``), if any: what ``phases
+    # --sweep-for`` sets it from; a parameter without one keeps its default there
+    serves: ServingShape | None = None
 
     def bounds(self) -> tuple[int | float | None, int | float | None]:
         """The valid range: the declared one; an int without one must fit in 64 bits."""
@@ -142,6 +146,7 @@ class _ParamMeta:
     choices: tuple[Any, ...] | None
     minimum: int | float | None
     maximum: int | float | None
+    serves: ServingShape | None
 
 
 def param(
@@ -150,9 +155,11 @@ def param(
     choices: tuple[Any, ...] | None = None,
     minimum: int | float | None = None,
     maximum: int | float | None = None,
+    serves: ServingShape | None = None,
 ) -> Any:
-    """A field of a ``CellParams`` dataclass: its default, help, choices and inclusive range."""
-    return field(default=default, metadata={_PARAM_KEY: _ParamMeta(help, choices, minimum, maximum)})
+    """A field of a ``CellParams`` dataclass: its default, help, choices, inclusive range and
+    the serving shape it takes (``serves``: one row per parameter, read by ``phases --sweep-for``)."""
+    return field(default=default, metadata={_PARAM_KEY: _ParamMeta(help, choices, minimum, maximum, serves)})
 
 
 class CellParams:
@@ -175,7 +182,7 @@ class CellParams:
             if meta is None:
                 raise TypeError(f"{cls.__name__}.{item.name} is not declared with ncuflow.cells.param()")
             specs.append(ParamSpec(item.name, hints[item.name], item.default, meta.choices, meta.help,
-                                   meta.minimum, meta.maximum))
+                                   meta.minimum, meta.maximum, meta.serves))
         return tuple(specs)
 
     @classmethod
@@ -228,6 +235,10 @@ class CellDefinition:
     def instantiate(self, spec: CellSpec, device: str) -> CellInstance:
         """Build the cell for ``spec`` on ``device`` (its parameters made once, then typed)."""
         return self.build(self.make_params(spec), device)
+
+    def serving_rows(self) -> tuple[tuple[str, ServingShape], ...]:
+        """(parameter, serving shape) for each parameter that declares the shape it takes."""
+        return tuple((p.name, p.serves) for p in self.params if p.serves is not None)
 
     def param_spec(self, name: str) -> ParamSpec | None:
         for spec in self.params:

@@ -44,6 +44,7 @@ def _info_dict(info: CellInfo) -> dict[str, Any]:
                 "default": p.default,
                 "choices": list(p.choices) if p.choices is not None else None,
                 "help": p.help,
+                "serves": p.serves.value if p.serves is not None else None,
             }
             for p in info.params
         ],

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ncuflow.cli.params import FiniteFloatRange
+from ncuflow.cli.phases_study import StudyOptions, study_options
+from ncuflow.cli.phases_sweep import sweep_cell, sweep_lines, write_sweep
 from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.parse.registry import format_names
 from ncuflow.phases.parse.values import MAX_COUNT
@@ -34,6 +37,8 @@ Examples:
   ncuflow phases server.log --plot timeline.png
   ncuflow phases session.log --runs 3,7-9         # a long session: these runs in detail
   ncuflow phases trace.json --format jsonl         # skip format detection
+  ncuflow phases server.log --sweep-for paged_decode -o sweep.toml --vary page=1,16,128
+                                                   # a sweep file at the shapes it served
   ncuflow phases ps1_out96.jsonl ps1_out512.jsonl ps128_out96.jsonl ps128_out512.jsonl \\
       --label ps1 --label ps1 --label ps128 --label ps128
 """
@@ -102,6 +107,7 @@ Examples:
     default=None,
     help="Read every input as this format instead of detecting it.",
 )
+@study_options
 def phases_command(
     inputs: tuple[Path, ...],
     as_json: bool,
@@ -113,6 +119,7 @@ def phases_command(
     skip_malformed: bool,
     runs_text: str | None,
     format_name: str | None,
+    **study_given: Any,
 ) -> None:
     """Split serving traces into segments (one per #running-req plateau) with their admission
     ramp, warm-up, steady, mixed and drain phases, and reconcile the reported TPOT with
@@ -121,6 +128,8 @@ def phases_command(
         selection = RunSelection.parse(runs_text)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--runs") from None
+    study = StudyOptions.parse(study_given)
+    cell = sweep_cell(study, inputs)
     report = build_report(
         inputs,
         labels=labels,
@@ -129,15 +138,20 @@ def phases_command(
         batch_tolerance=batch_tolerance,
         skip_malformed=skip_malformed,
         format_name=format_name,
+        study=study.inputs(),
     )
     written: list[Path] = []
     if plot_path is not None:
         from ncuflow.phases.plot import plot_report
 
         written = plot_report(report, plot_path)
+    sweep = write_sweep(report, study, cell, inputs) if cell is not None else None
     if as_json:
         data = report_to_dict(report, selection)
         data["plots"] = [str(p) for p in written]
+        if sweep is not None:
+            data["sweep"] = {"path": str(sweep[0]), "points": sweep[2], "source": sweep[1].source,
+                             "taken": list(sweep[1].taken), "not_taken": list(sweep[1].not_taken)}
         click.echo(json.dumps(data, indent=2, default=str))
         return
     # a log's run labels and values reach the terminal escaped, value by value (render_text)
@@ -145,4 +159,6 @@ def phases_command(
     for file, path in zip(report.files, written, strict=False):  # several inputs: which plot is whose
         click.echo(f"timeline of {safe_text(file.path)} written to {safe_text(path, limit=None)}" if len(written) > 1
                    else f"timeline written to {safe_text(path, limit=None)}")
+    for line in sweep_lines(*sweep) if sweep is not None else ():
+        click.echo(safe_text(line, limit=None))
 

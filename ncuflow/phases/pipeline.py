@@ -33,6 +33,7 @@ from ncuflow.phases.report import (
     amortization_runs,
     server_rows,
 )
+from ncuflow.phases.study import StudyInputs, study_of_file
 
 
 def per_input(
@@ -61,6 +62,7 @@ def analyse_file(
     output_tokens: int | None,
     skip_malformed: bool,
     format_name: str | None = None,
+    study: StudyInputs | None = None,
 ) -> FileReport:
     traces = load_traces(path, skip_malformed=skip_malformed, format_name=format_name)
     runs, notes = _analyse_traces(
@@ -89,6 +91,7 @@ def analyse_file(
         server_rows=rows,
         capabilities=header.capabilities,
         session=summarise_session(runs, header.service),
+        study=study_of_file(path, traces, runs, study),
     )
 
 
@@ -239,6 +242,7 @@ def build_report(
     batch_tolerance: float = 0.05,
     skip_malformed: bool = False,
     format_name: str | None = None,
+    study: StudyInputs | None = None,
 ) -> PhasesReport:
     label_for = per_input(labels, len(paths), "--label")
     tokens_for = per_input(output_tokens, len(paths), "--output-tokens")
@@ -253,6 +257,7 @@ def build_report(
                 output_tokens=int(tokens) if tokens is not None else None,
                 skip_malformed=skip_malformed,
                 format_name=format_name,
+                study=study,
             )
         )
     runs = amortization_runs(files)

@@ -5,11 +5,12 @@ The text tables are in ``ncuflow.phases.text``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from ncuflow.phases.harness import HarnessCheck
 from ncuflow.phases.model import (
     AmortizationResult,
     AmortizationRun,
@@ -24,6 +25,8 @@ from ncuflow.phases.model import (
 from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.session import SessionSummary
 from ncuflow.phases.selection import RunSelection
+from ncuflow.phases.shapes import FileShapes
+from ncuflow.phases.study import FileStudy
 
 # 1: before issue 32 (no version key); 2: + schema_version, format_name, capabilities,
 # session, runs_total, runs_index; runs may be a selection of a long session's runs
@@ -110,6 +113,11 @@ class FileReport:
     server_rows: tuple[ServerRow, ...] = ()
     capabilities: Capabilities | None = None  # a server log's format; None for request traces
     session: SessionSummary | None = None  # every run of the file together
+    study: FileStudy | None = None  # a server log's served shapes and harness check (phases.study)
+
+    @property
+    def shapes(self) -> FileShapes | None:
+        return self.study.shapes if self.study is not None else None
 
 
 @dataclass(frozen=True)
@@ -213,6 +221,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _shapes_dict(shapes: FileShapes | None, shown: set[str]) -> dict[str, Any] | None:
+    """The shapes of the runs shown (as ``runs`` is), the file's settings whole."""
+    if shapes is None:
+        return None
+    data: dict[str, Any] = _plain(replace(shapes, runs=tuple(r for r in shapes.runs if r.run_label in shown)))
+    data["runs_total"] = len(shapes.runs)
+    return data
+
+
+def _harness_dict(check: HarnessCheck | None) -> dict[str, Any] | None:
+    if check is None:
+        return None
+    return {**_plain(check), "outside": dict(check.outside), "line": check.line()}
+
+
 def _distribution_dict(value: Distribution) -> dict[str, Any]:
     return {
         "count": value.count,
@@ -260,6 +283,8 @@ def _file_dict(f: FileReport, selection: RunSelection) -> dict[str, Any]:
         "runs_index": runs_index(f.runs),
         "session": _plain(f.session),
         "server_rows": [_plain(row) for row in f.server_rows],
+        "shapes": _shapes_dict(f.shapes, {r.run_label for r in shown}),
+        "harness": _harness_dict(f.study.harness if f.study is not None else None),
     }
 
 

@@ -16,6 +16,7 @@ from ncuflow.phases.model.results import SegmentKind
 from ncuflow.phases.model.session import run_numbers
 from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
 from ncuflow.phases.selection import RunSelection
+from ncuflow.phases.shapes_text import study_lines
 from ncuflow.phases.text_session import service_lines, session_lines
 
 
@@ -222,6 +223,7 @@ def render_text(report: PhasesReport, selection: RunSelection | None = None) -> 
         out.extend(_summary_lines(file, selection, run_numbers(shown)))
         if shown:
             out.extend(_file_lines(replace(file, runs=shown)))
+            out.extend(study_lines(file.study, {r.run_label for r in shown}))
         out.append("")
     out.extend(_amortization_lines(report))
     return "\n".join(_shown(line) for line in out).rstrip() + "\n"
