@@ -6,6 +6,8 @@ Prints, over every launch of the reports (read with ncuflow's reader; NVIDIA's v
 with the ``ncu_report`` module where they are compared):
 
 - agreement with NVIDIA's SOLBottleneck rule result, mapped to memory / compute / latency;
+- NVIDIA's verdict present on every launch whose report has a SOL rule result naming one (in its
+  title, or, ncu 2020.x, only in its message);
 - u_dram against ``gpu__dram_throughput`` wherever a report holds it (worst relative gap);
 - the launches that hold ``lts__throughput``, and that ``classify --evidence`` reads it for;
 - global loads: launches whose L1 saw global-load requests, and how their loads are counted;
@@ -35,6 +37,7 @@ from ncuflow.analyze.roofline import attainable, point_groups, rooflines  # noqa
 from ncuflow.read.extract import iter_launches  # noqa: E402
 from ncuflow.read.reportfile import find_reports  # noqa: E402
 from ncuflow.read.runs import load_paths  # noqa: E402
+from ncuflow.read.sol_verdicts import sol_verdict_name  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import check_findings  # noqa: E402
@@ -54,17 +57,37 @@ def _nvidia_dram(report: Path) -> dict[tuple[int, int], float]:
     return found
 
 
+def _nvidia_sol_verdicts(report: Path) -> dict[tuple[int, int], str | None]:
+    """The verdict each launch's SOLBottleneck result names (title, or message where untitled), as ncu_report reads it."""
+    context = ncu_report.load_report(str(report))
+    found: dict[tuple[int, int], str | None] = {}
+    for r in range(context.num_ranges()):
+        rng = context.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            for result in rng.action_by_idx(a).rule_results():
+                if result.rule_identifier() == "SOLBottleneck":
+                    message = result.rule_message() or {}
+                    found[(r, a)] = sol_verdict_name(message.get("title") or "", message.get("message") or "")
+                    break
+    return found
+
+
 def main(roots: list[Path]) -> None:
     agreement: Counter[str] = Counter()
     dram_gaps: list[float] = []
     l2 = Counter[str]()
     loads = Counter[str]()
+    sol = Counter[str]()
     for report in find_reports(roots):
-        nvidia_dram = _nvidia_dram(report)
+        nvidia_dram, nvidia_sol = _nvidia_dram(report), _nvidia_sol_verdicts(report)
         for launch in iter_launches(report):
             verdict = classify(launch)
             if verdict.nvidia is not None:
                 agreement["agree" if verdict.nvidia.agrees else "disagree"] += 1
+            named = nvidia_sol.get((launch.range_index, launch.action_index))
+            if named is not None:
+                sol["rule names one"] += 1
+                sol["ncuflow shows it"] += verdict.nvidia is not None and verdict.nvidia.title == named
             expected = nvidia_dram.get((launch.range_index, launch.action_index))
             u_dram = verdict.utilization("dram")
             if expected is not None and u_dram is not None:
@@ -85,6 +108,8 @@ def main(roots: list[Path]) -> None:
                 loads["nothing counted"] += all(v is None for v in (*totals, *kinds))
     agreed, labelled = agreement["agree"], agreement["agree"] + agreement["disagree"]
     print(f"SOLBottleneck agreement: {agreed}/{labelled} launches ({agreed / max(labelled, 1):.1%})")
+    print(f"NVIDIA's verdict: the SOL rule names one on {sol['rule names one']} launches (title or message), "
+          f"ncuflow shows it as ncu names it on {sol['ncuflow shows it']}")
     worst = max(dram_gaps, default=0.0)
     print(f"u_dram against gpu__dram_throughput: {len(dram_gaps)} launches, worst gap {worst:.3%}, "
           f"{sum(g > 0.01 for g in dram_gaps)} over 1 %")

@@ -152,9 +152,10 @@ def print_launch_table(
         nvidia = "—"
         if verdict.nvidia is not None:
             mark = "✓" if verdict.nvidia.agrees else "✗"
-            nvidia = f"{mark} {verdict.nvidia.category}"
+            nvidia = f"{mark} {verdict.nvidia.title}"
             if not verdict.nvidia.agrees:
-                notes.append(f"{Path(launch.report).name} #{launch.action_index}: NVIDIA says {verdict.nvidia.category}, ncuflow {verdict.bound}: {verdict.nvidia.reason}")
+                notes.append(f"{Path(launch.report).name} #{launch.action_index}: NVIDIA says {verdict.nvidia.title} "
+                             f"({verdict.nvidia.category}), ncuflow {verdict.bound}: {verdict.nvidia.reason}")
         style = BOUND_STYLES.get(verdict.bound, "")
         term, u = binding_utilization(verdict)
         table.add_row(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ncuflow.read.launch import KernelName
 from ncuflow.read.reportfile import import_ncu_report, iter_actions, load_context
+from ncuflow.read.sol_verdicts import sol_verdict_name
 
 if TYPE_CHECKING:
     from ncuflow.read.findings import RuleResults
@@ -209,7 +210,8 @@ class NcuReportAction:
         return tuple(ranges)
 
     def nvidia_sol(self) -> str | None:
-        """The title of NVIDIA's speed-of-light rule result, where the report has one."""
+        """NVIDIA's speed-of-light verdict (the rule result's title, or what an untitled message
+        words: ``ncuflow.read.sol_verdicts``), where the report has one."""
         try:
             results = self.action.rule_results()
         except Exception:
@@ -217,8 +219,9 @@ class NcuReportAction:
         for result in results:
             if result.rule_identifier() == _SOL_RULE:
                 message = result.rule_message() or {}
-                title = message.get("title") if isinstance(message, dict) else None
-                return str(title) if title else None
+                if not isinstance(message, dict):
+                    return None
+                return sol_verdict_name(str(message.get("title") or ""), str(message.get("message") or ""))
         return None
 
     def rule_results(self) -> RuleResults:
