@@ -15,9 +15,9 @@ from ncuflow.analyze.stability import (
     field_stability,
     relative_spread,
     repeated_launch_stability,
-    stability_frame,
     stability_of,
 )
+from ncuflow.analyze.stability_table import stability_frame
 from ncuflow.cells.contract import CellSpec
 from ncuflow.cli import cli
 from ncuflow.errors import UsageError

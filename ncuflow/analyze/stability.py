@@ -38,8 +38,8 @@ A field off the critical path that moved beyond its band keeps its own "unstable
 (tables, parquet) and is named in the summary as moved and not binding; it does not turn
 the headline. A field the launches do not hold is named as missing, never treated as 0.
 
-Pure functions over frozen dataclasses; polars is imported only by ``stability_frame``
-so that a GPU host without polars can use the rest.
+Pure functions over frozen dataclasses; the tables (rows, the polars frame) are
+``ncuflow.analyze.stability_table``'s, so that a GPU host without polars can use the rest.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from ncuflow.analyze.decides import Decision, decides, decision_of
 from ncuflow.analyze.fields import (
@@ -86,9 +86,6 @@ from ncuflow.analyze.work import (
 )
 from ncuflow.read.launch import Launch
 from ncuflow.spread import relative_spread
-
-if TYPE_CHECKING:  # pragma: no cover
-    import polars as pl
 
 FieldVerdict = Literal["stable", "unstable", "insufficient", "missing"]
 GroupVerdict = Literal["stable", "unstable", "insufficient", "different_work"]
@@ -470,62 +467,3 @@ def repeated_launch_stability(
                                   tolerances=tolerances, notes=config_note, replicas_by_construction=False)
         )
     return results, singles
-
-
-# ---------------------------------------------------------------------------
-# tables
-
-
-STABILITY_COLUMNS: tuple[str, ...] = (
-    "group", "kernel", "source", "device", "launches", "runs", "field", "tolerance_class",
-    "tolerance", "n", "median", "min", "max", "spread", "field_verdict", "verdict",
-    "noise_band", "noise_reference", "part_of", "decides",
-)
-
-
-def stability_rows(groups: Iterable[GroupStability]) -> list[dict[str, object]]:
-    """One plain row per (group, field), a different-work group's parts after it (``part_of``
-    names their group): what the parquet and the Markdown report hold."""
-    rows: list[dict[str, object]] = []
-    parent = {id(part): group.label for group in groups for part in group.parts}
-    for group in flat(groups):
-        for item in group.fields:
-            rows.append(
-                {
-                    "group": group.label,
-                    "kernel": group.kernel,
-                    "source": group.source,
-                    "device": group.device,
-                    "launches": group.launches,
-                    "runs": group.runs,
-                    "field": item.field,
-                    "tolerance_class": item.tolerance_class,
-                    "tolerance": item.tolerance,
-                    "n": item.n,
-                    "median": item.median,
-                    "min": item.minimum,
-                    "max": item.maximum,
-                    "spread": item.spread,
-                    "field_verdict": item.verdict,
-                    "verdict": group.verdict,
-                    "noise_band": item.band,
-                    "noise_reference": item.reference,
-                    "part_of": parent.get(id(group)),
-                    "decides": item.decides,
-                }
-            )
-    return rows
-
-
-def stability_frame(groups: Iterable[GroupStability]) -> pl.DataFrame:
-    """The numbers as a polars frame (a spread is inf where the median is 0 but the values differ)."""
-    import polars as pl
-
-    schema = {
-        "group": pl.Utf8, "kernel": pl.Utf8, "source": pl.Utf8, "device": pl.Utf8,
-        "launches": pl.Int64, "runs": pl.Int64, "field": pl.Utf8, "tolerance_class": pl.Utf8,
-        "tolerance": pl.Float64, "n": pl.Int64, "median": pl.Float64, "min": pl.Float64,
-        "max": pl.Float64, "spread": pl.Float64, "field_verdict": pl.Utf8, "verdict": pl.Utf8,
-        "noise_band": pl.Float64, "noise_reference": pl.Utf8, "part_of": pl.Utf8, "decides": pl.Boolean,
-    }
-    return pl.DataFrame(stability_rows(groups), schema=schema, orient="row")

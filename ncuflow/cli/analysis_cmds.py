@@ -238,7 +238,7 @@ def _write_stability(findings: Any, request: Any, markdown_path: Path | None, pa
     """The Markdown and the parquet asked for, as one pair carrying one id (``output.stability_pair``)."""
     if markdown_path is None and parquet_path is None:
         return
-    from ncuflow.analyze.stability import stability_frame
+    from ncuflow.analyze.stability_table import stability_frame
     from ncuflow.output.markdown import stability_markdown
     from ncuflow.output.stability_pair import write_stability_pair
 
