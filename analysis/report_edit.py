@@ -177,3 +177,31 @@ def metric_scaled(source: Path, target: Path, name: Callable[[str], bool], facto
 
     _rewrite(source, target, scale)
     return scaled
+
+
+def counters_copied(source: Path, target: Path, origin: int, copies: Callable[[int], bool],
+                    keep: Callable[[str], bool]) -> int:
+    """Write ``source`` to ``target`` with the metric records of launch ``origin`` copied onto each
+    later launch ``copies(index)`` selects, except those ``keep(name)`` keeps as they were (a launch's
+    own grid and block): different kernels with bit-identical counters, the plausibility tests' case;
+    returns the launches given the copy."""
+    metric_class = messages().metric_result
+    taken: list[bytes] = []
+    copied = 0
+
+    def copy(result: Any, index: int, strings: list[str]) -> None:
+        nonlocal copied
+        ids = record_ids(result.metrics, lambda record: metric_class.FromString(record).name_id)
+        named = [(record, text_of(strings[i]) if 0 <= i < len(strings) else "") for record, i in zip(result.metrics, ids, strict=True)]
+        if index == origin:
+            taken.extend(record for record, name in named if not keep(name))
+            return
+        if index < origin or not copies(index):
+            return
+        records = [record for record, name in named if keep(name)] + taken
+        del result.metrics[:]
+        result.metrics.extend(records)
+        copied += 1
+
+    _rewrite(source, target, copy)
+    return copied

@@ -111,7 +111,7 @@ def classify(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = 
     schema: dict[str, Any] = {key: pl.Float64 for key in ROW_KEYS if key not in FINDING_KEYS}
     schema.update({"report": pl.String, "range": pl.Int32, "action": pl.Int32, "kernel": pl.String,
                    "bound": pl.String, "nvidia_sol": pl.String, "missing": pl.List(pl.String),
-                   "notes": pl.List(pl.String),
+                   "notes": pl.List(pl.String), "implausible": pl.List(pl.String),
                    "device": pl.String, "grid_size": pl.Float64, "block_size": pl.Float64,
                    "binding_term": pl.String, "binding_u": pl.Float64})
     return pl.DataFrame(rows, schema=schema)

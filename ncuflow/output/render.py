@@ -28,7 +28,7 @@ FINDING_KEYS: tuple[str, ...] = ("rule_results", "findings", "markers", "finding
 ROW_KEYS: tuple[str, ...] = (
     "report", "range", "action", "kernel", *(FIELD_TABLE[name].json_key for name in CLASSIFY_FIELDS),
     *(FIELD_TABLE[name].json_key for name in STAND_INS.values()),
-    *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing", "notes", *FINDING_KEYS,
+    *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing", "notes", "implausible", *FINDING_KEYS,
 )
 
 __all__ = ["FINDING_KEYS", "ROW_KEYS", "duration_text", "launch_row", "note_lines", "print_launch_table"]
@@ -50,6 +50,7 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
     row["nvidia_sol"] = launch.nvidia_sol
     row["missing"] = list(launch.missing)
     row["notes"] = dict(launch.notes)
+    row["implausible"] = list(launch.implausible)
     row.update(_finding_keys(launch))
     return row
 
@@ -148,6 +149,7 @@ def print_launch_table(
     ):
         table.add_column(header, justify=justify, no_wrap=True, max_width=44 if header == "kernel" else None)  # type: ignore[arg-type]
     notes: list[str] = []
+    implausible: list[str] = []
     for launch, verdict in zip(launches, verdicts, strict=True):
         nvidia = "—"
         if verdict.nvidia is not None:
@@ -157,13 +159,17 @@ def print_launch_table(
                 notes.append(f"{Path(launch.report).name} #{launch.action_index}: NVIDIA says {verdict.nvidia.title} "
                              f"({verdict.nvidia.category}), ncuflow {verdict.bound}: {verdict.nvidia.reason}")
         style = BOUND_STYLES.get(verdict.bound, "")
+        if launch.implausible:
+            implausible.append(f"{Path(launch.report).name} #{launch.action_index}: {', '.join(launch.implausible)} "
+                               f"cannot be (notes above): the verdict {verdict.bound} rests on values that are no "
+                               "measurement")
         term, u = binding_utilization(verdict)
         table.add_row(
             str(launch.action_index),
             safe_text(launch.kernel.function, "rich", limit=44),
             config_text(launch.value("grid_size"), launch.value("block_size")),
             *(cell_text(launch, name) for name in CLASSIFY_FIELDS),
-            f"[{style}]{verdict.bound}[/{style}]" if style else verdict.bound,
+            (f"[{style}]{verdict.bound}[/{style}]" if style else verdict.bound) + (" ⚠" if launch.implausible else ""),
             "—" if u is None else (f"{_u(u)}" if term == verdict.bound else f"{term} {_u(u)}"),
             safe_text(nvidia, "rich"),
         )
@@ -172,6 +178,8 @@ def print_launch_table(
         console.print(f"[yellow]note[/yellow] {safe_text(line, 'rich', limit=None)}", highlight=False)
     for note in notes:
         console.print(f"[yellow]disagreement[/yellow] {safe_text(note, 'rich', limit=None)}", highlight=False)
+    for line in implausible:
+        console.print(f"[red]implausible[/red] {safe_text(line, 'rich', limit=None)}", highlight=False)
     if evidence:
         from ncuflow.analyze.waiting import why_waiting
         from ncuflow.output.findings_text import evidence_lines

@@ -318,5 +318,8 @@ def count_actions(path: Path | str) -> int:
 
 
 def read_launches(path: Path | str, options: ReadOptions = READ_DEFAULT) -> tuple[Launch, ...]:
-    """Every intact launch of one report, as a tuple (what a reading worker sends back)."""
-    return tuple(iter_launches(path, options=options))
+    """Every intact launch of one report, as a tuple (what a reading worker sends back), with
+    different kernels whose counters are bit-identical named (``ncuflow.read.plausibility``)."""
+    from ncuflow.read.plausibility import flag_identical_counters
+
+    return flag_identical_counters(tuple(iter_launches(path, options=options)))
