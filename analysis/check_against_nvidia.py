@@ -11,6 +11,8 @@ with the ``ncu_report`` module where they are compared):
 - u_dram against ``gpu__dram_throughput`` wherever a report holds it (worst relative gap);
 - the launches that hold ``lts__throughput``, and that ``classify --evidence`` reads it for;
 - global loads: launches whose L1 saw global-load requests, and how their loads are counted;
+- load kinds against NVIDIA's per-opcode SASS table (``sass__inst_executed_per_opcode``) on every
+  launch that holds it: equal, or left to a generic-load launch's own counters;
 - the roofline: the highest point as a share of the roof above it;
 - ``compare X X``: kernels whose verdict is not "same work, same time";
 - NVIDIA's findings and source markers, read by ncuflow, against ``ncu_report``'s on every
@@ -72,6 +74,31 @@ def _nvidia_sol_verdicts(report: Path) -> dict[tuple[int, int], str | None]:
     return found
 
 
+def _opcode_agreement(roots: list[Path]) -> Counter[str]:
+    """Each hardware load kind against NVIDIA's per-opcode counts, on every launch holding the table."""
+    from ncuflow.read.opcodes import GENERIC_LOADS, KIND_OPCODES, OPCODE_TABLE, SPLIT_BY_GENERIC
+
+    counts = Counter[str]()
+    for report in find_reports(roots):
+        context = ncu_report.load_report(str(report))
+        for launch in iter_launches(report):
+            metric = context.range_by_idx(launch.range_index).action_by_idx(launch.action_index).metric_by_name(
+                OPCODE_TABLE)
+            ids = metric.correlation_ids() if metric is not None else None
+            if ids is None:
+                continue
+            table = {ids.as_string(i): metric.as_double(i) for i in range(metric.num_instances())}
+            counts["launches"] += 1
+            for name, opcodes in KIND_OPCODES.items():
+                if name == SPLIT_BY_GENERIC and any(table.get(op) for op in GENERIC_LOADS):
+                    counts["generic loads: LDG not from the table"] += 1
+                    continue
+                same = launch.value(name) == sum(table.get(op, 0.0) for op in opcodes)
+                counts["kinds equal" if same else "kinds differ"] += 1
+                counts["kinds from the table"] += launch.provenance.get(name, "").startswith(OPCODE_TABLE)
+    return counts
+
+
 def main(roots: list[Path]) -> None:
     agreement: Counter[str] = Counter()
     dram_gaps: list[float] = []
@@ -116,6 +143,7 @@ def main(roots: list[Path]) -> None:
     print(f"lts__throughput: held by {l2['hold']} launches, read in the evidence of {l2['read']}, "
           f"set by a unit that is no wall on {l2['not the wall']}")
     print("global loads where L1 saw global-load requests: " + ", ".join(f"{k} {v}" for k, v in loads.items()))
+    print("per-opcode table (NVIDIA's): " + ", ".join(f"{k} {v}" for k, v in _opcode_agreement(roots).items()))
     highest = 0.0
     for root in roots:
         for line in rooflines(point_groups(load_paths([root]).runs, "launch")):

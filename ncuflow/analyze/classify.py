@@ -104,6 +104,16 @@ class Verdict:
     def unavailable(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.terms if not t.available)
 
+    @property
+    def without_memory(self) -> str | None:
+        """Where no memory term could be computed but a compute term could, what that leaves unknown
+        (a report without memory sections: a verdict from the compute terms alone); None otherwise."""
+        memory = [t for t in self.terms if t.name in MEMORY_TERMS]
+        if any(t.available for t in memory) or not self.compared:
+            return None
+        return (f"verdict {self.bound} from the compute terms alone: no memory term "
+                f"({', '.join(t.name for t in memory)}) could be computed from the report, so the memory side is unknown")
+
     def evidence(self) -> str:
         """One line: the terms compared, their sources, what could not be computed, the rule."""
         parts = [t.text() for t in self.terms if t.available]

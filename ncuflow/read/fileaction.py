@@ -209,6 +209,19 @@ class FileAction:
         position = self._position(name)
         return None if position is None or position >= self._count else bytes(self._records[position])
 
+    def opcode_counts(self, name: str) -> dict[str, float] | None:
+        """An instanced metric whose instances are named (``sass__inst_executed_per_opcode``: opcode ->
+        count); None where the launch lacks it or its list does not follow NVIDIA's layout."""
+        from ncuflow.read.metric_lists import DamagedList, labelled_elements
+
+        record = self.record(name)
+        if record is None:
+            return None
+        try:
+            return {label: float(value) for label, value in labelled_elements(record)}
+        except DamagedList:
+            return None
+
     def metric_names(self) -> list[str]:
         self.settle()
         assert self._layout is not None

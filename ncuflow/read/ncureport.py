@@ -230,6 +230,15 @@ class NcuReportAction:
 
         return ncu_report_rule_results(self.action)
 
+    def opcode_counts(self, name: str) -> dict[str, float] | None:
+        """An instanced metric whose instances are named (``sass__inst_executed_per_opcode``: opcode -> count,
+        ``IMetric.correlation_ids()``); None where the launch lacks it."""
+        metric = self.action.metric_by_name(name)
+        ids = metric.correlation_ids() if metric is not None else None
+        if metric is None or ids is None:
+            return None
+        return {str(ids.as_string(i)): float(metric.as_double(i)) for i in range(metric.num_instances())}
+
     def metric_names(self) -> list[str]:
         return list(self.action.metric_names())
 
