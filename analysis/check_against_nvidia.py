@@ -10,6 +10,8 @@ with the ``ncu_report`` module where they are compared):
   title, or, ncu 2020.x, only in its message);
 - u_dram against ``gpu__dram_throughput`` wherever a report holds it (worst relative gap);
 - the launches that hold ``lts__throughput``, and that ``classify --evidence`` reads it for;
+- the launches that hold ``l1tex__throughput``, that ``--evidence`` reads it for, those where it exceeds
+  ``u_l1`` by more than 2 points, and whether any of them is at or above the on-wall threshold;
 - global loads: launches whose L1 saw global-load requests, and how their loads are counted;
 - load kinds against NVIDIA's per-opcode SASS table (``sass__inst_executed_per_opcode``) on every
   launch that holds it: equal, or left to a generic-load launch's own counters;
@@ -103,6 +105,7 @@ def main(roots: list[Path]) -> None:
     agreement: Counter[str] = Counter()
     dram_gaps: list[float] = []
     l2 = Counter[str]()
+    l1 = Counter[str]()
     loads = Counter[str]()
     sol = Counter[str]()
     for report in find_reports(roots):
@@ -119,6 +122,14 @@ def main(roots: list[Path]) -> None:
             u_dram = verdict.utilization("dram")
             if expected is not None and u_dram is not None:
                 dram_gaps.append(abs(u_dram - expected) / expected if expected else abs(u_dram))
+            l1_pct = launch.value("l1_throughput_pct")
+            if l1_pct is not None:
+                l1["hold"] += 1
+                l1["read"] += verdict.l1 is not None
+                above = l1_pct - 100 * (verdict.utilization("l1") or 0.0) > 2.0
+                l1["above u_l1 by > 2 points"] += above
+                l1["of them at or above the threshold"] += above and l1_pct / 100 >= verdict.threshold
+                l1["set by no wall"] += verdict.l1 is not None and verdict.l1.wall is False
             if launch.value("l2_throughput_pct") is not None:
                 l2["hold"] += 1
                 l2["read"] += verdict.l2 is not None
@@ -142,6 +153,7 @@ def main(roots: list[Path]) -> None:
           f"{sum(g > 0.01 for g in dram_gaps)} over 1 %")
     print(f"lts__throughput: held by {l2['hold']} launches, read in the evidence of {l2['read']}, "
           f"set by a unit that is no wall on {l2['not the wall']}")
+    print("l1tex__throughput: " + ", ".join(f"{k} {v}" for k, v in l1.items()))
     print("global loads where L1 saw global-load requests: " + ", ".join(f"{k} {v}" for k, v in loads.items()))
     print("per-opcode table (NVIDIA's): " + ", ".join(f"{k} {v}" for k, v in _opcode_agreement(roots).items()))
     highest = 0.0

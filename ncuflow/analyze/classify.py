@@ -29,6 +29,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ncuflow.analyze.l1 import L1Reading, read_l1
 from ncuflow.analyze.l2 import L2Reading, read_l2
 from ncuflow.analyze.nvidia import NvidiaComparison, compare_with_nvidia, nvidia_category
 from ncuflow.analyze.term import Term
@@ -85,6 +86,7 @@ class Verdict:
     tie: str | None = None  # the tie the verdict broke, and how
     l2: L2Reading | None = None  # lts__throughput and the unit that sets it, where the report holds it
     figures: Figures | None = None  # NVIDIA's two speed-of-light figures, where the report holds them
+    l1: L1Reading | None = None  # l1tex__throughput and the unit that sets it, where the report holds it
     model: int = MODEL_VERSION
 
     def term(self, name: str) -> Term:
@@ -122,8 +124,9 @@ class Verdict:
         return "; ".join([*parts, *missing, rule])
 
     def evidence_lines(self) -> list[str]:
-        """What ``--evidence`` prints under the terms: the tie broken, and the L2 reading."""
-        return [line for line in (self.tie, self.l2.text() if self.l2 else None) if line]
+        """What ``--evidence`` prints under the terms: the tie broken, and the L2 and L1 readings."""
+        return [line for line in (self.tie, self.l2.text() if self.l2 else None, self.l1.text() if self.l1 else None)
+                if line]
 
 
 # ---------------------------------------------------------------------------
@@ -293,7 +296,8 @@ def classify(launch: Launch, threshold: float = DEFAULT_THRESHOLD) -> Verdict:
     figures = Figures.of(launch)
     bound, tie = _decide(terms, threshold, figures)
     nvidia = compare_with_nvidia(launch, category_of(bound), terms, threshold)
-    return Verdict(bound, terms, threshold, nvidia, tie, read_l2(launch, terms), figures)
+    return Verdict(bound, terms, threshold, nvidia, tie, read_l2(launch, terms), figures,
+                   l1=read_l1(launch, terms, threshold))
 
 
 # Tier 1 leaves a launch undecided when its largest lower bound is below the on-wall
