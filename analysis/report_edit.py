@@ -27,9 +27,11 @@ def _framed(message: bytes) -> bytes:
     return _LENGTH.pack(len(message)) + message
 
 
-def _rewrite(source: Path, target: Path, edit: Callable[[Any, int, list[str]], None]) -> int:
+def _rewrite(source: Path, target: Path, edit: Callable[[Any, int, list[str]], None],
+             header_edit: Callable[[Any], None] | None = None) -> int:
     """``source`` rebuilt into ``target`` with ``edit(result, index, strings)`` applied to each
-    parsed ProfileResult (``strings``: the string table so far); returns the results edited."""
+    parsed ProfileResult (``strings``: the string table so far), and ``header_edit(header)`` to each
+    block header where given; returns the results edited."""
     kinds = messages()
     data = source.read_bytes()
     out = bytearray(data[:4])
@@ -58,6 +60,8 @@ def _rewrite(source: Path, target: Path, edit: Callable[[Any, int, list[str]], N
             number += 1
         payload = b"".join(entries)
         header.payload_size = len(payload)
+        if header_edit is not None:
+            header_edit(header)
         out += _framed(header.SerializeToString()) + payload
         position = end
     target.write_bytes(bytes(out))
@@ -205,3 +209,14 @@ def counters_copied(source: Path, target: Path, origin: int, copies: Callable[[i
 
     _rewrite(source, target, copy)
     return copied
+
+
+def block_fields_set(source: Path, target: Path, **fields: int) -> int:
+    """Write ``source`` to ``target`` with each block header's ``fields`` (``num_graphs=0`` ...: the
+    block header fields ncu 2025.3 added) set as given, written even where 0; returns the launches."""
+
+    def set_fields(header: Any) -> None:
+        for name, value in fields.items():
+            setattr(header, name, value)
+
+    return _rewrite(source, target, lambda result, index, strings: None, header_edit=set_fields)

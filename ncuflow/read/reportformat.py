@@ -47,9 +47,13 @@ from ncuflow.read.reportfile import (
 from ncuflow.read.zstdframes import zstd_content
 
 FORMAT_VERSION = 7
-# The fields of BlockHeader that NVIDIA's schema defines (1-7): a higher one is a layout
-# this reader has not been checked against.
-_KNOWN_BLOCK_FIELDS = frozenset(range(1, 8))
+# The fields of BlockHeader that NVIDIA's schema defines (1-10; 8-10 since ncu 2025.3): a higher one
+# is a layout this reader has not been checked against.
+_KNOWN_BLOCK_FIELDS = frozenset(range(1, 11))
+# Counts of entries after the range results that are no kernel launches (ncu 2025.3 on), as the
+# schema names them: a zero is nothing, a non-zero count a layout ncuflow's reader does not read.
+_NOT_LAUNCHES = (("num_cmdlist_results", "command-list results"), ("num_graph_results", "CUDA graph results"),
+                 ("num_graphs", "CUDA graphs"))
 # Caps against hostile files (real reports: a few thousand names, at most ~100,000 results), checked
 # against what the block headers count before their entries are walked.
 MAX_STRINGS = 2_000_000
@@ -345,7 +349,7 @@ def _check_block_layout(block: Any) -> None:
     from google.protobuf import unknown_fields
 
     # A field NVIDIA's schema does not define is a layout this reader was not checked
-    # against, unless it is a zero (ncu 2026.2 writes field 10 = 0 in every block header).
+    # against, unless it is a zero.
     unknown = sorted(item.field_number for item in unknown_fields.UnknownFieldSet(block)
                      if item.field_number not in _KNOWN_BLOCK_FIELDS and item.data != 0)
     if unknown:
@@ -354,6 +358,10 @@ def _check_block_layout(block: Any) -> None:
     if block.num_range_results:
         raise UnknownLayout(f"it holds {block.num_range_results} range results (range or application-range "
                             "replay), which ncuflow's reader does not turn into launches")
+    for field, what in _NOT_LAUNCHES:
+        if getattr(block, field):
+            raise UnknownLayout(f"it holds {getattr(block, field)} {what} (block header field {field}), which "
+                                "ncuflow's reader does not turn into launches")
 
 
 def _note_entries(report: ReportFile, start: int, end: int, counts: tuple[int, int]) -> int:
