@@ -358,9 +358,9 @@ def _check_block_layout(block: Any) -> None:
     if block.num_range_results:
         raise UnknownLayout(f"it holds {block.num_range_results} range results (range or application-range "
                             "replay), which ncuflow's reader does not turn into launches")
-    for field, what in _NOT_LAUNCHES:
-        if getattr(block, field):
-            raise UnknownLayout(f"it holds {getattr(block, field)} {what} (block header field {field}), which "
+    for count, what in _NOT_LAUNCHES:
+        if getattr(block, count):
+            raise UnknownLayout(f"it holds {getattr(block, count)} {what} (block header field {count}), which "
                                 "ncuflow's reader does not turn into launches")
 
 
