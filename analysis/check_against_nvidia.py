@@ -15,7 +15,8 @@ with the ``ncu_report`` module where they are compared):
 - global loads: launches whose L1 saw global-load requests, and how their loads are counted;
 - load kinds against NVIDIA's per-opcode SASS table (``sass__inst_executed_per_opcode``) on every
   launch that holds it: equal, or left to a generic-load launch's own counters;
-- the roofline: the highest point as a share of the roof above it;
+- the roofline: the highest point as a share of the roof above it, and every precision's point
+  against its own precision's roof (none above it);
 - ``compare X X``: kernels whose verdict is not "same work, same time";
 - NVIDIA's findings and source markers, read by ncuflow, against ``ncu_report``'s on every
   launch (``analysis/check_findings.py``).
@@ -37,7 +38,13 @@ import ncu_report  # noqa: E402
 
 from ncuflow.analyze.classify import classify  # noqa: E402
 from ncuflow.analyze.compare import compare_loaded  # noqa: E402
-from ncuflow.analyze.roofline import attainable, point_groups, rooflines  # noqa: E402
+from ncuflow.analyze.roofline import (  # noqa: E402
+    attainable,
+    point_groups,
+    precision_points,
+    precision_roof,
+    rooflines,
+)
 from ncuflow.read.extract import iter_launches  # noqa: E402
 from ncuflow.read.reportfile import find_reports  # noqa: E402
 from ncuflow.read.runs import load_paths  # noqa: E402
@@ -164,6 +171,15 @@ def main(roots: list[Path]) -> None:
                 if roof:
                     highest = max(highest, point.flop_rate / roof)
     print(f"roofline: the highest point is at {highest:.0%} of the lowest roof above it")
+    own, above = 0, 0
+    for root in roots:
+        for line in rooflines(point_groups(load_paths([root]).runs, "launch")):
+            for point in line.points:
+                for one in precision_points(point):
+                    roof = precision_roof(one, line)
+                    own += roof is not None
+                    above += roof is not None and one.flop_rate > roof
+    print(f"roofline per precision: {own} points against their own precision's roof, {above} above it")
     kernels, other = 0, []
     for report in find_reports(roots):
         loaded = load_paths([report])

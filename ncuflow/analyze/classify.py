@@ -87,6 +87,7 @@ class Verdict:
     l2: L2Reading | None = None  # lts__throughput and the unit that sets it, where the report holds it
     figures: Figures | None = None  # NVIDIA's two speed-of-light figures, where the report holds them
     l1: L1Reading | None = None  # l1tex__throughput and the unit that sets it, where the report holds it
+    tensor_pct: float | None = None  # tensor pipes' % of peak, where the report holds it (a part of u_math)
     model: int = MODEL_VERSION
 
     def term(self, name: str) -> Term:
@@ -124,9 +125,11 @@ class Verdict:
         return "; ".join([*parts, *missing, rule])
 
     def evidence_lines(self) -> list[str]:
-        """What ``--evidence`` prints under the terms: the tie broken, and the L2 and L1 readings."""
-        return [line for line in (self.tie, self.l2.text() if self.l2 else None, self.l1.text() if self.l1 else None)
-                if line]
+        """What ``--evidence`` prints under the terms: the tie broken, the L2 and L1 readings, the tensor cores' use."""
+        tensor = (f"tensor cores: tensor pipes {self.tensor_pct:.1f} % of peak (one of the math units u_math takes "
+                  f"the max of)" if self.tensor_pct is not None else None)
+        return [line for line in (self.tie, self.l2.text() if self.l2 else None, self.l1.text() if self.l1 else None,
+                                  tensor) if line]
 
 
 # ---------------------------------------------------------------------------
@@ -297,7 +300,7 @@ def classify(launch: Launch, threshold: float = DEFAULT_THRESHOLD) -> Verdict:
     bound, tie = _decide(terms, threshold, figures)
     nvidia = compare_with_nvidia(launch, category_of(bound), terms, threshold)
     return Verdict(bound, terms, threshold, nvidia, tie, read_l2(launch, terms), figures,
-                   l1=read_l1(launch, terms, threshold))
+                   l1=read_l1(launch, terms, threshold), tensor_pct=launch.value("tensor_pipe_pct"))
 
 
 # Tier 1 leaves a launch undecided when its largest lower bound is below the on-wall
