@@ -204,3 +204,8 @@ def test_tensor_core_use_is_its_own_figure_in_the_evidence(corpus_dir: Path) -> 
     assert pct is not None and pct > 0 and verdict.tensor_pct == pct
     result = CliRunner().invoke(cli, ["classify", str(report), "--evidence"], terminal_width=250)
     assert f"tensor cores: tensor pipes {pct:.1f} % of peak" in result.output
+    summary = json.loads(CliRunner().invoke(cli, ["summary", str(report), "--json"]).output)
+    kernels = summary["reports"][0]["kernels"]
+    assert all(k["tensor_pct"] and k["tensor_pct"] > 0 for k in kernels)  # the tensor figure, per kernel
+    table = CliRunner().invoke(cli, ["summary", str(report)], terminal_width=250).output
+    assert "; tensor " in table

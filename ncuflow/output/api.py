@@ -47,7 +47,8 @@ SUMMARY_SCHEMA: dict[str, Any] = {
     "report": pl.String, "label": pl.String, "device": pl.String, "rank": pl.Int32, "short_name": pl.String,
     "kernel": pl.String, "function": pl.String, "grid_size": pl.Float64, "block_size": pl.Float64,
     "launches": pl.Int64, "total_ns": pl.Float64, "median_ns": pl.Float64, "share": pl.Float64, "bound": pl.String,
-    "verdicts": pl.String, "binding_term": pl.String, "binding_u": pl.Float64, "top_finding": pl.String,
+    "verdicts": pl.String, "binding_term": pl.String, "binding_u": pl.Float64, "tensor_pct": pl.Float64,
+    "top_finding": pl.String,
     "top_speedup": pl.Float64,
 }
 
