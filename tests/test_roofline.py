@@ -209,3 +209,29 @@ def test_tensor_core_use_is_its_own_figure_in_the_evidence(corpus_dir: Path) -> 
     assert all(k["tensor_pct"] and k["tensor_pct"] > 0 for k in kernels)  # the tensor figure, per kernel
     table = CliRunner().invoke(cli, ["summary", str(report)], terminal_width=250).output
     assert "; tensor " in table
+
+
+def test_many_gpus_are_pages_of_six_panels_none_left_out(corpus_dir: Path, tmp_path: Path) -> None:
+    """The corpus's 28 GPUs made one 1375 × 6850 PNG (then one of the 6 with most to draw, the rest
+    only named): now pages of at most 6 panels, roofline.png the 6 with most to draw, every GPU on one."""
+    from ncuflow.analyze.roofline import pages
+
+    lines = rooflines(point_groups(ALL.load([corpus_dir]).runs))
+    shown = pages(lines)
+    assert len(lines) > 12 and all(0 < len(page) <= 6 for page in shown)
+    assert sorted(line.device for page in shown for line in page) == sorted(line.device for line in lines)
+    assert shown[0] == panels(lines)[0]
+    out = tmp_path / "roofline.png"
+    result = CliRunner().invoke(cli, ["roofline", str(corpus_dir), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    files = [out, *(tmp_path / f"roofline-{n}.png" for n in range(2, len(shown) + 1))]
+    assert all(path.read_bytes()[:4] == b"\x89PNG" for path in files)
+    assert not (tmp_path / f"roofline-{len(shown) + 1}.png").exists()
+    assert f"at most 6 panels a page: {out} shows the 6 with the most to draw" in result.output
+
+
+def test_a_page_file_that_is_not_ours_is_refused_before_anything_is_written(corpus_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "roofline-2.png").write_text("my notes")
+    result = CliRunner().invoke(cli, ["roofline", str(corpus_dir), "-o", str(tmp_path / "roofline.png")])
+    assert isinstance(result.exception, NcuflowError)
+    assert (tmp_path / "roofline-2.png").read_text() == "my notes" and not (tmp_path / "roofline.png").exists()

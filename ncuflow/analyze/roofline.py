@@ -247,6 +247,13 @@ def gpu_key(name: str) -> str:
     return " ".join(words).lower()
 
 
+def pages(lines: Sequence[Roofline], most: int = 6) -> tuple[tuple[Roofline, ...], ...]:
+    """Every GPU's roofline on a page of at most ``most`` panels: the first page the ``panels`` pick
+    (the GPUs with the most to draw), the others the rest in their order, ``most`` a page."""
+    first, rest = panels(lines, most)
+    return (first, *(tuple(rest[i:i + most]) for i in range(0, len(rest), most))) if lines else ()
+
+
 def rooflines(groups: Sequence[PointGroup], threshold: float = DEFAULT_THRESHOLD) -> tuple[Roofline, ...]:
     """One roofline per GPU (ceilings differ between chips), keyed by its normalised name (``gpu_key``)
     and shown by the name most of its launches give, in order of first appearance."""
