@@ -353,10 +353,12 @@ def _first_action_names(report: Path) -> tuple[str, ...]:
 @functools.cache
 def metrics_read(report: Path) -> frozenset[str]:
     """The metrics ncuflow reads of the report's launches (its fields' chains, the breakdown, the
-    device): the names its read plans resolved."""
+    device): the names its read plans resolved, and NVIDIA's per-opcode table (the load kinds no
+    counter gives, ``ncuflow.read.opcodes``)."""
     from ncuflow.read.extract import build_launch, iter_report, read_plan
+    from ncuflow.read.opcodes import OPCODE_TABLE
 
-    read: set[str] = set()
+    read: set[str] = {OPCODE_TABLE}
     for range_index, action_index, action in iter_report(report):
         build_launch(action, report=str(report), range_index=range_index, action_index=action_index,
                      ncu_version=None)

@@ -6,10 +6,17 @@ Prints, over every launch of the reports (read with ncuflow's reader; NVIDIA's v
 with the ``ncu_report`` module where they are compared):
 
 - agreement with NVIDIA's SOLBottleneck rule result, mapped to memory / compute / latency;
+- NVIDIA's verdict present on every launch whose report has a SOL rule result naming one (in its
+  title, or, ncu 2020.x, only in its message);
 - u_dram against ``gpu__dram_throughput`` wherever a report holds it (worst relative gap);
 - the launches that hold ``lts__throughput``, and that ``classify --evidence`` reads it for;
+- the launches that hold ``l1tex__throughput``, that ``--evidence`` reads it for, those where it exceeds
+  ``u_l1`` by more than 2 points, and whether any of them is at or above the on-wall threshold;
 - global loads: launches whose L1 saw global-load requests, and how their loads are counted;
-- the roofline: the highest point as a share of the roof above it;
+- load kinds against NVIDIA's per-opcode SASS table (``sass__inst_executed_per_opcode``) on every
+  launch that holds it: equal, or left to a generic-load launch's own counters;
+- the roofline: the highest point as a share of the roof above it, and every precision's point
+  against its own precision's roof (none above it);
 - ``compare X X``: kernels whose verdict is not "same work, same time";
 - NVIDIA's findings and source markers, read by ncuflow, against ``ncu_report``'s on every
   launch (``analysis/check_findings.py``).
@@ -31,10 +38,17 @@ import ncu_report  # noqa: E402
 
 from ncuflow.analyze.classify import classify  # noqa: E402
 from ncuflow.analyze.compare import compare_loaded  # noqa: E402
-from ncuflow.analyze.roofline import attainable, point_groups, rooflines  # noqa: E402
+from ncuflow.analyze.roofline import (  # noqa: E402
+    attainable,
+    point_groups,
+    precision_points,
+    precision_roof,
+    rooflines,
+)
 from ncuflow.read.extract import iter_launches  # noqa: E402
 from ncuflow.read.reportfile import find_reports  # noqa: E402
 from ncuflow.read.runs import load_paths  # noqa: E402
+from ncuflow.read.sol_verdicts import sol_verdict_name  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import check_findings  # noqa: E402
@@ -54,21 +68,75 @@ def _nvidia_dram(report: Path) -> dict[tuple[int, int], float]:
     return found
 
 
+def _nvidia_sol_verdicts(report: Path) -> dict[tuple[int, int], str | None]:
+    """The verdict each launch's SOLBottleneck result names (title, or message where untitled), as ncu_report reads it."""
+    context = ncu_report.load_report(str(report))
+    found: dict[tuple[int, int], str | None] = {}
+    for r in range(context.num_ranges()):
+        rng = context.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            for result in rng.action_by_idx(a).rule_results():
+                if result.rule_identifier() == "SOLBottleneck":
+                    message = result.rule_message() or {}
+                    found[(r, a)] = sol_verdict_name(message.get("title") or "", message.get("message") or "")
+                    break
+    return found
+
+
+def _opcode_agreement(roots: list[Path]) -> Counter[str]:
+    """Each hardware load kind against NVIDIA's per-opcode counts, on every launch holding the table."""
+    from ncuflow.read.opcodes import GENERIC_LOADS, KIND_OPCODES, OPCODE_TABLE, SPLIT_BY_GENERIC
+
+    counts = Counter[str]()
+    for report in find_reports(roots):
+        context = ncu_report.load_report(str(report))
+        for launch in iter_launches(report):
+            metric = context.range_by_idx(launch.range_index).action_by_idx(launch.action_index).metric_by_name(
+                OPCODE_TABLE)
+            ids = metric.correlation_ids() if metric is not None else None
+            if ids is None:
+                continue
+            table = {ids.as_string(i): metric.as_double(i) for i in range(metric.num_instances())}
+            counts["launches"] += 1
+            for name, opcodes in KIND_OPCODES.items():
+                if name == SPLIT_BY_GENERIC and any(table.get(op) for op in GENERIC_LOADS):
+                    counts["generic loads: LDG not from the table"] += 1
+                    continue
+                same = launch.value(name) == sum(table.get(op, 0.0) for op in opcodes)
+                counts["kinds equal" if same else "kinds differ"] += 1
+                counts["kinds from the table"] += launch.provenance.get(name, "").startswith(OPCODE_TABLE)
+    return counts
+
+
 def main(roots: list[Path]) -> None:
     agreement: Counter[str] = Counter()
     dram_gaps: list[float] = []
     l2 = Counter[str]()
+    l1 = Counter[str]()
     loads = Counter[str]()
+    sol = Counter[str]()
     for report in find_reports(roots):
-        nvidia_dram = _nvidia_dram(report)
+        nvidia_dram, nvidia_sol = _nvidia_dram(report), _nvidia_sol_verdicts(report)
         for launch in iter_launches(report):
             verdict = classify(launch)
             if verdict.nvidia is not None:
                 agreement["agree" if verdict.nvidia.agrees else "disagree"] += 1
+            named = nvidia_sol.get((launch.range_index, launch.action_index))
+            if named is not None:
+                sol["rule names one"] += 1
+                sol["ncuflow shows it"] += verdict.nvidia is not None and verdict.nvidia.title == named
             expected = nvidia_dram.get((launch.range_index, launch.action_index))
             u_dram = verdict.utilization("dram")
             if expected is not None and u_dram is not None:
                 dram_gaps.append(abs(u_dram - expected) / expected if expected else abs(u_dram))
+            l1_pct = launch.value("l1_throughput_pct")
+            if l1_pct is not None:
+                l1["hold"] += 1
+                l1["read"] += verdict.l1 is not None
+                above = l1_pct - 100 * (verdict.utilization("l1") or 0.0) > 2.0
+                l1["above u_l1 by > 2 points"] += above
+                l1["of them at or above the threshold"] += above and l1_pct / 100 >= verdict.threshold
+                l1["set by no wall"] += verdict.l1 is not None and verdict.l1.wall is False
             if launch.value("l2_throughput_pct") is not None:
                 l2["hold"] += 1
                 l2["read"] += verdict.l2 is not None
@@ -85,12 +153,16 @@ def main(roots: list[Path]) -> None:
                 loads["nothing counted"] += all(v is None for v in (*totals, *kinds))
     agreed, labelled = agreement["agree"], agreement["agree"] + agreement["disagree"]
     print(f"SOLBottleneck agreement: {agreed}/{labelled} launches ({agreed / max(labelled, 1):.1%})")
+    print(f"NVIDIA's verdict: the SOL rule names one on {sol['rule names one']} launches (title or message), "
+          f"ncuflow shows it as ncu names it on {sol['ncuflow shows it']}")
     worst = max(dram_gaps, default=0.0)
     print(f"u_dram against gpu__dram_throughput: {len(dram_gaps)} launches, worst gap {worst:.3%}, "
           f"{sum(g > 0.01 for g in dram_gaps)} over 1 %")
     print(f"lts__throughput: held by {l2['hold']} launches, read in the evidence of {l2['read']}, "
           f"set by a unit that is no wall on {l2['not the wall']}")
+    print("l1tex__throughput: " + ", ".join(f"{k} {v}" for k, v in l1.items()))
     print("global loads where L1 saw global-load requests: " + ", ".join(f"{k} {v}" for k, v in loads.items()))
+    print("per-opcode table (NVIDIA's): " + ", ".join(f"{k} {v}" for k, v in _opcode_agreement(roots).items()))
     highest = 0.0
     for root in roots:
         for line in rooflines(point_groups(load_paths([root]).runs, "launch")):
@@ -99,6 +171,15 @@ def main(roots: list[Path]) -> None:
                 if roof:
                     highest = max(highest, point.flop_rate / roof)
     print(f"roofline: the highest point is at {highest:.0%} of the lowest roof above it")
+    own, above = 0, 0
+    for root in roots:
+        for line in rooflines(point_groups(load_paths([root]).runs, "launch")):
+            for point in line.points:
+                for one in precision_points(point):
+                    roof = precision_roof(one, line)
+                    own += roof is not None
+                    above += roof is not None and one.flop_rate > roof
+    print(f"roofline per precision: {own} points against their own precision's roof, {above} above it")
     kernels, other = 0, []
     for report in find_reports(roots):
         loaded = load_paths([report])

@@ -27,9 +27,11 @@ def _framed(message: bytes) -> bytes:
     return _LENGTH.pack(len(message)) + message
 
 
-def _rewrite(source: Path, target: Path, edit: Callable[[Any, int, list[str]], None]) -> int:
+def _rewrite(source: Path, target: Path, edit: Callable[[Any, int, list[str]], None],
+             header_edit: Callable[[Any], None] | None = None) -> int:
     """``source`` rebuilt into ``target`` with ``edit(result, index, strings)`` applied to each
-    parsed ProfileResult (``strings``: the string table so far); returns the results edited."""
+    parsed ProfileResult (``strings``: the string table so far), and ``header_edit(header)`` to each
+    block header where given; returns the results edited."""
     kinds = messages()
     data = source.read_bytes()
     out = bytearray(data[:4])
@@ -58,6 +60,8 @@ def _rewrite(source: Path, target: Path, edit: Callable[[Any, int, list[str]], N
             number += 1
         payload = b"".join(entries)
         header.payload_size = len(payload)
+        if header_edit is not None:
+            header_edit(header)
         out += _framed(header.SerializeToString()) + payload
         position = end
     target.write_bytes(bytes(out))
@@ -177,3 +181,42 @@ def metric_scaled(source: Path, target: Path, name: Callable[[str], bool], facto
 
     _rewrite(source, target, scale)
     return scaled
+
+
+def counters_copied(source: Path, target: Path, origin: int, copies: Callable[[int], bool],
+                    keep: Callable[[str], bool]) -> int:
+    """Write ``source`` to ``target`` with the metric records of launch ``origin`` copied onto each
+    later launch ``copies(index)`` selects, except those ``keep(name)`` keeps as they were (a launch's
+    own grid and block): different kernels with bit-identical counters, the plausibility tests' case;
+    returns the launches given the copy."""
+    metric_class = messages().metric_result
+    taken: list[bytes] = []
+    copied = 0
+
+    def copy(result: Any, index: int, strings: list[str]) -> None:
+        nonlocal copied
+        ids = record_ids(result.metrics, lambda record: metric_class.FromString(record).name_id)
+        named = [(record, text_of(strings[i]) if 0 <= i < len(strings) else "") for record, i in zip(result.metrics, ids, strict=True)]
+        if index == origin:
+            taken.extend(record for record, name in named if not keep(name))
+            return
+        if index < origin or not copies(index):
+            return
+        records = [record for record, name in named if keep(name)] + taken
+        del result.metrics[:]
+        result.metrics.extend(records)
+        copied += 1
+
+    _rewrite(source, target, copy)
+    return copied
+
+
+def block_fields_set(source: Path, target: Path, **fields: int) -> int:
+    """Write ``source`` to ``target`` with each block header's ``fields`` (``num_graphs=0`` ...: the
+    block header fields ncu 2025.3 added) set as given, written even where 0; returns the launches."""
+
+    def set_fields(header: Any) -> None:
+        for name, value in fields.items():
+            setattr(header, name, value)
+
+    return _rewrite(source, target, lambda result, index, strings: None, header_edit=set_fields)

@@ -77,8 +77,9 @@ def test_one_spread_for_replicas_and_for_many_samples() -> None:
 def test_h200_headline_cells_are_stable_where_the_physics_says_so(h200) -> None:  # type: ignore[no-untyped-def]
     """Before the field table's classes, every one of these groups was 'unstable' (inst_issued
     differs by 0.00001–0.18 % between replays; small kernels write back a few hundred KB more or
-    less); now only paged decode over a shared prefix is, whose L2 hit rate moves 2.5–8.3 points
-    between replays (which CTA misses first) and DRAM bytes up to 0.56 %."""
+    less). Paged decode over a shared prefix was, until issue 43: its L2 hit rate moves 2.5–8.3 points
+    between replays (which CTA misses first) and DRAM bytes up to 0.56 %, on latency-bound kernels,
+    so off the critical path: the headline is stable and the moved fields are named as not binding."""
     analysis = analyse(h200)
     headline = {p.spec() for p in headline_points([g for gs in analysis.sweeps.values() for g in gs])}
     assert len(headline) == 16
@@ -95,12 +96,11 @@ def test_h200_headline_cells_are_stable_where_the_physics_says_so(h200) -> None:
         for exact in ("inst_executed", "ldg_inst", "global_ld_requests", "global_ld_sectors"):
             assert group.field(exact).spread == 0.0
         shared_split = point.param("kv") == "shared" and point.function == "paged_decode_split_kernel"
-        if shared_split:
-            assert group.verdict == "unstable", group.summary()
-            assert "l2_hit_rate_pct" in {f.field for f in group.unstable_fields}
+        assert group.verdict == "stable", group.summary()
+        if shared_split:  # latency-bound: the hit rate is off the critical path (issue 43), named as moved
+            assert "l2_hit_rate_pct" in {f.field for f in group.moved_off_path}
+            assert "l2_hit_rate_pct" in group.summary() and "not binding" in group.summary()
             assert "inst_issued" not in group.summary()
-        else:
-            assert group.verdict == "stable", group.summary()
     assert checked == 31 - 1  # every headline kernel (both kernels of decode cells); mib=256 was profiled once
 
 
@@ -117,10 +117,12 @@ def test_h200_write_bytes_are_judged_against_the_launchs_dram_traffic(h200) -> N
     assert measurement_stability(point, label="x", tolerances=strict).verdict == "unstable"  # the old class
 
 
-def test_h200_stability_cli_flags_only_the_shared_prefix_cells() -> None:
-    result = CliRunner().invoke(cli, ["stability", str(H200), "--strict"])
-    assert result.exit_code == 1, result.output  # the shared-prefix cells stay unstable
-    assert "31 groups: 26 stable, 4 unstable, 1 insufficient." in result.output
+def test_h200_stability_cli_names_the_shared_prefix_cells_moves_as_not_binding() -> None:
+    result = CliRunner().invoke(cli, ["stability", str(H200), "--strict"], terminal_width=250)
+    # the shared-prefix cells' L2 hit rate moves, on latency-bound kernels: named, not binding (issue 43)
+    assert result.exit_code == 0, result.output
+    assert "31 groups: 30 stable, 0 unstable, 1 insufficient." in result.output
+    assert "unstable, not binding" in result.output
     assert "near-exact counters ≤ 0.50 %" in result.output
     loose = CliRunner().invoke(cli, ["stability", str(H200), "--tol", "l2_hit_rate_pct=10", "--tol-bytes", "0.6"])
     assert "30 stable, 0 unstable" in loose.output, loose.output

@@ -202,3 +202,43 @@ def test_without_protobuf_reports_are_read_with_ncu_report(corpus_dir: Path) -> 
     assert done.returncode == 0, done.stderr
     expected = read_launches(corpus_dir / SMALL)
     assert done.stdout.split() == ["2", str(expected[0].values["duration_ns"])]
+
+
+NEW_FIELDS = ("num_cmdlist_results", "num_graph_results", "num_graphs")  # block header fields 8-10 (ncu 2025.3 on)
+
+
+def test_the_block_header_fields_of_ncu_2025_3_are_read_natively(corpus_dir: Path, tmp_path: Path) -> None:
+    """ncu 2025.3 on writes NumCmdlistResults, NumGraphResults and NumGraphs (fields 8-10) after
+    NumRangeResults; a report carrying them as 0 (every block, made here from a corpus report) is read
+    by ncuflow's reader, no fallback, and reads as NVIDIA's reader reads it."""
+    from analysis.report_edit import block_fields_set
+    from ncuflow.read.fileaction import iter_file_actions
+    from ncuflow.read.schema import messages
+
+    target = tmp_path / "ncu-2025.3.ncu-rep"
+    assert block_fields_set(corpus_dir / SOURCE, target, **dict.fromkeys(NEW_FIELDS, 0)) == 105
+    schema = messages()
+    data = target.read_bytes()
+    (length,) = struct.unpack_from("<I", data, 4)
+    (header_length,) = struct.unpack_from("<I", data, 8 + length)
+    header = schema.block_header.FromString(data[12 + length:12 + length + header_length])
+    assert all(header.HasField(name) for name in NEW_FIELDS)  # written, even as 0
+    assert sum(1 for _ in iter_file_actions(target)) == 105  # ncuflow's own reader: no UnknownLayout
+    launches, warned = _read(target)
+    assert not warned
+    with reading_with(NCU_REPORT_READER):
+        reference = read_launches(target)
+    assert [(x.kernel, x.values, x.breakdown, x.nvidia_sol) for x in launches] == [
+        (x.kernel, x.values, x.breakdown, x.nvidia_sol) for x in reference]
+
+
+@pytest.mark.parametrize("field", NEW_FIELDS)
+def test_entries_that_are_no_launches_are_a_layout_left_to_ncu_report(corpus_dir: Path, tmp_path: Path,
+                                                                     field: str) -> None:
+    from analysis.report_edit import block_fields_set
+    from ncuflow.read.fileaction import iter_file_actions
+
+    target = tmp_path / "graphs.ncu-rep"
+    block_fields_set(corpus_dir / SMALL, target, **{field: 1})
+    with pytest.raises(reportformat.UnknownLayout, match=f"block header field {field}"):
+        next(iter_file_actions(target))

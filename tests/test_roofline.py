@@ -12,6 +12,7 @@ from ncuflow.analyze.roofline import (
     NO_FLOPS,
     attainable,
     compute_roof,
+    describe_point,
     panels,
     point_groups,
     rooflines,
@@ -139,3 +140,98 @@ def test_panels_are_chosen_by_what_they_hold(corpus_dir: Path) -> None:
     assert all(len(line.points) <= fewest for line in left_out)
     order = [line.device for line in lines]
     assert [line.device for line in shown] == sorted((line.device for line in shown), key=order.index)
+
+
+def test_a_kernel_of_two_precisions_is_a_point_per_precision_under_its_own_roof(corpus_dir: Path) -> None:
+    """fill_vector (H100 PCIe) executes FP64 and FP32 work: one point each, as ncu's roofline draws them
+    (the sum, 899 GFLOP/s, is no precision's rate), each below that precision's roof."""
+    from ncuflow.analyze.roofline import precision_points, precision_roof
+
+    (line,) = rooflines(point_groups(ALL.load([corpus_dir / H100]).runs))
+    (point,) = [p for p in line.points if p.label == "fill_vector"]
+    split = precision_points(point)
+    assert [one.precision for one in split] == ["fp64", "fp32"]
+    assert sum(one.flops for one in split) == pytest.approx(point.flops)
+    for one in split:
+        peak = line.ceiling(one.precision)
+        roof = precision_roof(one, line)
+        assert peak is not None and roof is not None and roof <= peak.value and one.flop_rate < roof
+    assert "FP64 414 GFLOP/s" in describe_point(point, line)
+
+
+def test_no_point_of_the_corpus_is_above_its_own_precisions_roof(corpus_dir: Path) -> None:
+    from ncuflow.analyze.roofline import precision_points, precision_roof
+
+    checked = 0
+    for line in rooflines(point_groups(ALL.load([corpus_dir]).runs)):
+        for point in line.points:
+            for one in precision_points(point):
+                roof = precision_roof(one, line)
+                if roof is not None:
+                    checked += 1
+                    assert one.flop_rate <= roof, (line.device, point.label, one.precision)
+    assert checked >= 20  # every precision point of the corpus that has a roof
+
+
+def test_one_gpu_named_two_ways_is_one_panel(corpus_dir: Path) -> None:
+    """"TITAN V" and "NVIDIA TITAN V" were two panels; the GPU's name is normalised for the key."""
+    from dataclasses import replace
+
+    from ncuflow.analyze.roofline import PointGroup, gpu_key
+
+    launches = ALL.load([corpus_dir / NAIVE]).runs[0].launches
+    renamed = [replace(x, device=replace(x.device, name="A100-SXM4-40GB")) if i % 2 else x
+               for i, x in enumerate(launches)]
+    groups = [PointGroup("conv", "conv", "naive", (x,)) for x in renamed]
+    (line,) = rooflines(groups)
+    assert line.device == "NVIDIA A100-SXM4-40GB" and len(line.points) == len(launches)
+    assert gpu_key("NVIDIA TITAN V") == gpu_key("TITAN  V") == "titan v" and gpu_key("NVIDIA") == "nvidia"
+
+
+def test_a_kernel_without_flop_counters_names_the_section_that_collects_them() -> None:
+    assert "SpeedOfLight_RooflineChart" in NO_FLOPS
+
+
+def test_tensor_core_use_is_its_own_figure_in_the_evidence(corpus_dir: Path) -> None:
+    """The cutlass GEMM's IMMA work: the tensor pipes' % of peak is shown apart, not only inside u_math."""
+    from ncuflow.analyze.classify import classify
+    from ncuflow.read.extract import iter_launches
+
+    report = corpus_dir / "panjd123__cutlass__report.ncu-rep"
+    launch = next(iter_launches(report))
+    verdict = classify(launch)
+    pct = launch.value("tensor_pipe_pct")
+    assert pct is not None and pct > 0 and verdict.tensor_pct == pct
+    result = CliRunner().invoke(cli, ["classify", str(report), "--evidence"], terminal_width=250)
+    assert f"tensor cores: tensor pipes {pct:.1f} % of peak" in result.output
+    summary = json.loads(CliRunner().invoke(cli, ["summary", str(report), "--json"]).output)
+    kernels = summary["reports"][0]["kernels"]
+    assert all(k["tensor_pct"] and k["tensor_pct"] > 0 for k in kernels)  # the tensor figure, per kernel
+    table = CliRunner().invoke(cli, ["summary", str(report)], terminal_width=250).output
+    assert "; tensor " in table
+
+
+def test_many_gpus_are_pages_of_six_panels_none_left_out(corpus_dir: Path, tmp_path: Path) -> None:
+    """The corpus's 28 GPUs made one 1375 × 6850 PNG (then one of the 6 with most to draw, the rest
+    only named): now pages of at most 6 panels, roofline.png the 6 with most to draw, every GPU on one."""
+    from ncuflow.analyze.roofline import pages
+
+    lines = rooflines(point_groups(ALL.load([corpus_dir]).runs))
+    shown = pages(lines)
+    assert len(lines) > 12 and all(0 < len(page) <= 6 for page in shown)
+    assert sorted(line.device for page in shown for line in page) == sorted(line.device for line in lines)
+    assert shown[0] == panels(lines)[0]
+    out = tmp_path / "roofline.png"
+    result = CliRunner().invoke(cli, ["roofline", str(corpus_dir), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    files = [out, *(tmp_path / f"roofline-{n}.png" for n in range(2, len(shown) + 1))]
+    assert all(path.read_bytes()[:4] == b"\x89PNG" for path in files)
+    assert not (tmp_path / f"roofline-{len(shown) + 1}.png").exists()
+    assert f"at most 6 panels a page: {out} shows the 6 with the most to draw" in result.output
+
+
+def test_a_page_file_that_is_not_ours_is_refused_before_anything_is_written(corpus_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "roofline-2.png").write_text("my notes")
+    result = CliRunner().invoke(cli, ["roofline", str(corpus_dir), "-o", str(tmp_path / "roofline.png")])
+    assert isinstance(result.exception, NcuflowError)
+    assert (tmp_path / "roofline-2.png").read_text() == "my notes" and not (tmp_path / "roofline.png").exists()

@@ -29,6 +29,7 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ncuflow.analyze.l1 import L1Reading, read_l1
 from ncuflow.analyze.l2 import L2Reading, read_l2
 from ncuflow.analyze.nvidia import NvidiaComparison, compare_with_nvidia, nvidia_category
 from ncuflow.analyze.term import Term
@@ -85,6 +86,8 @@ class Verdict:
     tie: str | None = None  # the tie the verdict broke, and how
     l2: L2Reading | None = None  # lts__throughput and the unit that sets it, where the report holds it
     figures: Figures | None = None  # NVIDIA's two speed-of-light figures, where the report holds them
+    l1: L1Reading | None = None  # l1tex__throughput and the unit that sets it, where the report holds it
+    tensor_pct: float | None = None  # tensor pipes' % of peak, where the report holds it (a part of u_math)
     model: int = MODEL_VERSION
 
     def term(self, name: str) -> Term:
@@ -104,6 +107,16 @@ class Verdict:
     def unavailable(self) -> tuple[str, ...]:
         return tuple(t.name for t in self.terms if not t.available)
 
+    @property
+    def without_memory(self) -> str | None:
+        """Where no memory term could be computed but a compute term could, what that leaves unknown
+        (a report without memory sections: a verdict from the compute terms alone); None otherwise."""
+        memory = [t for t in self.terms if t.name in MEMORY_TERMS]
+        if any(t.available for t in memory) or not self.compared:
+            return None
+        return (f"verdict {self.bound} from the compute terms alone: no memory term "
+                f"({', '.join(t.name for t in memory)}) could be computed from the report, so the memory side is unknown")
+
     def evidence(self) -> str:
         """One line: the terms compared, their sources, what could not be computed, the rule."""
         parts = [t.text() for t in self.terms if t.available]
@@ -112,8 +125,11 @@ class Verdict:
         return "; ".join([*parts, *missing, rule])
 
     def evidence_lines(self) -> list[str]:
-        """What ``--evidence`` prints under the terms: the tie broken, and the L2 reading."""
-        return [line for line in (self.tie, self.l2.text() if self.l2 else None) if line]
+        """What ``--evidence`` prints under the terms: the tie broken, the L2 and L1 readings, the tensor cores' use."""
+        tensor = (f"tensor cores: tensor pipes {self.tensor_pct:.1f} % of peak (one of the math units u_math takes "
+                  f"the max of)" if self.tensor_pct is not None else None)
+        return [line for line in (self.tie, self.l2.text() if self.l2 else None, self.l1.text() if self.l1 else None,
+                                  tensor) if line]
 
 
 # ---------------------------------------------------------------------------
@@ -283,7 +299,8 @@ def classify(launch: Launch, threshold: float = DEFAULT_THRESHOLD) -> Verdict:
     figures = Figures.of(launch)
     bound, tie = _decide(terms, threshold, figures)
     nvidia = compare_with_nvidia(launch, category_of(bound), terms, threshold)
-    return Verdict(bound, terms, threshold, nvidia, tie, read_l2(launch, terms), figures)
+    return Verdict(bound, terms, threshold, nvidia, tie, read_l2(launch, terms), figures,
+                   l1=read_l1(launch, terms, threshold), tensor_pct=launch.value("tensor_pipe_pct"))
 
 
 # Tier 1 leaves a launch undecided when its largest lower bound is below the on-wall

@@ -4,9 +4,11 @@ ncu's ``SpeedOfLight`` rule (``SpeedOfLight.py``, shipped with every ncu) compar
 figures, ``sm__throughput`` (compute) and ``gpu__compute_memory_throughput`` (memory),
 each the max of its units: both under 60 % is "Latency Issue" (or "Small Grid" under one
 wave), one 10 points above the other "High Compute/Memory Throughput", close ones
-"Balanced Throughput", either over 80 % "High Throughput". Ours maps the same way: dram,
-l2, l1 are memory; issue, pipe, math compute (``ncuflow.terms``). Where the two disagree
-the comparison says why in words. Pure functions; no I/O.
+"Balanced Throughput", either over 80 % "High Throughput" (``ncuflow.read.sol_verdicts``
+holds the names, their classes and how ncu 2020.x's untitled messages word them). Ours maps
+the same way: dram, l2, l1 are memory; issue, pipe, math compute (``ncuflow.terms``); a
+balanced or high-throughput verdict agrees with either class on a wall. The verdict is shown
+as ncu names it. Where the two disagree the comparison says why in words. Pure functions; no I/O.
 """
 
 from __future__ import annotations
@@ -15,30 +17,33 @@ from dataclasses import dataclass
 
 from ncuflow.analyze.term import Term
 from ncuflow.read.launch import Launch
+from ncuflow.read.sol_verdicts import sol_verdict_named
+
+_EITHER_CLASS = ("balanced", "high")  # verdicts that name no one class: either class on a wall agrees
 
 
 @dataclass(frozen=True)
 class NvidiaComparison:
     """NVIDIA's SOLBottleneck rule result next to ours."""
 
-    title: str  # the rule's own title, e.g. "Latency Issue"
-    category: str  # "memory" / "compute" / "latency" / "balanced"
+    title: str  # the verdict as ncu names it, e.g. "Latency Issue", "High Throughput"
+    category: str  # "memory" / "compute" / "latency" / "balanced" / "high"
     ours: str  # our verdict mapped the same way
     agrees: bool
     reason: str | None  # why they disagree, in words; None when they agree
 
 
 def nvidia_category(title: str) -> str | None:
-    """Map the SOLBottleneck rule's title to memory / compute / latency / balanced."""
+    """The class of a SOLBottleneck verdict: memory / compute / latency / balanced / high (over 80 %).
+    A title ncu has not used so far is placed by the class it names, if it names one."""
+    known = sol_verdict_named(title)
+    if known is not None:
+        return known.category
     text = title.strip().lower()
-    if text in ("latency issue", "latency issues", "small grid", ""):
-        return "latency"
     if "memory" in text:
         return "memory"
     if "compute" in text:
         return "compute"
-    if "balanced" in text or text == "high throughput":
-        return "balanced"
     return None
 
 
@@ -76,6 +81,6 @@ def compare_with_nvidia(launch: Launch, ours: str, terms: tuple[Term, ...], thre
     category = nvidia_category(launch.nvidia_sol)
     if category is None:
         return None
-    agrees = ours in ("memory", "compute") if category == "balanced" else ours == category
+    agrees = ours in ("memory", "compute") if category in _EITHER_CLASS else ours == category
     reason = None if agrees else _disagreement_reason(launch, ours, terms, threshold, category)
     return NvidiaComparison(launch.nvidia_sol, category, ours, agrees, reason)

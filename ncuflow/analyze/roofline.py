@@ -5,7 +5,11 @@ duration, and one arithmetic intensity per memory level = FLOPs / bytes moved at
 level (``ncuflow.read.deep_metrics``: DRAM bytes, L2→L1 read bytes, L1 writeback bytes).
 FLOPs are the sum of the precisions the report counts (fp32, fp64, fp16, tensor); a
 launch without an fp32 count has no FLOP count at all and is left out, named, with
-why, as is a point with no floating-point work (0 FLOP: no place on log axes).
+why (and the section that collects them), as is a point with no floating-point work (0
+FLOP: no place on log axes). As ncu draws it, each precision the kernel executed is also
+a point of its own (``precision_points``), held against that precision's roof
+(``precision_roof``). GPUs are keyed by their normalised name (``gpu_key``: "TITAN V" and
+"NVIDIA TITAN V" are one GPU).
 
 The ceilings are the chip's own, per GPU: the median over its launches of each peak
 field (DRAM, L2 and L1 bandwidth, the peak FLOP/s of each precision) at the clocks the
@@ -153,7 +157,8 @@ class PointGroup:
 
 
 NO_FLOPS = ("no FLOP count: flops_fp32 needs the fadd, fmul and ffma thread-instruction counters "
-            "(smsp__sass_thread_inst_executed_op_{fadd,fmul,ffma}_pred_on), and the report lacks at least one")
+            "(smsp__sass_thread_inst_executed_op_{fadd,fmul,ffma}_pred_on, collected by ncu's "
+            "SpeedOfLight_RooflineChart section), and the report lacks at least one")
 
 
 def _bandwidth_point(group: PointGroup, launches: Sequence[Launch], seconds: float, threshold: float) -> BandwidthPoint:
@@ -233,13 +238,69 @@ def panels(lines: Sequence[Roofline], most: int = 6) -> tuple[tuple[Roofline, ..
     return tuple(lines[i] for i in chosen), tuple(lines[i] for i in range(len(lines)) if i not in chosen)
 
 
+def gpu_key(name: str) -> str:
+    """One key per GPU however ncu named it: "TITAN V" and "NVIDIA TITAN V" (a driver's prefix), any case
+    or run of blanks, are one GPU."""
+    words = name.split()
+    if words and words[0].lower() == "nvidia" and len(words) > 1:
+        words = words[1:]
+    return " ".join(words).lower()
+
+
+def pages(lines: Sequence[Roofline], most: int = 6) -> tuple[tuple[Roofline, ...], ...]:
+    """Every GPU's roofline on a page of at most ``most`` panels: the first page the ``panels`` pick
+    (the GPUs with the most to draw), the others the rest in their order, ``most`` a page."""
+    first, rest = panels(lines, most)
+    return (first, *(tuple(rest[i:i + most]) for i in range(0, len(rest), most))) if lines else ()
+
+
 def rooflines(groups: Sequence[PointGroup], threshold: float = DEFAULT_THRESHOLD) -> tuple[Roofline, ...]:
-    """One roofline per GPU (ceilings differ between chips), in order of first appearance."""
+    """One roofline per GPU (ceilings differ between chips), keyed by its normalised name (``gpu_key``)
+    and shown by the name most of its launches give, in order of first appearance."""
     by_device: dict[str, list[PointGroup]] = {}
+    names: dict[str, Counter[str]] = {}
     for group in groups:
         device = next((x.device.name for x in group.launches if x.device.name), None) or "unknown GPU"
-        by_device.setdefault(device, []).append(group)
-    return tuple(roofline(device, members, threshold) for device, members in by_device.items())
+        key = gpu_key(device)
+        by_device.setdefault(key, []).append(group)
+        names.setdefault(key, Counter())[device] += len(group.launches)
+    return tuple(roofline(names[key].most_common(1)[0][0], members, threshold) for key, members in by_device.items())
+
+
+@dataclass(frozen=True)
+class PrecisionPoint:
+    """One precision's share of a point, as ncu's roofline draws it: its FLOPs over the point's time,
+    against its own roof (that precision's peak, and each level's bandwidth at its own intensity)."""
+
+    precision: str
+    flops: float
+    seconds: float
+    level_bytes: Mapping[str, float | None]
+
+    @property
+    def flop_rate(self) -> float:
+        return self.flops / self.seconds
+
+    def intensity(self, level: str) -> float | None:
+        moved = self.level_bytes.get(level)
+        return self.flops / moved if moved else None
+
+
+def precision_points(point: RooflinePoint) -> tuple[PrecisionPoint, ...]:
+    """One point per precision the kernel executed (a V100 kernel of FP64 and FP32 work is two: 3.45
+    TFLOP/s FP64 where the sum read 3.68), in ``PRECISIONS`` order."""
+    return tuple(PrecisionPoint(p, point.per_precision[p], point.seconds, point.level_bytes) for p in point.executed)
+
+
+def precision_roof(point: PrecisionPoint, line: Roofline) -> float | None:
+    """The lowest roof above a precision's point: its own peak, and each level's bandwidth × its intensity."""
+    peak = line.ceiling(point.precision)
+    roofs = [peak.value] if peak is not None and peak.value > 0 else []
+    for level in LEVELS:
+        bandwidth, intensity = line.ceiling(level), point.intensity(level)
+        if bandwidth is not None and intensity is not None:
+            roofs.append(intensity * bandwidth.value)
+    return min(roofs) if roofs else None
 
 
 def ridge_intensity(bandwidth: Ceiling, compute: Ceiling) -> float:
@@ -283,6 +344,12 @@ def describe_point(point: RooflinePoint, line: Roofline) -> str:
     roof = attainable(point, line)
     if roof:
         parts.append(f"{point.flop_rate / roof:.0%} of the lowest roof above it")
+    split = precision_points(point)
+    if len(split) > 1:  # each precision against its own roof, as ncu's roofline shows them
+        for one in split:
+            own = precision_roof(one, line)
+            parts.append(f"{PRECISION_TITLES[one.precision]} {one.flop_rate / 1e9:,.3g} GFLOP/s"
+                         + (f" ({one.flop_rate / own:.0%} of its roof)" if own else ""))
     return ", ".join(parts)
 
 

@@ -29,13 +29,17 @@ launches inside a report that hold no such counter cannot be shown to repeat one
 they are ``insufficient``, their spreads shown but not judged. Runs of one cell at one
 parameter setting are replicas by construction (the cell fixes the inputs).
 
-A group is ``stable`` when every measured field is within its tolerance, ``unstable``
-when any is not (the verdict names each field and by how much), and ``insufficient``
-when fewer than two launches (or no field) can be compared. A field the launches do not
-hold is named as missing, never treated as 0.
+A group's headline follows what its verdict rests on (``ncuflow.analyze.decides``): it is
+``stable`` when its time and work counters are within tolerance, every launch reached the
+same verdict, and each field feeding the binding term is within tolerance; ``unstable``
+when any of these is not (the verdict names each field and by how much, or the verdicts
+that differ); ``insufficient`` when fewer than two launches (or no field) can be compared.
+A field off the critical path that moved beyond its band keeps its own "unstable" verdict
+(tables, parquet) and is named in the summary as moved and not binding; it does not turn
+the headline. A field the launches do not hold is named as missing, never treated as 0.
 
-Pure functions over frozen dataclasses; polars is imported only by ``stability_frame``
-so that a GPU host without polars can use the rest.
+Pure functions over frozen dataclasses; the tables (rows, the polars frame) are
+``ncuflow.analyze.stability_table``'s, so that a GPU host without polars can use the rest.
 """
 
 from __future__ import annotations
@@ -43,8 +47,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from ncuflow.analyze.decides import Decision, decides, decision_of
 from ncuflow.analyze.fields import (
     CLASS_TITLES,
     DEFAULT_TOLERANCES,
@@ -82,9 +87,6 @@ from ncuflow.analyze.work import (
 from ncuflow.read.launch import Launch
 from ncuflow.spread import relative_spread
 
-if TYPE_CHECKING:  # pragma: no cover
-    import polars as pl
-
 FieldVerdict = Literal["stable", "unstable", "insufficient", "missing"]
 GroupVerdict = Literal["stable", "unstable", "insufficient", "different_work"]
 GROUP_VERDICTS: tuple[GroupVerdict, ...] = ("stable", "unstable", "insufficient", "different_work")
@@ -116,6 +118,7 @@ class FieldStability:
     band: float | None = None  # max - min may be this wide (absolute, the field's unit)
     scale: float | None = None  # what the tolerance is relative to (the reference's median)
     reference: str | None = None  # the field the tolerance is relative to, when not itself
+    decides: bool = True  # on the critical path: time, work, or a field feeding the binding term
 
     @property
     def judged(self) -> float | None:
@@ -254,6 +257,7 @@ class GroupStability:
     work_fields: tuple[str, ...] = ()
     parts: tuple[GroupStability, ...] = ()
     reason: str | None = None  # why the group is insufficient, where it is not its launch count
+    decision: Decision | None = None  # each launch's verdict, counted
 
     def field(self, name: str) -> FieldStability:
         for item in self.fields:
@@ -264,6 +268,16 @@ class GroupStability:
     @property
     def unstable_fields(self) -> tuple[FieldStability, ...]:
         return tuple(f for f in self.fields if f.verdict == "unstable")
+
+    @property
+    def deciding_unstable(self) -> tuple[FieldStability, ...]:
+        """Unstable fields on the critical path: these turn the headline."""
+        return tuple(f for f in self.unstable_fields if f.decides)
+
+    @property
+    def moved_off_path(self) -> tuple[FieldStability, ...]:
+        """Fields beyond their band that sit off the critical path: named, not binding."""
+        return tuple(f for f in self.unstable_fields if not f.decides)
 
     @property
     def measured_fields(self) -> tuple[FieldStability, ...]:
@@ -291,11 +305,24 @@ class GroupStability:
             if self.launches < 2:
                 return f"insufficient: {self.launches} launch (a spread needs at least 2)"
             return "insufficient: no field is measured in 2 or more launches"
+        moved = self._moved_text()
         if self.verdict == "stable":
-            measured = len(self.measured_fields)
-            return f"stable over {self.launches} launches ({measured} field{'' if measured == 1 else 's'} within tolerance)"
-        worst = sorted(self.unstable_fields, key=lambda f: -(f.excess or 0.0))
-        return "unstable: " + ", ".join(f.excess_text() for f in worst)
+            within = len(self.measured_fields) - len(self.moved_off_path)
+            decision = f"{self.decision.text()}; " if self.decision is not None else ""
+            return (f"stable over {self.launches} launches ({decision}{within} field{'' if within == 1 else 's'} "
+                    f"within tolerance)" + moved)
+        worst = sorted(self.deciding_unstable, key=lambda f: -(f.excess or 0.0))
+        reasons = [f.excess_text() for f in worst]
+        if self.decision is not None and not self.decision.agrees:
+            reasons.append(self.decision.text())
+        return "unstable: " + ", ".join(reasons) + moved
+
+    def _moved_text(self) -> str:
+        """'; moved off the critical path: l2_hit_rate_pct 8.45 points > 1.75 points (not binding)'."""
+        moved = sorted(self.moved_off_path, key=lambda f: -(f.excess or 0.0))
+        if not moved:
+            return ""
+        return "; moved off the critical path: " + ", ".join(f"{f.excess_text()} (not binding)" for f in moved)
 
 
 def flat(groups: Iterable[GroupStability]) -> list[GroupStability]:
@@ -313,13 +340,16 @@ def verdict_counts(groups: Iterable[GroupStability]) -> dict[GroupVerdict, int]:
     return {verdict: sum(1 for g in every if g.verdict == verdict) for verdict in GROUP_VERDICTS}
 
 
-def group_verdict(fields: Sequence[FieldStability], launches: int) -> GroupVerdict:
+def group_verdict(fields: Sequence[FieldStability], launches: int, decision: Decision | None = None) -> GroupVerdict:
+    """Unstable when a field on the critical path is, or the launches' verdicts differ."""
     if launches < 2:
         return "insufficient"
     measured = [f for f in fields if f.verdict in ("stable", "unstable")]
     if not measured:
         return "insufficient"
-    return "unstable" if any(f.verdict == "unstable" for f in measured) else "stable"
+    if decision is not None and not decision.agrees:
+        return "unstable"
+    return "unstable" if any(f.verdict == "unstable" and f.decides for f in measured) else "stable"
 
 
 def measurement_stability(
@@ -365,8 +395,10 @@ def _judged(
         reference = spec_of(name).noise_reference
         return measurement.stats(reference).median if reference else None
 
-    per_field = tuple(judge_field(measurement.stats(name), tolerances, reference_median(name)) for name in fields)
     launches = measurement.launches
+    decision = decision_of(launches)
+    per_field = tuple(replace(judge_field(measurement.stats(name), tolerances, reference_median(name)),
+                              decides=decides(name, decision)) for name in fields)
     kernels = sorted({launch.kernel.function for launch in launches})
     devices = sorted({launch.device.name for launch in launches if launch.device.name})
     all_notes = list(notes)
@@ -379,11 +411,12 @@ def _judged(
         launches=len(launches),
         runs=measurement.runs,
         fields=per_field,
-        verdict=group_verdict(per_field, len(launches)),
+        verdict=group_verdict(per_field, len(launches), decision),
         tolerances=tolerances,
         device=devices[0] if len(devices) == 1 else (", ".join(devices) or None),
         notes=tuple(all_notes),
         keys=tuple(launch.key for launch in launches),
+        decision=decision,
     )
 
 
@@ -434,61 +467,3 @@ def repeated_launch_stability(
                                   tolerances=tolerances, notes=config_note, replicas_by_construction=False)
         )
     return results, singles
-
-
-# ---------------------------------------------------------------------------
-# tables
-
-
-STABILITY_COLUMNS: tuple[str, ...] = (
-    "group", "kernel", "source", "device", "launches", "runs", "field", "tolerance_class",
-    "tolerance", "n", "median", "min", "max", "spread", "field_verdict", "verdict",
-    "noise_band", "noise_reference", "part_of",
-)
-
-
-def stability_rows(groups: Iterable[GroupStability]) -> list[dict[str, object]]:
-    """One plain row per (group, field), a different-work group's parts after it (``part_of``
-    names their group): what the parquet and the Markdown report hold."""
-    rows: list[dict[str, object]] = []
-    parent = {id(part): group.label for group in groups for part in group.parts}
-    for group in flat(groups):
-        for item in group.fields:
-            rows.append(
-                {
-                    "group": group.label,
-                    "kernel": group.kernel,
-                    "source": group.source,
-                    "device": group.device,
-                    "launches": group.launches,
-                    "runs": group.runs,
-                    "field": item.field,
-                    "tolerance_class": item.tolerance_class,
-                    "tolerance": item.tolerance,
-                    "n": item.n,
-                    "median": item.median,
-                    "min": item.minimum,
-                    "max": item.maximum,
-                    "spread": item.spread,
-                    "field_verdict": item.verdict,
-                    "verdict": group.verdict,
-                    "noise_band": item.band,
-                    "noise_reference": item.reference,
-                    "part_of": parent.get(id(group)),
-                }
-            )
-    return rows
-
-
-def stability_frame(groups: Iterable[GroupStability]) -> pl.DataFrame:
-    """The numbers as a polars frame (a spread is inf where the median is 0 but the values differ)."""
-    import polars as pl
-
-    schema = {
-        "group": pl.Utf8, "kernel": pl.Utf8, "source": pl.Utf8, "device": pl.Utf8,
-        "launches": pl.Int64, "runs": pl.Int64, "field": pl.Utf8, "tolerance_class": pl.Utf8,
-        "tolerance": pl.Float64, "n": pl.Int64, "median": pl.Float64, "min": pl.Float64,
-        "max": pl.Float64, "spread": pl.Float64, "field_verdict": pl.Utf8, "verdict": pl.Utf8,
-        "noise_band": pl.Float64, "noise_reference": pl.Utf8, "part_of": pl.Utf8,
-    }
-    return pl.DataFrame(stability_rows(groups), schema=schema, orient="row")

@@ -74,6 +74,7 @@ class KernelSummary:
     top_finding: Finding | None = None
     rules: bool | None = None
     reports: int = 1  # how many reports its launches came from (more than one in a roll-up)
+    tensor_pct: float | None = None  # the tensor pipes' median % of peak, where the launches hold it (in u_math)
 
     @property
     def bound(self) -> str:
@@ -92,7 +93,8 @@ class KernelSummary:
         if self.binding_term is None or self.binding_u is None:
             return "—"
         largest = " (largest)" if self.bound != self.binding_term else ""
-        return f"u_{self.binding_term} {self.binding_u:.2f}{largest}"
+        tensor = f"; tensor {self.tensor_pct:.1f} %" if self.tensor_pct else ""
+        return f"u_{self.binding_term} {self.binding_u:.2f}{largest}{tensor}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,7 +102,7 @@ class KernelSummary:
             "grid_size": self.grid_size, "block_size": self.block_size, "launches": self.launches,
             "timed_launches": self.timed_launches, "total_ns": self.total_ns, "median_ns": self.median_ns,
             "share": self.share, "bound": self.bound, "verdicts": dict(self.verdicts),
-            "binding_term": self.binding_term, "binding_u": self.binding_u, "reports": self.reports,
+            "binding_term": self.binding_term, "binding_u": self.binding_u, "reports": self.reports, "tensor_pct": self.tensor_pct,
             "rule_results": self.rules, "top_finding": None if self.top_finding is None else {
                 "rule": self.top_finding.rule, "title": self.top_finding.heading,
                 "speedup": self.top_finding.speedup, "speedup_type": self.top_finding.speedup_type},
@@ -178,12 +180,14 @@ def summarize_kernel(launches: Sequence[Launch], verdicts: Sequence[Verdict], sh
         from ncuflow.analyze.findings import top_of
 
         top = top_of(results)
+    tensor = [t for t in (x.value("tensor_pipe_pct") for x in launches) if t is not None]
     return KernelSummary(
         kernel=name, function=launches[0].kernel.function, short_name=short, grid_size=grid, block_size=block,
         launches=len(launches), timed_launches=len(durations), total_ns=total,
         median_ns=statistics.median(durations) if durations else None, share=share,
         verdicts=ranked, binding_term=term, binding_u=u, reports=len({x.report for x in launches}),
         top_finding=top, rules=any(r.held for r in read) if read else None,
+        tensor_pct=statistics.median(tensor) if tensor else None,
     )
 
 
@@ -292,7 +296,7 @@ def summary_rows(summaries: Sequence[ReportSummary]) -> list[dict[str, Any]]:
                 "grid_size": k.grid_size, "block_size": k.block_size, "launches": k.launches,
                 "total_ns": k.total_ns, "median_ns": k.median_ns, "share": k.share, "bound": k.bound,
                 "verdicts": k.verdict_text(), "binding_term": k.binding_term, "binding_u": k.binding_u,
-                "top_finding": k.top_finding.heading if k.top_finding else None,
+                "tensor_pct": k.tensor_pct, "top_finding": k.top_finding.heading if k.top_finding else None,
                 "top_speedup": k.top_finding.speedup if k.top_finding else None,
             })
     return rows

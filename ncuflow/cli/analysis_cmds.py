@@ -95,11 +95,13 @@ def print_stability(groups: Sequence[GroupStability], singles: Sequence[str], to
         for item in group.fields:
             if item.verdict == "missing":
                 continue
-            colour = {"stable": "green", "unstable": "red"}.get(item.verdict, "yellow")
+            off_path = item.verdict == "unstable" and not item.decides
+            colour = "yellow" if off_path else {"stable": "green", "unstable": "red"}.get(item.verdict, "yellow")
+            verdict = f"{item.verdict}, not binding" if off_path else item.verdict
             table.add_row(
                 item.field, item.tolerance_class, item.tolerance_text(), str(item.n),
                 f"{format_value(item.median)} {FIELD_UNITS.get(item.field, '')}", format_value(item.minimum),
-                format_value(item.maximum), item.spread_text(), f"[{colour}]{item.verdict}[/{colour}]",
+                format_value(item.maximum), item.spread_text(), f"[{colour}]{verdict}[/{colour}]",
             )
         console.print(table)
         if group.missing_fields:
@@ -236,7 +238,7 @@ def _write_stability(findings: Any, request: Any, markdown_path: Path | None, pa
     """The Markdown and the parquet asked for, as one pair carrying one id (``output.stability_pair``)."""
     if markdown_path is None and parquet_path is None:
         return
-    from ncuflow.analyze.stability import stability_frame
+    from ncuflow.analyze.stability_table import stability_frame
     from ncuflow.output.markdown import stability_markdown
     from ncuflow.output.stability_pair import write_stability_pair
 

@@ -31,7 +31,7 @@ def roofline_command(paths: tuple[Path, ...], output: Path, per: str, as_json: b
     peak metrics at the launches' clocks. Each point is coloured by the max model's
     verdict; kernels without FLOP counts, or with none, are named under the chart.
     """
-    from ncuflow.analyze.roofline import describe_point, panels, point_groups, rooflines
+    from ncuflow.analyze.roofline import describe_point, pages, point_groups, rooflines
     from ncuflow.files import guard_output, png_recogniser
     from ncuflow.read.jobs import resolve_jobs
 
@@ -41,11 +41,17 @@ def roofline_command(paths: tuple[Path, ...], output: Path, per: str, as_json: b
     lines = rooflines(point_groups(loaded.runs, per), threshold)
     from ncuflow.output.roofline_plot import plot_rooflines
 
-    plot_rooflines(lines, output)
-    _, left_out = panels(lines)
-    if left_out:
-        click.echo(f"ncuflow: note: {len(lines)} GPUs; the PNG shows the {len(lines) - len(left_out)} with the most to "
-                   f"draw ({', '.join(safe_text(r.device) for r in left_out)} left out): narrow PATHS or --kernel.", err=True)
+    shown = pages(lines)
+    files = [output, *(page_path(output, number) for number in range(2, len(shown) + 1))]
+    for extra in files[1:]:  # every page's file checked before any is written
+        guard_output(extra, kind="an ncuflow plot", recognise=png_recogniser, inputs=paths, option="-o/--output")
+    for page, path in zip(shown or ((),), files, strict=True):
+        plot_rooflines(page, path)
+    if len(files) > 1:
+        click.echo(f"ncuflow: note: {len(lines)} GPUs, at most 6 panels a page: {output} shows the "
+                   f"{len(shown[0])} with the most to draw, " + ", ".join(
+                       f"{path} {', '.join(safe_text(r.device) for r in page)}"
+                       for page, path in zip(shown[1:], files[1:], strict=True)) + ".", err=True)
     if as_json:
         from ncuflow.output.roofline_doc import rooflines_document
 
@@ -56,4 +62,9 @@ def roofline_command(paths: tuple[Path, ...], output: Path, per: str, as_json: b
             for number, point in enumerate(line.points, start=1):
                 click.echo(f"  {number:>2}. {safe_text(point.label)} [{safe_text(point.group)}] {point.bound}: "
                            f"{safe_text(describe_point(point, line), limit=SENTENCE_CHARS)}")
-    click.echo(f"wrote {output}")
+    click.echo(f"wrote {', '.join(str(path) for path in files)}")
+
+
+def page_path(output: Path, number: int) -> Path:
+    """The file of page ``number`` (from 2) of a roofline written to ``output``: roofline-2.png ..."""
+    return output.with_name(f"{output.stem}-{number}{output.suffix}")

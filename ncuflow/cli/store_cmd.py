@@ -54,6 +54,9 @@ def _report_store(result: Any, repair: bool, named: bool) -> bool:
     unmerged = _unmerged_escalations(result.runs)
     for run, problem in unmerged:
         click.echo(f"tier2\t{safe_text(run.path, limit=None)}\t{safe_text(problem, limit=SENTENCE_CHARS)}")
+    implausible = _implausible_launches(result.runs)
+    for run, line in implausible:
+        click.echo(f"implausible\t{safe_text(run.path, limit=None)}\t{safe_text(line, limit=SENTENCE_CHARS)}")
     repairable = len(result.repairable)
     summary = f"{result.complete} complete runs, {repairable} damaged"
     newer = len(result.damaged) - repairable - len(result.unreadable)
@@ -64,6 +67,9 @@ def _report_store(result: Any, repair: bool, named: bool) -> bool:
     if unmerged:
         summary += (f", {len(unmerged)} whose tier-2 escalation is not of the same launches or device (read as "
                     "tier 1 alone; profile the point again to escalate it anew)")
+    if implausible:
+        summary += (f", {len(implausible)} launch{'es' * (len(implausible) > 1)} whose values cannot be "
+                    "(named above: their verdicts rest on no measurement)")
     if repair and repairable:
         summary += f"; {repairable} moved aside" + (f" ({moved_by_other} of them by another process meanwhile)"
                                                      if moved_by_other else "")
@@ -79,6 +85,29 @@ def _unmerged_escalations(runs: Any) -> list[tuple[Any, str]]:
     from ncuflow.read.escalation import tier2_problem
 
     return [(run, problem) for run in runs if (problem := tier2_problem(run)) is not None]
+
+
+def _implausible_launches(runs: Any) -> list[tuple[Any, str]]:
+    """(run, '#i kernel: field: note; ...') for each launch of a complete run whose values cannot be
+    (``Launch.implausible``: ``ncuflow.read.sanity``, ``ncuflow.read.plausibility``)."""
+    import warnings
+
+    from ncuflow.errors import NcuflowError
+    from ncuflow.read.escalation import read_run_launches
+
+    found: list[tuple[Any, str]] = []
+    for run in runs:
+        try:
+            with warnings.catch_warnings():  # a cut-off action is the damage check's to name
+                warnings.simplefilter("ignore")
+                launches = read_run_launches(run)
+        except NcuflowError:  # a report that cannot be read is the damage check's to name
+            continue
+        for launch in launches:
+            if launch.implausible:
+                notes = "; ".join(f"{name}: {launch.notes.get(name, '')}" for name in launch.implausible)
+                found.append((run, f"#{launch.action_index} {launch.kernel.function}: {notes}"))
+    return found
 
 
 store_group.add_command(check_command)

@@ -47,7 +47,8 @@ SUMMARY_SCHEMA: dict[str, Any] = {
     "report": pl.String, "label": pl.String, "device": pl.String, "rank": pl.Int32, "short_name": pl.String,
     "kernel": pl.String, "function": pl.String, "grid_size": pl.Float64, "block_size": pl.Float64,
     "launches": pl.Int64, "total_ns": pl.Float64, "median_ns": pl.Float64, "share": pl.Float64, "bound": pl.String,
-    "verdicts": pl.String, "binding_term": pl.String, "binding_u": pl.Float64, "top_finding": pl.String,
+    "verdicts": pl.String, "binding_term": pl.String, "binding_u": pl.Float64, "tensor_pct": pl.Float64,
+    "top_finding": pl.String,
     "top_speedup": pl.Float64,
 }
 
@@ -111,7 +112,7 @@ def classify(paths: PathsLike, *, kernel: str | None = None, nvtx: str | None = 
     schema: dict[str, Any] = {key: pl.Float64 for key in ROW_KEYS if key not in FINDING_KEYS}
     schema.update({"report": pl.String, "range": pl.Int32, "action": pl.Int32, "kernel": pl.String,
                    "bound": pl.String, "nvidia_sol": pl.String, "missing": pl.List(pl.String),
-                   "notes": pl.List(pl.String),
+                   "notes": pl.List(pl.String), "implausible": pl.List(pl.String),
                    "device": pl.String, "grid_size": pl.Float64, "block_size": pl.Float64,
                    "binding_term": pl.String, "binding_u": pl.Float64})
     return pl.DataFrame(rows, schema=schema)

@@ -28,7 +28,8 @@ FINDING_KEYS: tuple[str, ...] = ("rule_results", "findings", "markers", "finding
 ROW_KEYS: tuple[str, ...] = (
     "report", "range", "action", "kernel", *(FIELD_TABLE[name].json_key for name in CLASSIFY_FIELDS),
     *(FIELD_TABLE[name].json_key for name in STAND_INS.values()),
-    *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing", "notes", *FINDING_KEYS,
+    *(f"u_{name}" for name in TERM_NAMES), "bound", "without_memory", "nvidia_sol", "missing", "notes", "implausible",
+    *FINDING_KEYS,
 )
 
 __all__ = ["FINDING_KEYS", "ROW_KEYS", "duration_text", "launch_row", "note_lines", "print_launch_table"]
@@ -47,9 +48,11 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
     for name in TERM_NAMES:
         row[f"u_{name}"] = verdict.utilization(name)
     row["bound"] = verdict.bound
+    row["without_memory"] = verdict.without_memory
     row["nvidia_sol"] = launch.nvidia_sol
     row["missing"] = list(launch.missing)
     row["notes"] = dict(launch.notes)
+    row["implausible"] = list(launch.implausible)
     row.update(_finding_keys(launch))
     return row
 
@@ -148,21 +151,29 @@ def print_launch_table(
     ):
         table.add_column(header, justify=justify, no_wrap=True, max_width=44 if header == "kernel" else None)  # type: ignore[arg-type]
     notes: list[str] = []
+    caveats: list[tuple[str, str]] = []  # (what, the line): a verdict to read with care
     for launch, verdict in zip(launches, verdicts, strict=True):
         nvidia = "—"
         if verdict.nvidia is not None:
             mark = "✓" if verdict.nvidia.agrees else "✗"
-            nvidia = f"{mark} {verdict.nvidia.category}"
+            nvidia = f"{mark} {verdict.nvidia.title}"
             if not verdict.nvidia.agrees:
-                notes.append(f"{Path(launch.report).name} #{launch.action_index}: NVIDIA says {verdict.nvidia.category}, ncuflow {verdict.bound}: {verdict.nvidia.reason}")
+                notes.append(f"{Path(launch.report).name} #{launch.action_index}: NVIDIA says {verdict.nvidia.title} "
+                             f"({verdict.nvidia.category}), ncuflow {verdict.bound}: {verdict.nvidia.reason}")
         style = BOUND_STYLES.get(verdict.bound, "")
+        where = f"{Path(launch.report).name} #{launch.action_index}"
+        if verdict.without_memory:
+            caveats.append(("memory unknown", f"{where}: {verdict.without_memory}"))
+        if launch.implausible:
+            caveats.append(("implausible", f"{where}: {', '.join(launch.implausible)} cannot be (notes above): the "
+                                           f"verdict {verdict.bound} rests on values that are no measurement"))
         term, u = binding_utilization(verdict)
         table.add_row(
             str(launch.action_index),
             safe_text(launch.kernel.function, "rich", limit=44),
             config_text(launch.value("grid_size"), launch.value("block_size")),
             *(cell_text(launch, name) for name in CLASSIFY_FIELDS),
-            f"[{style}]{verdict.bound}[/{style}]" if style else verdict.bound,
+            (f"[{style}]{verdict.bound}[/{style}]" if style else verdict.bound) + (" ⚠" if launch.implausible else ""),
             "—" if u is None else (f"{_u(u)}" if term == verdict.bound else f"{term} {_u(u)}"),
             safe_text(nvidia, "rich"),
         )
@@ -171,6 +182,8 @@ def print_launch_table(
         console.print(f"[yellow]note[/yellow] {safe_text(line, 'rich', limit=None)}", highlight=False)
     for note in notes:
         console.print(f"[yellow]disagreement[/yellow] {safe_text(note, 'rich', limit=None)}", highlight=False)
+    for what, line in caveats:
+        console.print(f"[red]{what}[/red] {safe_text(line, 'rich', limit=None)}", highlight=False)
     if evidence:
         from ncuflow.analyze.waiting import why_waiting
         from ncuflow.output.findings_text import evidence_lines

@@ -195,7 +195,7 @@ def _tables(analysis: Analysis) -> dict[str, Any]:
     import polars as pl
 
     from ncuflow.analyze.explain import explain_rows
-    from ncuflow.analyze.stability import stability_frame
+    from ncuflow.analyze.stability_table import stability_frame
 
     groups = list(analysis.stability) or [s.stability for s in analysis.points]
     frames: dict[str, Any] = {"stability": stability_frame(groups)}

@@ -30,9 +30,12 @@ from ncuflow.analyze.roofline import (
     NO_FLOPS,
     PRECISION_TITLES,
     Ceiling,
+    PrecisionPoint,
     Roofline,
+    RooflinePoint,
     describe_point,
     panels,
+    precision_points,
 )
 from ncuflow.files.safe_text import safe_text
 from ncuflow.output.plots import save_figure
@@ -58,9 +61,15 @@ def _roofs(line: Roofline) -> list[Ceiling]:
     return [c for c in line.compute if c.name in wanted] if wanted else list(line.compute)
 
 
+def _drawn(point: RooflinePoint) -> tuple[PrecisionPoint | RooflinePoint, ...]:
+    """What a point is drawn as: one point per precision it executed (as ncu draws them), else itself."""
+    return precision_points(point) or (point,)
+
+
 def _limits(line: Roofline) -> tuple[float, float, float, float]:
-    xs = [i for p in line.points for i in (p.intensity(level) for level in LEVELS) if i]
-    ys = [p.flop_rate for p in line.points]
+    shown = [one for p in line.points for one in _drawn(p)]
+    xs = [i for p in shown for i in (p.intensity(level) for level in LEVELS) if i]
+    ys = [p.flop_rate for p in shown]
     roofs = [c.value for c in _roofs(line)]
     ridges = [c.value / b.value for c in _roofs(line) for b in line.bandwidth]
     x_low = min([*xs, *ridges, 1.0]) / 8 if xs or ridges else 1e-2
@@ -108,18 +117,21 @@ def _draw_points(ax: Axes, line: Roofline) -> None:
     for number, point in enumerate(line.points, start=1):
         color = BOUND_COLORS.get(point.bound, "#7f7f7f")
         size = 36 + 300 * math.sqrt(point.share)
-        placed = [(level, i) for level in LEVELS if (i := point.intensity(level))]
-        if len(placed) > 1:
-            ax.plot([i for _, i in placed], [point.flop_rate] * len(placed), color=color, linewidth=1.0,
-                    alpha=0.7, zorder=3)
-        for level, intensity in placed:
-            hollow = point.tensor_uncounted
-            ax.scatter([intensity], [point.flop_rate], s=size, marker=LEVEL_MARKERS[level],
-                       edgecolor=color if hollow else "black", linewidth=1.6 if hollow else 0.6, zorder=4,
-                       facecolor="white" if hollow else color)
-        if placed and number <= POINTS_LISTED:
-            ax.annotate(str(number), (placed[0][1], point.flop_rate), textcoords="offset points", xytext=(6, 6),
-                        fontsize=9, fontweight="bold", color="black", zorder=5)
+        drawn = _drawn(point)
+        for one in drawn:  # each precision the kernel executed, at its own FLOP/s and intensities
+            placed = [(level, i) for level in LEVELS if (i := one.intensity(level))]
+            if len(placed) > 1:
+                ax.plot([i for _, i in placed], [one.flop_rate] * len(placed), color=color, linewidth=1.0,
+                        alpha=0.7, zorder=3)
+            for level, intensity in placed:
+                hollow = point.tensor_uncounted
+                ax.scatter([intensity], [one.flop_rate], s=size, marker=LEVEL_MARKERS[level],
+                           edgecolor=color if hollow else "black", linewidth=1.6 if hollow else 0.6, zorder=4,
+                           facecolor="white" if hollow else color)
+            if placed and number <= POINTS_LISTED:
+                tag = f" {PRECISION_TITLES[one.precision]}" if isinstance(one, PrecisionPoint) and len(drawn) > 1 else ""
+                ax.annotate(f"{number}{tag}", (placed[0][1], one.flop_rate), textcoords="offset points",
+                            xytext=(6, 6), fontsize=9, fontweight="bold", color="black", zorder=5)
 
 
 def _legend(ax: Axes, line: Roofline) -> None:

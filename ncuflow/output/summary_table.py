@@ -16,7 +16,7 @@ from ncuflow.terms import BOUND_STYLES
 
 CSV_COLUMNS: tuple[str, ...] = (
     "report", "label", "device", "rank", "short_name", "grid_size", "block_size", "launches", "total_ns",
-    "median_ns", "share", "bound", "verdicts", "binding_term", "binding_u", "top_finding", "top_speedup", "kernel",
+    "median_ns", "share", "bound", "verdicts", "binding_term", "binding_u", "tensor_pct", "top_finding", "top_speedup", "kernel",
     "function",
 )
 

@@ -27,6 +27,7 @@ from ncuflow.read.ncureport import (  # re-exported: the ncu_report side's calls
     metric_number,
     metric_text,
 )
+from ncuflow.read.opcodes import KIND_OPCODES, OPCODE_TABLE, kinds_from_table
 from ncuflow.read.options import READ_DEFAULT, ReadOptions
 from ncuflow.read.plan import (
     MetricList,
@@ -74,6 +75,7 @@ class Action(Protocol):
     def nvtx(self) -> tuple[str, ...]: ...
     def nvidia_sol(self) -> str | None: ...
     def rule_results(self) -> RuleResults: ...
+    def opcode_counts(self, name: str) -> dict[str, float] | None: ...
     def metric_names(self) -> list[str]: ...
     def metric_values(self) -> Iterator[tuple[str, float | int | str | None]]: ...
 
@@ -206,6 +208,20 @@ def _device(action: Action, plan: ReadPlan, read: Callable[[int], float | None])
     )
 
 
+def _load_kinds_from_opcodes(action: Action, values: dict[str, float | None], provenance: dict[str, str],
+                             missing: list[str], allow: Callable[[str], bool] | None) -> None:
+    """Load kinds the report has no counter for, from NVIDIA's per-opcode table where it holds one
+    (``ncuflow.read.opcodes``), in place."""
+    if not any(name in KIND_OPCODES for name in missing) or (allow is not None and not allow(OPCODE_TABLE)):
+        return
+    table = action.opcode_counts(OPCODE_TABLE)
+    if table is None:
+        return
+    for name, (count, source) in kinds_from_table(table, missing).items():
+        values[name], provenance[name] = count, source
+        missing.remove(name)
+
+
 def build_launch(
     action: Action, *, report: str, range_index: int, action_index: int, ncu_version: str | None,
     with_rules: bool = True, allow: Callable[[str], bool] | None = None, options: ReadOptions = READ_DEFAULT,
@@ -236,6 +252,7 @@ def _planned_launch(action: Action, report: str, range_index: int, action_index:
         return value
 
     values, provenance, missing = resolve_planned(plan, read)
+    _load_kinds_from_opcodes(action, values, provenance, missing, allow)
     breakdown = _breakdown(action, plan, read, allow)
     device = _device(action, plan, read)
     action.confirm(plan.lacking)  # what the plan took as lacking, this action lacks too (or: Unsettled)
@@ -318,5 +335,8 @@ def count_actions(path: Path | str) -> int:
 
 
 def read_launches(path: Path | str, options: ReadOptions = READ_DEFAULT) -> tuple[Launch, ...]:
-    """Every intact launch of one report, as a tuple (what a reading worker sends back)."""
-    return tuple(iter_launches(path, options=options))
+    """Every intact launch of one report, as a tuple (what a reading worker sends back), with
+    different kernels whose counters are bit-identical named (``ncuflow.read.plausibility``)."""
+    from ncuflow.read.plausibility import flag_identical_counters
+
+    return flag_identical_counters(tuple(iter_launches(path, options=options)))

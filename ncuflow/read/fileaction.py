@@ -34,6 +34,7 @@ from ncuflow.read.layout import (
 from ncuflow.read.plan import Unsettled
 from ncuflow.read.reportfile import DamagedActionWarning, check_bytes
 from ncuflow.read.reportformat import KEPT_TABLE_BYTES
+from ncuflow.read.sol_verdicts import sol_verdict_name
 
 if TYPE_CHECKING:
     from ncuflow.read.findings import RuleResults
@@ -208,6 +209,19 @@ class FileAction:
         position = self._position(name)
         return None if position is None or position >= self._count else bytes(self._records[position])
 
+    def opcode_counts(self, name: str) -> dict[str, float] | None:
+        """An instanced metric whose instances are named (``sass__inst_executed_per_opcode``: opcode ->
+        count); None where the launch lacks it or its list does not follow NVIDIA's layout."""
+        from ncuflow.read.metric_lists import DamagedList, labelled_elements
+
+        record = self.record(name)
+        if record is None:
+            return None
+        try:
+            return {label: float(value) for label, value in labelled_elements(record)}
+        except DamagedList:
+            return None
+
     def metric_names(self) -> list[str]:
         self.settle()
         assert self._layout is not None
@@ -257,12 +271,13 @@ class FileAction:
         return file_rule_results(self._result.rule_results)
 
     def nvidia_sol(self) -> str | None:
-        """The title of NVIDIA's speed-of-light rule result (its first message), where there is one."""
+        """NVIDIA's speed-of-light verdict (its first message's title, or what an untitled message
+        words: ``ncuflow.read.sol_verdicts``), where there is one."""
         for rule in self._result.rule_results:
             if text_of(rule.identifier) == _SOL_RULE:
                 for item in rule.body.items:
                     if item.HasField("message"):
-                        return text_of(item.message.title) or None
+                        return sol_verdict_name(text_of(item.message.title), text_of(item.message.message))
                 return None
         return None
 

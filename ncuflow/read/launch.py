@@ -67,17 +67,22 @@ class Launch:
     # NVIDIA's findings and source markers (``ncuflow.read.findings``); None where they were not
     # read (``ReadOptions.findings``), ``RuleResults()`` (not ``held``) where the report has none.
     rule_results: RuleResults | None = None
+    # What cannot be: fields whose stored value is no measurement (``read.sanity``), and "counters"
+    # where another kernel of the report holds the very same counters (``read.plausibility``); each
+    # has its note. Empty for a plausible launch.
+    implausible: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # The one check of impossible values, whatever reader built the launch (``read.sanity``).
         fixed = checked(self.values, self.provenance, self.missing, self.notes, self.not_numbers,
                         self.device.compute_capability)
         if fixed is not None:
-            values, provenance, missing, notes = fixed
+            values, provenance, missing, notes, impossible = fixed
             object.__setattr__(self, "values", values)
             object.__setattr__(self, "provenance", provenance)
             object.__setattr__(self, "missing", missing)
             object.__setattr__(self, "notes", notes)
+            object.__setattr__(self, "implausible", tuple(dict.fromkeys((*self.implausible, *impossible))))
         unit_checked = checked_breakdown(self.breakdown) if self.breakdown else None
         if unit_checked is not None and self.notes.get("breakdown") != unit_checked[1]:
             object.__setattr__(self, "breakdown", unit_checked[0])

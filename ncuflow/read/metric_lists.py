@@ -155,3 +155,54 @@ def elements(record: bytes) -> Iterator[tuple[int, Number]]:
                 raise DamagedList(f"the list field at byte {at} has wire type {wire}, not a message")
             yield _element(record, _varint(record, at, end)[1], after)
         at = after
+
+
+def _text_value(data: bytes, at: int, end: int) -> str | None:
+    """The string (field 1) of a ``ProfileMetricValue`` in ``data[at:end]``; None where it holds none."""
+    found: str | None = None
+    while at < end:
+        key, at = _varint(data, at, end)
+        field, wire = key >> 3, key & 7
+        after = _skip(data, at, end, wire)
+        if field == 1 and wire == _LENGTH:
+            start = _varint(data, at, end)[1]
+            found = data[start:after].decode("utf-8", errors="replace")
+        at = after
+    return found
+
+
+def labelled_elements(record: bytes) -> Iterator[tuple[str, Number]]:
+    """(label, value) of each element of a list whose correlation ids are strings (an opcode's name:
+    ``sass__inst_executed_per_opcode``), in order; ``DamagedList`` for any other element."""
+    at, end = 0, len(record)
+    while at < end:
+        key, at = _varint(record, at, end)
+        field, wire = key >> 3, key & 7
+        after = _skip(record, at, end, wire)
+        if field == _LIST_FIELD:
+            if wire != _LENGTH:
+                raise DamagedList(f"the list field at byte {at} has wire type {wire}, not a message")
+            yield _labelled(record, _varint(record, at, end)[1], after)
+        at = after
+
+
+def _labelled(data: bytes, at: int, end: int) -> tuple[str, Number]:
+    start = at
+    label: str | None = None
+    found: str | Number | None = None
+    while at < end:
+        key, at = _varint(data, at, end)
+        field, wire = key >> 3, key & 7
+        after = _skip(data, at, end, wire)
+        if wire == _LENGTH and field in (_CORRELATION, _ELEMENT):
+            inner = _varint(data, at, end)[1]
+            if field == _CORRELATION:
+                label = _text_value(data, inner, after)
+            else:
+                found = _metric_value(data, inner, after)
+        at = after
+    if label is None:
+        raise DamagedList(f"the list element at byte {start} has no label")
+    if found is None or isinstance(found, str):
+        raise DamagedList(f"the list element at byte {start} holds no number ({found!r})")
+    return label, found

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ncuflow.read.launch import KernelName
 from ncuflow.read.reportfile import import_ncu_report, iter_actions, load_context
+from ncuflow.read.sol_verdicts import sol_verdict_name
 
 if TYPE_CHECKING:
     from ncuflow.read.findings import RuleResults
@@ -223,7 +224,8 @@ class NcuReportAction:
         return tuple(ranges)
 
     def nvidia_sol(self) -> str | None:
-        """The title of NVIDIA's speed-of-light rule result, where the report has one."""
+        """NVIDIA's speed-of-light verdict (the rule result's title, or what an untitled message
+        words: ``ncuflow.read.sol_verdicts``), where the report has one."""
         try:
             results = self.action.rule_results()
         except Exception:
@@ -231,8 +233,9 @@ class NcuReportAction:
         for result in results:
             if result.rule_identifier() == _SOL_RULE:
                 message = result.rule_message() or {}
-                title = message.get("title") if isinstance(message, dict) else None
-                return str(title) if title else None
+                if not isinstance(message, dict):
+                    return None
+                return sol_verdict_name(str(message.get("title") or ""), str(message.get("message") or ""))
         return None
 
     def rule_results(self) -> RuleResults:
@@ -240,6 +243,15 @@ class NcuReportAction:
         from ncuflow.read.rule_results import ncu_report_rule_results
 
         return ncu_report_rule_results(self.action)
+
+    def opcode_counts(self, name: str) -> dict[str, float] | None:
+        """An instanced metric whose instances are named (``sass__inst_executed_per_opcode``: opcode -> count,
+        ``IMetric.correlation_ids()``); None where the launch lacks it."""
+        metric = self.action.metric_by_name(name)
+        ids = metric.correlation_ids() if metric is not None else None
+        if metric is None or ids is None:
+            return None
+        return {str(ids.as_string(i)): float(metric.as_double(i)) for i in range(metric.num_instances())}
 
     def metric_names(self) -> list[str]:
         return list(self.action.metric_names())

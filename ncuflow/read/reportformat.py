@@ -47,14 +47,16 @@ from ncuflow.read.reportfile import (
 from ncuflow.read.zstdframes import zstd_content
 
 FORMAT_VERSION = 7
-# The fields of BlockHeader that NVIDIA's schema defines (1-7): a higher one is a layout
-# this reader has not been checked against.
-_KNOWN_BLOCK_FIELDS = frozenset(range(1, 8))
-# BlockHeader field 9, NumGraphResults: the GraphResult entries of `ncu --graph-profiling graph`
-# (each CUDA graph one workload). This reader turns kernel results into launches only.
+# The fields of BlockHeader that NVIDIA's schema defines (1-10; 8-10 since ncu 2025.3): a higher one
+# is a layout this reader has not been checked against.
+_KNOWN_BLOCK_FIELDS = frozenset(range(1, 11))
+# BlockHeader field 9, NumGraphResults: the GraphResult entries of `ncu --graph-profiling graph`.
 GRAPH_RESULTS_FIELD = 9
-GRAPH_RESULTS_WORDS = ("it holds CUDA-graph results (ncu --graph-profiling graph: each graph profiled as one "
-                       "workload), which ncuflow's reader does not turn into launches")
+GRAPH_RESULTS_WORDS = "CUDA-graph results (ncu --graph-profiling graph: each graph profiled as one workload)"
+# Counts of entries after the range results that are no kernel launches (ncu 2025.3 on), as the
+# schema names them: a zero is nothing, a non-zero count a layout ncuflow's reader does not read.
+_NOT_LAUNCHES = (("num_cmdlist_results", "command-list results"), ("num_graph_results", GRAPH_RESULTS_WORDS),
+                 ("num_graphs", "CUDA graphs"))
 # Caps against hostile files (real reports: a few thousand names, at most ~100,000 results), checked
 # against what the block headers count before their entries are walked.
 MAX_STRINGS = 2_000_000
@@ -350,17 +352,19 @@ def _check_block_layout(block: Any) -> None:
     from google.protobuf import unknown_fields
 
     # A field NVIDIA's schema does not define is a layout this reader was not checked
-    # against, unless it is a zero (ncu 2026.2 writes field 10 = 0 in every block header).
+    # against, unless it is a zero.
     unknown = sorted(item.field_number for item in unknown_fields.UnknownFieldSet(block)
                      if item.field_number not in _KNOWN_BLOCK_FIELDS and item.data != 0)
-    if GRAPH_RESULTS_FIELD in unknown:  # ncu 2026's NumGraphResults: CUDA graphs profiled as one workload each
-        raise UnknownLayout(GRAPH_RESULTS_WORDS)
     if unknown:
         raise UnknownLayout(f"a block header carries field {unknown[0]}, which NVIDIA's schema of format "
                             f"version {FORMAT_VERSION} does not define")
     if block.num_range_results:
         raise UnknownLayout(f"it holds {block.num_range_results} range results (range or application-range "
                             "replay), which ncuflow's reader does not turn into launches")
+    for count, what in _NOT_LAUNCHES:
+        if getattr(block, count):
+            raise UnknownLayout(f"it holds {getattr(block, count)} {what} (block header field {count}), which "
+                                "ncuflow's reader does not turn into launches")
 
 
 def _note_entries(report: ReportFile, start: int, end: int, counts: tuple[int, int]) -> int:

@@ -31,7 +31,11 @@ NVIDIA's breakdown (``Launch.breakdown``: a unit's % of peak) is checked by the 
 ``breakdown``.
 
 Each note is keyed by the field's name (``Launch.notes``); the tables, ``classify
---evidence`` / ``--json`` and the export carry them.
+--evidence`` / ``--json`` and the export carry them. The fields whose stored value is no
+measurement at all (out of range, negative, not whole, a peak of 0: not a clamp, not ncu's
+0 sectors over 0 requests) are also ``Launch.implausible``: the report is wrong there, and
+``classify --json`` flags the launch (``implausible``). Across the launches of one report,
+``ncuflow.read.plausibility`` adds different kernels with bit-identical counters.
 """
 
 from __future__ import annotations
@@ -69,7 +73,8 @@ _PERCENT_LOW, _PERCENT_HIGH = RANGES["percent"][:2]
 RATED_SLACK = 0.001
 HBM_BUS_BITS = 1024
 
-Checked = tuple[dict[str, float | None], dict[str, str], tuple[str, ...], dict[str, str]]
+# values, provenance, missing, notes, and the fields whose stored value cannot be (``Launch.implausible``)
+Checked = tuple[dict[str, float | None], dict[str, str], tuple[str, ...], dict[str, str], tuple[str, ...]]
 
 
 def _number(value: float) -> str:
@@ -221,6 +226,8 @@ def checked(
         sources["dram_peak_bw"] = f"{provenance.get('dram_rated_bw')} (HBM: one memory clock, the rated one)"
         values = {**values, "dram_peak_bw": rated_peak[0]}
     found = _impossible(values, provenance)
+    # no measurement at all (not a clamp, nor ncu's 0 sectors over 0 requests): the report is wrong there
+    impossible = tuple(name for name, (value, _) in found.items() if value is None and name not in _PER_REQUEST)
     if rated_peak is not None and rated_peak[1] is not None:
         found["dram_peak_bw"] = (rated_peak[0], rated_peak[1])
     found.update((name, (None, text)) for name, (_, text, ok) in summed.items() if not ok)
@@ -238,4 +245,5 @@ def checked(
             new_provenance.pop(name, None)
             if name not in new_missing:
                 new_missing.append(name)
-    return new_values, new_provenance, tuple(sorted(new_missing, key=lambda n: _ORDER.get(n, len(_ORDER)))), new_notes
+    ordered = tuple(sorted(new_missing, key=lambda n: _ORDER.get(n, len(_ORDER))))
+    return new_values, new_provenance, ordered, new_notes, impossible

@@ -57,6 +57,11 @@ MESSAGES: dict[str, tuple[FieldSpec, ...]] = {
         (5, "payload_size", _UINT32, False, None),
         (6, "process", _MESSAGE, False, "ProcessInfo"),
         (7, "num_range_results", _UINT32, False, None),
+        # ncu 2025.3 on: entries after the range results that are no kernel launches (command lists,
+        # CUDA graphs); a zero count is nothing, ``reportformat`` refuses a non-zero one
+        (8, "num_cmdlist_results", _UINT32, False, None),
+        (9, "num_graph_results", _UINT32, False, None),
+        (10, "num_graphs", _UINT32, False, None),
     ),
     # NV.Profiler.Messages.ProfileMetricValue
     "MetricValue": (

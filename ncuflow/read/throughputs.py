@@ -197,3 +197,33 @@ L2_OUTSIDE_MEMORY_FIGURE: dict[str, tuple[str, ...]] = {
     "8.0": _units(_FABRIC), "8.9": _units(_REALTIME), "9.0": _units(_FABRIC, _REALTIME),
     "10.0": _units(_LINK, _REALTIME), "10.3": _units(_LINK, _REALTIME), "12.0": _units(_REALTIME),
 }
+
+
+# Per compute capability, the units of l1tex__throughput (ncu's "L1/TEX Cache Throughput") that are
+# units of NVIDIA's memory figure too, and those it leaves out, as Perfworks lists them (TU10x; GA100;
+# GA10x; GA10B; AD10x; GH100; GB100/GB110; GB20x): ``tests/test_l1.py`` checks both against Perfworks.
+_L1 = ("data_bank_reads", "data_bank_writes", "data_pipe_lsu_wavefronts", "data_pipe_tex_wavefronts", "f_wavefronts",
+       "lsu_writeback_active", "lsuin_requests", "m_xbar2l1tex_read_sectors", "tex_writeback_active",
+       "texin_sm2tex_req_cycles_active")
+_TO_XBAR, _DSHARED_TMA = ("m_l1tex2xbar_req_cycles_active",), ("m_xbar2l1tex_read_sectors_mem_dshared", "tmain_requests")
+_TPC_ALL = ("data_bank_reads", "data_bank_writes", "data_pipe_lsu_wavefronts", "m_l1tex2xbar_req_cycles_active")
+_SAMP_SRAM = ("samp_wavefronts", *(f"sram_cycles_array_{a}_cmd_{c}" for a in (0, 1) for c in ("read", "write")))
+
+
+def _l1(*groups: tuple[str, ...], prefix: str = "l1tex__") -> tuple[str, ...]:
+    return tuple(sorted(f"{prefix}{name}" for group in groups for name in group))
+
+
+L1_IN_MEMORY_FIGURE: dict[str, tuple[str, ...]] = {
+    **{cc: _l1(_L1) for cc in ("7.5", "8.6", "8.9")},
+    **{cc: _l1(_L1, _TO_XBAR) for cc in ("8.0", "8.7")},
+    **{cc: _l1(_L1, _TO_XBAR, _DSHARED_TMA) for cc in ("9.0", "10.0", "10.3")},
+    "12.0": _l1(_L1, _DSHARED_TMA),
+}
+L1_OUTSIDE_MEMORY_FIGURE: dict[str, tuple[str, ...]] = {
+    "7.5": _l1(_TPC_ALL, prefix="tpc__l1tex_"),
+    **{cc: _l1(_TO_XBAR, prefix="tpc__l1tex_") for cc in ("8.6", "8.9")},
+    **{cc: () for cc in ("8.0", "8.7", "9.0")},
+    **{cc: ("l1tex__data_pipe_tc_wavefronts",) for cc in ("10.0", "10.3")},
+    "12.0": (*_l1(_SAMP_SRAM), *_l1(_TO_XBAR, prefix="tpc__l1tex_")),
+}
