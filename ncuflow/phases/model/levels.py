@@ -121,10 +121,11 @@ def falling(values: Sequence[int]) -> bool:
 
 def held_plateaus(
     decodes: Sequence[BatchSample], running: Sequence[int], *, band: float, resolution_s: float,
-    aborted: bool,
+    aborted: bool, walls: Sequence[Plateau] = (),
 ) -> list[Plateau]:
     """The plateaus the batch held (see the module), same-level neighbours with no peak
-    between them merged."""
+    between them merged; never across one of ``walls`` (the overload stretches: anchors of
+    their own, which a merged plateau would swallow)."""
     raw = raw_plateaus(running, band)
     if not raw:
         return []
@@ -149,7 +150,8 @@ def held_plateaus(
         if merged and within(plateau.level, merged[-1].level, band):
             between = running[merged[-1].last + 1 : plateau.first]
             ceiling = max(plateau.level, merged[-1].level)
-            if not any(v > ceiling and not within(v, ceiling, band) for v in between):
+            walled = any(merged[-1].last < w.first and w.last < plateau.first for w in walls)
+            if not walled and not any(v > ceiling and not within(v, ceiling, band) for v in between):
                 merged[-1] = Plateau(merged[-1].first, plateau.last, ceiling)
                 continue
         merged.append(plateau)
@@ -249,7 +251,7 @@ def run_shape(
     free = list(running)
     for stretch in stretches:
         free[stretch.first : stretch.last + 1] = [-1] * (stretch.last - stretch.first + 1)
-    held = held_plateaus(decodes, free, band=band, resolution_s=resolution_s, aborted=aborted)
+    held = held_plateaus(decodes, free, band=band, resolution_s=resolution_s, aborted=aborted, walls=stretches)
     if retractions and held:
         held = [max(held, key=lambda p: (p.level, p.last - p.first))]
     kinds = {id(p): PLATEAU for p in held} | {id(s): OVERLOAD for s in stretches}

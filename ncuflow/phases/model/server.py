@@ -193,7 +193,7 @@ def _run_segments(
         lockstep_admissions=settings.lockstep_admissions,
         retracted_counts=trace.retracted_requests,
     )
-    intervals, overload = mark_overload(intervals)
+    intervals, overload = mark_overload(intervals, infer_preemptions=not trace.capabilities.preemption_lines)
     inputs = SegmentInputs.of(
         samples,
         intervals,

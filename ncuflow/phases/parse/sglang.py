@@ -30,7 +30,7 @@ from ncuflow.phases.parse.chunked import mark_chunked_prefills
 from ncuflow.phases.parse.compact import SampleStore, folding_note, share_cap
 from ncuflow.phases.parse.format import LineFormat
 from ncuflow.phases.parse.reqstats import RequestTimingLog, find_marker, parse_request_line
-from ncuflow.phases.parse.service import ServiceLog
+from ncuflow.phases.parse.service import ServiceLog, killed_after_client_event
 from ncuflow.phases.parse.values import (
     BadValue,
     LogClock,
@@ -125,6 +125,7 @@ class SglangReader:
     bench: BenchBlockReader = field(init=False)
     service: ServiceLog = field(init=False)
     traceback_reported: bool = False
+    last_batch_line: int = 0
     prompts: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # prefills, with a hit, tokens, cached
 
     def __post_init__(self) -> None:
@@ -212,8 +213,11 @@ class SglangReader:
         if self.traceback_reported:
             return
         self.traceback_reported = True
+        if self.service.client_ended_after(self.last_batch_line):
+            self.events.append(killed_after_client_event(time_s, line, exception, self.service.client_aborts))
+            return
         after_shutdown = any(e.kind == "shutdown" for e in self.events)
-        exception = exception[:120]
+        exception = exception[:120] or "no exception line"
         self.events.append(
             LogEvent(
                 time_s,
@@ -250,6 +254,7 @@ class SglangReader:
         if "#running-req" not in fields:
             self._malformed(number, line, "has no readable '#running-req: N' field")
             return
+        self.last_batch_line = number
         if kind == "prefill" and "#new-seq" not in fields:
             self._malformed(number, line, "is a Prefill line without a readable '#new-seq: N' field")
             return

@@ -1,0 +1,255 @@
+"""Logs of the shapes that broke ``phases`` (issue 40), written from the engines' own line
+formats: agentic waves at a full KV cache, SGLang at a full cache without retractions, a
+server killed after its client ended the run, prompts over the context refused with a 400."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from ncuflow.cli import cli
+from ncuflow.phases.parse.service import CLIENT_ABORTS, OVER_CONTEXT
+from ncuflow.phases.parse.sglang import CAPABILITIES as SGLANG
+from ncuflow.phases.parse.vllm import CAPABILITIES as VLLM
+from ncuflow.phases.pipeline import build_report
+from ncuflow.phases.report import FileReport
+from ncuflow.phases.text import render_text
+
+START = datetime(2026, 11, 28, 15, 30, 0)
+
+
+def vllm_window(index: int, running: int, waiting: int, kv_percent: float, *, step_s: float = 0.05,
+                prompt: float = 0.0) -> str:
+    """vLLM V1's statistics line (loggers.py) of the ``index``-th 10-s window."""
+    moment = START + timedelta(seconds=10 * index)
+    generation = running / step_s if running else 0.0
+    return (
+        f"(APIServer pid=1) INFO {moment:%m-%d %H:%M:%S} [loggers.py:236] Engine 000: Avg prompt "
+        f"throughput: {prompt:.1f} tokens/s, Avg generation throughput: {generation:.1f} tokens/s, "
+        f"Running: {running} reqs, Waiting: {waiting} reqs, GPU KV cache usage: {kv_percent:.1f}%, "
+        "Prefix cache hit rate: 50.0%"
+    )
+
+
+def sglang_stamp(t: float) -> str:
+    moment = START + timedelta(seconds=t)
+    return f"[{moment:%Y-%m-%d %H:%M:%S}]"
+
+
+def sglang_decode(t: float, running: int, queued: int, usage: float, step_s: float = 0.04) -> str:
+    return (
+        f"{sglang_stamp(t)} Decode batch, #running-req: {running}, #token: 90000, token usage: {usage:.2f}, "
+        f"cuda graph: True, gen throughput (token/s): {running / step_s:.2f}, #queue-req: {queued}, "
+    )
+
+
+def sglang_prefill(t: float, new: int, running: int, queued: int, usage: float) -> str:
+    return (
+        f"{sglang_stamp(t)} Prefill batch, #new-seq: {new}, #new-token: {new * 800}, #cached-token: 0, "
+        f"token usage: {usage:.2f}, #running-req: {running}, #queue-req: {queued}, "
+    )
+
+
+def analyse(tmp_path: Path, lines: Sequence[str], name: str = "server.log") -> FileReport:
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    (report,) = build_report([path]).files
+    return report
+
+
+# ---------------------------------------------------------------- any window shape
+
+
+def two_waves_at_a_full_cache() -> list[str]:
+    """An agentic load at 64: a wave, requests waiting at a full KV cache (98.5 %), the same
+    level again, then the end: the two plateaus at 64 around the overload stretch."""
+    rows = [(16, 0, 20.0, 3000.0), (64, 0, 60.0, 9000.0), *[(64, 0, 70.0, 100.0)] * 4,
+            (60, 30, 98.5, 500.0), (58, 61, 98.5, 500.0), (62, 20, 98.5, 500.0),
+            *[(64, 0, 80.0, 100.0)] * 4, (30, 0, 40.0, 0.0), (0, 0, 0.0, 0.0)]
+    return [vllm_window(i, r, w, kv, prompt=p) for i, (r, w, kv, p) in enumerate(rows)]
+
+
+def test_one_level_on_both_sides_of_an_overload_stretch(tmp_path: Path) -> None:
+    """Was ``ValueError: min() arg is an empty sequence`` in ``_valley``: the two plateaus at
+    64 were merged across the overload stretch between them, which then lay inside one."""
+    report = analyse(tmp_path, two_waves_at_a_full_cache())
+    (run,) = report.runs
+    kinds = [s.kind.value for s in run.segments]
+    assert kinds == ["plateau", "overload", "plateau"]
+    ends = [(s.plateau.start_s, s.plateau.end_s) for s in run.segments]
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(ends))
+    assert "overload" in render_text(build_report([tmp_path / "server.log"]))
+
+
+def test_no_window_shape_breaks_the_analysis(tmp_path: Path) -> None:
+    """Random vLLM window sequences (batch, queue and KV usage drawn per window, idle gaps
+    included): every one is analysed, its segments in time order and not overlapping."""
+    rng = random.Random(40)
+    for case in range(60):
+        lines = []
+        for index in range(rng.randint(2, 24)):
+            running = rng.choice([0, rng.randint(1, 8), rng.randint(30, 70), 64, 64])
+            waiting = rng.choice([0, 0, rng.randint(1, 61)])
+            kv = rng.choice([5.0, 60.0, 95.0, 98.5])
+            lines.append(vllm_window(index, running, waiting, kv, prompt=rng.choice([0.0, 50.0, 9000.0])))
+        report = analyse(tmp_path, lines, f"case{case}.log")
+        for run in report.runs:
+            spans = [(s.plateau.start_s, s.plateau.end_s) for s in run.segments]
+            assert spans == sorted(spans), (case, lines)
+            assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), (case, lines)
+
+
+# ---------------------------------------------------------------- preemption
+
+
+def full_cache_growing_queue(decode: bool) -> list[str]:
+    """A batch that falls at a full KV cache while the queue grows (the shape vLLM V1 gives
+    when it preempts, and SGLang when it admits less), after a ramp to 48."""
+    lines = [sglang_prefill(0.0, 48, 0, 0, 0.3)] if decode else []
+    batches = [(48, 0, 0.60), (48, 0, 0.70), (48, 0, 0.80), (46, 4, 0.97), (44, 9, 0.98), (41, 15, 0.99),
+               (41, 15, 0.99), (38, 20, 0.99), (40, 10, 0.95), (44, 0, 0.70), (44, 0, 0.60), (44, 0, 0.50)]
+    for k, (running, queued, usage) in enumerate(batches):
+        lines.append(sglang_decode(2.0 + 2.0 * k, running, queued, usage) if decode
+                     else vllm_window(k, running, queued, usage * 100))
+    return lines
+
+
+def test_a_format_that_logs_its_retractions_infers_none(tmp_path: Path) -> None:
+    """SGLang logs every retraction: a full cache with a growing queue and no retraction line
+    is overload, never 'preempted (inferred …)', in the text and the plot's title."""
+    assert SGLANG.preemption_lines and not VLLM.preemption_lines
+    report = analyse(tmp_path, full_cache_growing_queue(decode=True))
+    text = render_text(build_report([tmp_path / "server.log"]))
+    assert report.runs[0].overload_s > 0
+    assert "preempted" not in text and "inferred" not in text
+    assert all(s.preempted == 0 and not s.preemption_inferred for r in report.runs for s in r.segments)
+
+
+def test_a_format_that_cannot_log_preemptions_infers_them(tmp_path: Path) -> None:
+    """vLLM V1 prints no preemption: the same shape there is counted as inferred."""
+    report = analyse(tmp_path, full_cache_growing_queue(decode=False))
+    assert any(s.preemption_inferred and s.preempted > 0 for r in report.runs for s in r.segments)
+    assert "preempted (inferred" in render_text(build_report([tmp_path / "server.log"]))
+
+
+# ---------------------------------------------------------------- a kill after the client ended
+
+
+def killed_after_the_client(aborts: int) -> list[str]:
+    """A run at 8, ``aborts`` AbortReq lines (the client ended it), then the server killed:
+    its monitor thread's traceback ends in psutil.NoSuchProcess (no …Error name)."""
+    lines = [sglang_prefill(0.0, 8, 0, 0, 0.1)]
+    lines += [sglang_decode(1.0 + k, 8, 0, 0.2) for k in range(8)]
+    lines += [f"{sglang_stamp(9.5)} Receive: obj=AbortReq(rid='req-{k}')" for k in range(aborts)]
+    lines += [
+        "Exception in thread Thread-3 (watchdog):",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.12/threading.py", line 1075, in _bootstrap_inner',
+        "    self.run()",
+        '  File "/usr/local/lib/python3.12/dist-packages/psutil/_pslinux.py", line 1645, in wrapper',
+        "    raise NoSuchProcess(self.pid, self._name, msg=msg) from None",
+        "psutil.NoSuchProcess: process no longer exists (pid=4242)",
+        f"{sglang_stamp(12.0)} INFO:     Shutting down",
+    ]
+    return lines
+
+
+def test_a_kill_after_the_client_ended_is_no_aborted_run(tmp_path: Path) -> None:
+    assert "AbortReq(" in CLIENT_ABORTS
+    report = analyse(tmp_path, killed_after_the_client(39))
+    (run,) = report.runs
+    text = render_text(build_report([tmp_path / "server.log"]))
+    assert "was aborted" not in text and "cut short" not in text
+    assert "stopped after the client ended the run (39 request(s) aborted" in text
+    assert "psutil.NoSuchProcess: process no longer exists (pid=4242)" in text
+    assert run.steady is not None
+
+
+def test_an_exception_without_client_aborts_still_aborts_the_run_with_its_cause(tmp_path: Path) -> None:
+    """The same traceback with no AbortReq before it: an aborted run, its cause the
+    exception's last line (was an empty '()')."""
+    text = render_text(build_report([_write(tmp_path, killed_after_the_client(0))]))
+    assert "aborted (psutil.NoSuchProcess: process no longer exists (pid=4242))" in text
+
+
+def _write(tmp_path: Path, lines: Sequence[str]) -> Path:
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------- prompts over the context
+
+
+def over_context_refusals(with_engine_message: bool) -> list[str]:
+    """Two prompts over the context: the tokenizer's warning, (the engine's own message,)
+    then uvicorn's 400 access line; around them, served requests (200)."""
+    lines = [sglang_prefill(0.0, 4, 0, 0, 0.1)]
+    lines += [sglang_decode(1.0 + k, 4, 0, 0.2) for k in range(6)]
+    for k in range(2):
+        lines.append(
+            "Token indices sequence length is longer than the specified maximum sequence length for "
+            "this model (207362 > 202752). Running this sequence through the model will result in "
+            "indexing errors"
+        )
+        if with_engine_message:
+            lines.append(
+                f"{sglang_stamp(7.0 + k)} ERROR: The input (207362 tokens) is longer than the model's "
+                "context length (202752 tokens)."
+            )
+        lines.append(f'{sglang_stamp(7.0 + k)} INFO:     127.0.0.1:5{k}000 - "POST /v1/chat/completions HTTP/1.1" 400 Bad Request')
+    lines += [f'{sglang_stamp(8.0)} INFO:     127.0.0.1:40000 - "POST /v1/chat/completions HTTP/1.1" 200 OK'] * 4
+    return lines
+
+
+def test_400s_after_the_tokenizers_over_length_warning_are_prompts_over_the_context(tmp_path: Path) -> None:
+    for engine_message in (False, True):
+        report = analyse(tmp_path, over_context_refusals(engine_message))
+        assert report.session is not None
+        (rejection,) = report.session.service.rejections
+        assert (rejection.cause, rejection.count) == (OVER_CONTEXT, 2), engine_message
+        text = render_text(build_report([tmp_path / "server.log"]))
+        assert "does not say" not in text
+        assert "refused: 2 request(s), context length" in text
+
+
+def test_the_json_names_the_kill(tmp_path: Path) -> None:
+    path = _write(tmp_path, killed_after_the_client(3))
+    result = CliRunner().invoke(cli, ["phases", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    assert "stopped after the client ended the run" in json.dumps(json.loads(result.output))
+
+
+# ---------------------------------------------------------------- vLLM's Running and prefill
+
+
+def agentic_windows(decode_batch: bool) -> list[str]:
+    """An agentic load at 40 sessions, half of them in prefill at every window's end (long
+    multi-turn prompts): 20 decode at a 50-ms step (400 tokens/s). A build that prints the window's decode
+    batch says so at the line's end."""
+    lines = []
+    for k, running in enumerate([40, 40, 40, 40, 40, 40, 0]):
+        line = vllm_window(k, running, 0, 60.0, step_s=0.10, prompt=900.0 if running else 0.0)
+        if decode_batch and running:
+            line += ", Avg prefill BS: 20.0, Avg decode BS: 20.0."
+        lines.append(line)
+    return lines
+
+
+def test_requests_in_prefill_are_kept_out_of_the_decode_batch_where_the_log_says_so(tmp_path: Path) -> None:
+    """Running (40) also counts the 20 still in prefill: per-token time is the decode batch
+    over the generation throughput (20 / 400 tokens/s = 50 ms, where Running gives 100 ms)
+    where the line states it; where it does not, Running is all there is."""
+    said = analyse(tmp_path, agentic_windows(decode_batch=True), "said.log").runs[0]
+    unsaid = analyse(tmp_path, agentic_windows(decode_batch=False), "unsaid.log").runs[0]
+    generation = 40 / 0.10  # the line's Avg generation throughput
+    for run, batch in ((said, 20.0), (unsaid, 40.0)):
+        per_token = [s.mixed_token_s or s.steady_token_s for s in run.segments]
+        assert per_token[0] is not None
+        assert abs(per_token[0].median - batch / generation) < 1e-6
