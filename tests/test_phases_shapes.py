@@ -253,3 +253,92 @@ def test_requests_in_prefill_are_kept_out_of_the_decode_batch_where_the_log_says
         per_token = [s.mixed_token_s or s.steady_token_s for s in run.segments]
         assert per_token[0] is not None
         assert abs(per_token[0].median - batch / generation) < 1e-6
+
+
+# ---------------------------------------------------------------- sessions and waves of sessions
+
+
+def step_s(batch: int) -> float:
+    """The step of these logs: 20 ms + 0.5 ms per request decoding."""
+    return 0.020 + 0.0005 * batch
+
+
+def multi_turn_wave(first: int, sessions: int, windows: int, steps: Sequence[int]) -> list[str]:
+    """A multi-turn replay of ``sessions`` sessions for ``windows`` 10-s windows (each turn's
+    prompt mostly cached: the prompt throughput a few % of the generation), then its
+    wind-down: the batch steps down through ``steps`` (three windows each) as sessions
+    finish, the others still sending turns, then idle."""
+    rows = [(sessions // 3, 4000.0), *[(sessions, 0.0)] * windows]
+    rows += [(n, 0.0) for n in steps for _ in range(3)]
+    lines = []
+    for k, (running, prompt) in enumerate(rows):
+        generation = running / step_s(running)
+        lines.append(vllm_window(first + k, running, 0, 50.0, step_s=step_s(running),
+                                 prompt=prompt or 0.05 * generation))
+    lines.append(vllm_window(first + len(rows), 0, 0, 0.0))
+    return lines
+
+
+def two_waves_of_sessions() -> tuple[list[str], dict[int, tuple[int, ...]]]:
+    waves = {64: (57, 50, 41, 30, 18, 9), 128: (114, 102, 79, 53, 31, 12)}
+    first = multi_turn_wave(0, 64, 160, waves[64])
+    second = multi_turn_wave(len(first) + 30, 128, 65, waves[128])
+    return first + second, waves
+
+
+def test_a_wave_of_sessions_is_one_level_and_its_wind_down(tmp_path: Path) -> None:
+    """64 then 128 sessions, each winding down in six steps: one level per wave (what the
+    client held), its headline the level's step time (never a wind-down window's, which a
+    smaller batch makes faster), the wind-down named once with its own per-token time."""
+    lines, waves = two_waves_of_sessions()
+    report = analyse(tmp_path, lines)
+    assert [r.steady_batch for r in report.runs] == list(waves)
+    for run, (sessions, steps) in zip(report.runs, waves.items(), strict=True):
+        assert [s.level for s in run.segments] == [sessions]
+        assert run.headline_token_s is not None
+        assert abs(run.headline_token_s - step_s(sessions)) < 1e-3
+        (note,) = [n for n in run.notes if n.startswith("wind-down")]
+        assert " → ".join(map(str, steps)) in note
+        low, high = step_s(steps[-1]) * 1000, step_s(steps[0]) * 1000
+        median_ms = float(note.split("per-token ")[1].split(" ms")[0])
+        assert low <= median_ms <= high  # its own: between its steps' step times
+        (segment,) = run.segments
+        assert segment.drain is not None and segment.drain.duration_s >= 3 * 10 * len(steps)
+
+
+def test_a_sweep_stepping_down_keeps_its_levels(tmp_path: Path) -> None:
+    """A closed-loop sweep 64 → 32 → 16 with no idle gap, each held as long as the one
+    before it: three levels, no wind-down."""
+    rows = [(20, 4000.0)] + [(n, 0.0) for n in (64, 32, 16) for _ in range(20)] + [(0, 0.0)]
+    lines = [vllm_window(k, n, 0, 40.0, step_s=step_s(n) if n else 0.05,
+                         prompt=p or 0.05 * (n / step_s(n) if n else 0)) for k, (n, p) in enumerate(rows)]
+    (run,) = analyse(tmp_path, lines).runs
+    assert [s.level for s in run.segments] == [64, 32, 16]
+    assert not any(n.startswith("wind-down") for n in run.notes)
+
+
+def test_the_headline_is_the_longest_level(tmp_path: Path) -> None:
+    """32 sessions for 600 s, then 64 for 60 s: the run is summed up by the level it spent
+    its time at (32), not the highest."""
+    rows = [(10, 4000.0)] + [(32, 0.0)] * 60 + [(64, 3000.0)] + [(64, 0.0)] * 6 + [(0, 0.0)]
+    lines = [vllm_window(k, n, 0, 40.0, step_s=step_s(n) if n else 0.05,
+                         prompt=p or 0.05 * (n / step_s(n) if n else 0)) for k, (n, p) in enumerate(rows)]
+    (run,) = analyse(tmp_path, lines).runs
+    assert sorted(s.level for s in run.segments) == [32, 64]
+    assert run.steady_batch == 32
+    assert run.headline_token_s is not None and abs(run.headline_token_s - step_s(32)) < 1e-3
+
+
+def test_the_plot_label_sits_on_the_curve_it_names(tmp_path: Path) -> None:
+    """The headline's label is placed at the per-token curve's height over the stretch it
+    names (a token-weighted headline may state another value than the curve's median)."""
+    from dataclasses import replace
+
+    from ncuflow.phases.plot import _on_curve
+
+    lines, _ = two_waves_of_sessions()
+    run = analyse(tmp_path, lines).runs[0]
+    assert run.steady is not None and run.headline_token_s is not None
+    moved = replace(run, headline_token_s=run.headline_token_s * 0.7)  # a value off the curve
+    height = _on_curve(moved, run.steady.start_s, run.steady.end_s, 0.0)
+    assert abs(height - step_s(64)) < 1e-3

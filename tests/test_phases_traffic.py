@@ -184,8 +184,10 @@ def test_agentic_closed_loop(tmp_path: Path) -> None:
             assert run.main_segment is not None
             main = run.segments[run.main_segment - 1]
             assert run.ramp == main.ramp and run.steady == main.steady
-            assert main.kind == "plateau" and main.level == max(
-                s.level for s in run.segments if s.kind == "plateau" and s.steady is not None
+            # the headline is the longest level by time among those with a steady stretch
+            steady = [s for s in run.segments if s.kind == "plateau" and s.steady is not None]
+            assert main.kind == "plateau" and (main.plateau.duration_s, main.level) == max(
+                (s.plateau.duration_s, s.level) for s in steady
             )
     text = render_text(build_report([tmp_path / "server.log"]))
     assert re.search(r"run 1\s+\d+ of \d+", text)  # the run row names its segment

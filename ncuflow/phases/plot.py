@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -231,15 +232,23 @@ def _draw_ranks(
             )
 
 
+def _on_curve(run: RunAnalysis, start_s: float, end_s: float, fallback: float) -> float:
+    """The per-token curve's height over a stretch (the median of its points there): where
+    a label naming that stretch sits, whatever value the label states."""
+    points = sorted(p.per_token_s for p in run.timeline if p.per_token_s is not None and start_s <= p.time_s <= end_s)
+    return statistics.median(points) if points else fallback
+
+
 def _annotate_steady(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
     annotated = [r for r in runs if r.steady is not None and r.headline_token_s is not None]
     for run in annotated if len(annotated) <= 8 else ():
         if run.steady is not None and run.headline_token_s is not None:
             mid = (run.steady.start_s + run.steady.end_s) / 2
             tw = " (tw)" if run.headline_method == "token-weighted" else ""
+            height = _on_curve(run, run.steady.start_s, run.steady.end_s, run.headline_token_s)
             bottom.annotate(
                 f"{run.headline_token_s * 1000:.1f} ms{tw}",
-                (mid, run.headline_token_s * 1000),
+                (mid, height * 1000),
                 textcoords="offset points",
                 xytext=(0, 8),
                 ha="center",

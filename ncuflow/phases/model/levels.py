@@ -10,7 +10,15 @@ into and falls out of each. One rule, the same everywhere in a run:
 - a held plateau that the batch *fell* to from the item before it, without dipping below
   it on the way and with no admission while on it, is a *tail*: the last requests of what
   came before finishing. A tail is no segment: the drain of the item before it runs on
-  through it. Every other held plateau is a segment (a concurrency level);
+  through it;
+- a held plateau the batch fell to in the same way *with* admissions on it, held for less
+  than ``WIND_DOWN_SHARE`` of the level it falls from (the nearest segment before it), is a
+  step of that level's *wind-down*: sessions of a multi-turn client finishing one by one,
+  the others still sending turns (114, 102, 79, 53 … after a level of 128). No level of the
+  client's, no segment: like a tail, the drain of the level runs through it, and the run
+  names its wind-down with its own per-token time (``wind_down_notes``). A level held as
+  long as the one before it (a sweep stepping down) stays a level.
+  Every other held plateau is a segment (a concurrency level);
 - between two held plateaus (or the run's start and end, at batch 0), a peak above both
   that the batch did not hold is a *burst*: a segment of its own, whose level is its peak,
   with no steady phase. It is never part of a ramp or a drain;
@@ -40,6 +48,9 @@ from ncuflow.phases.model.traces import BatchSample
 
 PLATEAU, BURST, OVERLOAD = SegmentKind.PLATEAU, SegmentKind.BURST, SegmentKind.OVERLOAD
 TAIL = "tail"  # an item that is no segment: the drain of the one before it runs through it
+WIND_DOWN = "wind-down"  # … likewise, with admissions on it: a step of a level's wind-down
+NO_SEGMENT = (TAIL, WIND_DOWN)
+WIND_DOWN_SHARE = 1 / 3  # a step held less than this share of its level's time is wind-down
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +286,8 @@ def _tails(
     band: float,
 ) -> list[tuple[str, Plateau]]:
     """A held plateau the batch fell to from the item before it, with no dip below it on the
-    way and no admission on it, is a tail."""
+    way, is a tail (no admission on it) or a step of a wind-down (held briefly against the
+    level before it)."""
     out: list[tuple[str, Plateau]] = []
     for kind, plateau in items:
         if kind == PLATEAU and out:
@@ -283,15 +295,32 @@ def _tails(
             fell = before.level > plateau.level and not within(before.level, plateau.level, band)
             between = [v for v in running[before.last + 1 : plateau.first] if v > 0]
             dipped = bool(between) and min(between) < (1 - band) * plateau.level
-            if fell and not dipped and not refilled(plateau, decodes, intervals):
-                kind = TAIL
+            if fell and not dipped:
+                if not refilled(plateau, decodes, intervals):
+                    kind = TAIL
+                elif _brief(plateau, _owner(out), decodes):
+                    kind = WIND_DOWN
         out.append((kind, plateau))
     return out
 
 
+def _owner(items: Sequence[tuple[str, Plateau]]) -> tuple[str, Plateau] | None:
+    """The last item that is a segment."""
+    return next((item for item in reversed(items) if item[0] not in NO_SEGMENT), None)
+
+
+def _brief(plateau: Plateau, owner: tuple[str, Plateau] | None, decodes: Sequence[BatchSample]) -> bool:
+    """Held for less than ``WIND_DOWN_SHARE`` of the plateau of the level it fell from."""
+    if owner is None or owner[0] != PLATEAU:
+        return False
+    level = owner[1]
+    held = decodes[plateau.last].time_s - decodes[plateau.first].time_s
+    return held < WIND_DOWN_SHARE * (decodes[level.last].time_s - decodes[level.first].time_s)
+
+
 def _with_valleys(items: Sequence[tuple[str, Plateau]], running: Sequence[int]) -> list[Item]:
-    """Each item with the valley it rises from and the one it falls to; a tail's fall
-    belongs to the last item before it that is not a tail."""
+    """Each item with the valley it rises from and the one it falls to; the fall of a tail or
+    a wind-down step belongs to the last item before it that is a segment."""
     end = len(running)
     valleys = [-1]
     for (_, left), (_, right) in itertools.pairwise(items):
@@ -304,8 +333,8 @@ def _with_valleys(items: Sequence[tuple[str, Plateau]], running: Sequence[int]) 
     ]
     out: list[Item] = []
     for item in shaped:
-        if item.kind == TAIL:
-            owner = next((k for k in range(len(out) - 1, -1, -1) if out[k].kind != TAIL), None)
+        if item.kind in NO_SEGMENT:
+            owner = next((k for k in range(len(out) - 1, -1, -1) if out[k].kind not in NO_SEGMENT), None)
             if owner is not None:
                 o = out[owner]
                 out[owner] = Item(o.kind, o.first, o.last, o.level, o.rise_from, item.fall_to)

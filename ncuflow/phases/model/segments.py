@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ncuflow.phases.model.intervals import DecodeInterval, is_decode
-from ncuflow.phases.model.levels import BURST, OVERLOAD, TAIL, Item
+from ncuflow.phases.model.levels import BURST, NO_SEGMENT, OVERLOAD, Item
 from ncuflow.phases.model.prefill import PrefillRate, WarmupSplit, split_warmup
 from ncuflow.phases.model.results import PhaseSpan, Segment
 from ncuflow.phases.model.stats import Distribution, distribution
@@ -68,7 +68,7 @@ class SegmentInputs:
 
 
 def build_segments(inputs: SegmentInputs, items: Sequence[Item]) -> tuple[Segment, ...]:
-    kept = [item for item in items if item.kind != TAIL]
+    kept = [item for item in items if item.kind not in NO_SEGMENT]
     return tuple(_segment(inputs, number, item) for number, item in enumerate(kept, start=1))
 
 

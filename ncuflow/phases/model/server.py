@@ -57,6 +57,7 @@ from ncuflow.phases.model.server_text import (
     step_method,
 )
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
+from ncuflow.phases.model.wind_down import wind_down_notes, wind_downs
 
 
 def analyse_server_trace(
@@ -120,11 +121,13 @@ def _timeline(
 
 
 def _main_segment(segments: Sequence[Segment]) -> Segment | None:
-    """The highest plateau with a steady stretch, else the highest plateau; never a burst."""
+    """The run's headline: its longest level by time (the highest of equally long ones),
+    among those with a steady stretch where any has one; never a burst, an overload
+    stretch or a wind-down step (no segments)."""
     plateaus = [s for s in segments if s.kind is SegmentKind.PLATEAU]
     steady = [s for s in plateaus if s.steady is not None and s.steady_token_s is not None]
     pool = steady or plateaus
-    return max(pool, key=lambda s: (s.level, s.plateau.duration_s)) if pool else None
+    return max(pool, key=lambda s: (s.plateau.duration_s, s.level)) if pool else None
 
 
 def _ramp_arrivals(
@@ -223,6 +226,7 @@ def _analyse_server_run(
     main = _main_segment(segments)
     notes, cannot = run_findings(trace, run, settings, decodes, prefills, segments)
     notes.extend(shape_notes(segments, [i for i in items if i.kind == TAIL], decodes))
+    notes.extend(wind_down_notes(wind_downs(items, decodes, intervals)))
     peak = peak_batch(samples)
     overload = run_overload(segments, intervals, peak)
     notes.extend(overload_notes(trace.capabilities, segments, overload))
