@@ -14,6 +14,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from ncuflow.cli import cli
+from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.parse.service import CLIENT_ABORTS, OVER_CONTEXT
 from ncuflow.phases.parse.sglang import CAPABILITIES as SGLANG
 from ncuflow.phases.parse.vllm import CAPABILITIES as VLLM
@@ -250,7 +251,7 @@ def test_requests_in_prefill_are_kept_out_of_the_decode_batch_where_the_log_says
     unsaid = analyse(tmp_path, agentic_windows(decode_batch=False), "unsaid.log").runs[0]
     generation = 40 / 0.10  # the line's Avg generation throughput
     for run, batch in ((said, 20.0), (unsaid, 40.0)):
-        per_token = [s.mixed_token_s or s.steady_token_s for s in run.segments]
+        per_token = [s.phase(PhaseKind.MIXED).token_s or s.phase(PhaseKind.STEADY).token_s for s in run.segments]
         assert per_token[0] is not None
         assert abs(per_token[0].median - batch / generation) < 1e-6
 
@@ -303,7 +304,7 @@ def test_a_wave_of_sessions_is_one_level_and_its_wind_down(tmp_path: Path) -> No
         median_ms = float(note.split("per-token ")[1].split(" ms")[0])
         assert low <= median_ms <= high  # its own: between its steps' step times
         (segment,) = run.segments
-        assert segment.drain is not None and segment.drain.duration_s >= 3 * 10 * len(steps)
+        assert segment.phase(PhaseKind.DRAIN).span is not None and segment.phase(PhaseKind.DRAIN).span.duration_s >= 3 * 10 * len(steps)
 
 
 def test_a_sweep_stepping_down_keeps_its_levels(tmp_path: Path) -> None:

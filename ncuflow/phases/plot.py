@@ -9,7 +9,7 @@ from pathlib import Path
 
 import matplotlib
 
-from ncuflow.phases.model.results import SegmentKind
+from ncuflow.phases.model.results import PhaseKind, SegmentKind
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -90,25 +90,21 @@ def _spans(run: RunAnalysis) -> list[PhaseSpan]:
         if segment.kind is SegmentKind.BURST:
             start = segment.rise.start_s if segment.rise is not None else segment.plateau.start_s
             spans.append(PhaseSpan("burst", start, segment.plateau.end_s))
-            if segment.drain is not None:
-                spans.append(segment.drain)
+            spans.extend(_spans_of(segment, PhaseKind.DRAIN))
             continue
         if segment.kind is SegmentKind.OVERLOAD:
             if segment.rise is not None:
                 spans.append(PhaseSpan("ramp", segment.rise.start_s, segment.rise.end_s))
             spans.append(PhaseSpan("overload", segment.plateau.start_s, segment.plateau.end_s))
-            if segment.drain is not None:
-                spans.append(segment.drain)
+            spans.extend(_spans_of(segment, PhaseKind.DRAIN))
             continue
         if segment.ramp is not None:
             spans.append(segment.ramp)
         spans.extend(_warmup_spans(segment))
-        if segment.mixed_s > 0:
+        if segment.phase(PhaseKind.MIXED).seconds > 0:
             spans.append(PhaseSpan("mixed", segment.plateau.start_s, segment.plateau.end_s))
-        if segment.steady is not None:
-            spans.append(segment.steady)
-        if segment.drain is not None:
-            spans.append(segment.drain)
+        spans.extend(_spans_of(segment, PhaseKind.STEADY))
+        spans.extend(_spans_of(segment, PhaseKind.DRAIN))
     return spans
 
 
@@ -230,6 +226,11 @@ def _draw_ranks(
                 color="#555555",
                 alpha=0.5,
             )
+
+
+def _spans_of(segment: Segment, kind: PhaseKind) -> list[PhaseSpan]:
+    span = segment.phase(kind).span
+    return [span] if span is not None else []
 
 
 def _on_curve(run: RunAnalysis, start_s: float, end_s: float, fallback: float) -> float:

@@ -16,6 +16,7 @@ from ncuflow.phases.model import (
     BenchSummary,
     ConfigGap,
     Distribution,
+    PhaseKind,
     PhaseSpan,
     Reconciliation,
     RunAnalysis,
@@ -27,8 +28,20 @@ from ncuflow.phases.selection import RunSelection
 
 # 1: before issue 32 (no version key); 2: + schema_version, format_name, capabilities,
 # session, runs_total, runs_index; runs may be a selection of a long session's runs
-# (``--runs``); overload, arrival and prefill keys. Every older key keeps its name and type.
-SCHEMA_VERSION = 2
+# (``--runs``); overload, arrival and prefill keys. 3 (issue 40): each segment has
+# ``phases`` (one object per phase: span, seconds, token_s, tokens, weighted_s), the model's
+# records; its flat keys (``steady_token_s``, ``drain_tokens`` …) are kept, each read from
+# ``phases`` by the rule ``<phase>_<field>`` (``_PHASE_FIELD_KEYS``). Every older key keeps
+# its name and type.
+SCHEMA_VERSION = 3
+# the flat JSON key of a phase's field: "<phase>" + suffix (steady_token_s = phases.steady.token_s)
+_PHASE_FIELD_KEYS: tuple[tuple[str, str], ...] = (
+    ("", "span"),
+    ("_s", "seconds"),
+    ("_token_s", "token_s"),
+    ("_tokens", "tokens"),
+    ("_weighted_s", "weighted_s"),
+)
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,7 @@ _SEGMENT_JSON_KEYS: tuple[str, ...] = (
     "harness_tpot_s",  # a wave of a request trace (docs/phases.md): its TPOT and what explains it
     "reconciliation",
 )
+_SEGMENT_OWN_FIELDS = frozenset(f.name for f in fields(Segment)) | {"harness_tpot_s"}
 
 
 def _plain(value: Any) -> Any:
@@ -197,7 +211,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, PhaseSpan):
         return {"start_s": value.start_s, "end_s": value.end_s, "duration_s": value.duration_s}
     if isinstance(value, Segment):
-        return {key: _plain(getattr(value, key)) for key in _SEGMENT_JSON_KEYS}
+        return _segment_dict(value)
     if isinstance(value, ServerRow):
         row = dict(value.__dict__)
         row["rank_names"], row["run_labels"] = list(value.rank_names), list(value.run_labels)
@@ -211,6 +225,23 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Enum):
         return value.value
     return value
+
+
+def _segment_value(segment: Segment, key: str) -> Any:
+    """A segment's JSON key: its own field, or a phase's field by the key's rule."""
+    if key in _SEGMENT_OWN_FIELDS:
+        return getattr(segment, key)
+    for kind in PhaseKind:
+        for suffix, name in _PHASE_FIELD_KEYS:
+            if key == kind.value + suffix:
+                return getattr(segment.phase(kind), name)
+    raise KeyError(key)
+
+
+def _segment_dict(segment: Segment) -> dict[str, Any]:
+    data = {key: _plain(_segment_value(segment, key)) for key in _SEGMENT_JSON_KEYS}
+    data["phases"] = {kind.value: _plain(stats) for kind, stats in segment.phases.items()}
+    return data
 
 
 def _distribution_dict(value: Distribution) -> dict[str, Any]:

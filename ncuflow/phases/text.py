@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.model import Distribution, PhaseSpan, Reconciliation, RunAnalysis, Segment, Term
-from ncuflow.phases.model.results import SegmentKind
+from ncuflow.phases.model.results import PhaseKind, SegmentKind
 from ncuflow.phases.model.session import run_numbers
 from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
 from ncuflow.phases.selection import RunSelection
@@ -123,17 +123,17 @@ def reconciliation_line(rec: Reconciliation) -> str:
 SegmentCell = Callable[[Segment, float | None], str]
 
 
-def _phase_cell(phase: str) -> SegmentCell:
+def _phase_cell(phase: PhaseKind) -> SegmentCell:
     """A segment's per-token time in one phase (flagged where below the lone-request time)."""
 
     def cell(s: Segment, _: float | None) -> str:
-        return _dist_ms(getattr(s, f"{phase}_token_s"), phase in s.below_floor)
+        return _dist_ms(s.phase(phase).token_s, phase.value in s.below_floor)
 
     return cell
 
 
 def _steady_cell(s: Segment, _: float | None) -> str:
-    steady = s.steady_token_s if s.steady is not None else None
+    steady = s.phase(PhaseKind.STEADY).token_s if s.phase(PhaseKind.STEADY).span is not None else None
     return _dist_ms(steady, "steady" in s.below_floor, s.headline_token_s, s.headline_method)
 
 
@@ -143,15 +143,15 @@ SEGMENT_COLUMNS: tuple[tuple[str, tuple[SegmentKind, ...] | None, SegmentCell], 
     ("level", None, lambda s, r: str(s.level)),
     ("ramp", None, lambda s, r: _span(s.ramp, r)),
     ("warm-up", None, lambda s, r: _warmup(s.warmup, s.warmup_excess_s, r)),
-    ("steady", None, lambda s, r: _s(s.steady_s) if s.steady_s > 0 and s.steady is not None else "—"),
+    ("steady", None, lambda s, r: _s(s.phase(PhaseKind.STEADY).seconds) if s.phase(PhaseKind.STEADY).seconds > 0 and s.phase(PhaseKind.STEADY).span is not None else "—"),
     ("steady per-token", None, _steady_cell),
-    ("mixed", None, lambda s, r: _s(s.mixed_s) if s.mixed_s > 0 else "—"),
-    ("mixed per-token", None, _phase_cell("mixed")),
-    ("burst per-token", (SegmentKind.BURST,), _phase_cell("burst")),
-    ("overload", (SegmentKind.OVERLOAD,), lambda s, r: _s(s.overload_s) if s.overload_s > 0 else "—"),
-    ("overload per-token", (SegmentKind.OVERLOAD,), _phase_cell("overload")),
-    ("drain", None, lambda s, r: _span(s.drain, r)),
-    ("drain per-token", None, _phase_cell("drain")),
+    ("mixed", None, lambda s, r: _s(s.phase(PhaseKind.MIXED).seconds) if s.phase(PhaseKind.MIXED).seconds > 0 else "—"),
+    ("mixed per-token", None, _phase_cell(PhaseKind.MIXED)),
+    ("burst per-token", (SegmentKind.BURST,), _phase_cell(PhaseKind.BURST)),
+    ("overload", (SegmentKind.OVERLOAD,), lambda s, r: _s(s.phase(PhaseKind.OVERLOAD).seconds) if s.phase(PhaseKind.OVERLOAD).seconds > 0 else "—"),
+    ("overload per-token", (SegmentKind.OVERLOAD,), _phase_cell(PhaseKind.OVERLOAD)),
+    ("drain", None, lambda s, r: _span(s.phase(PhaseKind.DRAIN).span, r)),
+    ("drain per-token", None, _phase_cell(PhaseKind.DRAIN)),
     ("accept", None, lambda s, r: "—" if s.accept_len is None else f"{s.accept_len:.2f}"),
 )
 
@@ -162,7 +162,7 @@ def _segment_rows(runs: Sequence[RunAnalysis], resolution_s: float | None) -> li
     rows = [["run", "seg", *(header for header, _, _ in columns)]]
     for run in runs:
         shown = len(run.segments) > 1 or any(
-            s.mixed_s > 0 or s.drain_token_s is not None or s.overload_s > 0 for s in run.segments
+            s.phase(PhaseKind.MIXED).seconds > 0 or s.phase(PhaseKind.DRAIN).token_s is not None or s.phase(PhaseKind.OVERLOAD).seconds > 0 for s in run.segments
         )
         for segment in run.segments if shown else ():
             rows.append(

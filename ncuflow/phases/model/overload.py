@@ -24,7 +24,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ncuflow.phases.model.intervals import DecodeInterval
-from ncuflow.phases.model.results import PhaseSpan, QueueCause, RunOverload, Segment, SegmentKind
+from ncuflow.phases.model.results import (
+    PhaseKind,
+    PhaseSpan,
+    QueueCause,
+    RunOverload,
+    Segment,
+    SegmentKind,
+)
 from ncuflow.phases.model.stats import distribution
 
 KV_FULL = 0.90  # KV cache usage from which a waiting request is waiting for cache
@@ -142,7 +149,7 @@ def run_overload(
     tokens = sum(t for _, t in pairs if t)
     return RunOverload(
         overload=PhaseSpan("overload", stretches[0].plateau.start_s, stretches[-1].plateau.end_s),
-        overload_s=sum(s.overload_s for s in stretches),
+        overload_s=sum(s.phase(PhaseKind.OVERLOAD).seconds for s in stretches),
         overload_token_s=distribution([i.per_token_s for i in inside if i.per_token_s is not None]),
         overload_weighted_s=sum(p * t for p, t in pairs if p and t) / tokens if tokens > 0 else None,
         preempted=sum(s.preempted for s in stretches),

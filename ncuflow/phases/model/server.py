@@ -26,6 +26,7 @@ from ncuflow.phases.model.overload_text import overload_notes
 from ncuflow.phases.model.prefill import prefill_rate
 from ncuflow.phases.model.prefill_text import prefill_note, warmup_note
 from ncuflow.phases.model.results import (
+    PhaseKind,
     PhaseSpan,
     RunAdmission,
     RunAnalysis,
@@ -125,7 +126,7 @@ def _main_segment(segments: Sequence[Segment]) -> Segment | None:
     among those with a steady stretch where any has one; never a burst, an overload
     stretch or a wind-down step (no segments)."""
     plateaus = [s for s in segments if s.kind is SegmentKind.PLATEAU]
-    steady = [s for s in plateaus if s.steady is not None and s.steady_token_s is not None]
+    steady = [s for s in plateaus if s.phase(PhaseKind.STEADY).span is not None and s.phase(PhaseKind.STEADY).token_s is not None]
     pool = steady or plateaus
     return max(pool, key=lambda s: (s.plateau.duration_s, s.level)) if pool else None
 
@@ -279,7 +280,7 @@ def _level_notes(
         notes.append(
             f"{readmitted} request(s) were admitted while the batch stayed near {main.level} (a "
             "closed loop refilling finished requests): those intervals mix prefill into decode "
-            f"and are counted as 'mixed' ({main.mixed_s:.0f} s), not steady"
+            f"and are counted as 'mixed' ({main.phase(PhaseKind.MIXED).seconds:.0f} s), not steady"
         )
     return notes
 
@@ -295,9 +296,9 @@ def _run_phases(
     """The run-level phases are those of its main segment (the highest plateau)."""
     if main is None:
         return RunPhases(samples[0].time_s, samples[-1].time_s, peak, segments=segments)
-    steady = main.steady
+    steady = main.phase(PhaseKind.STEADY).span
     mixed = None
-    if main.mixed_s > 0 and readmitted:
+    if main.phase(PhaseKind.MIXED).seconds > 0 and readmitted:
         after_steady = steady is not None and steady.end_s < main.plateau.end_s
         mixed_start = steady.end_s if steady is not None and after_steady else main.plateau.start_s
         mixed = PhaseSpan("mixed", mixed_start, main.plateau.end_s)
@@ -309,7 +310,7 @@ def _run_phases(
         ramp=main.ramp,
         steady=steady,
         mixed=mixed,
-        drain=main.drain if steady is not None else None,
+        drain=main.phase(PhaseKind.DRAIN).span if steady is not None else None,
         warmup=main.warmup,
         warmup_excess_s=main.warmup_excess_s,
         warmup_prefill_s=main.warmup_prefill_s,
@@ -334,7 +335,7 @@ def _plot_data(
 
 
 def _steady_batch(segment: Segment, intervals: Sequence[DecodeInterval]) -> float:
-    steady = segment.steady
+    steady = segment.phase(PhaseKind.STEADY).span
     assert steady is not None
     values = [i.running for i in intervals if steady.start_s < i.end_s <= steady.end_s]
     return float(statistics.median(values)) if values else float(segment.level)
@@ -349,10 +350,11 @@ def _run_timing(
     notes: list[str],
     cannot: list[str],
 ) -> RunTiming:
-    if main is None or main.steady is None or main.steady_token_s is None:
+    steady = main.phase(PhaseKind.STEADY) if main is not None else None
+    if main is None or steady is None or steady.span is None or steady.token_s is None:
         return RunTiming(
-            mixed_token_s=main.mixed_token_s if main else None,
-            drain_token_s=main.drain_token_s if main else None,
+            mixed_token_s=main.phase(PhaseKind.MIXED).token_s if main else None,
+            drain_token_s=main.phase(PhaseKind.DRAIN).token_s if main else None,
             accept_len=main.accept_len if main else None,
         )
     on_plateau = [i for i in intervals if main.plateau.start_s < i.end_s <= main.plateau.end_s]
@@ -367,17 +369,17 @@ def _run_timing(
     notes.extend(method_notes)
     notes.extend(spec_decoding_note(on_plateau))
     notes.extend(headline_note(main))
-    notes.extend(_rough_timing_notes(main.steady_token_s.count, trace.time_resolution_s))
+    notes.extend(_rough_timing_notes(steady.token_s.count, trace.time_resolution_s))
     interval_s = settings.decode_log_interval * step if step else None
     notes.extend(warmup_note(trace, run_samples, settings.decode_log_interval, main, interval_s))
     notes.extend(prefill_note(run_samples, settings.prefill_rate, interval_s, trace.time_resolution_s))
     cannot.extend(_unseen_timing(trace, settings, main, intervals, interval_s))
     return RunTiming(
         step_method=method,
-        steady_token_s=main.steady_token_s,
+        steady_token_s=main.phase(PhaseKind.STEADY).token_s,
         steady_step_s=step,
-        mixed_token_s=main.mixed_token_s,
-        drain_token_s=main.drain_token_s,
+        mixed_token_s=main.phase(PhaseKind.MIXED).token_s,
+        drain_token_s=main.phase(PhaseKind.DRAIN).token_s,
         accept_len=main.accept_len,
         headline_token_s=main.headline_token_s,
         headline_method=main.headline_method,
@@ -411,7 +413,7 @@ def _unseen_timing(
     and (vLLM) any per-request time."""
     cannot = []
     last_decode = max((i.end_s for i in intervals), default=main.plateau.end_s)
-    if trace.capabilities.step_counted_lines and main.drain is None and main.plateau.end_s >= last_decode:
+    if trace.capabilities.step_counted_lines and main.phase(PhaseKind.DRAIN).span is None and main.plateau.end_s >= last_decode:
         cannot.append(
             f"drain not visible: the run's last Decode line still shows {main.level} "
             f"running requests, so they all finished within one decode-log interval "
