@@ -96,6 +96,7 @@ TOY_FORMAT = LineFormat(
     claims=lambda line: bool(TOY_LINE.match(line)),
     reader=lambda path, skip: ToyReader(path),
     describe="a toy log ('t=… running=…' lines)",
+    help="'t=… running=… waiting=… tok/s=…' lines",
 )
 
 

@@ -44,6 +44,7 @@ class LineFormat:
     claims: Callable[[str], bool]
     reader: Callable[[Path, bool], LineReader]
     describe: str  # the lines that make a file this format, for error messages
+    help: str  # its row of ``phases --help``: what its lines look like (lines joined by "\n")
 
     @property
     def title(self) -> str:
@@ -60,3 +61,4 @@ class JsonFormat:
     claims: Callable[[JsonObjects], bool]
     read: Callable[[Path, list[str], JsonObjects], tuple[RequestTrace, ...]]
     describe: str
+    help: str  # its row of ``phases --help``

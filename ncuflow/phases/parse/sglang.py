@@ -456,4 +456,5 @@ FORMAT = LineFormat(
     claims=claims_sglang,
     reader=lambda path, skip_malformed: SglangReader(path, skip_malformed),
     describe="an SGLang server log ('Prefill batch' / 'Decode batch' lines)",
+    help="'Prefill batch' / 'Decode batch' lines (any version, DP ranks split)",
 )

@@ -326,4 +326,5 @@ FORMAT = LineFormat(
     claims=lambda line: claims_vllm(strip_ansi(line)),
     reader=lambda path, skip_malformed: VllmReader(path, skip_malformed),
     describe="a vLLM server log ('Running: N reqs, Waiting: M reqs' lines)",
+    help="'Running: N reqs, Waiting: M reqs' statistics lines",
 )
