@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from ncuflow.cli import cli
 from ncuflow.phases import TraceError
 from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
+from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
 from ncuflow.phases.parse import registry
 from ncuflow.phases.parse.format import LineFormat
@@ -114,7 +115,7 @@ def test_a_new_format_is_one_module_and_one_registry_entry(tmp_path: Path, monke
     (file,) = report.files
     assert file.source_format == "Toy server log" and file.capabilities is TOY
     (run,) = file.runs
-    assert run.steady_token_s is not None and run.steady_token_s.median == pytest.approx(0.02)
+    assert run.phase(PhaseKind.STEADY).token_s is not None and run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(0.02)
     assert "5-s Toy stats window" in run.step_method  # its own window, its own name
     text = render_text(report)
     assert "Toy server log" in text and "vLLM" not in text and "SGLang" not in text

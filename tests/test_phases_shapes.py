@@ -128,7 +128,7 @@ def test_a_format_that_logs_its_retractions_infers_none(tmp_path: Path) -> None:
     assert SGLANG.preemption_lines and not VLLM.preemption_lines
     report = analyse(tmp_path, full_cache_growing_queue(decode=True))
     text = render_text(build_report([tmp_path / "server.log"]))
-    assert report.runs[0].overload_s > 0
+    assert report.runs[0].phase(PhaseKind.OVERLOAD).seconds > 0
     assert "preempted" not in text and "inferred" not in text
     assert all(s.preempted == 0 and not s.preemption_inferred for r in report.runs for s in r.segments)
 
@@ -170,7 +170,7 @@ def test_a_kill_after_the_client_ended_is_no_aborted_run(tmp_path: Path) -> None
     assert "was aborted" not in text and "cut short" not in text
     assert "stopped after the client ended the run (39 request(s) aborted" in text
     assert "psutil.NoSuchProcess: process no longer exists (pid=4242)" in text
-    assert run.steady is not None
+    assert run.phase(PhaseKind.STEADY).span is not None
 
 
 def test_an_exception_without_client_aborts_still_aborts_the_run_with_its_cause(tmp_path: Path) -> None:
@@ -340,9 +340,9 @@ def test_the_plot_label_sits_on_the_curve_it_names(tmp_path: Path) -> None:
 
     lines, _ = two_waves_of_sessions()
     run = analyse(tmp_path, lines).runs[0]
-    assert run.steady is not None and run.headline_token_s is not None
+    assert run.phase(PhaseKind.STEADY).span is not None and run.headline_token_s is not None
     moved = replace(run, headline_token_s=run.headline_token_s * 0.7)  # a value off the curve
-    height = _on_curve(moved, run.steady.start_s, run.steady.end_s, 0.0)
+    height = _on_curve(moved, run.phase(PhaseKind.STEADY).span.start_s, run.phase(PhaseKind.STEADY).span.end_s, 0.0)
     assert abs(height - step_s(64)) < 1e-3
 
 

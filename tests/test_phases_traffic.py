@@ -93,7 +93,7 @@ def notes_agree(report: FileReport) -> None:
         assert not (has_steady and said_none), run.run_label
         if report.source_format.startswith("SGLang"):
             assert not any("vLLM" in c for c in run.cannot if c.startswith("no steady")), run.cannot
-    if any(r.steady is not None for r in report.runs):
+    if any(r.phase(PhaseKind.STEADY).span is not None for r in report.runs):
         assert "no steady decode phase" not in title
     else:
         assert "no steady decode phase" in title
@@ -137,7 +137,7 @@ def test_tails_are_drains_wherever_they_are(tmp_path: Path) -> None:
         assert any("1 tail(s) (the batch fell to 2" in n for n in run.notes)
         check_shape(run)
     assert first.segments[0].kind == "plateau" and second.segments[0].kind == "burst"
-    assert second.steady is None and any("burst" in c for c in second.cannot)
+    assert second.phase(PhaseKind.STEADY).span is None and any("burst" in c for c in second.cannot)
     notes_agree(report)
 
 
@@ -184,7 +184,7 @@ def test_agentic_closed_loop(tmp_path: Path) -> None:
         if len(run.segments) > 1:
             assert run.main_segment is not None
             main = run.segments[run.main_segment - 1]
-            assert run.ramp == main.ramp and run.steady == main.phase(PhaseKind.STEADY).span
+            assert run.phase(PhaseKind.RAMP).span == main.ramp and run.phase(PhaseKind.STEADY).span == main.phase(PhaseKind.STEADY).span
             # the headline is the longest level by time among those with a steady stretch
             steady = [s for s in run.segments if s.kind == "plateau" and s.phase(PhaseKind.STEADY).span is not None]
             assert main.kind == "plateau" and (main.plateau.duration_s, main.level) == max(
@@ -285,8 +285,8 @@ def test_token_weighted_headline_under_varying_acceptance(tmp_path: Path) -> Non
     assert server is not None and server.mean_tpot_s is not None
     assert run.headline_method == "token-weighted"
     assert run.headline_token_s == pytest.approx(server.mean_tpot_s, rel=0.02)
-    assert run.steady_token_s is not None
-    assert run.steady_token_s.median > server.mean_tpot_s * 1.3  # what the median said
+    assert run.phase(PhaseKind.STEADY).token_s is not None
+    assert run.phase(PhaseKind.STEADY).token_s.median > server.mean_tpot_s * 1.3  # what the median said
     text = render_text(build_report([tmp_path / "server.log"]))
     assert f"{run.headline_token_s * 1000:.2f} ms tw" in text and "tw: token-weighted" in text
     assert "token-weighted" in _title("server.log", report)

@@ -50,15 +50,15 @@ def test_decode_node_ramp_ends_at_the_plateau(tmp_path: Path) -> None:
     report = analyse_lines(tmp_path, sim.lines + bench_block(sim, max_concurrency=96))
     (run,) = report.runs
     assert run.peak_batch is not None and 90 <= run.peak_batch <= 96
-    assert run.ramp is not None and run.steady is not None
+    assert run.phase(PhaseKind.RAMP).span is not None and run.phase(PhaseKind.STEADY).span is not None
     interval = 40 * step_s(96)
     # the first Decode line with ≥ 90 % of 96 running, at most one decode-log interval late
     reached = sim.plateau_reached_s[0] - sim.log_origin_s  # on the log's clock
-    assert 0 <= run.ramp.end_s - reached <= interval + 0.01
+    assert 0 <= run.phase(PhaseKind.RAMP).span.end_s - reached <= interval + 0.01
     plateau = run.segments[0].plateau
     assert run.segments[0].phase(PhaseKind.STEADY).seconds > 0.9 * plateau.duration_s  # not "ramp", not "mixed"
-    assert run.steady_token_s is not None
-    assert run.steady_token_s.median == pytest.approx(step_s(95), rel=0.03)
+    assert run.phase(PhaseKind.STEADY).token_s is not None
+    assert run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(step_s(95), rel=0.03)
     assert any("PD decode node" in note for note in run.notes)
     rec = report.bench_reconciliation  # requests counted by the result block (no Prefill lines)
     assert rec is not None and rec.requests == 384
@@ -103,7 +103,7 @@ def test_vllm_uncached_prompts_are_admissions(tmp_path: Path) -> None:
         levels=[(8, 8)], step_s=step_s, prompt_tokens_per_request=3000, output_tokens=256
     )
     (run,) = analyse_lines(tmp_path, lines, "vllm.log").runs
-    assert run.steady is None
+    assert run.phase(PhaseKind.STEADY).span is None
     assert run.segments[0].phase(PhaseKind.MIXED).token_s is not None
 
 
@@ -229,7 +229,7 @@ def test_peaks_from_decode_lines_match_the_stated_concurrency(
     serving_logs_dir: Path, name: str, stated: int, per_rank: int
 ) -> None:
     report = real(serving_logs_dir, name)
-    full = [r for r in report.runs if r.steady is not None]
+    full = [r for r in report.runs if r.phase(PhaseKind.STEADY).span is not None]
     assert full and all(r.peak_batch == per_rank for r in full)
     assert report.bench is not None and report.bench.max_concurrency == stated
     rec = report.bench_reconciliation
@@ -336,7 +336,7 @@ def test_steady_phase_survives_a_small_change_of_tolerance(
     spans = []
     for tolerance in (0.04, 0.05):
         (report,) = build_report([path], batch_tolerance=tolerance).files
-        spans.append([r.steady.duration_s if r.steady else None for r in report.runs])
+        spans.append([r.phase(PhaseKind.STEADY).span.duration_s if r.phase(PhaseKind.STEADY).span else None for r in report.runs])
     assert spans[0] == spans[1] and any(s for s in spans[0])
 
 

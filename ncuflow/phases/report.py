@@ -23,25 +23,18 @@ from ncuflow.phases.model import (
     Segment,
 )
 from ncuflow.phases.model.capabilities import Capabilities
+from ncuflow.phases.model.results import phase_field
 from ncuflow.phases.model.session import SessionSummary
 from ncuflow.phases.selection import RunSelection
 
 # 1: before issue 32 (no version key); 2: + schema_version, format_name, capabilities,
 # session, runs_total, runs_index; runs may be a selection of a long session's runs
 # (``--runs``); overload, arrival and prefill keys. 3 (issue 40): each segment has
-# ``phases`` (one object per phase: span, seconds, token_s, tokens, weighted_s), the model's
-# records; its flat keys (``steady_token_s``, ``drain_tokens`` …) are kept, each read from
-# ``phases`` by the rule ``<phase>_<field>`` (``_PHASE_FIELD_KEYS``). Every older key keeps
-# its name and type.
+# and each run ``phases`` (one object per phase: span, seconds, token_s, tokens,
+# weighted_s), the model's records; their flat keys (``steady_token_s``, ``drain_tokens`` …)
+# are kept, each read from ``phases`` by the rule ``<phase><suffix>`` (``PHASE_FIELDS``).
+# Every older key keeps its name and type.
 SCHEMA_VERSION = 3
-# the flat JSON key of a phase's field: "<phase>" + suffix (steady_token_s = phases.steady.token_s)
-_PHASE_FIELD_KEYS: tuple[tuple[str, str], ...] = (
-    ("", "span"),
-    ("_s", "seconds"),
-    ("_token_s", "token_s"),
-    ("_tokens", "tokens"),
-    ("_weighted_s", "weighted_s"),
-)
 
 
 @dataclass(frozen=True)
@@ -138,7 +131,7 @@ def amortization_runs(files: Sequence[FileReport]) -> list[AmortizationRun]:
     for report in files:
         for run in report.runs:
             rec = run.reconciliation
-            if rec is None or run.steady_token_s is None:
+            if rec is None or run.phase(PhaseKind.STEADY).token_s is None:
                 continue
             runs.append(
                 AmortizationRun(
@@ -202,6 +195,7 @@ _SEGMENT_JSON_KEYS: tuple[str, ...] = (
     "reconciliation",
 )
 _SEGMENT_OWN_FIELDS = frozenset(f.name for f in fields(Segment)) | {"harness_tpot_s"}
+_RUN_OWN_FIELDS = frozenset(f.name for f in fields(RunAnalysis))
 
 
 def _plain(value: Any) -> Any:
@@ -227,21 +221,25 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _segment_value(segment: Segment, key: str) -> Any:
-    """A segment's JSON key: its own field, or a phase's field by the key's rule."""
-    if key in _SEGMENT_OWN_FIELDS:
-        return getattr(segment, key)
-    for kind in PhaseKind:
-        for suffix, name in _PHASE_FIELD_KEYS:
-            if key == kind.value + suffix:
-                return getattr(segment.phase(kind), name)
-    raise KeyError(key)
+def _record_value(record: Segment | RunAnalysis, own: frozenset[str], key: str) -> Any:
+    """A JSON key of a segment or run: its own field, or a phase's field by the key's rule."""
+    if key in own:
+        return getattr(record, key)
+    known = phase_field(key)
+    if known is None:
+        raise KeyError(key)
+    return getattr(record.phase(known[0]), known[1])
+
+
+def _record_dict(record: Segment | RunAnalysis, keys: Sequence[str]) -> dict[str, Any]:
+    own = _SEGMENT_OWN_FIELDS if isinstance(record, Segment) else _RUN_OWN_FIELDS
+    data = {key: _plain(_record_value(record, own, key)) for key in keys}
+    data["phases"] = {kind.value: _plain(stats) for kind, stats in record.phases.items()}
+    return data
 
 
 def _segment_dict(segment: Segment) -> dict[str, Any]:
-    data = {key: _plain(_segment_value(segment, key)) for key in _SEGMENT_JSON_KEYS}
-    data["phases"] = {kind.value: _plain(stats) for kind, stats in segment.phases.items()}
-    return data
+    return _record_dict(segment, _SEGMENT_JSON_KEYS)
 
 
 def _distribution_dict(value: Distribution) -> dict[str, Any]:
@@ -303,7 +301,7 @@ def runs_index(runs: Sequence[RunAnalysis]) -> dict[str, list[Any]]:
         "end_s": [r.end_s for r in runs],
         "peak_batch": [r.peak_batch for r in runs],
         "headline_token_s": [r.headline_token_s for r in runs],
-        "overload_s": [r.overload_s for r in runs],
+        "overload_s": [r.phase(PhaseKind.OVERLOAD).seconds for r in runs],
     }
 
 
@@ -355,7 +353,7 @@ def run_to_dict(run: RunAnalysis) -> dict[str, Any]:
         "preempted",
         "queue_causes",
     ]
-    data = {key: _plain(getattr(run, key)) for key in keys}
+    data = _record_dict(run, keys)
     data["segments"] = [_plain(s) for s in run.segments]
     data["cannot"] = list(run.cannot)
     data["notes"] = list(run.notes)

@@ -197,7 +197,7 @@ def _server_table(rows: Sequence[ServerRow]) -> list[str]:
 
 def _itl_cross_check(file: FileReport) -> str | None:
     bench = file.bench
-    medians = [r.headline_token_s for r in file.runs if r.headline_token_s is not None and r.steady]
+    medians = [r.headline_token_s for r in file.runs if r.headline_token_s is not None and r.phase(PhaseKind.STEADY).span]
     if bench is None or bench.median_itl_ms is None or not medians:
         return None
     steady = sorted(medians)[len(medians) // 2]
@@ -279,10 +279,10 @@ def _ttft_cell(run: RunAnalysis) -> str:
 
 def _overload_cell(run: RunAnalysis) -> str:
     """The run's overload stretches: their time and median per-token time."""
-    if run.overload_s <= 0:
+    if run.phase(PhaseKind.OVERLOAD).seconds <= 0:
         return "—"
-    per_token = run.overload_token_s
-    return _s(run.overload_s) + (f", {_ms(per_token.median)}" if per_token is not None else "")
+    per_token = run.phase(PhaseKind.OVERLOAD).token_s
+    return _s(run.phase(PhaseKind.OVERLOAD).seconds) + (f", {_ms(per_token.median)}" if per_token is not None else "")
 
 
 def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool, with_overload: bool) -> list[str]:
@@ -291,11 +291,11 @@ def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool, w
         "—" if run.start_s is None else f"t+{run.start_s:.0f}s",
         str(run.peak_batch) if run.peak_batch else "—",
         "—" if run.steady_batch is None else f"{run.steady_batch:g}",
-        _span(run.ramp, resolution_s),
+        _span(run.phase(PhaseKind.RAMP).span, resolution_s),
         _warmup(run.warmup, run.warmup_excess_s, resolution_s),
-        _span(run.steady, resolution_s),
-        _dist_ms(run.steady_token_s, _main_flagged(run), run.headline_token_s, run.headline_method),
-        "not seen" if any(c.startswith("drain not visible") for c in run.cannot) else _span(run.drain, resolution_s),
+        _span(run.phase(PhaseKind.STEADY).span, resolution_s),
+        _dist_ms(run.phase(PhaseKind.STEADY).token_s, _main_flagged(run), run.headline_token_s, run.headline_method),
+        "not seen" if any(c.startswith("drain not visible") for c in run.cannot) else _span(run.phase(PhaseKind.DRAIN).span, resolution_s),
         _ttft_cell(run),
         _ms(run.harness_tpot_s),
     ]
@@ -343,7 +343,7 @@ def _file_lines(file: FileReport) -> list[str]:
     out: list[str] = []
     resolution = file.time_resolution_s
     with_segment = any(len(r.segments) > 1 for r in file.runs)
-    with_overload = any(r.overload_s > 0 for r in file.runs)
+    with_overload = any(r.phase(PhaseKind.OVERLOAD).seconds > 0 for r in file.runs)
     columns = list(RUN_COLUMNS)
     if with_overload:
         columns.insert(-3, "overload (per-token)")

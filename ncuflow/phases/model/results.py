@@ -126,6 +126,24 @@ class PhaseStats:
 
 
 NO_PHASE = PhaseStats()
+# a part's field named "<phase><suffix>" (steady_token_s, overload_s, drain …) is that phase's
+# PhaseStats field: the one rule for the run's record, and for the JSON keys of schema 2
+PHASE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("", "span"),
+    ("_s", "seconds"),
+    ("_token_s", "token_s"),
+    ("_tokens", "tokens"),
+    ("_weighted_s", "weighted_s"),
+)
+
+
+def phase_field(name: str) -> tuple[PhaseKind, str] | None:
+    """(phase, PhaseStats field) a flat name stands for by ``PHASE_FIELDS``, or None."""
+    for kind in PhaseKind:
+        for suffix, attribute in PHASE_FIELDS:
+            if name == kind.value + suffix:
+                return kind, attribute
+    return None
 
 
 @dataclass(frozen=True)
@@ -299,6 +317,10 @@ class RunPlotData:
 
 @dataclass(frozen=True)
 class RunAnalysis:
+    """One run of a log: who it is, its shape (segments, and its phases as records), its
+    admissions, timing, tokens and reconciliation, what the server said, and the findings.
+    Built only by ``assemble_run``."""
+
     path: str
     source_format: str
     run_index: int
@@ -309,14 +331,10 @@ class RunAnalysis:
     end_s: float | None
     peak_batch: int | None
     steady_batch: float | None
-    ramp: PhaseSpan | None
-    steady: PhaseSpan | None
-    drain: PhaseSpan | None
     admission_span_s: float | None
     mean_admission_wait_s: float | None
     requests_admitted: int | None
     ttft_s: Distribution | None
-    steady_token_s: Distribution | None
     steady_step_s: float | None
     step_method: str
     output_tokens: int | None
@@ -327,7 +345,6 @@ class RunAnalysis:
     cannot: tuple[str, ...]
     notes: tuple[str, ...]
     timeline: tuple[TimelinePoint, ...] = field(default=(), repr=False)
-    mixed: PhaseSpan | None = None  # batch at steady size but with admissions (closed loop)
     token_gaps: tuple[tuple[float, float], ...] = field(default=(), repr=False)
     itl_by_position: tuple[float, ...] = field(default=(), repr=False)
     retraction_times_s: tuple[float, ...] = ()
@@ -335,8 +352,6 @@ class RunAnalysis:
     abort_time_s: float | None = None
     warmup: PhaseSpan | None = None
     segments: tuple[Segment, ...] = ()
-    mixed_token_s: Distribution | None = None
-    drain_token_s: Distribution | None = None
     accept_len: float | None = None
     total_admission_wait_s: float | None = None
     requests_total: int | None = None
@@ -350,12 +365,15 @@ class RunAnalysis:
     server_requests: ServerRequests | None = None
     lone_request_token_s: float | None = None  # the log's lone-request per-token time
     arrivals: ArrivalTimes | None = None
-    overload: PhaseSpan | None = None
-    overload_s: float = 0.0
-    overload_token_s: Distribution | None = None
-    overload_weighted_s: float | None = None
     preempted: int = 0
     queue_causes: tuple[QueueCause, ...] = ()
+    # the run's phases (those of its main segment, and its overload stretches together):
+    # built by ``assemble_run`` from the parts' ``<phase><suffix>`` fields (``PHASE_FIELDS``)
+    phases: Mapping[PhaseKind, PhaseStats] = field(default_factory=dict)
+
+    def phase(self, kind: PhaseKind) -> PhaseStats:
+        """The run's ``kind`` phase (an empty record where it has none)."""
+        return self.phases.get(kind, NO_PHASE)
 
 
 @dataclass(frozen=True)
@@ -427,18 +445,35 @@ def assemble_run(
         raise ValueError("assemble_run takes one part of each kind")
     findings = findings or RunFindings()
     timing = given.get(RunTiming)
+    values: dict[str, Any] = {}
+    for part in (
+        identity,
+        phases,
+        given.get(RunAdmission) or RunAdmission(),
+        _with_default_headline(timing if isinstance(timing, RunTiming) else RunTiming()),
+        given.get(RunTokens) or RunTokens(),
+        given.get(RunPlotData) or RunPlotData(),
+        given.get(ServerLogFacts) or ServerLogFacts(),
+        given.get(RunOverload) or RunOverload(),
+    ):
+        values.update(_fields_by_name(part))
     return RunAnalysis(
-        **_fields_by_name(identity),
-        **_fields_by_name(phases),
-        **_fields_by_name(given.get(RunAdmission) or RunAdmission()),
-        **_fields_by_name(_with_default_headline(timing if isinstance(timing, RunTiming) else RunTiming())),
-        **_fields_by_name(given.get(RunTokens) or RunTokens()),
-        **_fields_by_name(given.get(RunPlotData) or RunPlotData()),
-        **_fields_by_name(given.get(ServerLogFacts) or ServerLogFacts()),
-        **_fields_by_name(given.get(RunOverload) or RunOverload()),
+        **{name: value for name, value in values.items() if phase_field(name) is None},
+        phases=_phases_of(values),
         cannot=tuple(dict.fromkeys(findings.cannot)),
         notes=tuple(dict.fromkeys(findings.notes)),
     )
+
+
+def _phases_of(values: dict[str, Any]) -> dict[PhaseKind, PhaseStats]:
+    """The parts' ``<phase><suffix>`` fields as one record per phase (a phase with nothing
+    known has none)."""
+    found: dict[PhaseKind, dict[str, Any]] = {}
+    for name, value in values.items():
+        known = phase_field(name)
+        if known is not None and value is not None and value != 0.0:
+            found.setdefault(known[0], {})[known[1]] = value
+    return {kind: PhaseStats(**stats) for kind, stats in found.items()}
 
 
 def _fields_by_name(part: RunPart) -> dict[str, Any]:
