@@ -63,6 +63,9 @@ TOY = Capabilities(
     preemption_word="eviction",
     arrival_lines=False,
     per_request_timings=False,
+    batch_field="running",
+    throughput_field="tok/s",
+    batch_cap_option="--toy-batch-cap",
 )
 TOY_LINE = re.compile(r"^t=(?P<t>\d+) running=(?P<running>\d+) waiting=(?P<waiting>\d+) tok/s=(?P<rate>[\d.]+)$")
 

@@ -397,3 +397,23 @@ def test_help_lists_every_registered_format() -> None:
     for found in (*registry.LINE_FORMATS, *registry.JSON_FORMATS):
         assert found.title in result.output
         assert found.help.split("\n")[0] in result.output
+
+
+def test_a_plug_in_format_speaks_its_own_words(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The toy format of tests/test_phases_formats.py (one module, one registry row): no
+    other format's words (its server's name, its batch and throughput fields, its batch-cap
+    option, all from their rows) reach the toy's report; its own do."""
+    from ncuflow.phases.parse import registry
+    from tests.test_phases_formats import TOY, TOY_FORMAT, toy_log
+
+    monkeypatch.setattr(registry, "LINE_FORMATS", (*registry.LINE_FORMATS, TOY_FORMAT))
+    lines = toy_log(tmp_path).read_text().splitlines()
+    # a second level and a batch at its cap with a queue: more sentences that name fields
+    lines += [f"t={70 + 5 * k} running={16} waiting={4 if k < 6 else 0} tok/s={16 / 0.03:.1f}" for k in range(12)]
+    lines += ["t=200 running=0 waiting=0 tok/s=0.0"]
+    (tmp_path / "toy.log").write_text("\n".join(lines) + "\n")
+    text = render_text(build_report([tmp_path / "toy.log"]))
+    assert f"{TOY.batch_field} / {TOY.throughput_field}" in text
+    for other in (f.capabilities for f in registry.LINE_FORMATS if f is not TOY_FORMAT):
+        for words in (other.server, other.batch_field, other.throughput_field, other.batch_cap_option):
+            assert words not in text, (words, text)

@@ -355,7 +355,7 @@ def _file_lines(file: FileReport) -> list[str]:
     segment_rows = _segment_rows(file.runs, resolution)
     if len(segment_rows) > 1:
         out.append(
-            "  segments (one per #running-req plateau"
+            f"  segments (one per {file.capabilities.batch_field if file.capabilities else 'batch'} plateau"
             + (", burst or overload stretch" if with_overload else " or burst")
             + "; steady/mixed = time without/with admissions):"
         )

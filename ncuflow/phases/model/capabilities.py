@@ -59,3 +59,9 @@ class Capabilities:
     arrival_lines: bool
     # the log can hold the server's own per-request timing lines (SGLang ReqTimeStats)
     per_request_timings: bool
+    # the words of its lines, for sentences: the batch-size field ("#running-req", "Running"),
+    # the generation-throughput field, and the server option that caps the batch
+    # ("--max-running-requests", "--max-num-seqs")
+    batch_field: str
+    throughput_field: str
+    batch_cap_option: str

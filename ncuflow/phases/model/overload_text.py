@@ -65,8 +65,8 @@ def overload_notes(
         if cause.cause == CAP:
             notes.append(
                 f"requests waited {cause.duration_s:.0f} s (up to {cause.max_queued}) with the batch at "
-                "its cap and room in the KV cache: the server's batch limit (--max-running-requests, "
-                "--max-num-seqs) held them back"
+                f"its cap and room in the KV cache: the server's batch limit ({capabilities.batch_cap_option}) "
+                "held them back"
             )
         elif cause.cause == PREFILL:
             notes.append(

@@ -61,7 +61,7 @@ def step_method(
 
 def _window_method(capabilities: Capabilities, window_s: float, on_plateau: Sequence[DecodeInterval]) -> str:
     method = (
-        f"per-token time = Running / Avg generation throughput of each {window_s:g}-s "
+        f"per-token time = {capabilities.batch_field} / {capabilities.throughput_field} of each {window_s:g}-s "
         f"{capabilities.server} stats window (a window average, not a step time)"
     )
     if any(i.cached_prompt for i in on_plateau):
@@ -265,7 +265,7 @@ def _run_notes(
             "the batch size is not stable around them"
         )
     if len(segments) > 1:
-        notes.append(_segments_note(segments))
+        notes.append(_segments_note(trace.capabilities, segments))
     if settings.lockstep_admissions:
         notes.append(
             "DP attention: ranks step in lockstep, so an admission on any rank counts as an "
@@ -280,7 +280,7 @@ def _run_notes(
     return notes
 
 
-def _segments_note(segments: Sequence[Segment]) -> str:
+def _segments_note(capabilities: Capabilities, segments: Sequence[Segment]) -> str:
     """The run's segments listed (the first 12), when there is more than one."""
     shown = ", ".join(
         f"{s.level}{'' if s.kind is SegmentKind.PLATEAU else f' ({s.kind})'}" for s in segments[:12]
@@ -288,7 +288,7 @@ def _segments_note(segments: Sequence[Segment]) -> str:
     bursts = any(s.kind is SegmentKind.BURST for s in segments)
     overload = any(s.kind is SegmentKind.OVERLOAD for s in segments)
     return (
-        f"{len(segments)} segments (plateaus of #running-req"
+        f"{len(segments)} segments (plateaus of {capabilities.batch_field}"
         + (" and bursts" if bursts else "")
         + (" and overload stretches" if overload else "")
         + f": {shown}): each has its own "
@@ -330,7 +330,7 @@ def no_steady(
         ]
     ends = " (the run ends in a traceback while still admitting requests)"
     return ("traceback" if aborted(run) else "no-plateau"), [
-        "no steady decode phase: the batch never held a plateau of #running-req"
+        f"no steady decode phase: the batch never held a plateau of {trace.capabilities.batch_field}"
         + (ends if aborted(run) else "")
     ]
 

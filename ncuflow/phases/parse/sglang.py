@@ -449,6 +449,9 @@ CAPABILITIES = Capabilities(
     preemption_word="retraction",
     arrival_lines=True,
     per_request_timings=True,
+    batch_field="#running-req",
+    throughput_field="gen throughput",
+    batch_cap_option="--max-running-requests",
 )
 FORMAT = LineFormat(
     name="sglang",

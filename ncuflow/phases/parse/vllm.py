@@ -319,6 +319,9 @@ CAPABILITIES = Capabilities(
     preemption_word="preemption",
     arrival_lines=True,
     per_request_timings=False,
+    batch_field="Running",
+    throughput_field="Avg generation throughput",
+    batch_cap_option="--max-num-seqs",
 )
 FORMAT = LineFormat(
     name="vllm",
