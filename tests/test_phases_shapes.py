@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from ncuflow.cli import cli
 from ncuflow.phases.model.results import PhaseKind
+from ncuflow.phases.parse.format import LineFormat
 from ncuflow.phases.parse.service import CLIENT_ABORTS, OVER_CONTEXT
 from ncuflow.phases.parse.sglang import CAPABILITIES as SGLANG
 from ncuflow.phases.parse.vllm import CAPABILITIES as VLLM
@@ -417,3 +418,34 @@ def test_a_plug_in_format_speaks_its_own_words(tmp_path: Path, monkeypatch: pyte
     for other in (f.capabilities for f in registry.LINE_FORMATS if f is not TOY_FORMAT):
         for words in (other.server, other.batch_field, other.throughput_field, other.batch_cap_option):
             assert words not in text, (words, text)
+
+
+def test_a_per_request_format_is_one_module_and_one_registry_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A toy log of one line per finished request (tests/phases_toy_requests.py, one module)
+    and one registry row: detected, read as requests, its concurrency from their overlap and
+    its TTFT from each request's own times; its report in its own words (no other format's
+    title or words, all taken from their rows)."""
+    from ncuflow.phases.parse import registry
+    from tests.phases_toy_requests import TOY_REQUEST_FORMAT, TOY_REQUESTS
+
+    monkeypatch.setattr(registry, "LINE_FORMATS", (*registry.LINE_FORMATS, TOY_REQUEST_FORMAT))
+    lines = [
+        f"req=r{k} start={0.1 * k:.3f} first={0.1 * k + 0.5:.3f} end={0.1 * k + 0.5 + 0.025 * 99:.3f} tokens=100"
+        for k in range(16)
+    ]
+    path = tmp_path / "toy.log"
+    path.write_text("\n".join(lines) + "\n")
+    report = build_report([path])
+    (file,) = report.files
+    (run,) = file.runs
+    assert file.source_format == TOY_REQUESTS.title
+    assert run.peak_batch == 16  # all sixteen overlap
+    assert run.ttft_s is not None and abs(run.ttft_s.median - 0.5) < 1e-6
+    text = render_text(report)
+    assert TOY_REQUESTS.title in text
+    others = [f for f in (*registry.LINE_FORMATS, *registry.JSON_FORMATS) if f is not TOY_REQUEST_FORMAT]
+    for other in others:
+        assert other.title not in text
+        if isinstance(other, LineFormat):
+            for words in (other.capabilities.server, other.capabilities.batch_field, other.capabilities.batch_cap_option):
+                assert words not in text, words

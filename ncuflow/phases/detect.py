@@ -68,8 +68,9 @@ def _not_a_format(path: Path, first: tuple[int, str], engine: Recognised | None 
 
 def read_server_log(
     path: Path, handle: BinaryIO, *, skip_malformed: bool = False, forced: LineFormat | None = None
-) -> tuple[ServerTrace, ...]:
-    """A server log, streamed: one pass, bounded memory."""
+) -> tuple[Trace, ...]:
+    """A server log, streamed: one pass, bounded memory. A format whose log has a line per
+    request rather than batch statistics gives ``RequestTrace``s."""
     formats = (forced,) if forced is not None else registry.LINE_FORMATS
     readers = [(f, f.reader(path, skip_malformed)) for f in formats]
     chosen: LineReader | None = readers[0][1] if forced is not None else None
@@ -104,7 +105,10 @@ def read_server_log(
             f"{counts.cut} line(s) longer than 64 KiB were read up to 64 KiB (first at line "
             f"{counts.first_cut}); no scheduler line is that long",
         )
-        traces = tuple(replace(t, events=(*t.events, note)) for t in traces)
+        traces = tuple(
+            replace(t, events=(*t.events, note)) if isinstance(t, ServerTrace) else replace(t, notes=(*t.notes, note.text))
+            for t in traces
+        )
     return traces
 
 
