@@ -449,3 +449,30 @@ def test_a_per_request_format_is_one_module_and_one_registry_row(tmp_path: Path,
         if isinstance(other, LineFormat):
             for words in (other.capabilities.server, other.capabilities.batch_field, other.capabilities.batch_cap_option):
                 assert words not in text, words
+
+
+# ---------------------------------------------------------------- chunked prefill counting
+
+
+def queue_total_pending() -> list[str]:
+    """Six Prefill lines of 8 requests into a batch of 48, a queue behind them, in a build
+    whose ``#pending-token`` is the whole queue's total: printed on every line, yet every
+    request joins (the next line's batch says so)."""
+    lines, running, t = [], 0, 0.0
+    for k in range(6):
+        queued = 40 - 8 * k
+        lines.append(
+            f"{sglang_stamp(t)} Prefill batch, #new-seq: 8, #new-token: 6400, #cached-token: 0, "
+            f"token usage: 0.20, #running-req: {running}, #queue-req: {queued}, #pending-token: {queued * 900}, "
+        )
+        running += 8
+        lines.append(sglang_decode(t + 0.5, running, queued, 0.3))
+        t += 1.0
+    lines += [sglang_decode(t + k, running, 0, 0.3) for k in range(6)]
+    return lines
+
+
+def test_a_queue_total_in_pending_tokens_counts_every_admission(tmp_path: Path) -> None:
+    """Was 43 of 48: each line with pending tokens read as one request cut off."""
+    (run,) = analyse(tmp_path, queue_total_pending()).runs
+    assert run.requests_total == 48
