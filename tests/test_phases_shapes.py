@@ -172,13 +172,17 @@ def test_a_kill_after_the_client_ended_is_no_aborted_run(tmp_path: Path) -> None
     assert "stopped after the client ended the run (39 request(s) aborted" in text
     assert "psutil.NoSuchProcess: process no longer exists (pid=4242)" in text
     assert run.phase(PhaseKind.STEADY).span is not None
+    assert report.session is not None and report.session.service.errors == 0  # no error of the server
+    assert "errors:" not in text
 
 
 def test_an_exception_without_client_aborts_still_aborts_the_run_with_its_cause(tmp_path: Path) -> None:
     """The same traceback with no AbortReq before it: an aborted run, its cause the
     exception's last line (was an empty '()')."""
-    text = render_text(build_report([_write(tmp_path, killed_after_the_client(0))]))
+    report = build_report([_write(tmp_path, killed_after_the_client(0))])
+    text = render_text(report)
     assert "aborted (psutil.NoSuchProcess: process no longer exists (pid=4242))" in text
+    assert report.files[0].session is not None and report.files[0].session.service.errors == 1
 
 
 def _write(tmp_path: Path, lines: Sequence[str]) -> Path:

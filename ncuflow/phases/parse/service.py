@@ -22,8 +22,8 @@ arriving request, HTTP access lines, refusals by cause and tracebacks.
   message is that refusal, counted once.
 - **Client aborts**: SGLang's ``AbortReq(…)`` and vLLM's ``Aborted request …`` lines: the
   client ended a request. A traceback after the last batch line that follows such aborts
-  is the server stopped after the client ended the run, not an aborted run
-  (``client_ended_after``).
+  is the server stopped after the client ended the run, not an aborted run nor an error
+  (``client_ended``; readers report each batch line through ``busy``).
 - **Tracebacks**: a traceback (with the tracebacks chained to it) whose exception is such a
   refusal is a refused request, not an error of the server; any other is reported as
   before, by the log's reader (``on_traceback``), with its last line (the exception: a
@@ -171,6 +171,7 @@ class ServiceLog:
     last_refusal: tuple[float | None, str] = (None, "")
     client_aborts: int = 0
     last_abort_line: int = 0
+    last_batch_line: int = 0  # the reader's last batch line with requests running or waiting
     over_length: list[tuple[int, str]] = field(default_factory=list)  # (line, warning) awaiting a 400
 
     # ------------------------------------------------------------------ per line
@@ -249,14 +250,19 @@ class ServiceLog:
         if found.cause is not None:
             self._refused(found.cause, found.line, found.exception)
             return
-        self.errors += 1
-        self.first_error_line = self.first_error_line or found.line
+        if not self.client_ended():  # the server stopped after its client: no error of it
+            self.errors += 1
+            self.first_error_line = self.first_error_line or found.line
         self.on_traceback(found.line, found.time_s, found.exception)
 
-    def client_ended_after(self, line: int) -> bool:
-        """The client aborted requests after ``line`` (the server's last batch line): the
-        run was over on the client's side."""
-        return self.client_aborts > 0 and self.last_abort_line > line
+    def busy(self, line: int) -> None:
+        """The reader read a batch line with requests running or waiting."""
+        self.last_batch_line = line
+
+    def client_ended(self) -> bool:
+        """The client aborted requests after the server's last batch line: the run was over
+        on the client's side."""
+        return self.client_aborts > 0 and self.last_abort_line > self.last_batch_line
 
     def flush(self) -> None:
         """A traceback still open at a line that is not part of it, or at the end."""

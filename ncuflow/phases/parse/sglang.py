@@ -125,7 +125,6 @@ class SglangReader:
     bench: BenchBlockReader = field(init=False)
     service: ServiceLog = field(init=False)
     traceback_reported: bool = False
-    last_batch_line: int = 0
     prompts: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # prefills, with a hit, tokens, cached
 
     def __post_init__(self) -> None:
@@ -213,7 +212,7 @@ class SglangReader:
         if self.traceback_reported:
             return
         self.traceback_reported = True
-        if self.service.client_ended_after(self.last_batch_line):
+        if self.service.client_ended():
             self.events.append(killed_after_client_event(time_s, line, exception, self.service.client_aborts))
             return
         after_shutdown = any(e.kind == "shutdown" for e in self.events)
@@ -254,7 +253,7 @@ class SglangReader:
         if "#running-req" not in fields:
             self._malformed(number, line, "has no readable '#running-req: N' field")
             return
-        self.last_batch_line = number
+        self.service.busy(number)
         if kind == "prefill" and "#new-seq" not in fields:
             self._malformed(number, line, "is a Prefill line without a readable '#new-seq: N' field")
             return

@@ -95,7 +95,6 @@ class VllmReader:
     last_time: float | None = None
     last_line: int = 0
     last_engine: str | None = None
-    last_busy_line: int = 0  # the last statistics line with requests running or waiting
     shutting_down: bool = False
     skipped: int = 0
     first_skipped: int = 0
@@ -145,7 +144,7 @@ class VllmReader:
         self.prompt_tokens += (sample.prompt_throughput or 0.0) * window
         self.last_time, self.last_line, self.last_engine = sample.time_s, number, engine
         if sample.running or sample.queued:
-            self.last_busy_line = number
+            self.service.busy(number)
         store = self.stores.get(engine)
         if store is None:
             store = self.stores[engine] = SampleStore()
@@ -187,7 +186,7 @@ class VllmReader:
     def _traceback(self, line: int, time_s: float | None, exception: str) -> None:
         if len(self.events) >= 1000:
             return
-        if self.service.client_ended_after(self.last_busy_line):
+        if self.service.client_ended():
             self.events.append(killed_after_client_event(time_s, line, exception, self.service.client_aborts))
             return
         self.events.append(_traceback_event(time_s, line, shutting_down=self.shutting_down))
