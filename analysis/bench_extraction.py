@@ -150,7 +150,7 @@ def per_launch_child(list_file: str) -> None:
             taken = []
             for _ in range(5):
                 begun = time.perf_counter()
-                rows, _, _ = export_one_report(report, None, Path(folder), 0, False, 0.6, 1000)
+                rows = export_one_report(report, None, Path(folder), 0).rows
                 taken.append(time.perf_counter() - begun)
             alone.append((len(rows.get("report", ())), min(taken)))
     print(json.dumps({"seconds": seconds, "launches": launches, "alone": alone}))

@@ -10,9 +10,11 @@ with the ``ncu_report`` module where they are compared):
 - the launches that hold ``lts__throughput``, and that ``classify --evidence`` reads it for;
 - global loads: launches whose L1 saw global-load requests, and how their loads are counted;
 - the roofline: the highest point as a share of the roof above it;
-- ``compare X X``: kernels whose verdict is not "same work, same time".
+- ``compare X X``: kernels whose verdict is not "same work, same time";
+- NVIDIA's findings and source markers, read by ncuflow, against ``ncu_report``'s on every
+  launch (``analysis/check_findings.py``).
 
-The README's figures of issue 30 come from one run of this script.
+The figures of docs/h200.md come from one run of this script.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ from ncuflow.analyze.roofline import attainable, point_groups, rooflines  # noqa
 from ncuflow.read.extract import iter_launches  # noqa: E402
 from ncuflow.read.reportfile import find_reports  # noqa: E402
 from ncuflow.read.runs import load_paths  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import check_findings  # noqa: E402
 
 DRAM = "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
 
@@ -103,6 +108,7 @@ def main(roots: list[Path]) -> None:
                 other.append(f"{report.name}: {pair.label} {pair.judged.verdict}")
     print(f"compare X X: {kernels} kernels, {kernels - len(other)} same work, same time" +
           (f"; others: {other}" if other else ""))
+    check_findings.main(roots)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`make gpu-rehearsal`: the README's device command, run here as the GPU host would run it.
+"""`make gpu-rehearsal`: the device command of docs/gpu-host.md, run here as the GPU host would run it.
 
     python3 analysis/gpu_rehearsal.py              # all four modes (about 10 minutes)
     python3 analysis/gpu_rehearsal.py --mode slow  # one mode
@@ -10,7 +10,7 @@ installed, no polars, no Ray**, no network. Here: a virtual environment of Pytho
 those versions (``.gpu-rehearsal/venv``, made once; torch 2.11 is PyPI's build, the host's
 own, which imports without a GPU), a copy of the tracked tree plus ``.gpu-bundle`` (what the
 device tool sends), ``tests/fake_ncu`` as ``ncu`` on PATH, an empty ``$OUT``, and the exact
-command between the README's ``device-command`` markers under the tool's own limit. Modes:
+command between the ``device-command`` markers of docs/gpu-host.md under the tool's own limit. Modes:
 
 - ``normal``: ncu answers at once;
 - ``slow``: each profile takes ~15 s and one point never ends: the budget runs out, the call
@@ -53,7 +53,8 @@ HOST_PACKAGES = ("torch==2.11.0", "triton==3.6.0", "click", "rich", "numpy", "pa
                  "matplotlib", "regex")
 ABSENT_ON_HOST = ("polars", "ray", "ncuflow", "zstandard", "re2")
 TOOL_LIMIT_S = 600  # the device tool's longest command
-CALL_TIMEOUT_S = 540  # the timeout_s the README gives the call
+CALL_TIMEOUT_S = 540  # the timeout_s docs/gpu-host.md gives the call
+DEVICE_PAGE = "docs/gpu-host.md"  # the page that holds the device command, between its markers
 MUST_END_S = 480
 FAKE_REPORT = "profiles/reference/h200/paged_decode"
 OUT_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -142,14 +143,14 @@ def copy_tree(target: Path, *, bundle: bool = True) -> None:
 
 
 def device_command() -> str:
-    """The one command between the README's device-command markers."""
-    text = (REPO / "README.md").read_text()
+    """The one command between the device-command markers of docs/gpu-host.md (``DEVICE_PAGE``)."""
+    text = (REPO / DEVICE_PAGE).read_text()
     found = re.search(r"<!-- device-command -->\n(.*?)<!-- /device-command -->", text, re.S)
     if not found:
-        raise RehearsalError("README.md has no <!-- device-command --> block: the rehearsal runs exactly that command.")
+        raise RehearsalError(f"{DEVICE_PAGE} has no <!-- device-command --> block: the rehearsal runs exactly that command.")
     lines = [line.strip() for line in found.group(1).splitlines() if line.strip() and not line.strip().startswith("```")]
     if len(lines) != 1 or len(lines[0]) > 2000:
-        raise RehearsalError("The README's device-command block must hold one command of at most 2000 characters.")
+        raise RehearsalError(f"The device-command block of {DEVICE_PAGE} must hold one command of at most 2000 characters.")
     return lines[0]
 
 
@@ -182,7 +183,7 @@ def run_mode(mode: Mode, python: Path, command: str) -> Returned:
            "HOME": str(root), "LANG": "C.UTF-8", "OUT": str(out), "TMPDIR": str(root),
            "FAKE_NCU_REPORT": str(report), **mode.fake_ncu}
     console = root / "console.log"
-    say(f"{mode.name}: {mode.what}; running the README's device command in {tree}")
+    say(f"{mode.name}: {mode.what}; running the device command of {DEVICE_PAGE} in {tree}")
     started = time.monotonic()
     with console.open("wb") as sink:
         process = subprocess.Popen(["bash", "-c", command], cwd=tree, env=env, stdout=sink, stderr=subprocess.STDOUT,
@@ -268,19 +269,23 @@ def _common(summary: dict[str, Any]) -> list[str]:
 
 
 def _each_cell_has_a_run(runs: dict[str, list[str]]) -> list[str]:
-    from study_flashinfer import CELLS
+    from flashinfer_points import CELLS
 
     return [f"no run of {cell} came back" for cell in CELLS if not runs.get(cell)]
 
 
 def expect_normal(summary: dict[str, Any], runs: dict[str, list[str]]) -> list[str]:
+    from ncuflow.store.tiers import TIER3_FOLDER
+
     steps = _steps(summary)
     problems = _common(summary) + _each_cell_has_a_run(runs)
-    for name in ("one point of each cell", "profile vs bare ncu", "sweeps"):
+    for name in ("one point of each cell", "profile vs bare ncu", "sweeps", "why tier"):
         if steps.get(name, {}).get("status") != "ok":
             problems.append(f"{name}: {steps.get(name, {}).get('status')} ({steps.get(name, {}).get('cause', '')[:200]})")
     if not steps.get("profile vs bare ncu", {}).get("result", {}).get("ratio"):
         problems.append("no cost ratio")
+    if not any(f"/{TIER3_FOLDER}/" in name for names in runs.values() for name in names):
+        problems.append("no why-tier run (tier 3) came back")
     return problems
 
 
@@ -300,7 +305,7 @@ def expect_refused(summary: dict[str, Any], runs: dict[str, list[str]]) -> list[
     problems = _common(summary)
     if "ERR_NVGPUCTRPERM" not in summary.get("ncu_refused", ""):
         problems.append("the counter refusal is not named in the summary (ncu_refused)")
-    for name in ("sweeps", "headline re-profiles", "profile vs bare ncu"):
+    for name in ("sweeps", "headline re-profiles", "why tier", "profile vs bare ncu"):
         step = steps.get(name, {})
         if step.get("status") != "skipped" or "ERR_NVGPUCTRPERM" not in step.get("cause", ""):
             problems.append(f"{name} was not skipped naming the refusal: {step.get('status')}")

@@ -29,7 +29,7 @@ each step's results written under `--out` (the device call's $OUT) as it lands:
     python3 analysis/run_study_on_gpu.py --part flashinfer --dry-run   # steps, points, passes, modules
     python3 analysis/run_study_on_gpu.py --part flashinfer --budget-s 420 --out "$OUT"
 
-`make gpu-rehearsal` runs the README's device command on a host-like CPU environment first.
+`make gpu-rehearsal` runs the device command of docs/gpu-host.md on a host-like CPU environment first.
 """
 
 from __future__ import annotations

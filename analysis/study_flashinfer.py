@@ -14,81 +14,36 @@ budget (`--budget-s`), none stopping the others (`study_steps.py`):
 4. the cost of `ncuflow profile` against the same ncu command run bare (both exit codes checked);
 5. `ncuflow sweep` of analysis/sweeps/flashinfer/*.toml (tier 1, escalating), per-point timeouts;
 6. the headline re-profiles (each sweep's corners) with `ncuflow stability`;
-7. `pytest -m gpu tests/test_flashinfer_gpu.py`.
+7. the why tier: `ncuflow profile SPEC --why` of the headline specs, one per cell first, as
+   time allows (the sections whose rules explain each verdict, under STORE/.tier3);
+8. `pytest -m gpu tests/test_flashinfer_gpu.py`.
 
 With `--out DIR` (the device call's $OUT) the running summary and the runs (tarballs of the
-store's FlashInfer folders, tier 2 included) are rewritten there after every step. `--dry-run`
+store's FlashInfer folders, tiers 2 and 3 included) are rewritten there after every step. `--dry-run`
 prints every step with its deadline, every point, its predicted passes (Perfworks, offline)
 and the bundle module it needs, and runs nothing.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-SWEEPS = REPO / "analysis" / "sweeps" / "flashinfer"
-# The sweeps by value: the positive control (XQA over a shared prefix) first.
-SWEEP_ORDER = ("xqa_decode_shared", "flashinfer_decode_pages", "xqa_decode_distinct", "flashinfer_decode_layouts")
-PLAN_INDEX_LENS = (64, 1024, 16384, 262144, 2097152)
-COST_CELL = "xqa_decode:page=16,kv=shared"
-GPU_TESTS = ("tests/test_flashinfer_gpu.py",)
-CELLS = ("flashinfer_decode", "xqa_decode")
-PLAN_CELL = "flashinfer_plan"
-
-
-def sweep_files() -> list[Path]:
-    """The sweep files in SWEEP_ORDER, then any other (sorted)."""
-    found = {p.stem: p for p in SWEEPS.glob("*.toml")}
-    ordered = [found.pop(stem) for stem in SWEEP_ORDER if stem in found]
-    return ordered + [found[stem] for stem in sorted(found)]
-
-
-def read_sweep(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = tomllib.loads(path.read_text())
-    return data
-
-
-def sweep_points(path: Path) -> list[dict[str, Any]]:
-    data = read_sweep(path)
-    axes = list(data.get("axes", {}).items())
-    return [{**data.get("fixed", {}), **dict(zip([n for n, _ in axes], combo, strict=True))}
-            for combo in itertools.product(*(v for _, v in axes))]
-
-
-def corner_points(path: Path) -> list[dict[str, Any]]:
-    """The headline points of a sweep: every axis at its first or its last value."""
-    data = read_sweep(path)
-    axes = list(data.get("axes", {}).items())
-    ends = [sorted({values[0], values[-1]}, key=values.index) for _, values in axes]
-    return [{**data.get("fixed", {}), **dict(zip([n for n, _ in axes], combo, strict=True))}
-            for combo in itertools.product(*ends)]
-
-
-def spec_text(cell: str, params: dict[str, Any]) -> str:
-    from ncuflow.cells.registry import make_spec
-
-    return make_spec(cell, params).text()
-
-
-def headline_specs(leave_out: frozenset[str] = frozenset()) -> list[str]:
-    """Each sweep's corners as cell specs, once each, for the cells not in LEAVE_OUT."""
-    specs: list[str] = []
-    for path in sweep_files():
-        cell = read_sweep(path)["cell"]
-        if cell in leave_out:
-            continue
-        for params in corner_points(path):
-            text = spec_text(cell, params)
-            if text not in specs:
-                specs.append(text)
-    return specs
+from flashinfer_points import (
+    PLAN_CELL,
+    PLAN_INDEX_LENS,
+    REPO,
+    headline_specs,
+    read_sweep,
+    spec_text,
+    sweep_files,
+    sweep_points,
+    why_specs,
+)
+from study_steps import COST_CELL, GPU_TESTS, STEPS, cap_seconds, run_steps
 
 
 def needed_module(cell: str, params: dict[str, Any], modules: list[dict[str, Any]]) -> str:
@@ -114,6 +69,20 @@ def predicted_passes() -> dict[str, Any]:
     return result
 
 
+def why_passes() -> list[str]:
+    """The why tier's rows and passes on gh100 (`ncuflow profile COST_CELL --why --dry-run`), or why
+    they are unknown here."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "ncuflow", "profile", COST_CELL, "--why", "--dry-run", "--chip",
+                               "gh100"], cwd=REPO, capture_output=True, text=True, check=False, timeout=120)
+    except subprocess.TimeoutExpired:
+        return ["why-tier passes: unknown here (profile --why --dry-run took over 120 s)"]
+    rows = [line[4:] for line in done.stderr.splitlines() if line.startswith("#   ")]
+    if done.returncode != 0 or not rows:
+        return ["why-tier passes: unknown here (" + " ".join(done.stderr.strip().splitlines()[-1:]) + ")"]
+    return [row for row in rows if not row.startswith("  not counted")]
+
+
 def bundle_modules(bundle: Path) -> list[dict[str, Any]]:
     from gpu_bundle import BundleError, read_manifest
 
@@ -129,8 +98,6 @@ def bundle_modules(bundle: Path) -> list[dict[str, Any]]:
 
 
 def print_plan(bundle: Path, budget_s: float) -> None:
-    from study_steps import STEPS, cap_seconds
-
     modules = bundle_modules(bundle)
     passes = predicted_passes()
     if "error" in passes:
@@ -159,6 +126,9 @@ def print_plan(bundle: Path, budget_s: float) -> None:
     for index_len in PLAN_INDEX_LENS:
         print(f"  {spec_text(PLAN_CELL, {'index_len': index_len})}")
     print(f"\nheadline re-profiles (the sweeps' corners), tier 1 each: {', '.join(headline_specs())}")
+    print(f"why tier, as time allows, in this order: ncuflow profile SPEC --why for {', '.join(why_specs())}")
+    for line in why_passes():
+        print(f"  {line}")
     print(f"cost: ncuflow profile {COST_CELL} twice, and the same ncu command bare twice")
     print(f"pytest -m gpu: {' '.join(GPU_TESTS)}")
     print(f"\n{len(seen)} profiled points + {len(PLAN_INDEX_LENS)} plan() timings.")
@@ -169,6 +139,4 @@ def run_part(store: Path, bundle: Path, budget_s: float, ncu: list[str], *, dry_
     if dry_run:
         print_plan(bundle, budget_s)
         return 0
-    from study_steps import run_steps
-
     return run_steps(store, bundle, budget_s, ncu, out)

@@ -1,4 +1,5 @@
-"""The steps of the FlashInfer/XQA device call (`study_flashinfer.py` has the plan).
+"""The steps of the FlashInfer/XQA device call (`study_flashinfer.py` prints the plan; the points
+are `flashinfer_points.py`'s).
 
 One row per step (``STEPS``): its name, its cap as a share of the budget, and the function
 that runs it given its deadline. Each step returns an ``Outcome``; a failure is recorded
@@ -20,6 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from flashinfer_points import (
+    CELLS,
+    PLAN_CELL,
+    PLAN_INDEX_LENS,
+    REPO,
+    headline_specs,
+    read_sweep,
+    spec_text,
+    sweep_files,
+    sweep_points,
+    why_specs,
+)
 from gpu_call import (
     Budget,
     Bundle,
@@ -32,26 +45,16 @@ from gpu_call import (
     seconds_until,
     stop_on_sigterm,
 )
-from study_flashinfer import (
-    CELLS,
-    COST_CELL,
-    GPU_TESTS,
-    PLAN_CELL,
-    PLAN_INDEX_LENS,
-    REPO,
-    headline_specs,
-    read_sweep,
-    spec_text,
-    sweep_files,
-    sweep_points,
-)
 
 from ncuflow.profile.ncu_errors import COUNTER_PERMISSION_CODE as COUNTER_REFUSAL
 from ncuflow.profile.ncu_errors import UNKNOWN_METRIC_WORDS as UNKNOWN_METRIC
+from ncuflow.store.tiers import TIER3_FOLDER
 
 WORK = Path(tempfile.gettempdir()) / "ncuflow-gpu-bundle"  # $TMPDIR: each rehearsal mode its own
 PROFILE_TIMEOUT_S = 90.0  # one profile on the H200: ~10 s; a hung one is stopped here
 SECONDS_PER_PROFILE = 12.0  # first guess, replaced by what the first points measured
+COST_CELL = "xqa_decode:page=16,kv=shared"
+GPU_TESTS = ("tests/test_flashinfer_gpu.py",)
 SMOKE = ("flashinfer_decode:batch=2,kv_len=256,page=1", "xqa_decode:batch=2,kv_len=256,page=16")
 
 
@@ -403,7 +406,45 @@ def headline(call: Call, deadline: float) -> Outcome:
     return _outcome(step, done, {"specs": len(specs), "replicas": replicas})
 
 
-# ----------------------------------------------------------------------------- 7. the GPU tests
+# ----------------------------------------------------------------------------- 7. the why tier
+
+
+WHY_PROFILES = 2.5  # a profile --why: tier 1 (tier 2 where undecided) and the why tier, in profiles
+
+
+def why_tier(call: Call, deadline: float) -> Outcome:
+    """`ncuflow profile SPEC --why` of the headline specs, one per cell first, as time allows: the
+    sections whose rules explain each verdict (tier 3, under STORE/.tier3)."""
+    step = "why tier"
+    if (blocked := call.ncu_blocked(step)) is not None:
+        return blocked
+    specs = why_specs(frozenset(call.left_out))
+    if not specs:
+        return Outcome(step, Status.SKIPPED, 0.0, cause="no cell left to explain")
+    started, need = time.monotonic(), call.seconds_per_profile * WHY_PROFILES
+    done_specs: dict[str, Any] = {}
+    causes: list[str] = []
+    for spec in specs:
+        if seconds_until(deadline) < need:
+            break
+        done = call.ncuflow(["profile", spec, "--why", "--store", str(call.store), "--clock-control", "none",
+                             "--timeout", call.profile_timeout(deadline), *call.ncu], deadline)
+        call.note_refusal(done)
+        done_specs[spec] = {"exit": done.code, "seconds": round(done.seconds, 1)}
+        if not done.ok:
+            causes.append(f"{spec}: {done.cause().strip().splitlines()[-1][:300] if done.cause().strip() else done.code}")
+        if call.ncu_refused:
+            break
+    result = {"specs": done_specs, "left": [s for s in specs if s not in done_specs], "tier3_runs": runs_in_store(
+        call.store / TIER3_FOLDER)}
+    if not done_specs:
+        return Outcome(step, Status.SKIPPED, 0.0, "ncuflow profile SPEC --why",
+                       f"needs ~{need:.0f} s for one spec, {seconds_until(deadline):.0f} s left", result)
+    status = Status.OK if not causes else Status.FAILED
+    return Outcome(step, status, time.monotonic() - started, "ncuflow profile SPEC --why", " | ".join(causes), result)
+
+
+# ----------------------------------------------------------------------------- 8. the GPU tests
 
 
 def gpu_tests(call: Call, deadline: float) -> Outcome:
@@ -431,6 +472,7 @@ STEPS: tuple[Step, ...] = (
     Step("profile vs bare ncu", 0.2, profile_cost, f"{COST_CELL} through ncuflow profile and bare ncu, twice each"),
     Step("sweeps", 1.0, sweeps, "every sweep file, per-point timeouts; a cell whose first point failed is left out"),
     Step("headline re-profiles", 1.0, headline, "each sweep's corners re-profiled (stability), replicas as time allows"),
+    Step("why tier", 0.15, why_tier, "profile --why of the headline specs, one per cell first, as time allows (tier 3)"),
     Step("pytest -m gpu", 1.0, gpu_tests, " ".join(GPU_TESTS)),
 )
 
@@ -442,7 +484,8 @@ def cap_seconds(step: Step, budget_s: float) -> float:
 def bundles_of(store: Path) -> list[Bundle]:
     """The tarballs under OUT: one per cell (each under the 16 MiB a file may be), the rest together."""
     base = store.relative_to(REPO) if store.is_relative_to(REPO) else store
-    rest = (f"{base}/{PLAN_CELL}", f"{base}/.tier2", f"{base.parent}/stability-{store.name}-flashinfer.md",
+    rest = (f"{base}/{PLAN_CELL}", f"{base}/.tier2", f"{base}/{TIER3_FOLDER}",
+            f"{base.parent}/stability-{store.name}-flashinfer.md",
             f"{base.parent}/flashinfer-call-{store.name}.json")
     return [*(Bundle(f"{store.name}-{cell}.tgz", (f"{base}/{cell}",)) for cell in CELLS),
             Bundle(f"{store.name}-flashinfer-rest.tgz", rest)]

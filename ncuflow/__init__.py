@@ -14,7 +14,7 @@ The stages, each a subpackage; imports only point down the list:
 
 From Python (a notebook), the read side's answers as polars frames or frozen records
 (``docs/api.md``): ``ncuflow.launches(paths)``, ``ncuflow.classify(paths)``,
-``ncuflow.summary(paths)``, ``ncuflow.compare(base, new)``, ``ncuflow.roofline(paths)``.
+``ncuflow.findings(paths)``, ``ncuflow.summary(paths)``, ``ncuflow.compare(base, new)``, ``ncuflow.roofline(paths)``.
 They are looked up when first used (``ncuflow.output.api``), so ``import ncuflow`` stays
 cheap and imports no polars: the profiling path on a GPU host has none.
 """
@@ -68,7 +68,7 @@ def _provide_kernels_from_checkout() -> None:
 _provide_kernels_from_checkout()
 
 # The public Python API: name -> its function in ncuflow.output.api, imported on first use.
-API: tuple[str, ...] = ("launches", "classify", "summary", "summaries", "compare", "roofline")
+API: tuple[str, ...] = ("launches", "classify", "findings", "summary", "summaries", "compare", "roofline")
 __all__ = ["API", "__version__", *API]
 
 

@@ -7,7 +7,7 @@ wall-clock limit (60 s: a FIFO read that blocks is a hang, and the whole session
 killed). It returns the exit status, what the command printed, its time and its peak
 resident memory (``VmHWM``, sampled every 20 ms). ``FIGURES`` counts, over the session, every case tried and
 what went wrong; the fault suites add their own counts (runs hidden, links replaced,
-mismatched pairs accepted) and ``figures_line`` prints them for the README's reliability
+mismatched pairs accepted) and ``figures_line`` prints them for docs/reliability.md's
 section (``pytest -s``).
 """
 

@@ -204,3 +204,33 @@ def test_nvidias_figures_leave_a_launch_undecided_where_an_uncollected_unit_coul
     assert classify(dram_bound).bound == "dram" and not undecided(classify(dram_bound))
     other_class = replace(dram_bound, values={**dram_bound.values, "sm_throughput_pct": 95.0})
     assert undecided(classify(other_class))
+
+
+def test_the_table_title_of_a_stored_run_breaks_between_its_spec_and_run_id() -> None:
+    """The demo's classify title showed a literal backslash-n ("…splits=8\\nrun"): the line break
+    between the cell spec and the run id was escaped with the user's text."""
+    from click.testing import CliRunner
+
+    from ncuflow.cli import cli
+
+    run = sorted(H200.glob("paged_decode/*page16*/*/manifest.json"))[0].parent
+    result = CliRunner().invoke(cli, ["classify", str(run)], terminal_width=170)
+    assert result.exit_code == 0, result.output
+    lines = [line.strip() for line in result.output.splitlines()]
+    assert "\\n" not in result.output
+    assert f"run {run.name}" in lines and any(line.endswith("splits=8") for line in lines), result.output[:600]
+
+
+def test_as_if_titles_show_a_report_path_as_it_is(corpus_dir: Path, tmp_path: Path) -> None:
+    """classify --as-if put the path into rich markup unescaped: '[bold]x.ncu-rep' showed as 'x.ncu-rep'."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from ncuflow.cli import cli
+
+    report = tmp_path / "[bold]x.ncu-rep"
+    shutil.copyfile(corpus_dir / "yzwang2000__cudaCode__profile.ncu-rep", report)
+    result = CliRunner().invoke(cli, ["classify", "--as-if", "decisive", str(report)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert str(report) in result.output

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from ncuflow.analyze.compare import compare_loaded, match_key
+from ncuflow.analyze.fields import spec_of
 from ncuflow.cli import cli
 from ncuflow.errors import UsageError
 from ncuflow.read.runs import load_paths
@@ -84,6 +85,21 @@ def test_h200_page_size_on_a_shared_prefix(tmp_path: Path) -> None:
     assert merge["fields"]["inst_issued"]["state"] == "unchanged"  # re-issues differ, inside the near-exact band
     text = md.read_text()
     assert "| paged_decode_split_kernel [grid=2,048, block=128] | work changed and time moved with it |" in text
+
+
+def test_a_difference_judged_against_a_noise_reference_names_it() -> None:
+    """dram_bytes_read's band is a share of the launch's dram_bytes: its reason said "0.0049 % is inside
+    the noise band" beside a Δ of −4.1 % (relative to the field itself), as if the two contradicted."""
+    result = CliRunner().invoke(cli, ["compare", str(_point("shared", 16)), str(_point("shared", 64)), "--json"])
+    assert result.exit_code == 0, result.output
+    judged = [(name, field) for kernel in json.loads(result.stdout)["matched"]
+              for name, field in kernel["fields"].items() if field["reason"] not in ("identical values",)]
+    referenced = {name for name, _ in judged if spec_of(name).noise_reference}
+    assert {"dram_bytes_read", "dram_bytes_write"} <= referenced
+    for name, field in judged:
+        reference = spec_of(name).noise_reference
+        named = f" of {reference}" in field["reason"] if reference else " of " not in field["reason"]
+        assert named, (name, field["reason"])
 
 
 def test_a_run_folder_against_a_point_folder_and_a_store_against_itself() -> None:
@@ -164,3 +180,68 @@ def test_unmatched_kernels_are_listed_with_readable_durations(corpus_dir: Path) 
     text = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3)]).output
     assert "kernel_conv2d_baseline [grid=262,144, block=256]" in text
     assert "4 launches, median 37.552 ms" in text
+
+
+def test_compare_shows_u_terms_stall_shares_and_occupancy_side_by_side(corpus_dir: Path) -> None:
+    """The naive convolution against its variant (--pair): what moved beyond the work fields is
+    each side's own reading (the max model, waiting.stall_shares, the occupancy fields)."""
+    import statistics
+
+    from ncuflow.analyze.waiting import stall_shares
+
+    result = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3), "--json",
+                                      "--pair", "kernel_conv2d_baseline=conv2d_variant3_kernel"])
+    assert result.exit_code == 0, result.output
+    (kernel,) = json.loads(result.output)["matched"]
+    beyond = kernel["beyond_work"]
+    for side in ("base", "new"):
+        assert all(beyond["u"][t][side] == kernel[side][f"u_{t}"] for t in beyond["u"])
+    naive = load_paths([corpus_dir / NAIVE]).runs[0].launches
+    shares = [{s.reason: s.share for s in stall_shares(launch)} for launch in naive]
+    leading = max(beyond["stall_shares"], key=lambda r: beyond["stall_shares"][r]["base"] or 0)
+    assert leading == max(shares[0], key=lambda r: shares[0][r])
+    assert beyond["stall_shares"][leading]["base"] == statistics.median(s.get(leading, 0.0) for s in shares)
+    achieved = [launch.value("occupancy_achieved_pct") for launch in naive]
+    assert beyond["occupancy_pct"]["achieved"]["base"] == statistics.median(v for v in achieved if v is not None)
+    text = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3),
+                                    "--pair", "kernel_conv2d_baseline=conv2d_variant3_kernel"]).output
+    assert "warp stalls: lg_throttle" in text and "occupancy: achieved" in text and "u: dram" in text
+
+
+def _nvidia_headings(report: Path) -> dict[str, float | None]:
+    """Each finding that says something in NVIDIA's own reading of ``report`` (``ncu_report``), by
+    'rule: heading', with its largest estimated speedup over the report's launches."""
+    import ncu_report
+
+    found: dict[str, float | None] = {}
+    context = ncu_report.load_report(str(report))
+    for r in range(context.num_ranges()):
+        for a in range(context[r].num_actions()):
+            for rule in context[r][a].rule_results_as_dicts():
+                message = rule["rule_message"]
+                speedup = rule.get("speedup_estimation", {}).get("speedup")
+                if not (message["title"] or message["message"] or speedup is not None):
+                    continue
+                key = f"{rule['rule_identifier']}: {message['title'] or rule['name'] or rule['rule_identifier']}"
+                estimates = [v for v in (found.get(key), speedup) if v is not None]
+                found[key] = max(estimates) if estimates else None
+    return found
+
+
+def test_compare_names_the_findings_that_appeared_or_vanished(corpus_dir: Path) -> None:
+    """The naive convolution against its variant: the findings only one side gives are NVIDIA's own
+    (ncu_report's rule results of each report), with their estimates; compare X X names none."""
+    pair = ["--pair", "kernel_conv2d_baseline=conv2d_variant3_kernel"]
+    result = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3), "--json", *pair])
+    assert result.exit_code == 0, result.output
+    (kernel,) = json.loads(result.output)["matched"]
+    moved = kernel["beyond_work"]["findings"]
+    base, new = _nvidia_headings(corpus_dir / NAIVE), _nvidia_headings(corpus_dir / VARIANT3)
+    assert {f["finding"]: f["speedup"] for f in moved["appeared"]} == {h: new[h] for h in new if h not in base}
+    assert {f["finding"]: f["speedup"] for f in moved["vanished"]} == {h: base[h] for h in base if h not in new}
+    assert moved["appeared"] and moved["vanished"]
+    text = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / VARIANT3), *pair]).output
+    assert "NVIDIA's findings: appeared: " in text
+    same = CliRunner().invoke(cli, ["compare", str(corpus_dir / NAIVE), str(corpus_dir / NAIVE), "--json"])
+    (kernel,) = json.loads(same.output)["matched"]
+    assert kernel["beyond_work"]["findings"] == {"appeared": [], "vanished": []}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ncuflow.analyze.waiting import occupancy_of
 from ncuflow.read.chains import CanonicalField, Source, resolve
 from ncuflow.read.deep_metrics import ROOFLINE_METRICS, STALL_REASONS
 from ncuflow.read.extract import iter_launches
@@ -132,3 +133,20 @@ def test_the_roofline_collection_names_every_flop_and_traffic_counter() -> None:
     for op in ("fadd", "fmul", "ffma", "dadd", "dmul", "dfma", "hadd", "hmul", "hfma"):
         assert f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" in ROOFLINE_METRICS
     assert "l1tex__m_xbar2l1tex_read_bytes.sum" in ROOFLINE_METRICS and "dram__bytes.sum" in ROOFLINE_METRICS
+
+
+def test_occupancy_names_a_limiter_only_where_theoretical_occupancy_is_below_every_warp(full_set: list[Launch]) -> None:
+    """At 100 % theoretical occupancy the smallest block limit caps nothing: ncu says "not impacted by
+    any block limit", where ncuflow said "limited by registers and the warp limit"."""
+    seen = {True: 0, False: 0}
+    for launch in full_set:
+        occupancy = occupancy_of(launch)
+        theoretical = launch.value("occupancy_theoretical_pct")
+        if occupancy is None or theoretical is None or not occupancy.limiters:
+            continue
+        full = theoretical >= 100.0
+        seen[full] += 1
+        text = occupancy.text()
+        assert ("limited by" in text) is not full, text
+        assert ("not impacted by any block limit" in text) is full, text
+    assert seen[True] and seen[False], seen  # both kinds are in the corpus

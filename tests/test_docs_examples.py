@@ -1,8 +1,9 @@
-"""The compare examples of the README and docs/compare.md are what `ncuflow compare` prints.
+"""The examples of the README and docs/compare.md are what ncuflow prints.
 
-Every line under a `$ ncuflow compare ...` command in those pages must be a line of the
-command's real output, in order (an excerpt may leave lines out, never reword or invent
-one); the commands run where the page says (the reports' folder, or a `$ cd` before).
+Every line under a `$ ncuflow ...` command in those pages must be a line of the command's
+real output, in order (an excerpt may leave lines out, never reword or invent one); the
+commands run where the page says (the repository, the reports' folder, or a `$ cd` before).
+Every README example runs on the data that ships with the project (no shared corpus).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from ncuflow.cli import cli
 REPO = Path(__file__).resolve().parent.parent
 
 
-def _examples(page: Path) -> list[tuple[str, Path, list[str]]]:
-    """(command, where it runs, the lines shown under it) for every compare example of a page."""
+def _examples(page: Path, command_name: str = "compare") -> list[tuple[str, Path, list[str]]]:
+    """(command, where it runs, the lines shown under it) for every example of a page whose
+    command starts with ``ncuflow COMMAND_NAME`` ("" for every ncuflow command)."""
     found: list[tuple[str, Path, list[str]]] = []
     text = page.read_text()
     fenced = re.findall(r"```\n(.*?)```", text, flags=re.S)
@@ -32,7 +34,7 @@ def _examples(page: Path) -> list[tuple[str, Path, list[str]]]:
         for index, line in enumerate(lines):
             if line.startswith("$ cd "):
                 where = REPO / line[5:].strip()
-            elif line.startswith("$ ncuflow compare"):
+            elif line.startswith(f"$ ncuflow {command_name}"):
                 command, rest = line[2:], index + 1
                 while command.endswith("\\"):
                     command, rest = command[:-1] + lines[rest].strip(), rest + 1
@@ -42,18 +44,17 @@ def _examples(page: Path) -> list[tuple[str, Path, list[str]]]:
 
 
 def _run(command: str, where: Path, corpus_dir: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    args = shlex.split(command)[2:]
+    args = shlex.split(command)[1:]
     folder = where if any((where / a).exists() or glob.glob(str(where / a)) for a in args) else corpus_dir
     monkeypatch.chdir(folder)
     expanded = [match for a in args for match in (sorted(glob.glob(a)) or [a])]
-    result = CliRunner().invoke(cli, ["compare", *expanded])
+    result = CliRunner().invoke(cli, expanded)
     assert result.exit_code == 0, result.output
     return [line.rstrip() for line in result.output.splitlines()]
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/compare.md"])
-def test_compare_examples_are_what_compare_prints(page: str, corpus_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    examples = _examples(REPO / page)
+def _check(page: str, examples: list[tuple[str, Path, list[str]]], corpus_dir: Path,
+           monkeypatch: pytest.MonkeyPatch) -> None:
     assert examples, page
     for command, where, shown in examples:
         printed = _run(command, where, corpus_dir, monkeypatch)
@@ -61,3 +62,18 @@ def test_compare_examples_are_what_compare_prints(page: str, corpus_dir: Path, m
         for line in shown:
             assert line in printed[position:], f"{page}: {command}: not printed (or out of order): {line!r}"
             position = printed.index(line, position) + 1
+
+
+def test_compare_examples_are_what_compare_prints(corpus_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _check("docs/compare.md", _examples(REPO / "docs/compare.md"), corpus_dir, monkeypatch)
+
+
+def test_every_readme_example_runs_as_written_on_committed_data(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each `$ ncuflow ...` of the README, run from the repository (its paths are committed data:
+    a missing corpus cannot be what it reads), prints the lines the README shows under it."""
+    examples = _examples(REPO / "README.md", "")
+    assert len(examples) >= 4
+    for command, where, _ in examples:
+        assert where == REPO and "../shared" not in command, command
+    _check("README.md", examples, tmp_path / "no-corpus", monkeypatch)

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from analysis.report_edit import drop_metrics
 from ncuflow import store
 from ncuflow.cli import cli
-from ncuflow.read.escalation import EscalationWarning, read_run_launches, with_tier2
+from ncuflow.read.escalation import EscalationWarning, read_run_launches, with_escalations
 from ncuflow.read.extract import read_launches
 from ncuflow.read.runs import load_paths
 from ncuflow.store import tiers
@@ -103,7 +103,7 @@ def test_a_tier_two_run_of_another_launch_count_is_named_and_tier_one_used(escal
     shutil.copyfile(corpus_dir / "yzwang2000__cudaCode__profile.ncu-rep", tier2.report_path)
     run = _tier1(escalated_store)
     with pytest.warns(EscalationWarning, match="cannot be paired"):
-        launches = with_tier2(run, read_launches(run.report_path))
+        launches = with_escalations(run, read_launches(run.report_path))
     assert launches == read_launches(run.report_path)
 
 

@@ -194,7 +194,7 @@ def test_a_gpu_host_without_the_wheel_reads_through_the_module_ncu_ships(corpus_
         "from ncuflow.read.extract import read_launches\n"
         "from ncuflow.output.launch_rows import export_one_report\n"
         f"launches = read_launches({str(report)!r})\n"
-        f"export_one_report(__import__('pathlib').Path({str(report)!r}), None, None, 0, False, 0.5, 1000)\n"
+        f"export_one_report(__import__('pathlib').Path({str(report)!r}), None, None, 0)\n"
         "print(json.dumps([sys.modules['ncu_report'].__file__, 'polars' in sys.modules,\n"
         "                  [[l.values, sorted(l.breakdown), l.nvidia_sol] for l in launches]]))\n"
     )

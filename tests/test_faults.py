@@ -8,7 +8,7 @@ no temporary folder may be left or come back, and ``store check`` finds no damag
 (no report cut short). Each trial runs under the fault suite's memory limit
 (``tests.hostile.MEMORY_LIMIT``). Kills of ``export`` and ``report`` between their renames
 are in ``tests/test_faults_outputs.py``. The figures are printed (run with -s)
-and quoted in the README's Reliability section.
+and quoted in docs/reliability.md.
 
 NCUFLOW_FAULT_KILLS (default 30) and NCUFLOW_FAULT_SEED (default 9) size and seed it.
 """

@@ -116,3 +116,30 @@ def test_a_report_without_read_permission_is_named_so(corpus_dir: Path, tmp_path
     SEEN["cases"] += 1
     assert ran.code == 2 and not ran.traceback, ran.output  # click's check of the argument, or ncuflow's
     assert "is not readable" in ran.stderr or "cannot be read: Permission denied" in ran.stderr, ran.stderr
+
+
+def test_a_sweep_counts_a_run_it_cannot_read_as_present_and_says_so(corpus_dir: Path, tmp_path: Path) -> None:
+    """Before: the unreadable run counted as missing and was profiled again (3 runs where 2 replicas were asked)."""
+    root = tmp_path / "store"
+    spec = {"cell": "copy_bandwidth", "replicas": 2, "axes": {"mib": [16]}}
+    point = parse_sweep(spec).points[0]
+    records = [store.write_run(root, point.spec, corpus_dir / SMALL) for _ in range(2)]
+    sweep_file = tmp_path / "s.toml"
+    sweep_file.write_text('cell = "copy_bandwidth"\nreplicas = 2\n[axes]\nmib = [16]\n')
+    calls = tmp_path / "calls.jsonl"
+    fake_ncu = Path(__file__).parent / "fake_ncu" / "ncu"
+    env = {**os.environ, "FAKE_NCU_REPORT": str(corpus_dir / SMALL), "FAKE_NCU_CALLS": str(calls)}
+    os.chmod(records[1].path, 0)
+    try:
+        argv = ["sweep", str(sweep_file), "--store", str(root), "--ncu", str(fake_ncu)]
+        ran = run_limited(argv, command=_without_dac_override(argv), env=env, case="unreadable-sweep")
+    finally:
+        os.chmod(records[1].path, stat.S_IRWXU)
+    SEEN["cases"] += 1
+    assert ran.code == 0 and not ran.traceback, ran.output[-2000:]
+    assert "1 run(s) of this sweep cannot be read by this user" in ran.output, ran.output
+    assert "counted as present, not profiled again" in ran.output
+    assert not calls.exists(), calls.read_text()  # nothing profiled
+    runs = sorted(name for name in os.listdir(records[0].path.parent) if name != ".lock")
+    SEEN["unreadable_runs_profiled_again"] += len(runs) - 2
+    assert runs == sorted([records[0].path.name, records[1].path.name])

@@ -14,7 +14,7 @@ should be.
 - paths and work: a non-ASCII path under ``PYTHONIOENCODING=ascii``, a folder 1500 levels
   deep, ``--jobs 64`` on a small machine.
 
-The figures are printed at the end of the module (``pytest -s``) for the README.
+The figures are printed at the end of the module (``pytest -s``) for docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -93,8 +93,8 @@ def profiles_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize(("target", "code", "named"), [
-    ("profiles", 2, "profiles/reference/h200"),
-    ("profiles/reference", 2, "profiles/reference/h200"),
+    ("profiles", 0, "profiles/reference/h200: "),  # a folder of stores: each store below checked, as report reads it
+    ("profiles/reference", 0, "profiles/reference/h200: "),
     ("profiles/reference/h200/copy_bandwidth", 2, "inside the store"),
     ("profiles/reference/h200/copy_bandwidth/impltriton-mib16-seed0-519a9421", 2, "inside the store"),
     ("ncuflow", 0, "0 complete runs, 0 damaged"),
@@ -112,6 +112,19 @@ def test_repair_pointed_at_the_wrong_folder_moves_nothing(profiles_copy: Path, t
     hidden = runs_before - _complete(profiles_copy / "profiles/reference/h200")
     SEEN["healthy_runs_hidden"] += hidden
     assert hidden == 0 and _tree(profiles_copy) == before
+
+
+def test_a_folder_of_stores_is_checked_store_by_store_as_report_reads_it(corpus_dir: Path, tmp_path: Path) -> None:
+    """`report profiles/reference` read every run below it while `store check profiles/reference` was
+    refused: now check visits each store below, names it, and finds a damaged run in one of them."""
+    records = _sweep_store(tmp_path / "gpus" / "h200", corpus_dir, [16, 64])
+    _sweep_store(tmp_path / "gpus" / "a100", corpus_dir, [32])
+    (records[0].path / "manifest.json").write_text("{")
+    ran = run_limited(["store", "check", str(tmp_path / "gpus")], case="check-folder-of-stores")
+    _assert_clean(ran, codes=(1,))
+    assert f"damaged\t{records[0].path}" in ran.stdout
+    assert f"{tmp_path / 'gpus' / 'h200'}: 1 complete runs, 1 damaged" in ran.stderr
+    assert f"{tmp_path / 'gpus' / 'a100'}: 1 complete runs, 0 damaged" in ran.stderr
 
 
 def test_a_sweep_into_a_folder_of_stores_is_refused(profiles_copy: Path, corpus_dir: Path, tmp_path: Path) -> None:
@@ -184,6 +197,7 @@ MANIFEST_COMMANDS = {
     "store check": lambda root, out: ["store", "check", str(root)],
     "export": lambda root, out: ["export", str(root), "-o", str(out / "x.parquet")],
     "compare": lambda root, out: ["compare", str(root), str(root)],
+    "gate": lambda root, out: ["gate", str(root), str(root)],
     "sweep": lambda root, out: ["sweep", str(_sweep_file(out, [16, 32])), "--store", str(root),
                                 "--ncu", str(FAKE_NCU)],
 }

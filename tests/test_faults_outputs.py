@@ -8,7 +8,7 @@ export's launches and metrics tables, a report's Markdown and plots) are killed 
 their renames, by SIGKILL at the exact moment and at random moments, and written by two
 commands at once, one of them held between its renames: no reader may ever accept a
 mismatched pair, and the next command removes what the killed one left. The figures are
-printed at the end of the module (``pytest -s``) for the README.
+printed at the end of the module (``pytest -s``) for docs/reliability.md.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "analysis"))
 
+import flashinfer_points  # noqa: E402
 import gpu_bundle  # noqa: E402
 import study_flashinfer  # noqa: E402
 
@@ -69,11 +70,22 @@ def test_a_damaged_bundle_is_refused_in_one_paragraph(tmp_path: Path) -> None:
 
 
 def test_the_headline_points_are_each_sweeps_corners() -> None:
-    path = study_flashinfer.SWEEPS / "flashinfer_decode_pages.toml"
-    corners = study_flashinfer.corner_points(path)
+    path = flashinfer_points.SWEEPS / "flashinfer_decode_pages.toml"
+    corners = flashinfer_points.corner_points(path)
     assert [(p["page"], p["kv"]) for p in corners] == [(1, "shared"), (1, "distinct"), (128, "shared"), (128, "distinct")]
-    specs = study_flashinfer.headline_specs()
+    specs = flashinfer_points.headline_specs()
     assert len(specs) == len(set(specs)) == 9  # page=1,kv=distinct is a corner of two sweeps
+
+
+def test_the_why_tier_takes_one_headline_spec_of_each_cell_first() -> None:
+    specs, why = flashinfer_points.headline_specs(), flashinfer_points.why_specs()
+    assert sorted(why) == sorted(specs)
+    cells = [spec.split(":", 1)[0] for spec in why]
+    first_of_each = len(set(cells))
+    assert sorted(set(cells[:first_of_each])) == sorted(set(cells)) == sorted(flashinfer_points.CELLS)
+    assert why[:first_of_each] == [next(s for s in specs if s.startswith(cell + ":")) for cell in cells[:first_of_each]]
+    left_out = flashinfer_points.why_specs(frozenset({"xqa_decode"}))
+    assert left_out and all(not spec.startswith("xqa_decode:") for spec in left_out)
 
 
 def test_each_point_names_the_module_it_loads() -> None:

@@ -1,9 +1,9 @@
 """The one device call, without the device: its parts here, and the dry run on a bare Python 3.12.
 
-`make gpu-rehearsal` runs the whole README device command on a host-like environment (minutes,
+`make gpu-rehearsal` runs the whole device command (docs/gpu-host.md) on a host-like environment (minutes,
 a 5 GB environment, the GPU bundle): not part of `make test`. What runs here is cheap: the
 dry run in a copy of the tracked tree on a Python 3.12 with nothing installed (skipped where
-no Python 3.12 is found), the README's command, the deadlines, what is written under $OUT,
+no Python 3.12 is found), the device command, the deadlines, what is written under $OUT,
 and the steps' handling of a failure.
 """
 
@@ -23,9 +23,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "analysis"))
 
+import flashinfer_points  # noqa: E402
 import gpu_call  # noqa: E402
 import gpu_rehearsal  # noqa: E402
-import study_flashinfer  # noqa: E402
 import study_steps  # noqa: E402
 
 
@@ -45,7 +45,7 @@ def test_the_dry_run_works_on_a_bare_python_312() -> None:
     assert order[-1] == "pytest -m gpu"
 
 
-def test_the_readme_device_command_is_bounded_and_writes_under_out() -> None:
+def test_the_device_command_is_bounded_and_writes_under_out() -> None:
     command = gpu_rehearsal.device_command()
     assert len(command) <= 2000
     assert "timeout -k" in command and '--out "$OUT"' in command and "pipefail" in command
@@ -53,6 +53,15 @@ def test_the_readme_device_command_is_bounded_and_writes_under_out() -> None:
     budget = float(command.split("--budget-s ")[1].split()[0])
     assert budget + 30 <= seconds[1] and sum(seconds) < gpu_rehearsal.CALL_TIMEOUT_S  # it kills itself first
     assert study_steps.GPU_TESTS == ("tests/test_flashinfer_gpu.py",)  # not the Triton GPU tests
+
+
+def test_a_page_that_shows_the_device_command_shows_the_one_the_rehearsal_runs() -> None:
+    """docs/gpu-host.md holds the command; a copy shown elsewhere (the README) may not drift from it."""
+    command = gpu_rehearsal.device_command()
+    for page in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))):
+        shown = [line.strip() for line in page.read_text().splitlines() if "run_study_on_gpu.py --part" in line
+                 and "timeout -k" in line]
+        assert all(line == command for line in shown), page
 
 
 def test_a_command_is_stopped_at_its_deadline_with_its_children(tmp_path: Path) -> None:
@@ -129,7 +138,7 @@ def test_a_tarball_over_the_tools_limit_is_named(tmp_path: Path, monkeypatch: py
 def test_the_first_point_sweep_keeps_the_sweeps_settings(tmp_path: Path) -> None:
     from ncuflow.profile.sweep import load_sweep
 
-    for path in study_flashinfer.sweep_files():
+    for path in flashinfer_points.sweep_files():
         whole, first = load_sweep(path), load_sweep(study_steps.one_point_sweep(path, tmp_path))
         assert len(first.points) == 1 and first.points[0].content_key == whole.points[0].content_key
         assert first.options == whole.options and first.name == whole.name and first.timeout == whole.timeout
@@ -140,7 +149,7 @@ def test_the_first_point_sweep_keeps_the_sweeps_settings(tmp_path: Path) -> None
 def test_a_sweep_without_its_extra_metrics_keeps_everything_else(tmp_path: Path) -> None:
     from ncuflow.profile.sweep import load_sweep
 
-    path = study_flashinfer.sweep_files()[0]
+    path = flashinfer_points.sweep_files()[0]
     whole = load_sweep(path)
     plain = load_sweep(study_steps.rewritten_sweep(path, tmp_path, first_point=False, extra_metrics=False))
     assert whole.options.extra_metrics and not plain.options.extra_metrics
@@ -194,7 +203,7 @@ def test_a_missing_bundle_skips_what_needs_it_and_says_why(tmp_path: Path) -> No
     plan = study_steps.time_plan(call, time.monotonic() + 30)
     assert plan.status is gpu_call.Status.SKIPPED and "bundle could not be activated" in plan.cause
     first = study_steps.first_points(call, time.monotonic() + 30)
-    assert set(first.result) == set(study_flashinfer.CELLS)
+    assert set(first.result) == set(flashinfer_points.CELLS)
     assert all("left out" in str(v) for v in first.result.values())
 
 

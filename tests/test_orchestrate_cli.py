@@ -9,6 +9,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,7 @@ def test_profile_success_prints_the_classify_table(corpus_dir: Path, tmp_path: P
 
 @pytest.mark.parametrize(("mode", "needle", "code"), [
     ("perm", "ERR_NVGPUCTRPERM", 3),
+    ("dcgm", "dcgmi profile --pause", 3),  # DCGM holds the counters: named, with how to pause it
     ("nokernels", "profiled no kernel", 3),
     ("appfail", "exited with code 1", 3),
     ("driver", "CUDA driver", 3),
@@ -153,13 +155,71 @@ def test_doctor_on_a_machine_without_gpu(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert checks["ncu_report"].status == "ok"
     ok, sentence = doctor.verdict(list(checks.values()))
     assert not ok and "cannot profile" in sentence and "Reading stored reports works" in sentence
+    assert "ncuflow doctor" not in (checks["ncu"].fix or "")  # doctor's fix never sends the user to doctor
     result = CliRunner().invoke(cli, ["doctor", "--json"])
-    assert result.exit_code == 0
+    assert result.exit_code == 1  # 0 only where this machine can profile
     data = json.loads(result.output)
     assert data["can_profile"] is False
     assert CliRunner().invoke(cli, ["doctor", "--strict"]).exit_code == 1
     plain = CliRunner().invoke(cli, ["doctor"])
-    assert plain.exit_code == 0 and "cannot profile" in plain.output
+    assert plain.exit_code == 1 and "cannot profile" in plain.output
+    assert "ncuflow doctor" not in plain.output
+
+
+def _gpu_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A machine that can profile, as doctor sees it: the fake ncu and a fake nvidia-smi on PATH,
+    counters open to every user. Returns the PATH folder."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ncu").symlink_to(FAKE_NCU)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text('#!/bin/sh\necho "0, NVIDIA H200, GPU-1234, 580.65"\n')
+    smi.chmod(0o755)
+    params = tmp_path / "params"
+    params.write_text("RmProfilingAdminOnly: 0\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin:/bin")
+    monkeypatch.delenv("NCU", raising=False)
+    monkeypatch.setattr(doctor, "NVIDIA_PARAMS", params)
+    return bin_dir
+
+
+def test_doctor_exits_0_only_where_this_machine_can_profile(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _gpu_host(tmp_path, monkeypatch)
+    result = CliRunner().invoke(cli, ["doctor", "--json"])
+    data = json.loads(result.output)
+    assert data["can_profile"] is True and result.exit_code == 0, result.output
+    (tmp_path / "params").write_text("RmProfilingAdminOnly: 1\n")
+    if os.geteuid() != 0:  # as root the counters stay open
+        result = CliRunner().invoke(cli, ["doctor"])
+        assert result.exit_code == 1 and "cannot profile (counters:" in result.output
+
+
+def test_doctor_names_a_running_dcgm_host_engine_and_how_to_pause_it(monkeypatch: pytest.MonkeyPatch,
+                                                                       tmp_path: Path) -> None:
+    """DCGM's nv-hostengine holds the profiling counters while its profiling module watches them:
+    a fake one, started from PATH as DCGM's service starts it, is named with `dcgmi profile --pause`."""
+    from ncuflow.profile.dcgm import HOST_ENGINE, PAUSE
+
+    bin_dir = _gpu_host(tmp_path, monkeypatch)
+    assert doctor.check_dcgm().status == "ok"  # none runs here (this test's machine)
+    engine = bin_dir / HOST_ENGINE
+    engine.write_text("#!/bin/sh\nwhile :; do sleep 1; done\n")  # a script runs under its own name (comm)
+    engine.chmod(0o755)
+    process = subprocess.Popen([HOST_ENGINE], env={"PATH": os.environ["PATH"]})
+    try:
+        comm, deadline = Path(f"/proc/{process.pid}/comm"), time.monotonic() + 10
+        while comm.read_text().strip() != HOST_ENGINE and time.monotonic() < deadline:
+            time.sleep(0.05)  # the shell has not yet taken the script's name
+        check = doctor.check_dcgm()
+        assert check.status == "warn" and str(process.pid) in check.detail, check
+        assert check.fix and PAUSE in check.fix
+        result = CliRunner().invoke(cli, ["doctor"], terminal_width=200)
+        assert PAUSE in result.output and HOST_ENGINE in result.output
+        assert result.exit_code == 0  # a warning: ncu may still profile when DCGM's profiling is idle
+    finally:
+        process.kill()
+        process.wait()
+    assert doctor.check_dcgm().status == "ok"
 
 
 def test_doctor_finds_the_fake_ncu() -> None:

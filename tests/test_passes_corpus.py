@@ -1,7 +1,7 @@
 """The pass rule and the tiered collection, measured on the corpus of public reports.
 
 Prints where the recorded-vs-predicted rule fails, and the as-if agreement and cost,
-so a run with -s shows the numbers the README quotes.
+so a run with -s shows the numbers docs/passes.md quotes.
 """
 
 from __future__ import annotations

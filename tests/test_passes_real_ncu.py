@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from ncuflow.profile.ncu_errors import DriverMismatch, error_from_log
 from ncuflow.profile.plan import CellTarget, CommandTarget, ProfileJob, plan_job
 from ncuflow.profile.settings import ProfileSettings
 from ncuflow.profile.sweep import load_sweep
+from ncuflow.profile.why import WHY, why_options
 from ncuflow.read.metrics import decisive_metric_names
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,6 +69,7 @@ def _tier_options() -> dict[str, NcuOptions]:
     return {
         "tier 1": NcuOptions(),
         "tier 2": NcuOptions(metric_set="none", extra_metrics=decisive_metric_names(2)),
+        **{f"why {row.wall}": why_options(NcuOptions(), row.wall) for row in WHY},  # tier 3, each wall's row
     }
 
 
@@ -76,8 +79,7 @@ def _planned_commands(ncu: str, root: Path) -> list[tuple[str, tuple[str, ...]]]
         for cell in (c.name for c in list_cells() if c.needs_ncu):
             plan = plan_job(ProfileJob(CellTarget(parse_spec(cell)), options), ProfileSettings(store=root, ncu=ncu))
             commands.append((f"{cell} ({tier})", plan.command))
-        command_options = NcuOptions(kernel_regex="gemm", launch_count=2, metric_set=options.metric_set,
-                                     extra_metrics=options.extra_metrics)
+        command_options = replace(options, kernel_regex="gemm", launch_count=2)
         plan = plan_job(ProfileJob(CommandTarget(("/bin/true", "--size", "4096")), command_options),
                         ProfileSettings(store=root, ncu=ncu))
         commands.append((f"profile -- CMD ({tier})", plan.command))

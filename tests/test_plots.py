@@ -3,6 +3,7 @@ the figure, each point's binding wall, no offset axis making a 2e-5 wobble look 
 
 from __future__ import annotations
 
+from itertools import pairwise
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -10,7 +11,13 @@ import pytest
 
 from ncuflow.analyze.study import analyse
 from ncuflow.cells.registry import parameter_defaults
-from ncuflow.output.plots import differing_params, sweep_figure, term_label, terms_figure
+from ncuflow.output.plots import (
+    LABEL_GAP_INCHES,
+    differing_params,
+    sweep_figure,
+    term_label,
+    terms_figure,
+)
 from ncuflow.read.runs import load_sources, sources
 
 H200 = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "h200"
@@ -40,6 +47,23 @@ def test_terms_labels_name_the_parameter_that_differs(analysis) -> None:  # type
     try:
         ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
         assert ticks == labels[:16]
+        assert all(_inside(fig, t) for t in fig.axes[0].get_xticklabels())
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("chart", [slice(0, 16), slice(16, None)])
+def test_terms_labels_do_not_run_into_each_other(analysis, chart: slice) -> None:  # type: ignore[no-untyped-def]
+    """At 1.3 inches a bar group, 'paged_decode_split_kernel' below one group all but touched
+    'merge_splits_kernel' below the next (0.21 inch apart): each group now has its widest label's
+    room and a gap a reader sees."""
+    fig = terms_figure(analysis.points[chart], every=analysis.points)
+    try:
+        fig.canvas.draw()
+        boxes = sorted((label.get_window_extent() for label in fig.axes[0].get_xticklabels()), key=lambda b: b.x0)
+        assert len(boxes) >= 2
+        gaps = [(right.x0 - left.x1) / fig.dpi for left, right in pairwise(boxes)]
+        assert min(gaps) >= LABEL_GAP_INCHES * 0.95, gaps
         assert all(_inside(fig, t) for t in fig.axes[0].get_xticklabels())
     finally:
         plt.close(fig)

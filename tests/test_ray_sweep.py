@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from ncuflow import store
 from ncuflow.cli import cli
+from ncuflow.files.owner import owner_tag, place_token
 from ncuflow.profile.plan import CellTarget, ProfileJob
 from ncuflow.profile.ray_sweep import (
     SHIPPED_LOG_BYTES,
@@ -159,10 +160,18 @@ def test_a_shipped_run_is_committed_like_a_local_one(tmp_path: Path, fake_env: d
     assert record.report_path.read_bytes() == shipped.report
     assert record.manifest.machine.node and record.manifest.provenance.escalation is not None  # judged on the node
     assert not (tmp_path / "elsewhere").exists()  # the node profiles into a scratch store
-    assert not list(Path(tempfile.gettempdir()).glob(f"ncuflow-ray-{os.getpid()}-*"))  # its scratch is gone
-    dead = Path(tempfile.gettempdir()) / "ncuflow-ray-999999999-x"  # a worker killed mid-profile left this
-    dead.mkdir(exist_ok=True)
-    assert dead in remove_dead_scratch() and not dead.exists()
+    assert not list(Path(tempfile.gettempdir()).glob(f"ncuflow-ray-{owner_tag()}-*"))  # its scratch is gone
+    dead = Path(tempfile.gettempdir()) / f"ncuflow-ray-999999999.{place_token()}.1-x"  # a worker killed mid-profile
+    foreign = dead.with_name(f"ncuflow-ray-999999999.{'0' * 10}.1-x")  # of another container sharing /tmp
+    legacy = dead.with_name("ncuflow-ray-999999999-x")  # named by a pid alone: proves nothing
+    for folder in (dead, foreign, legacy):
+        folder.mkdir(exist_ok=True)
+    try:
+        assert dead in remove_dead_scratch() and not dead.exists()
+        assert foreign.exists() and legacy.exists()
+    finally:
+        for folder in (foreign, legacy):
+            folder.rmdir()
 
 
 def test_ray_without_the_package_is_a_usage_error(tmp_path: Path, fake_env: dict[str, str],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -107,3 +108,31 @@ def test_count_columns_are_integers_in_the_export(corpus_dir: Path, tmp_path: Pa
         assert frame.schema[name] == pl.Float64, name
     assert frame["inst_executed"].to_list()[0] == 13832
     assert any("undefined" in note for note in frame["notes"].explode().drop_nulls().to_list())
+
+
+@pytest.mark.parametrize(("metric", "field", "stored", "kept"), [
+    ("gpu__time_duration.sum", "duration_ns", 0.0, False),
+    ("gpu__time_duration.sum", "duration_ns", -1e6, False),
+    ("gpu__time_duration.sum", "duration_ns", 1e308, False),
+    ("gpu__time_duration.sum", "duration_ns", 3_800.0, True),
+    ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "dram_throughput_pct", -1e6, False),
+    ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "dram_throughput_pct", 250.0, False),
+    ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "dram_throughput_pct", 104.0, True),
+    ("lts__t_sector_hit_rate.pct", "l2_hit_rate_pct", -1e6, False),
+])
+def test_a_value_outside_its_kinds_range_is_missing_with_the_stored_value_in_a_note(
+        metric: str, field: str, stored: float, kept: bool) -> None:
+    launch = _launch({metric: stored})
+    if kept:
+        assert launch.value(field) == stored and field not in launch.notes
+    else:
+        assert launch.value(field) is None and field in launch.missing and field not in launch.provenance
+        assert f"stored as {stored:,.6g}" in launch.notes[field] and "no measurement" in launch.notes[field]
+
+
+def test_breakdown_units_outside_the_percent_range_leave_the_model_with_one_note() -> None:
+    launch = _launch({})
+    crafted = replace(launch, breakdown={"dram__cycles_active.avg.pct_of_peak_sustained_elapsed": -1e6,
+                                         "lts__t_sectors.avg.pct_of_peak_sustained_elapsed": 40.0})
+    assert list(crafted.breakdown) == ["lts__t_sectors.avg.pct_of_peak_sustained_elapsed"]
+    assert "1 unit stored outside" in crafted.notes["breakdown"] and "-1e+06" in crafted.notes["breakdown"]

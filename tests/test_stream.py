@@ -177,3 +177,18 @@ def test_a_failed_stream_creates_no_file_after_it_ended(tmp_path: Path) -> None:
         if target.exists():
             late.append(target.name)
     assert late == []
+
+
+def test_a_column_of_lists_of_structs_is_the_frame_polars_builds(tmp_path: Path) -> None:
+    """``frame_of`` builds lists of structs from flat columns: the same frame as polars' own
+    construction, None rows, empty lists, missing and NaN fields, and no row at all included."""
+    from ncuflow.output.stream import frame_of
+
+    item = pl.Struct({"name": pl.String, "value": pl.Float64})
+    schema = {"report": pl.String, "items": pl.List(item), "other": pl.List(item)}
+    rows = [None, [], [{"name": "a", "value": float("nan")}, {"name": None, "value": None}], [{"value": 2.0}]]
+    columns = {"report": [str(i) for i in range(len(rows))], "items": rows, "other": list(reversed(rows))}
+    for take in (slice(0, 0), slice(0, 1), slice(1, 2), slice(None)):
+        part = {name: values[take] for name, values in columns.items()}
+        built, reference = frame_of(part, schema), pl.DataFrame(part, schema=schema)
+        assert built.schema == reference.schema and built.equals(reference, null_equal=True), take

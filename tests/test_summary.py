@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from ncuflow.analyze.names import distinct_short_names, short_name
 from ncuflow.analyze.selection import ALL
-from ncuflow.analyze.summary import summarize
+from ncuflow.analyze.summary import KernelKey, roll_up, summarize
 from ncuflow.cli import cli
 from ncuflow.errors import UsageError
 
@@ -46,7 +46,7 @@ def test_a_report_of_105_launches_is_one_kernel(corpus_summaries) -> None:  # ty
 
 
 def test_the_h200_store_is_summarised_per_run(corpus_dir: Path) -> None:
-    result = CliRunner().invoke(cli, ["summary", str(REFERENCE), "--json"])
+    result = CliRunner().invoke(cli, ["summary", str(REFERENCE), "--json", "--per-report"])
     assert result.exit_code == 0, result.output
     reports = json.loads(result.stdout)["reports"]
     assert len(reports) == 49
@@ -55,6 +55,33 @@ def test_the_h200_store_is_summarised_per_run(corpus_dir: Path) -> None:
         assert "(run " in report["label"]
     copy = [r for r in reports if r["label"].startswith("copy_bandwidth:impl=triton,mib=4096")]
     assert copy and copy[0]["kernels"][0]["bound"] == "dram" and copy[0]["kernels"][0]["binding_u"] > 0.8
+
+
+def test_many_reports_roll_up_per_gpu_by_kernel_and_configuration(corpus_dir: Path, corpus_summaries) -> None:  # type: ignore[no-untyped-def]
+    """summary of the whole corpus printed one table per report and no roll-up: now one per GPU,
+    each kernel and configuration summed over the per-report summaries that hold it."""
+    runs = ALL.load([corpus_dir]).runs
+    rolled = roll_up(runs)
+    expected: dict[tuple[str | None, KernelKey], list[float]] = {}
+    for per_report in corpus_summaries:
+        for k in per_report.kernels:
+            sums = expected.setdefault((per_report.device, (k.kernel, k.grid_size, k.block_size)), [0, 0, 0.0])
+            sums[0] += k.launches
+            sums[1] += 1
+            sums[2] += k.total_ns or 0.0
+    got = {(gpu.device, (k.kernel, k.grid_size, k.block_size)): [k.launches, k.reports, k.total_ns or 0.0]
+           for gpu in rolled for k in gpu.kernels}
+    assert got.keys() == expected.keys()
+    for key, (launches, reports, total) in expected.items():
+        assert got[key][:2] == [launches, reports] and got[key][2] == pytest.approx(total), key
+    assert len({gpu.device for gpu in rolled}) == len(rolled) >= 5  # one summary per GPU
+    assert sum(gpu.reports for gpu in rolled) == len([run for run in runs if run.launches])
+    for gpu in rolled:
+        assert gpu.shares_total() == pytest.approx(1.0) if gpu.total_ns else gpu.shares_total() in (None, 0.0)
+    text = CliRunner().invoke(cli, ["summary", str(corpus_dir)], terminal_width=200).output
+    assert "reports rolled up by kernel and launch configuration" in text and "--per-report" in text
+    per_report = CliRunner().invoke(cli, ["summary", str(corpus_dir), "--per-report"], terminal_width=200).output
+    assert f"{len(corpus_summaries)} reports, GPU time" in per_report
 
 
 def test_top_keeps_the_biggest_kernels_and_the_rest_in_one_row(corpus_dir: Path) -> None:

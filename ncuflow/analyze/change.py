@@ -8,7 +8,10 @@ floor (320 ns, 1 percentage point, 4 KiB of bytes); ``band`` = max(t·s, floor) 
 field's noise band; ``far`` = max(max(5·t, 1 %)·s, floor) the difference that counts as
 a change even without replicas; ``w`` the larger absolute range (max - min) of the two
 sides; ``d`` = |median_value - median_baseline|; ``Δ`` = d relative to the baseline
-median (shown), or, for a percentage, d in percentage points (judged and shown so).
+median (shown), or, for a percentage, d in percentage points (judged and shown so). The
+reasons say d relative to ``s``: where ``s`` is a noise reference's median they name it
+("0.0049 % of dram_bytes is inside the noise band 0.2 % of dram_bytes", while the Δ of
+dram_bytes_read, relative to its own median, reads −4.1 %).
 
 * **identical** values (every value of both sides the same), or the same values on both
   sides: ``unchanged``, for every field (``compare X X``).
@@ -115,6 +118,15 @@ def _short(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _basis(reference: str | None, scale: float | None, baseline_median: float) -> str:
+    """What a relative difference is of, where not the field's own baseline median: its noise
+    reference's (" of dram_bytes": 0.0049 % of a launch's DRAM bytes, while Δ, relative to the
+    field itself, reads −4.1 %)."""
+    if reference is None or not scale or math.isclose(scale, abs(baseline_median)):
+        return ""
+    return f" of {reference}"
+
+
 def compare_field(
     field_name: str,
     baseline: Sequence[float],
@@ -137,6 +149,7 @@ def compare_field(
         return FieldChange(field_name, "missing", None, None, None, None, tolerance, f"{field_name} not measured on {side}")
     mb, mv = statistics.median(baseline), statistics.median(value)
     d = abs(mv - mb)
+    basis = _basis(spec.noise_reference, scale, mb)
     if scale is None or scale == 0:
         scale = abs(mb) if mb != 0 else abs(mv)
     delta = 0.0 if d == 0 else (d / abs(mb) if mb != 0 else math.inf)
@@ -152,7 +165,7 @@ def compare_field(
 
     def said(amount: float) -> str:
         """An absolute difference as the field is judged: points for a percentage, else relative."""
-        return points_text(amount) if spec.in_points else format_pct(relative(amount))
+        return points_text(amount) if spec.in_points else format_pct(relative(amount)) + basis
 
     def result(state: FieldState, noise: float | None, reason: str) -> FieldChange:
         return FieldChange(field_name, state, mb, mv, signed_delta, noise, tolerance, reason)

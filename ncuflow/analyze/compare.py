@@ -6,7 +6,8 @@ BASE and NEW are reports, run folders or stores, grouped into measurements
 1. ``pairs`` the user names (``--pair BASE=NEW``: a renamed kernel), each side's name an
    exact function or demangled name, else a regular expression, selecting one kernel;
 2. the same function name and launch configuration (grid, block); where one side holds
-   several measurements with that key (a store of many cells), the same cell spec decides;
+   several measurements with that key (a store of many cells), the same cell spec decides,
+   else the same signature label (``kernel #2``: two reports of one program);
 3. what is left with the same function name and another launch configuration, where that
    pairing is unique (one left on each side, or the same cell spec): *reconfigured*, the
    usual result of a tuning change; its work is compared per launch and per run in total.
@@ -144,22 +145,16 @@ def _pair(base: list[Measurement], new: list[Measurement]) -> tuple[list[tuple[M
         else:
             pairs.append((b, same))
             rest_new.remove(same)
+    for b in list(rest_base):  # two reports of one program: the same signature label (``name #2``)
+        same = next((n for n in rest_new if n.kernel == b.kernel), None)
+        if same is not None:
+            pairs.append((b, same))
+            rest_base.remove(b)
+            rest_new.remove(same)
     if len(rest_base) == 1 and len(rest_new) == 1:
         pairs.append((rest_base[0], rest_new[0]))
         return pairs, [], []
     return pairs, rest_base, rest_new
-
-
-def parse_pair(text: str) -> tuple[str, str]:
-    """``--pair BASE=NEW`` as (base name, new name)."""
-    base, equals, new = text.partition("=")
-    if not equals or not base.strip() or not new.strip():
-        raise UsageError(
-            f"--pair {text!r} is not BASE=NEW.",
-            "--pair names a kernel of BASE and the kernel of NEW it became (a renamed kernel).",
-            "Write it like --pair old_kernel=new_kernel (each a name or a regular expression).",
-        )
-    return base.strip(), new.strip()
 
 
 def _named(pool: Sequence[Measurement], name: str, side: str) -> list[Measurement]:
@@ -278,6 +273,7 @@ def compare_loaded(
 
 def comparison_document(comparison: Comparison) -> dict[str, Any]:
     """The comparison as JSON-ready data (null where a side lacks a field)."""
+    from ncuflow.analyze.beyond_work import beyond_work
 
     def side(m: Measurement) -> dict[str, Any]:
         model = m.model(comparison.threshold)
@@ -300,6 +296,7 @@ def comparison_document(comparison: Comparison) -> dict[str, Any]:
                 "verdict": k.judged.verdict, "verdict_text": k.verdict_text, "work": k.judged.work, "time": k.judged.time,
                 "evidence": k.judged.deltas, "reasons": list(k.judged.reasons),
                 "base": side(k.base), "new": side(k.new),
+                "beyond_work": beyond_work(k.base, k.new, comparison.threshold).document(),
                 "fields": {
                     f.field: {"state": f.state, "base": f.baseline, "new": f.value, "delta": _finite(f.delta),
                               "noise": _finite(f.noise), "reason": f.reason}

@@ -164,7 +164,7 @@ EVIDENCE_ORDER: tuple[str, ...] = _ranked("evidence")
 HEADLINE_WORK: tuple[str, ...] = tuple(name for name in EVIDENCE_ORDER if (FIELDS_BY_NAME[name].display.evidence or 9) <= 3)
 # The work counters the sweep plot draws relative to the baseline.
 PLOT_WORK_FIELDS: tuple[str, ...] = tuple(row.name for row in FIELDS if row.display.plot)
-# The fields of `ncuflow classify` (table columns and --json keys, in order; README documents them).
+# The fields of `ncuflow classify` (table columns and --json keys, in order; README's legend documents them).
 CLASSIFY_FIELDS: tuple[str, ...] = _ranked("classify")
 
 

@@ -14,9 +14,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ncuflow.analyze.arguments import checked_text
 from ncuflow.errors import UsageError
 from ncuflow.files.patterns import kernel_pattern
 from ncuflow.read.launch import KernelName, Launch
+from ncuflow.read.options import READ_DEFAULT, ReadOptions
 from ncuflow.read.runs import Loaded, kernel_filter, load_paths
 
 
@@ -46,6 +48,8 @@ class Selection:
     nvtx: str | None = None
 
     def __post_init__(self) -> None:
+        checked_text(self.kernel, "kernel")  # the API's kernel=123: what --kernel never is
+        checked_text(self.nvtx, "nvtx")
         kernel_filter(self.kernel)  # a bad regular expression is refused here, once
         if self.nvtx is not None and not self.nvtx.strip().rstrip("/"):
             raise UsageError(
@@ -98,9 +102,9 @@ class Selection:
             )
         return replace(loaded, runs=tuple(runs), notes=tuple(notes))
 
-    def load(self, paths: Sequence[Path], *, jobs: int | None = None) -> Loaded:
+    def load(self, paths: Sequence[Path], *, jobs: int | None = None, options: ReadOptions = READ_DEFAULT) -> Loaded:
         """``load_paths`` with the kernel filter applied in the readers and the NVTX filter after."""
-        return self.apply(load_paths(list(paths), kernel=self.kernel, jobs=jobs))
+        return self.apply(load_paths(list(paths), kernel=self.kernel, jobs=jobs, options=options))
 
 
 ALL = Selection()

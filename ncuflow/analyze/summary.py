@@ -4,8 +4,11 @@ One ``ReportSummary`` per report (a store run is one report): its kernels groupe
 name and launch configuration (grid, block), sorted by total duration, each with its
 launches, total and median duration, share of the report's GPU time (the kernels' shares
 sum to 1, the rest of a ``top`` cut included), the max model's verdicts with their counts,
-and the binding term's median utilization. Launches without a duration are counted but
-carry no time (and are named). Pure functions over loaded runs; no I/O, no polars.
+the binding term's median utilization, and NVIDIA's finding with the largest estimated
+speedup where the findings were read. Launches without a duration are counted but carry no
+time (and are named). ``roll_up`` sums many reports instead: one summary per GPU, each
+kernel (name and configuration) over every report that holds it. Pure functions over loaded
+runs; no I/O, no polars.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ncuflow.analyze.classify import (
     DEFAULT_THRESHOLD,
@@ -27,6 +30,9 @@ from ncuflow.analyze.classify import (
 )
 from ncuflow.analyze.names import distinct_short_names
 from ncuflow.read.launch import Launch
+
+if TYPE_CHECKING:  # findings are read (and their modules imported) only where asked for
+    from ncuflow.read.findings import Finding
 
 KernelKey = tuple[str, float | None, float | None]
 
@@ -63,6 +69,11 @@ class KernelSummary:
     verdicts: tuple[tuple[str, int], ...]  # (bound, launches), most common first
     binding_term: str | None  # the term of the most common verdict (the largest term when latency)
     binding_u: float | None  # its median utilization over the kernel's launches
+    # NVIDIA's finding with the largest estimated speedup over the kernel's launches; ``rules`` says
+    # whether its launches hold rule results (None: not read, False: the report has none).
+    top_finding: Finding | None = None
+    rules: bool | None = None
+    reports: int = 1  # how many reports its launches came from (more than one in a roll-up)
 
     @property
     def bound(self) -> str:
@@ -89,7 +100,10 @@ class KernelSummary:
             "grid_size": self.grid_size, "block_size": self.block_size, "launches": self.launches,
             "timed_launches": self.timed_launches, "total_ns": self.total_ns, "median_ns": self.median_ns,
             "share": self.share, "bound": self.bound, "verdicts": dict(self.verdicts),
-            "binding_term": self.binding_term, "binding_u": self.binding_u,
+            "binding_term": self.binding_term, "binding_u": self.binding_u, "reports": self.reports,
+            "rule_results": self.rules, "top_finding": None if self.top_finding is None else {
+                "rule": self.top_finding.rule, "title": self.top_finding.heading,
+                "speedup": self.top_finding.speedup, "speedup_type": self.top_finding.speedup_type},
         }
 
 
@@ -113,6 +127,7 @@ class ReportSummary:
     total_ns: float | None
     kernels: tuple[KernelSummary, ...]
     rest: Rest | None = None
+    reports: int = 1  # the reports it sums (more than one in a roll-up: ``roll_up``)
 
     def shares_total(self) -> float | None:
         """Sum of the shares (1 where the report has any duration)."""
@@ -123,7 +138,8 @@ class ReportSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "report": self.report, "label": self.label, "device": self.device, "launches": self.launches,
+            "report": self.report, "label": self.label, "device": self.device, "reports": self.reports,
+            "launches": self.launches,
             "untimed_launches": self.untimed, "total_ns": self.total_ns,
             "kernels": [k.to_json() for k in self.kernels],
             "other": None if self.rest is None else {"kernels": self.rest.kernels, "launches": self.rest.launches,
@@ -155,11 +171,19 @@ def summarize_kernel(launches: Sequence[Launch], verdicts: Sequence[Verdict], sh
     term, u = _binding(verdicts, ranked[0][0] if ranked else "unknown")
     name, grid, block = kernel_key(launches[0])
     share = (total or 0.0) / report_total if report_total else None
+    results = [x.rule_results for x in launches]
+    read = [r for r in results if r is not None]
+    top = None
+    if read:
+        from ncuflow.analyze.findings import top_of
+
+        top = top_of(results)
     return KernelSummary(
         kernel=name, function=launches[0].kernel.function, short_name=short, grid_size=grid, block_size=block,
         launches=len(launches), timed_launches=len(durations), total_ns=total,
         median_ns=statistics.median(durations) if durations else None, share=share,
-        verdicts=ranked, binding_term=term, binding_u=u,
+        verdicts=ranked, binding_term=term, binding_u=u, reports=len({x.report for x in launches}),
+        top_finding=top, rules=any(r.held for r in read) if read else None,
     )
 
 
@@ -233,6 +257,30 @@ def summarize(runs: Iterable[SummaryRun], *, threshold: float = DEFAULT_THRESHOL
     return tuple(found)
 
 
+UNKNOWN_GPU = "unknown GPU"
+
+
+def roll_up(runs: Iterable[SummaryRun], *, threshold: float = DEFAULT_THRESHOLD, top: int | None = None,
+            width: int = 60) -> tuple[ReportSummary, ...]:
+    """One summary per GPU over every loaded run: each kernel (full name and launch configuration)
+    summed across the reports that hold it, its share of that GPU's time in all of them. GPUs are
+    told apart by name (a kernel's time on two chips does not add up), the one with most time first."""
+    by_gpu: dict[str, list[Launch]] = {}
+    reports: dict[str, set[str]] = {}
+    for run in runs:
+        for launch in run.launches:
+            gpu = launch.device.name or UNKNOWN_GPU
+            by_gpu.setdefault(gpu, []).append(launch)
+            reports.setdefault(gpu, set()).add(str(run.report))
+    found = []
+    for gpu, launches in by_gpu.items():
+        count = len(reports[gpu])
+        label = f"{count} report{'s' if count != 1 else ''} on {gpu}"
+        rolled = summarize_launches(launches, report=label, label=label, threshold=threshold, top=top, width=width)
+        found.append(replace(rolled, reports=count))
+    return tuple(sorted(found, key=lambda summary: (-(summary.total_ns or 0.0), summary.label)))
+
+
 def summary_rows(summaries: Sequence[ReportSummary]) -> list[dict[str, Any]]:
     """Flat rows, one per kernel of every report (what ``--csv`` writes and the API's frame holds)."""
     rows: list[dict[str, Any]] = []
@@ -244,5 +292,7 @@ def summary_rows(summaries: Sequence[ReportSummary]) -> list[dict[str, Any]]:
                 "grid_size": k.grid_size, "block_size": k.block_size, "launches": k.launches,
                 "total_ns": k.total_ns, "median_ns": k.median_ns, "share": k.share, "bound": k.bound,
                 "verdicts": k.verdict_text(), "binding_term": k.binding_term, "binding_u": k.binding_u,
+                "top_finding": k.top_finding.heading if k.top_finding else None,
+                "top_speedup": k.top_finding.speedup if k.top_finding else None,
             })
     return rows

@@ -71,10 +71,19 @@ class Occupancy:
         if self.limiters and self.blocks_per_sm is not None:
             warps = (f" = {self.warps_theoretical:g} of {self.max_warps:g} warps"
                      if self.warps_theoretical is not None and self.max_warps else "")
-            limited = " and ".join(LIMIT_TITLES.get(name, name) for name in self.limiters)
             blocks = "block" if self.blocks_per_sm == 1 else "blocks"
+            if self.full:  # ncu: "not impacted by any block limit"
+                return text + f" (not impacted by any block limit: {self.blocks_per_sm:g} {blocks}/SM{warps})"
+            limited = " and ".join(LIMIT_TITLES.get(name, name) for name in self.limiters)
             text += f" (limited by {limited}: {self.blocks_per_sm:g} {blocks}/SM{warps})"
         return text
+
+    @property
+    def full(self) -> bool:
+        """Theoretical occupancy is every warp the SM holds: the smallest limit caps nothing."""
+        if self.warps_theoretical is not None and self.max_warps:
+            return self.warps_theoretical >= self.max_warps
+        return self.theoretical_pct is not None and self.theoretical_pct >= 100.0
 
 
 @dataclass(frozen=True)

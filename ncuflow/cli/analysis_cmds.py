@@ -27,6 +27,7 @@ from ncuflow.errors import UsageError
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 from ncuflow.profile.ncu import CLOCK_CONTROLS
 from ncuflow.read.jobs import resolve_jobs
+from ncuflow.read.options import WITH_FINDINGS
 
 __all__ = ["explain_command", "print_stability", "report_command", "stability_command", "tolerances_from"]
 
@@ -411,7 +412,7 @@ def report_command(
     guard_report_folder(out_dir, paths)
     with progress_bar() as bar:
         loaded = selection_from(kernel, nvtx).apply(load_paths(
-            list(paths), kernel=kernel, jobs=resolve_jobs(jobs),
+            list(paths), kernel=kernel, jobs=resolve_jobs(jobs), options=WITH_FINDINGS,
             progress=lambda found: bar.stage("reading", len(found.items))))
         analysis = analyse(loaded, paths=list(paths), tolerances=tolerances, threshold=threshold, baselines=chosen,
                            defaults=cell_defaults())

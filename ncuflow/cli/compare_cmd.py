@@ -17,6 +17,7 @@ from ncuflow.cli.options import (
 )
 from ncuflow.cli.selection import nvtx_option, selection_from
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
+from ncuflow.read.options import WITH_FINDINGS
 
 
 @click.command("compare")
@@ -48,7 +49,8 @@ def compare_command(
     work, or ambiguous) with the binding term on each side. Replicas and repeated launches
     on a side make its noise known; a side measured once can only show large changes.
     """
-    from ncuflow.analyze.compare import compare_loaded, comparison_document, parse_pair
+    from ncuflow.analyze.arguments import parse_pair
+    from ncuflow.analyze.compare import compare_loaded, comparison_document
     from ncuflow.output.markdown import compare_markdown, guard_markdown, write_markdown
     from ncuflow.read.jobs import resolve_jobs
 
@@ -57,8 +59,8 @@ def compare_command(
         guard_markdown(markdown_path, title="compare", inputs=[base, new])
     named_pairs = [parse_pair(text) for text in pairs]
     selection = selection_from(kernel, nvtx)
-    loaded_base = selection.load([base], jobs=resolve_jobs(jobs))
-    loaded_new = selection.load([new], jobs=resolve_jobs(jobs))
+    loaded_base = selection.load([base], jobs=resolve_jobs(jobs), options=WITH_FINDINGS)  # the Markdown's top findings
+    loaded_new = selection.load([new], jobs=resolve_jobs(jobs), options=WITH_FINDINGS)
     echo_notes((*loaded_base.notes, *loaded_new.notes), tuple(dict.fromkeys((*loaded_base.damaged, *loaded_new.damaged))))
     comparison = compare_loaded(loaded_base, loaded_new, base_label=str(base), new_label=str(new),
                                 tolerances=tolerances, threshold=threshold, pairs=named_pairs)
@@ -81,7 +83,7 @@ def _print_comparison(comparison: Any, tolerances: Any) -> None:
                "time_without_work": "yellow", "ambiguous": "bright_black"}
     states = {"changed": "red", "unchanged": "green", "ambiguous": "yellow", "missing": "dim"}
     for k in comparison.matched:
-        _print_kernel(console, k, colours[k.judged.verdict], states)
+        _print_kernel(console, k, colours[k.judged.verdict], states, comparison.threshold)
     for title, items in (("only in base", comparison.only_base), ("only in new", comparison.only_new)):
         if items:
             console.print(f"{title}: " + ", ".join(f"{safe_text(m.kernel, 'rich')} ({safe_text(m.spec(), 'rich')}; "
@@ -89,7 +91,7 @@ def _print_comparison(comparison: Any, tolerances: Any) -> None:
     _print_counts(console, comparison, tolerances)
 
 
-def _print_kernel(console: Any, k: Any, colour: str, states: dict[str, str]) -> None:
+def _print_kernel(console: Any, k: Any, colour: str, states: dict[str, str], threshold: float) -> None:
     from rich.table import Table
 
     from ncuflow.analyze.fields import FIELD_TABLE
@@ -108,6 +110,10 @@ def _print_kernel(console: Any, k: Any, colour: str, states: dict[str, str]) -> 
                       f.delta_text() if f.state != "missing" else "—",
                       f"[{states[f.state]}]{f.state}[/{states[f.state]}]", safe_text(f.reason, "rich", limit=SENTENCE_CHARS))
     console.print(table)
+    from ncuflow.analyze.beyond_work import beyond_work
+
+    for line in beyond_work(k.base, k.new, threshold).lines():
+        console.print("  " + safe_text(line, "rich", limit=SENTENCE_CHARS), highlight=False)
     missing = [f.field for f in k.judged.fields if f.state == "missing" and not f.reason.endswith("both sides")]
     if missing:
         console.print(f"  missing on one side: {', '.join(missing)}")

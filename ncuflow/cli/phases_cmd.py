@@ -46,7 +46,7 @@ Examples:
     type=click.Path(path_type=Path),
     default=None,
     help="Write a timeline PNG (batch size and per-token time, phases shaded); with "
-    "several inputs, one file per input named PATH-<input>.png.",
+    "several inputs, one file per input named PATH-<input>.png (with its parent folders where two inputs share a name).",
 )
 @click.option(
     "--decode-log-interval",
@@ -138,6 +138,7 @@ def phases_command(
         return
     # a log's run labels and values reach the terminal escaped, value by value (render_text)
     click.echo(render_text(report, selection), nl=False)
-    for path in written:
-        click.echo(f"timeline written to {safe_text(path, limit=None)}")
+    for file, path in zip(report.files, written, strict=False):  # several inputs: which plot is whose
+        click.echo(f"timeline of {safe_text(file.path)} written to {safe_text(path, limit=None)}" if len(written) > 1
+                   else f"timeline written to {safe_text(path, limit=None)}")
 

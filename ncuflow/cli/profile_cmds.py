@@ -6,6 +6,7 @@ These never import polars (the GPU host has none).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,8 @@ from ncuflow.profile.ncu import (
     REPLAY_MODES,
     NcuOptions,
 )
+from ncuflow.profile.why import FROM_VERDICT, WHY_WALLS
+from ncuflow.store.collection import GRAPH_PROFILING
 
 APP_ARGV_KEY = "ncuflow_app_argv"
 
@@ -88,7 +91,7 @@ class _ConsoleObserver:
         dropped = [m for m in record.manifest.collection.options.dropped_metrics if m not in self.announced]
         if dropped:
             self.console.print(f"[yellow]this ncu does not know {', '.join(dropped)}: collected without them[/yellow]")
-        label = "stored tier 2 in" if tier == 2 else "stored"
+        label = f"stored tier {tier} in" if tier > 1 else "stored"
         self.console.print(f"{label} {record.path} (ncu wall time {record.manifest.outcome.wall_time_s} s)",
                            soft_wrap=True)
         if tier == 1:
@@ -104,6 +107,17 @@ class _ConsoleObserver:
                            f"profiling tier 2{cost}", soft_wrap=True)
         for line in check.lines()[1:] if check.passes is not None else check.lines():
             self.console.print(escape(line), soft_wrap=True)
+
+    def explaining(self, run: Any, wall: str | None, check: Any) -> None:
+        from ncuflow.cli.why_view import passes_line, row_line
+        from ncuflow.profile.why import why_row
+
+        if wall is None:
+            self.console.print("no why tier: no launch of the run has a verdict the why tier explains "
+                               "(every one unknown); name a wall with --why WALL", soft_wrap=True)
+            return
+        self.console.print(f"profiling the why tier (tier 3) for {escape(row_line(why_row(wall)))}; "
+                           f"{escape(passes_line(check))}", soft_wrap=True)
 
 
 def print_launches(launches: Any, console: Any, threshold: float, title: str) -> None:
@@ -137,6 +151,9 @@ def _collection_options(function: Any) -> Any:
         click.option("--kernel", help="Profile only kernels whose name matches this regex."),
         click.option("--nvtx", multiple=True,
                      help="ncu --nvtx-include expression, e.g. 'step/' (a cell defaults to its own range)."),
+        click.option("--graph-profiling", type=click.Choice(GRAPH_PROFILING),
+                     help="CUDA graphs: node profiles each kernel node as its own launch (ncu's default); "
+                          "graph profiles each graph as one workload (marked [CUDA graph])."),
     ]
     for decorator in reversed(decorators):
         function = decorator(function)
@@ -151,10 +168,16 @@ def _collection_options(function: Any) -> Any:
               help="Profile the cell N times in fresh ncu processes.")
 @click.option("--time", "time_first", is_flag=True,
               help="Also time the cell with CUDA events outside ncu (stored as duration_unprofiled).")
+@click.option("--attach", "attach_pid", type=click.IntRange(min=1), metavar="PID",
+              help="Attach to the running process PID instead of starting one (Nsight Compute 2026.2.1+).")
 @click.option("--dry-run", is_flag=True, help="Print the exact ncu command and stop.")
+@click.option("--why", is_flag=False, flag_value=FROM_VERDICT, default=None, metavar="[WALL]",
+              type=click.Choice((*WHY_WALLS, FROM_VERDICT)),
+              help="After the verdict, also collect the ncu sections whose rules explain the binding wall "
+                   "(the why tier, stored under STORE/.tier3); WALL forces one. Write it after SPEC.")
 @click.pass_context
 def profile_command(ctx: click.Context, spec: str | None, replicas: int, time_first: bool, dry_run: bool,
-                    **given: Any) -> None:
+                    why: str | None, attach_pid: int | None, **given: Any) -> None:
     """Profile a cell SPEC (e.g. flat_decode:layout=scatter) or any program after `--`
     under ncu, store the run, and print its classify table.
 
@@ -162,21 +185,28 @@ def profile_command(ctx: click.Context, spec: str | None, replicas: int, time_fi
       ncuflow profile paged_decode:page=16,kv=shared
       ncuflow profile --kernel 'gemm' -- ./app --size 4096
       ncuflow profile flat_decode --dry-run
+      ncuflow profile flat_decode --why --dry-run       # + the why tier's sections and passes
+      ncuflow profile --attach 1234 --kernel 'attention' --launch-count 20
     """
-    from ncuflow.profile.plan import ProfileJob, plan_job
+    from ncuflow.profile.plan import ProfileJob, attach_problem, plan_job
     from ncuflow.profile.precheck import check_passes
     from ncuflow.profile.session import profile_replicas
 
     settings = profile_settings(given)
-    target = _target(spec, list(ctx.meta.get(APP_ARGV_KEY, [])), settings, time_first)
-    check = check_passes(_options(**{k: given[k] for k in _COLLECTION_KEYS}), settings.escalation.chip)
+    target = _target(spec, list(ctx.meta.get(APP_ARGV_KEY, [])), settings, time_first, attach_pid)
+    options = replace(_options(**{k: given[k] for k in _COLLECTION_KEYS}), graph_profiling=given["graph_profiling"])
+    check = check_passes(options, settings.escalation.chip)
     job = ProfileJob(target, check.options)
     if dry_run:
         plan = plan_job(job, settings, dry_run=True)
         click.echo(plan.shell_line())
         note = "" if plan.ncu_found else "  (ncu not found here: shown as given)"
         click.echo(f"# run folder: {plan.final_path}{note}", err=True)
+        if (problem := attach_problem(plan)) is not None:
+            click.echo(f"ncuflow: warning: {problem} A run would stop here.", err=True)
         _print_pass_check(check.lines())
+        if why is not None:
+            _print_why_plan(job, plan, settings, why)
         if replicas > 1:
             click.echo(f"# × {replicas} replicas, each in a fresh ncu process", err=True)
         return
@@ -187,21 +217,50 @@ def profile_command(ctx: click.Context, spec: str | None, replicas: int, time_fi
         job = _timed(job, settings, console)
     observer = _ConsoleObserver(console, settings.escalation.threshold, check.dropped)
     try:
-        results = profile_replicas(job, settings, replicas, observer)
+        results = profile_replicas(job, settings, replicas, observer, why)
     finally:
         observer._done()
     for result in results:
         _print_escalation(result, console, settings.escalation.threshold)
 
 
+def _print_why_plan(job: Any, plan: Any, settings: Any, why: str) -> None:
+    """``--why --dry-run``: the why tier's sections and predicted passes for the forced wall (and
+    its ncu command, on stdout), or for every wall the verdict may name."""
+    from dataclasses import replace
+
+    from ncuflow.cli.why_view import row_lines
+    from ncuflow.profile.plan import plan_job
+    from ncuflow.profile.why import WHY, WHY_TIER, why_check, why_row
+    from ncuflow.store import tiers
+
+    ncu = plan.ncu_path if plan.ncu_found else None
+    rows = WHY if why == FROM_VERDICT else (why_row(why),)
+    heading = ("then the why tier (tier 3), the row of the verdict's wall" if why == FROM_VERDICT
+               else f"then the why tier (tier 3) of {why}")
+    click.echo(f"# {heading}, stored under {tiers.tier_root(plan.store_root, WHY_TIER)}:", err=True)
+    for row in rows:
+        check = why_check(job.options, row.wall, settings.escalation.chip, ncu)
+        for line in row_lines(row, check):
+            click.echo(f"#   {line}", err=True)
+        if why != FROM_VERDICT:
+            third = replace(job, options=check.options, store=tiers.tier_root(plan.store_root, WHY_TIER))
+            click.echo(plan_job(third, settings, dry_run=True).shell_line())
+
+
 _COLLECTION_KEYS = ("replay_mode", "cache_control", "clock_control", "metric_set", "sections", "metrics",
                     "launch_count", "launch_skip", "kernel", "nvtx")
 
 
-def _target(spec: str | None, app_argv: list[str], settings: Any, time_first: bool) -> Any:
-    """What to profile: a cell spec or the program after ``--`` (exactly one of them)."""
-    from ncuflow.profile.plan import CellTarget, CommandTarget
+def _target(spec: str | None, app_argv: list[str], settings: Any, time_first: bool, attach_pid: int | None) -> Any:
+    """What to profile: a cell spec, the program after ``--`` or a running process (exactly one of them)."""
+    from ncuflow.profile.plan import AttachTarget, CellTarget, CommandTarget
 
+    if attach_pid is not None:
+        if spec or app_argv or time_first:
+            raise UsageError("--attach profiles a process that runs already; it takes no cell spec, program "
+                             "or --time.", "", "Drop the cell spec, the program after `--` and --time, or --attach.")
+        return AttachTarget(attach_pid)
     if spec and app_argv:
         raise UsageError("Give either a cell spec or a program after `--`, not both.", "", "Drop one of them.")
     if not spec and not app_argv:
@@ -235,26 +294,32 @@ def _timed(job: Any, settings: Any, console: Any) -> Any:
 
 
 def _print_escalation(result: Any, console: Any, threshold: float) -> None:
-    """A replica's tier 1 and tier 2 together, as every reader pairs them (or why they cannot be)."""
-    if result.tier2 is None:
-        return
-    if result.unpaired is not None:
-        console.print(f"[yellow]{escape(str(result.tier1.record.report_path))}: {escape(result.unpaired)}[/yellow]",
+    """A replica's tiers together, as every reader merges them (where any escalation run was
+    merged), and why an escalation run could not be paired."""
+    for problem in result.unpaired:
+        console.print(f"[yellow]{escape(str(result.tier1.record.report_path))}: {escape(problem)}[/yellow]",
                       soft_wrap=True)
+    if result.merged == (1,):
         return
     record = result.tier1.record
-    print_launches(result.launches, console, threshold,
-                   f"{record.cell} {record.run_id}: tier 1 + tier 2 ({result.tier2.record.run_id})")
+    runs = {2: result.tier2, 3: result.why}
+    tiers = " + ".join(f"tier {tier}" for tier in result.merged)
+    ids = ", ".join(run.record.run_id for tier, run in runs.items() if tier in result.merged and run is not None)
+    print_launches(result.launches, console, threshold, f"{record.cell} {record.run_id}: {tiers} ({ids})")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--ncu", "ncu_path", help="Check this ncu instead of searching.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
-@click.option("--strict", is_flag=True, help="Exit 1 when this machine cannot profile.")
+@click.option("--strict", is_flag=True, hidden=True,
+              help="Kept for old scripts: doctor always exits 1 when this machine cannot profile.")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Also connect to the Ray cluster at ADDRESS and say how many GPUs it offers.")
 def doctor_command(ncu_path: str | None, as_json: bool, strict: bool, ray_address: str | None) -> None:
-    """Check ncu, ncu_report, the GPU, counter permission, package versions and Ray."""
+    """Check ncu, ncu_report, the GPU, counter permission, DCGM, package versions and Ray.
+
+    Exits 0 when this machine can profile, 1 when it cannot (the last line says why).
+    """
     from ncuflow.profile.doctor import Check, run_checks, verdict
     from ncuflow.profile.ray_sweep import ray_doctor_checks
 
@@ -279,7 +344,7 @@ def doctor_command(ncu_path: str | None, as_json: bool, strict: bool, ray_addres
             table.add_row(check.name, f"[{style[check.status]}]{check.status}[/]", detail)
         console.print(table)
         console.print(escape(sentence))
-    if strict and not ok:
+    if not ok:  # --strict, once needed for this, changes nothing
         raise click.exceptions.Exit(1)
 
 

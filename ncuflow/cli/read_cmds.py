@@ -16,6 +16,7 @@ from ncuflow.cli.options import echo_notes, jobs_option, threshold_option
 from ncuflow.cli.selection import selection_from, selection_options
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 from ncuflow.read.jobs import resolve_jobs
+from ncuflow.read.options import READ_DEFAULT, WITH_FINDINGS
 from ncuflow.read.runs import prestart_reading, read_sources, sources
 
 _threshold_option = threshold_option()
@@ -53,8 +54,10 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     global-load instructions, its grid × block, the binding wall of the max model (dram,
     l2, l1, issue, math) with its utilization u, or `latency` when no term is above the
     threshold (with the largest term's u); NVIDIA's own SpeedOfLight verdict beside ours.
-    --evidence adds every term, and for a latency-bound launch its occupancy and top
-    warp-stall reasons where the report holds them.
+    --evidence adds every term, for a latency-bound launch its occupancy and top
+    warp-stall reasons where the report holds them, and NVIDIA's findings (its rules'
+    messages, the binding wall's first, by estimated speedup) with the metrics they rest
+    on; --json carries the findings and source markers of each launch.
     """
     selection = selection_from(kernel, nvtx)
     keep = selection.predicate()
@@ -73,8 +76,8 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
     per_report = []
     with _warnings_to_stderr(), progress_bar() as bar:
         step = bar.stage("reading", len(found.items))
-        for source, read, notes in read_sources(found, jobs=jobs, strict=True,
-                                                progress=step):
+        for source, read, notes in read_sources(found, jobs=jobs, strict=True, progress=step,
+                                                options=WITH_FINDINGS if evidence or as_json else READ_DEFAULT):
             for note in notes:  # what the reader said (an escalation not used, a damaged last action)
                 click.echo(f"ncuflow: warning: {safe_text(note, limit=SENTENCE_CHARS)}", err=True)
             launches = [x for x in read or () if keep(x)]  # strict: an unreadable report raises
@@ -94,17 +97,19 @@ def classify_command(paths: tuple[Path, ...], threshold: float, as_json: bool, e
         device = first.device.name or "unknown GPU"
         cc = f" (sm_{first.device.compute_capability.replace('.', '')})" if first.device.compute_capability else ""
         version = f", ncu {first.ncu_version}" if first.ncu_version else ""
-        title = (f"{safe_text(heading, 'rich')}\n{safe_text(device, 'rich')}{cc}{safe_text(version, 'rich')}, "
+        about = (f"{safe_text(device, 'rich')}{cc}{safe_text(version, 'rich')}, "
                  f"{len(launches)} launch{'es' if len(launches) != 1 else ''}")
+        title = "\n".join([*(safe_text(line, "rich") for line in heading), about])
         print_launch_table(launches, verdicts, console, title=title, evidence=evidence)
 
 
-def _title_of(source: Any) -> str:
-    """What a table is about: a store run by its cell spec and run id (its folder path runs to
-    150 characters and was wrapped mid-word), a plain report by its path as given."""
+def _title_of(source: Any) -> tuple[str, ...]:
+    """What a table is about, line by line (each shown through ``safe_text`` on its own, so the
+    break between them stays a break): a store run by its cell spec and run id (its folder path
+    runs to 150 characters and was wrapped mid-word), a plain report by its path as given."""
     if source.record is None:
-        return str(source.report)
-    return f"{source.record.ref.spec.text()}\nrun {source.record.run_id}"
+        return (str(source.report),)
+    return (source.record.ref.spec.text(), f"run {source.record.run_id}")
 
 
 def _nothing_selected(selection: object) -> None:
@@ -147,8 +152,9 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
                 continue
             held = [r for r in results if r.holds]
             lacking = ", ".join(dict.fromkeys(t for r in results for t in r.lacking))
+            shown = safe_text(report, "rich")
             if not held:
-                console.print(f"{report}: does not hold what `{collection.name}` collects ({lacking} cannot be "
+                console.print(f"{shown}: does not hold what `{collection.name}` collects ({lacking} cannot be "
                               f"computed from it; it recorded {info.recorded_passes or '?'} passes per launch): "
                               "no verdict or cost as if", highlight=False)
                 continue
@@ -156,7 +162,7 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
             spent = [r.passes for r in held if r.passes is not None]
             cost_text = (f"{sum(spent) / len(spent):.1f} passes per launch on {held[0].chip}"
                          if spent else "passes not priced")
-            title = (f"{report}\nas if only `{collection.name}` had been collected: {cost_text}"
+            title = (f"{shown}\nas if only `{collection.name}` had been collected: {cost_text}"
                      f" (this report recorded {info.recorded_passes or '?'} per launch); "
                      f"{escalated} launch{'es' if escalated != 1 else ''} escalated to tier 2")
             print_launch_table([r.launch for r in held], [r.verdict for r in held], console,
@@ -173,22 +179,26 @@ def _classify_as_if(reports: list[Path], name: str, threshold: float, as_json: b
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path), help="The launches parquet file to write.")
 @click.option("--metrics-long", is_flag=True, help="Also write every raw metric (long table) to OUTPUT's stem + .metrics.parquet.")
+@click.option("--findings", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="F.parquet",
+              help="Also write NVIDIA's findings and source markers, one row each (docs/findings.md), to this parquet file.")
 @_threshold_option
 @selection_options
 @jobs_option
-def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, threshold: float, kernel: str | None,
-                   nvtx: str | None, jobs: int | None) -> None:
+def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, findings: Path | None, threshold: float,
+                   kernel: str | None, nvtx: str | None, jobs: int | None) -> None:
     """Write the launches table of reports to parquet (one row per launch).
 
     Columns: identity (report, range, action, kernel names, NVTX ranges, device,
     compute capability, SM count, ncu version, store run), every canonical field and
     the raw metric it came from (src_*), the model terms u_* and their sources, the
     verdict, NVIDIA's rule verdict, and the list of missing fields. The schema version
-    is in the file's metadata (key ncuflow.schema_version). Nothing is written when a
+    is in the file's metadata (key ncuflow.schema_version). --findings adds a second table:
+    one row per NVIDIA finding (rule, title, message, speedup, focus metrics, the wall it
+    concerns) and per source marker, and one per launch whose report holds no rule results. Nothing is written when a
     report cannot be read. A store run whose manifest does not validate is skipped with
     one warning line: no row is written without the run's identity.
     """
-    from ncuflow.output.launch_rows import prestart_export
+    from ncuflow.output.launch_rows import ExportOptions, prestart_export
 
     selection = selection_from(kernel, nvtx)
     found = sources(paths)
@@ -208,9 +218,11 @@ def export_command(paths: tuple[Path, ...], output: Path, metrics_long: bool, th
                 bar.stage("writing " + ("the launches and metrics tables" if metrics_long else "the launches table"),
                           None)
 
-        result = export_reports(found, output, metrics_long=metrics_long, threshold=threshold, progress=advance,
-                                jobs=jobs, selection=selection)
+        result = export_reports(found, output, metrics_long=metrics_long, progress=advance, jobs=jobs,
+                                options=ExportOptions(threshold=threshold, selection=selection), findings=findings)
     click.echo(f"wrote {result.launch_count} launch{'' if result.launch_count == 1 else 'es'} from "
                f"{result.report_count} report{'' if result.report_count == 1 else 's'} to {result.launches_path}")
     if result.metrics_path is not None:
         click.echo(f"wrote {result.metric_rows} raw metric rows to {result.metrics_path}")
+    if result.findings_path is not None:
+        click.echo(f"wrote {result.finding_rows} finding and marker rows to {result.findings_path}")

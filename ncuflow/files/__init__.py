@@ -17,8 +17,8 @@ target's name (a name with a byte that is not UTF-8 reaches no library as text).
 
 ``guard_output`` refuses a target that is one of the command's inputs, is not a
 regular file, or already holds something that is not a previous output of the same
-kind; the kind is recognised by the file's content (a report by its signature), never
-by its suffix. ``os_error`` turns an ``OSError`` into an ``OutputError`` paragraph
+kind; the kind is recognised by what ncuflow wrote into the file (``files.recognise``),
+never by its name or format. ``os_error`` turns an ``OSError`` into an ``OutputError`` paragraph
 that names the path and what to do.
 
 Plain standard library: the profiling path and the read side both use it.
@@ -38,6 +38,18 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.errors import NcuflowError
+from ncuflow.files.owner import owner_tag, tag_owner_dead
+from ncuflow.files.recognise import (
+    LEGACY_PLOT_SOFTWARE,
+    PLOT_KEY,
+    REPORT_SIGNATURE,
+    describe,
+    parquet_table_recogniser,
+    plot_metadata,
+    png_recogniser,
+    png_text,
+    text_recogniser,
+)
 
 try:
     import fcntl
@@ -45,9 +57,6 @@ except ImportError:  # not POSIX: pairs are committed without the folder lock
     fcntl = None  # type: ignore[assignment]
 
 TMP_MARK = ".ncuflow-tmp-"
-REPORT_SIGNATURE = b"NVR\x00"  # how every report ncu writes begins (read.reportfile.REPORT_MAGIC)
-PARQUET_MAGIC = b"PAR1"
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 LOW_SPACE_BYTES = 1 << 20
 
 
@@ -133,7 +142,8 @@ def _plain_name(name: str) -> str:
 
 
 def temporary_beside(target: Path, role: str = "") -> Path:
-    return target.with_name(f"{TMP_MARK}{os.getpid()}-{role}{_plain_name(target.name)}")
+    """``.ncuflow-tmp-<owner tag>-<role><name>``: the tag names this process beyond its id (``files.owner``)."""
+    return target.with_name(f"{TMP_MARK}{owner_tag()}-{role}{_plain_name(target.name)}")
 
 
 MAX_LINK_HOPS = 40
@@ -334,13 +344,17 @@ def atomic_write_text(target: Path, text: str, *, make_parents: bool = True) -> 
 
 
 def remove_temporaries(folder: Path) -> None:
-    """Remove temporary files of ``atomic_paths`` left in ``folder`` by dead processes."""
+    """Remove temporary files of ``atomic_paths`` left in ``folder`` by dead processes.
+
+    Only those whose owner is provably dead (``owner.tag_owner_dead``): a temporary of a
+    process on another host, in another PID namespace (a container sharing the folder) or
+    of another boot, or one named by a pid alone, is left where it is.
+    """
     with contextlib.suppress(OSError):
         for child in folder.iterdir():
             if not child.name.startswith(TMP_MARK):
                 continue
-            pid = child.name[len(TMP_MARK):].split("-", 1)[0]
-            if not pid.isdigit() or pid_alive(int(pid)):
+            if not tag_owner_dead(child.name[len(TMP_MARK):].split("-", 1)[0]):
                 continue
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
@@ -372,66 +386,6 @@ def process_group_alive(pgid: int) -> bool:
 
 
 # ---------------------------------------------------------------------------- output guard
-
-
-def _head(path: Path, size: int = 64) -> bytes:
-    with open(path, "rb") as handle:
-        return handle.read(size)
-
-
-def _tail(path: Path, size: int = 65536) -> bytes:
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        end = handle.tell()
-        handle.seek(max(0, end - size))
-        return handle.read()
-
-
-def parquet_table_recogniser(*tables: str) -> Callable[[Path], bool]:
-    """True for a parquet file ncuflow wrote as one of ``tables`` (from its footer metadata)."""
-
-    def recognise(path: Path) -> bool:
-        if _head(path, 4) != PARQUET_MAGIC:
-            return False
-        footer = _tail(path)
-        if not footer.endswith(PARQUET_MAGIC) or b"ncuflow.table" not in footer:
-            return False
-        return any(table.encode() in footer for table in tables)
-
-    return recognise
-
-
-def text_recogniser(*first_lines: str) -> Callable[[Path], bool]:
-    """True for a text file whose first line starts with one of ``first_lines``."""
-
-    def recognise(path: Path) -> bool:
-        head = _head(path, 256)
-        return any(head.startswith(line.encode()) for line in first_lines)
-
-    return recognise
-
-
-def png_recogniser(path: Path) -> bool:
-    """True for a PNG written by matplotlib (ncuflow's plots)."""
-    head = _head(path, 4096)
-    return head.startswith(PNG_MAGIC) and (b"ncuflow" in head or b"Matplotlib" in head)
-
-
-def _describe(path: Path) -> str:
-    try:
-        head = _head(path, 80)
-    except OSError:
-        return "a file ncuflow cannot read"
-    if head.startswith(b"# ncuflow "):
-        first_line = head.splitlines()[0][:40].decode(errors="replace")
-        return f"ncuflow Markdown of another kind ({first_line!r})"
-    if head.startswith(REPORT_SIGNATURE):
-        return "an Nsight Compute report"
-    if head.startswith(PARQUET_MAGIC):
-        return "a parquet file of another kind"
-    if head.startswith(PNG_MAGIC):
-        return "a PNG image ncuflow did not write"
-    return "a file ncuflow did not write"
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -469,7 +423,7 @@ def guard_output(target: Path, *, kind: str, recognise: Callable[[Path], bool],
         raise os_error(error, path, "read") from None
     if not ours:
         raise OutputError(
-            f"Refusing to overwrite {shown}: it is {_describe(path)}, not {kind} from an earlier run.",
+            f"Refusing to overwrite {shown}: it is {describe(path)}, not {kind} from an earlier run.",
             "ncuflow replaces only its own earlier outputs of the same kind (recognised by content).",
             f"Give {option} a new path, or remove that file yourself if you no longer need it.",
         )
@@ -495,6 +449,7 @@ def make_console() -> Any:
 from ncuflow.files.inputs import InputFileError, file_kind, open_regular_file, read_small_file  # noqa: E402
 
 __all__ = [
-    "InputFileError", "OutputError", "atomic_path", "atomic_paths", "atomic_write_text", "file_kind", "guard_output",
-    "make_console", "open_regular_file", "os_error", "read_small_file",
+    "LEGACY_PLOT_SOFTWARE", "PLOT_KEY", "REPORT_SIGNATURE", "InputFileError", "OutputError", "atomic_path",
+    "atomic_paths", "atomic_write_text", "file_kind", "guard_output", "make_console", "open_regular_file", "os_error",
+    "parquet_table_recogniser", "plot_metadata", "png_recogniser", "png_text", "read_small_file", "text_recogniser",
 ]

@@ -1,9 +1,11 @@
 """Launches -> polars frames -> parquet, written atomically with a schema version.
 
-Two tables (docs/ARCHITECTURE.md):
+Three tables (docs/ARCHITECTURE.md):
 - ``launches``: one row per launch: identity, canonical fields, their provenance,
   the model's terms and verdict, NVIDIA's rule verdict, and the missing fields;
-- ``metrics`` (long): every raw metric of every launch (name, value, string value, unit).
+- ``metrics`` (long): every raw metric of every launch (name, value, string value, unit);
+- ``findings`` (``--findings``): one row per NVIDIA finding and per source marker of every
+  launch, and one per launch whose report holds no rule results (``output.finding_rows``).
 A report that sits in a profile-store run folder (``manifest.json`` beside it) also
 gets the run's identity: cell, params, content key, run id.
 """
@@ -11,19 +13,17 @@ gets the run's identity: cell, params, content key, run id.
 from __future__ import annotations
 
 import contextlib
-import os
 import uuid
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from ncuflow import __version__
-from ncuflow.analyze.classify import DEFAULT_THRESHOLD, TERM_NAMES
-from ncuflow.analyze.selection import Selection
+from ncuflow.analyze.classify import TERM_NAMES
 from ncuflow.errors import NcuflowError, UsageError
 from ncuflow.files import (
     TMP_MARK,
@@ -38,7 +38,13 @@ from ncuflow.files import (
     remove_temporaries,
     text_recogniser,
 )
-from ncuflow.output.launch_rows import export_one_report, worker_modules
+from ncuflow.files.owner import owner_tag
+from ncuflow.output.launch_rows import (
+    ExportedReport,
+    ExportOptions,
+    export_one_report,
+    worker_modules,
+)
 from ncuflow.output.parts import METRICS_SCHEMA
 from ncuflow.output.stream import TableStream, table_stream
 from ncuflow.read.escalation import EscalationWarning
@@ -106,7 +112,17 @@ def launches_schema() -> dict[str, Any]:
     return schema
 
 
-
+# The findings table (``export --findings``; docs/findings.md): one row per finding, marker, or
+# launch without rule results (``kind``).
+_FOCUS_METRIC = pl.Struct({"name": pl.String, "value": pl.Float64, "severity": pl.String, "info": pl.String})
+FINDINGS_SCHEMA: dict[str, Any] = {
+    "report": pl.String, "range": pl.Int32, "action": pl.Int32, "kernel_function": pl.String, "run_id": pl.String,
+    "bound": pl.String, "kind": pl.String, "order": pl.Int32, "rule": pl.String, "rule_name": pl.String,
+    "section": pl.String, "type": pl.String, "title": pl.String, "message": pl.String, "message_raw": pl.String,
+    "speedup": pl.Float64, "speedup_type": pl.String, "concerns": pl.List(pl.String), "on_binding": pl.Boolean,
+    "focus_metrics": pl.List(_FOCUS_METRIC), "marker_kind": pl.String, "address": pl.UInt64, "file": pl.String,
+    "line": pl.Int64,
+}
 
 
 # ---------------------------------------------------------------------------
@@ -256,6 +272,25 @@ def _warn_if_stale_metrics(output: Path) -> None:
             "Delete it, or export again with --metrics-long to write a matching pair."), stacklevel=3)
 
 
+def _prepare_findings(findings: Path, output: Path, reports: Sequence[Path]) -> None:
+    """Refuse a findings table that cannot be written: not parquet, the launches output, an input,
+    someone else's file."""
+    refuse_other_format(findings, "--findings")
+    if output_target(findings) == output_target(output):
+        raise UsageError(f"--findings {findings} is the launches output too.", "Each table is a file of its own.",
+                         "Name the findings table findings.parquet.")
+    guard_parquet(findings, table="findings", inputs=reports, option="--findings")
+
+
+def _findings_stream(findings: Path | None, temporaries: Sequence[Path],
+                     export_id: str) -> contextlib.AbstractContextManager[TableStream | None]:
+    """The findings table's stream into its temporary (the one before the launches'), or nothing."""
+    if findings is None:
+        return contextlib.nullcontext()
+    return table_stream(temporaries[-2], FINDINGS_SCHEMA, batch=LAUNCH_BATCH_ROWS,
+                        row_group_rows=LAUNCH_ROW_GROUP_ROWS * 10, metadata=_metadata("findings", export_id))
+
+
 @dataclass(frozen=True)
 class ExportResult:
     launches_path: Path
@@ -263,6 +298,8 @@ class ExportResult:
     report_count: int
     metrics_path: Path | None
     metric_rows: int | None
+    findings_path: Path | None = None
+    finding_rows: int | None = None
 
 
 # What the output's extension names: the launches table is written in that format.
@@ -329,8 +366,8 @@ def _prepare_outputs(output: Path, metrics_long: bool, reports: Sequence[Path]) 
     return metrics_path
 
 
-def _read_all(tasks: list[tuple[Any, ...]], launches: TableStream, metrics_long: bool, jobs: int | None,
-              progress: Any) -> tuple[int, int]:
+def _read_all(tasks: list[tuple[Any, ...]], tables: tuple[TableStream, TableStream | None], metrics_long: bool,
+              jobs: int | None, progress: Any) -> tuple[int, int]:
     """Every report read (in ``jobs`` workers), its rows added to ``launches``: (reports, metric rows).
 
     The long table's units come from ncu_report (``ncuflow.read.units``), which keeps, per
@@ -340,15 +377,18 @@ def _read_all(tasks: list[tuple[Any, ...]], launches: TableStream, metrics_long:
     """
     from ncuflow.read.pool import map_reports
 
+    launches, findings = tables
     exported = metric_rows = 0
-    for rows, metric_count, said in map_reports(export_one_report, tasks, jobs=jobs, progress=progress,
-                                                fresh_workers=metrics_long,
-                                                preload=worker_modules(metrics_long)):
-        for line in said:
+    done: ExportedReport
+    for done in map_reports(export_one_report, tasks, jobs=jobs, progress=progress, fresh_workers=metrics_long,
+                            preload=worker_modules(metrics_long)):
+        for line in done.warnings:
             warnings.warn(EscalationWarning(line), stacklevel=3)
         exported += 1
-        launches.extend(rows)
-        metric_rows += metric_count
+        launches.extend(done.rows)
+        if findings is not None:
+            findings.extend(done.finding_rows)
+        metric_rows += done.metric_rows
     return exported, metric_rows
 
 
@@ -357,14 +397,16 @@ def export_reports(
     output: Path,
     *,
     metrics_long: bool = False,
-    threshold: float = DEFAULT_THRESHOLD,
     progress: Any = None,
     chunk_rows: int = 200_000,
     jobs: int | None = None,
-    selection: Selection | None = None,
+    options: ExportOptions | None = None,
+    findings: Path | None = None,
 ) -> ExportResult:
     """Read every source (store run or report), each once, then write the tables. Nothing is
     written if any report fails; a damaged run (named in ``found.notes``) has no rows.
+    ``options`` holds the threshold and selection; ``findings`` names the findings table, written
+    with the others (NVIDIA's findings are read only then).
 
     Each report is read in ``jobs`` worker processes (see ``ncuflow.read.pool``; None: in
     this process). The launches table is written as the rows come (``ncuflow.output.stream``),
@@ -377,26 +419,31 @@ def export_reports(
 
     if not isinstance(found, Sources):  # paths: what they hold, as every reader finds it
         found = sources(list(found))
+    options = options or ExportOptions()
     metrics_path = _prepare_outputs(output, metrics_long, found.reports)
+    if findings is not None:
+        _prepare_findings(findings, output, found.reports)
+        options = replace(options, read=replace(options.read, findings=True))
     export_id = uuid.uuid4().hex
-    targets = [output] if metrics_path is None else [metrics_path, output]
+    targets = [path for path in (metrics_path, findings) if path is not None] + [output]
     csv = output_format(output) == "csv"
     with os_errors_as_messages(output.parent), \
-            tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{os.getpid()}-parts-", dir=output.parent) as folder, \
+            tempfile.TemporaryDirectory(prefix=f"{TMP_MARK}{owner_tag()}-parts-", dir=output.parent) as folder, \
             atomic_paths(targets) as temporaries:  # on any failure the previous pair is left as it was
         parts = Path(folder)
-        tasks = [(source.report, source.record, parts.resolve(), index, metrics_long, threshold, chunk_rows,
-                  selection) for index, source in enumerate(found.items)]
+        tasks = [(source.report, source.record, parts.resolve(), index, metrics_long, chunk_rows, options)
+                 for index, source in enumerate(found.items)]
         with table_stream(temporaries[-1], launches_schema(), batch=LAUNCH_BATCH_ROWS,
                           row_group_rows=LAUNCH_ROW_GROUP_ROWS, metadata=_metadata("launches", export_id),
-                          csv=csv) as launches:
+                          csv=csv) as launches, _findings_stream(findings, temporaries, export_id) as found_rows:
             try:
-                exported, metric_rows = _read_all(tasks, launches, metrics_long, jobs, progress)
+                exported, metric_rows = _read_all(tasks, (launches, found_rows), metrics_long, jobs, progress)
             except Exception as error:  # a worker's parquet part on a full disk comes back as polars' error
                 raise as_output_error(error, output) from None
         if metrics_path is not None:
             _assemble(parts, "metrics", METRICS_SCHEMA, temporaries[0], metadata=_metadata("metrics", export_id),
                       row_group_rows=METRIC_ROW_GROUP_ROWS)
+    finding_count = found_rows.rows if found_rows is not None else None
     if metrics_path is None and not csv:
         _warn_if_stale_metrics(output)
     return ExportResult(
@@ -405,4 +452,6 @@ def export_reports(
         report_count=exported,
         metrics_path=metrics_path,
         metric_rows=metric_rows if metrics_long else None,
+        findings_path=findings,
+        finding_rows=finding_count,
     )

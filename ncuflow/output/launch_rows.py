@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ncuflow.analyze.classify import Verdict, classify
+from ncuflow.analyze.classify import DEFAULT_THRESHOLD, Verdict, classify
 from ncuflow.analyze.selection import Selection
-from ncuflow.read.escalation import read_run_launches, with_tier2
+from ncuflow.read.escalation import read_run_launches, with_escalations
 from ncuflow.read.extract import iter_launches_with_metrics, read_launches
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
+from ncuflow.read.options import READ_DEFAULT, ReadOptions
 from ncuflow.read.runs import manifest_kernel_filter
 
 if TYPE_CHECKING:  # a plain report's rows import no store
@@ -124,31 +125,63 @@ def as_columns(records: list[dict[str, Any]]) -> Columns:
     return {name: [record[name] for record in records] for name in records[0]}
 
 
-def export_one_report(report: Path, record: RunRecord | None, folder: Path, index: int, metrics_long: bool,
-                      threshold: float, chunk_rows: int,
-                      selection: Selection | None = None) -> tuple[Columns, int, tuple[str, ...]]:
-    """Read one report (once): its launch rows, and its raw metrics as parquet parts in ``folder``.
+@dataclass(frozen=True)
+class ExportOptions:
+    """What an export writes of each launch: the verdict at ``threshold``, the launches ``selection``
+    keeps, and what is read besides the fields (``read.findings``: the findings table's rows)."""
+
+    threshold: float = DEFAULT_THRESHOLD
+    selection: Selection | None = None
+    read: ReadOptions = READ_DEFAULT
+
+
+@dataclass(frozen=True)
+class ExportedReport:
+    """What one report gives an export: its launch rows and finding rows (as columns), the raw
+    metric rows it wrote as parts, and the warnings to show."""
+
+    rows: Columns
+    metric_rows: int
+    warnings: tuple[str, ...]
+    finding_rows: Columns
+
+
+def export_one_report(report: Path, record: RunRecord | None, folder: Path | None, index: int,
+                      metrics_long: bool = False, chunk_rows: int = 200_000,
+                      options: ExportOptions = ExportOptions()) -> ExportedReport:
+    """Read one report (once): its launch rows, its finding rows where asked for, and its raw
+    metrics as parquet parts in ``folder``.
 
     Runs in a reading worker (``ncuflow.read.pool``). The launch rows (a few per
     launch) travel back to the caller, as columns; the raw metric rows (thousands per
     launch) are written where they are read, as parts named by ``index`` so that the
     assembly keeps the input order. A store run's launches are merged with its tier-2
-    escalation. Returns (launch rows as columns, metric row count, warnings to show).
+    escalation.
     """
     import warnings
 
-    keep = _keeper(record, selection)
+    keep = _keeper(record, options.selection)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if metrics_long:
-            launches, metric_rows = _launches_writing_metrics(report, record, folder, index, chunk_rows, keep)
+            assert folder is not None
+            launches, metric_rows = _launches_writing_metrics(report, record, folder, index, chunk_rows, keep,
+                                                              options.read)
         else:
-            launches, metric_rows = (read_run_launches(record) if record is not None else read_launches(report)), 0
+            launches, metric_rows = (read_run_launches(record, options.read) if record is not None
+                                     else read_launches(report, options.read)), 0
     if keep is not None:
         launches = tuple(x for x in launches if keep(x))
     identity = run_identity(record.ref if record is not None else None)
-    rows = as_columns([launch_record(x, classify(x, threshold), identity) for x in launches])
-    return rows, metric_rows, tuple(f"{report}: {w.message}" for w in caught)
+    verdicts = [classify(x, options.threshold) for x in launches]
+    rows = as_columns([launch_record(x, v, identity) for x, v in zip(launches, verdicts, strict=True)])
+    findings: Columns = {}
+    if options.read.findings:
+        from ncuflow.output.finding_rows import finding_rows
+
+        findings = as_columns([row for x, v in zip(launches, verdicts, strict=True)
+                               for row in finding_rows(x, v, identity.run_id)])
+    return ExportedReport(rows, metric_rows, tuple(f"{report}: {w.message}" for w in caught), findings)
 
 
 def _keeper(record: RunRecord | None, selection: Selection | None) -> Callable[[Launch], bool] | None:
@@ -161,14 +194,15 @@ def _keeper(record: RunRecord | None, selection: Selection | None) -> Callable[[
 
 
 def _launches_writing_metrics(report: Path, record: RunRecord | None, folder: Path, index: int, chunk_rows: int,
-                              keep: Callable[[Launch], bool] | None = None) -> tuple[tuple[Launch, ...], int]:
+                              keep: Callable[[Launch], bool] | None = None, read: ReadOptions = READ_DEFAULT,
+                              ) -> tuple[tuple[Launch, ...], int]:
     """The report's launches (with their escalation), its raw metrics streamed to parts as they are read."""
     # polars: only the long table needs it here
     from ncuflow.output.parts import METRICS_SCHEMA, PartWriter
 
     metrics = PartWriter(folder, f"metrics-{index:07d}", METRICS_SCHEMA, chunk_rows)
     tier1: list[Launch] = []  # a few fields each; the raw metrics stream to parts as they come
-    for launch, raw in iter_launches_with_metrics(report):
+    for launch, raw in iter_launches_with_metrics(report, read):
         tier1.append(launch)
         if keep is not None and not keep(launch):
             continue  # not selected: no raw metric rows either
@@ -185,4 +219,4 @@ def _launches_writing_metrics(report: Path, record: RunRecord | None, folder: Pa
                 }
             )
     metrics.close()
-    return (with_tier2(record, tuple(tier1)) if record is not None else tuple(tier1)), metrics.rows
+    return (with_escalations(record, tuple(tier1), read) if record is not None else tuple(tier1)), metrics.rows

@@ -14,6 +14,7 @@ from ncuflow.analyze.stability import GroupStability, Tolerances, flat
 from ncuflow.analyze.study import Analysis
 from ncuflow.files import atomic_write_text, guard_output, text_recogniser
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text, shortened
+from ncuflow.output.findings_text import top_line
 
 
 def markdown_text(text: object, limit: int | None = SENTENCE_CHARS) -> str:
@@ -143,7 +144,9 @@ def report_markdown(analysis: Analysis, plots: Mapping[str, str] | None = None, 
 
 
 def compare_markdown(comparison: Comparison) -> list[str]:
-    """The comparison: one summary table, a field table per matched kernel, the unmatched ones."""
+    """The comparison: one summary table, a field table per matched kernel (and the u-terms, stall
+    shares and occupancy beside it), the unmatched ones."""
+    from ncuflow.analyze.beyond_work import beyond_work
     from ncuflow.analyze.fields import FIELD_TABLE
 
     lines = [
@@ -167,11 +170,18 @@ def compare_markdown(comparison: Comparison) -> list[str]:
               f.delta_text(), f.state, f.reason]
              for f in k.judged.fields if f.state != "missing"],
         )
+        beyond = beyond_work(k.base, k.new, comparison.threshold).lines()
+        if beyond:
+            lines += [""] + [f"- {markdown_text(line)}" for line in beyond]
         missing = [f.field for f in k.judged.fields if f.state == "missing"]
         if missing:
             lines += ["", "Missing on at least one side: " + markdown_text(", ".join(missing)) + "."]
         if k.judged.reasons:
             lines += ["", "Why: " + markdown_text("; ".join(k.judged.reasons)) + "."]
+        tops = [top_line([x.rule_results for x in side.launches]) for side in (k.base, k.new)]
+        if any(tops):
+            lines += ["", "NVIDIA's top finding: base " + markdown_text(tops[0] or "not read") + "; new "
+                      + markdown_text(tops[1] or "not read") + "."]
     for title, items in (("Only in base", comparison.only_base), ("Only in new", comparison.only_new)):
         if items:
             lines += ["", f"{title}: " + ", ".join(f"{markdown_text(_name(m.kernel))} ({markdown_text(_name(m.spec()))})" for m in items) + "."]

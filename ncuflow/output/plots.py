@@ -26,7 +26,7 @@ from ncuflow.analyze.explain import GroupExplanation
 from ncuflow.analyze.fields import PLOT_WORK_FIELDS
 from ncuflow.analyze.point import format_param
 from ncuflow.analyze.study import PointSummary
-from ncuflow.files import atomic_path
+from ncuflow.files import atomic_path, plot_metadata
 from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
 from ncuflow.terms import BOUND_COLORS
 
@@ -90,10 +90,11 @@ def _mark_bounds(ax: Any, xs: Sequence[int], meds: Sequence[float], points: Sequ
                     va="bottom" if above else "top", fontsize=7, color="#333333")
 
 
-def plot_sweep(explained: GroupExplanation, path: Path, threshold: float = DEFAULT_THRESHOLD) -> Path:
+def plot_sweep(explained: GroupExplanation, path: Path, threshold: float = DEFAULT_THRESHOLD,
+               kind: str = "sweep") -> Path:
     """Duration and work counters against the swept parameter; verdicts as marker colors, each
-    point's binding wall beside it (``sweep_figure``), saved as PNG."""
-    return save_figure(sweep_figure(explained, threshold), Path(path))
+    point's binding wall beside it (``sweep_figure``), saved as PNG (``kind`` in its metadata)."""
+    return save_figure(sweep_figure(explained, threshold), Path(path), kind)
 
 
 def sweep_figure(explained: GroupExplanation, threshold: float = DEFAULT_THRESHOLD) -> Figure:
@@ -188,11 +189,12 @@ def _scale_ratio_axis(ax: Any, ratios: list[float]) -> None:
     ax.set_ylim(min(low - margin, 1 - MIN_RATIO_SPAN), max(high + margin, 1 + MIN_RATIO_SPAN))
 
 
-def save_figure(fig: Figure, path: Path) -> Path:
-    """Save a figure as PNG atomically (never a half-written plot), then close it."""
+def save_figure(fig: Figure, path: Path, kind: str) -> Path:
+    """Save a figure as PNG atomically (never a half-written plot), then close it; the PNG names
+    ncuflow and what it plots (``files.plot_metadata``: how a later run knows it as its own)."""
     try:
         with atomic_path(path) as temporary:
-            fig.savefig(temporary, dpi=110, format="png", metadata={"Software": "ncuflow (Matplotlib)"})
+            fig.savefig(temporary, dpi=110, format="png", metadata=plot_metadata(kind))
     finally:
         plt.close(fig)
     return path
@@ -226,10 +228,10 @@ def term_label(summary: PointSummary, shown: Sequence[str]) -> str:
 
 
 def plot_terms(summaries: Sequence[PointSummary], path: Path, threshold: float = DEFAULT_THRESHOLD,
-               every: Sequence[PointSummary] = ()) -> Path:
+               every: Sequence[PointSummary] = (), kind: str = "terms") -> Path:
     """Grouped bars: u of each term per point, the on-wall threshold as a dashed line. ``every``:
     all the points of the report (a chart may show some), which decide what tells a cell's apart."""
-    return save_figure(terms_figure(summaries, threshold, every), Path(path))
+    return save_figure(terms_figure(summaries, threshold, every), Path(path), kind)
 
 
 def terms_figure(summaries: Sequence[PointSummary], threshold: float = DEFAULT_THRESHOLD,
@@ -261,4 +263,22 @@ def terms_figure(summaries: Sequence[PointSummary], threshold: float = DEFAULT_T
     ax.legend(fontsize=8, ncol=6, loc="upper left", framealpha=0.85)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
+    _fit_tick_labels(fig, ax, count)
     return fig
+
+
+LABEL_GAP_INCHES = 0.3  # the least blank between two neighbouring bar groups' labels (checked by eye)
+
+
+def _fit_tick_labels(fig: Figure, ax: Any, count: int) -> None:
+    """Widen the figure until each bar group has room for its widest x label and a gap: at 1.3 inches
+    a group, kernel names (``paged_decode_split_kernel``, up to 26 characters) ran into their
+    neighbours' or all but touched them."""
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    widest = max((label.get_window_extent(renderer).width for label in ax.get_xticklabels()), default=0.0) / fig.dpi
+    span = ax.get_position().width * fig.get_figwidth()  # the axes' width in inches
+    # the groups lie at 0 .. count-1 inside the limits -0.6 .. count-0.4: one unit per group
+    needed = count * (widest + LABEL_GAP_INCHES)
+    if span < needed:
+        fig.set_figwidth(fig.get_figwidth() + needed - span)
+        fig.tight_layout()

@@ -21,14 +21,17 @@ from ncuflow.terms import BOUND_STYLES
 STAND_INS: dict[str, str] = {
     name: stand_in for name in CLASSIFY_FIELDS if (stand_in := FIELD_TABLE[name].canonical.display.stand_in)
 }
+# The keys that carry NVIDIA's findings (null where they were not read): whether the report holds rule
+# results for the launch, the findings, the markers, and why there are none where it holds none.
+FINDING_KEYS: tuple[str, ...] = ("rule_results", "findings", "markers", "findings_note")
 # The keys of `ncuflow classify --json`, in order (the fields' JSON keys from the field table).
 ROW_KEYS: tuple[str, ...] = (
     "report", "range", "action", "kernel", *(FIELD_TABLE[name].json_key for name in CLASSIFY_FIELDS),
     *(FIELD_TABLE[name].json_key for name in STAND_INS.values()),
-    *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing", "notes",
+    *(f"u_{name}" for name in TERM_NAMES), "bound", "nvidia_sol", "missing", "notes", *FINDING_KEYS,
 )
 
-__all__ = ["ROW_KEYS", "duration_text", "launch_row", "note_lines", "print_launch_table"]
+__all__ = ["FINDING_KEYS", "ROW_KEYS", "duration_text", "launch_row", "note_lines", "print_launch_table"]
 
 
 def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
@@ -47,7 +50,21 @@ def launch_row(launch: Launch, verdict: Verdict) -> dict[str, Any]:
     row["nvidia_sol"] = launch.nvidia_sol
     row["missing"] = list(launch.missing)
     row["notes"] = dict(launch.notes)
+    row.update(_finding_keys(launch))
     return row
+
+
+def _finding_keys(launch: Launch) -> dict[str, Any]:
+    """``FINDING_KEYS``: all null where the findings were not read."""
+    results = launch.rule_results
+    if results is None:
+        return dict.fromkeys(FINDING_KEYS)
+    from ncuflow.output.findings_text import finding_record, marker_record
+    from ncuflow.read.findings import NO_RULE_RESULTS
+
+    return {"rule_results": results.held, "findings": [finding_record(f) for f in results.findings],
+            "markers": [marker_record(m) for m in results.markers],
+            "findings_note": None if results.held else NO_RULE_RESULTS}
 
 
 def binding_utilization(verdict: Verdict) -> tuple[str | None, float | None]:
@@ -156,6 +173,7 @@ def print_launch_table(
         console.print(f"[yellow]disagreement[/yellow] {safe_text(note, 'rich', limit=None)}", highlight=False)
     if evidence:
         from ncuflow.analyze.waiting import why_waiting
+        from ncuflow.output.findings_text import evidence_lines
 
         for launch, verdict in zip(launches, verdicts, strict=True):
             console.print(f"[bold]#{launch.action_index}[/bold] {verdict.bound}: "
@@ -166,6 +184,8 @@ def print_launch_table(
             if verdict.bound == "latency":
                 for line in why_waiting(launch).lines():
                     console.print(f"   why it waits, {safe_text(line, limit=None)}", highlight=False, markup=False)
+            for line in evidence_lines(launch.rule_results, verdict.bound):
+                console.print(f"   {safe_text(line, limit=None)}", highlight=False, markup=False)
             core = [name for name in launch.missing if name not in DEEP_FIELD_NAMES]
             deep = len(launch.missing) - len(core)
             if core or deep:

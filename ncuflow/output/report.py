@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.analyze.study import Analysis
-from ncuflow.files import OutputError, atomic_paths, folders_locked, guard_output, png_recogniser
+from ncuflow.files import (
+    LEGACY_PLOT_SOFTWARE,
+    PLOT_KEY,
+    OutputError,
+    atomic_paths,
+    folders_locked,
+    guard_output,
+    png_recogniser,
+    png_text,
+)
 from ncuflow.output.markdown import guard_markdown, report_markdown
 
 # ---------------------------------------------------------------------------
@@ -70,6 +79,17 @@ def _rooflines(analysis: Analysis) -> tuple[Any, ...]:
 
 # The plots a report writes (with the id of their report; without it, as before issue 24).
 _REPORT_PLOT = re.compile(r"(terms|terms-\d+|roofline|sweep-.+-\d+-.+?)(-[0-9a-f]{8})?\.png")
+REPORT_PLOT_KIND = "report"  # the first word of a report plot's ``ncuflow.plot`` text chunk
+
+
+def _report_plot(path: Path) -> bool:
+    """Whether ``path`` is a plot an ncuflow report wrote, by its content: its ``ncuflow.plot``
+    chunk says a report drew it, or (a report before that chunk) its name is a report plot's and
+    its Software chunk ncuflow's. Another command's plot, or anyone else's PNG, is not."""
+    text = png_text(path)
+    if PLOT_KEY in text:
+        return text[PLOT_KEY].split(" ", 1)[0] == REPORT_PLOT_KIND
+    return text.get("Software") == LEGACY_PLOT_SOFTWARE and _REPORT_PLOT.fullmatch(path.name) is not None
 
 
 def _named_plots(markdown: Path) -> set[str]:
@@ -81,16 +101,16 @@ def _named_plots(markdown: Path) -> set[str]:
 
 
 def remove_unnamed_plots(out: Path) -> list[Path]:
-    """Remove the report plots (ncuflow's, by name and content) that the folder's report.md does
-    not name: those of earlier reports. Under the folder's lock, so a report committing meanwhile
+    """Remove the report plots (an ncuflow report's, by content: ``_report_plot``) that the
+    folder's report.md does not name: those of earlier reports. A PNG anyone else wrote, another
+    ncuflow command's plot included, stays. Under the folder's lock, so a report committing meanwhile
     keeps its own."""
     removed: list[Path] = []
     with folders_locked([out]):
         named = _named_plots(out / "report.md")
         for path in sorted(out.glob("*.png")):
             with contextlib.suppress(OSError):
-                if (path.name not in named and _REPORT_PLOT.fullmatch(path.name) and path.is_file()
-                        and not path.is_symlink() and png_recogniser(path)):
+                if path.name not in named and path.is_file() and not path.is_symlink() and _report_plot(path):
                     path.unlink()
                     removed.append(path)
     return removed
@@ -126,6 +146,7 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
     """
     from ncuflow.output.deep_markdown import roofline_markdown, waiting_markdown
     from ncuflow.output.export import guard_parquet, write_parquet
+    from ncuflow.output.findings_markdown import findings_markdown
     from ncuflow.output.plots import plot_sweep, plot_terms
     from ncuflow.output.roofline_plot import plot_rooflines
 
@@ -146,19 +167,21 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
     with atomic_paths([*plot_paths, *table_paths, markdown]) as temporaries:
         plots: dict[str, str] = {}
         for (key, name, what), temporary in zip(planned, temporaries, strict=False):
+            kind = f"{REPORT_PLOT_KIND} {key}"
             if key.startswith("terms"):
-                plot_terms(what, temporary, threshold=analysis.threshold, every=analysis.points)  # type: ignore[arg-type]
+                plot_terms(what, temporary, threshold=analysis.threshold, every=analysis.points, kind=kind)  # type: ignore[arg-type]
             elif key == "roofline":
-                plot_rooflines(what, temporary)  # type: ignore[arg-type]
+                plot_rooflines(what, temporary, kind=kind)  # type: ignore[arg-type]
             else:
-                plot_sweep(what, temporary, threshold=analysis.threshold)  # type: ignore[arg-type]
+                plot_sweep(what, temporary, threshold=analysis.threshold, kind=kind)  # type: ignore[arg-type]
             plots[key] = name
             if progress is not None:
                 progress(len(plots) - 1, out / name)
         for (table, frame), temporary in zip(tables.items(), temporaries[len(plot_paths):], strict=False):
             write_parquet(frame, temporary, table=table, metadata={"ncuflow.report_id": report_id})
         lines = next((what for key, _name, what in planned if key == "roofline"), ())
-        extra = [*roofline_markdown(lines, plots.get("roofline")), *waiting_markdown(analysis)]  # type: ignore[arg-type]
+        extra = [*roofline_markdown(lines, plots.get("roofline")), *waiting_markdown(analysis),  # type: ignore[arg-type]
+                 *findings_markdown(analysis)]
         text = report_markdown(analysis, plots, extra) + (
             f"\nReport id: `{report_id}` (in the name of each plot, and as `ncuflow.report_id` in the "
             "metadata of the parquet tables beside this file).\n")

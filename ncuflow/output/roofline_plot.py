@@ -248,7 +248,8 @@ NOTE_LINE = 0.135
 GAP_BETWEEN_PANELS = 0.9
 
 
-def plot_rooflines(lines: Sequence[Roofline], path: Path, *, title: str | None = None) -> Path:
+def plot_rooflines(lines: Sequence[Roofline], path: Path, *, title: str | None = None,
+                   kind: str = "roofline") -> Path:
     """One panel per GPU (at most 6, chosen by what they hold: ``panels``; the caller names the
     rest) with its table of points."""
     shown = list(panels(lines)[0])
@@ -276,4 +277,4 @@ def plot_rooflines(lines: Sequence[Roofline], path: Path, *, title: str | None =
                      transform=text_ax.transAxes)
     if title:
         fig.suptitle(title, fontsize=11)
-    return save_figure(fig, Path(path))
+    return save_figure(fig, Path(path), kind)

@@ -92,7 +92,7 @@ class TableStream:
         self._thread.join()
 
     def _put_pending(self) -> None:
-        frame = pl.DataFrame(self._pending, schema=self.schema)
+        frame = frame_of(self._pending, self.schema)
         self._pending = _empty(self.schema)
         self._put(frame)
         self.rows += frame.height
@@ -145,6 +145,34 @@ def _spreadsheet_cell(name: str) -> pl.Expr:
     column = pl.col(name)
     formula = column.str.contains(FORMULA_START) & ~column.str.contains(PLAIN_NUMBER)
     return pl.when(formula).then(pl.lit(FORMULA_PREFIX) + column).otherwise(column).alias(name)
+
+
+def frame_of(columns: Columns, schema: dict[str, Any]) -> pl.DataFrame:
+    """``pl.DataFrame(columns, schema=schema)``, its columns of lists of structs built from their items'
+    fields (polars builds one from Python dicts ~7x slower: ``export --findings``' focus metrics)."""
+    nested = [name for name, dtype in schema.items() if isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct)]
+    if not nested:
+        return pl.DataFrame(columns, schema=schema)
+    frame = pl.DataFrame({name: columns[name] for name in schema if name not in nested},
+                         schema={name: dtype for name, dtype in schema.items() if name not in nested})
+    return frame.with_columns(_list_of_structs(columns[name], schema[name]).alias(name)
+                              for name in nested).select(list(schema))
+
+
+def _list_of_structs(values: list[Any], dtype: Any) -> pl.Series:
+    """A list-of-structs column from its rows (each a list of dicts, or None): the items as flat columns,
+    gathered back into one list per row; a row with no item an empty list, a None row null."""
+    fields = {field.name: field.dtype for field in dtype.inner.fields}
+    items = [item for row in values if row for item in row]
+    flat = pl.DataFrame({name: [item.get(name) for item in items] for name in fields}, schema=fields)
+    grouped = flat.select(pl.Series("row", [i for i, row in enumerate(values) if row for _ in row], dtype=pl.UInt32),
+                          pl.struct(list(fields)).alias("items")).group_by("row", maintain_order=True).agg("items")
+    rows = pl.DataFrame({"row": pl.Series(range(len(values)), dtype=pl.UInt32),
+                         "absent": pl.Series([row is None for row in values], dtype=pl.Boolean)})
+    joined = rows.join(grouped, on="row", how="left", maintain_order="left")
+    empty = pl.lit([], dtype=dtype)
+    return joined.select(pl.when(pl.col("absent")).then(pl.lit(None, dtype=dtype))
+                         .when(pl.col("items").is_null()).then(empty).otherwise(pl.col("items")).alias("column"))["column"]
 
 
 def _empty(schema: dict[str, Any]) -> Columns:

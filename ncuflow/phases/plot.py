@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +18,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
-from ncuflow.files import OutputError, atomic_path, guard_output, png_recogniser
+from ncuflow.files import OutputError, atomic_path, guard_output, plot_metadata, png_recogniser
 from ncuflow.phases import TraceError
 from ncuflow.phases.model import PhaseSpan, RunAnalysis, Segment
 from ncuflow.phases.model.capabilities import Capabilities
@@ -53,11 +55,24 @@ NO_STEADY = {
 MAX_EVENT_LINES = 200
 
 
+def _distinct_labels(paths: Sequence[Path]) -> list[str]:
+    """A label per input, all different: its stem, with as many parent folders before it as it
+    takes to tell the inputs apart (``a/server.log``, ``b/server.log``: ``a-server``, ``b-server``);
+    an input given twice gets its position too."""
+    names = [[*Path(os.path.abspath(p)).parent.parts[1:], Path(p).stem] for p in paths]
+    for depth in range(1, max(len(n) for n in names) + 1):
+        labels = [re.sub(r"[^\w.]+", "-", "-".join(n[-depth:])).strip("-") or "input" for n in names]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [f"{label}-{index}" for index, label in enumerate(labels, start=1)]
+
+
 def plot_paths(base: Path, report: PhasesReport) -> list[Path]:
+    """One PNG per input: ``base`` itself for one, ``base-<label>.png`` for several (``_distinct_labels``)."""
     if len(report.files) == 1:
         return [base if base.suffix.lower() == ".png" else base.with_suffix(".png")]
     stem = base.with_suffix("") if base.suffix.lower() == ".png" else base
-    return [stem.parent / f"{stem.name}-{Path(f.path).stem}.png" for f in report.files]
+    return [stem.parent / f"{stem.name}-{label}.png" for label in _distinct_labels([Path(f.path) for f in report.files])]
 
 
 def plot_report(report: PhasesReport, base: Path) -> list[Path]:
@@ -71,8 +86,7 @@ def plot_report(report: PhasesReport, base: Path) -> list[Path]:
             figure = plot_file(file)
             try:
                 with atomic_path(path) as temporary:
-                    figure.savefig(temporary, dpi=110, format="png",
-                                   metadata={"Software": "ncuflow (Matplotlib)"})
+                    figure.savefig(temporary, dpi=110, format="png", metadata=plot_metadata("timeline"))
             finally:
                 plt.close(figure)
     except OutputError as error:

@@ -19,6 +19,7 @@ from ncuflow import __version__
 from ncuflow.errors import NcuflowError
 from ncuflow.files.patterns import linear_engine
 from ncuflow.host import has_nvidia_smi, package_version, query_gpus
+from ncuflow.profile.dcgm import HOST_ENGINE, PAUSE, PROC, RESUME, host_engine_pids
 from ncuflow.profile.ncu import find_ncu, ncu_version
 from ncuflow.read.reportfile import ncu_install_python_dirs
 
@@ -42,7 +43,7 @@ def _dist_version(*names: str) -> str | None:
 
 def check_ncu(explicit: str | None, env: Mapping[str, str] | None) -> tuple[Check, Path | None]:
     try:
-        path, how = find_ncu(explicit, env)
+        path, how = find_ncu(explicit, env, hint="")  # its fix never sends the user back to doctor
     except NcuflowError as error:
         return Check("ncu", "fail", error.what, f"{error.why} {error.fix}"), None
     version = ncu_version(path, timeout=30)
@@ -127,6 +128,21 @@ def check_counters(gpu_ok: bool, params: Path = NVIDIA_PARAMS, euid: int | None 
                  "reload the driver.")
 
 
+def check_dcgm(proc: Path = PROC) -> Check:
+    """DCGM's host engine, whose profiling module holds the counters ncu needs while it runs."""
+    pids = host_engine_pids(proc)
+    if not pids:
+        return Check("dcgm", "ok", f"no DCGM host engine ({HOST_ENGINE}) runs here (one outside this "
+                     "container would not be seen)")
+    listed = ", ".join(map(str, pids[:5])) + (f" and {len(pids) - 5} more" if len(pids) > 5 else "")
+    return Check("dcgm", "warn",
+                 f"DCGM's host engine {HOST_ENGINE} runs (pid {listed}): while its profiling module watches "
+                 "the GPU (dcgm-exporter's DCGM_FI_PROF_* fields) it holds the performance counters, and ncu "
+                 "fails with 'a driver resource was unavailable'",
+                 f"Pause DCGM's profiling while you profile: `{PAUSE}`, then `{RESUME}` after "
+                 "(where dcgm-exporter runs in a Kubernetes pod, run them in that pod).")
+
+
 def check_packages() -> list[Check]:
     checks = [Check("python", "info", f"{sys.version.split()[0]} ({sys.executable}); ncuflow {__version__}")]
     for module, dist, needed in (("torch", "torch", True), ("triton", "triton", True),
@@ -150,7 +166,7 @@ def check_packages() -> list[Check]:
 def run_checks(ncu: str | None = None, env: Mapping[str, str] | None = None) -> list[Check]:
     ncu_check, ncu_path = check_ncu(ncu, env)
     gpu = check_gpu()
-    return [ncu_check, check_ncu_report(ncu_path), gpu, check_counters(gpu.status == "ok"),
+    return [ncu_check, check_ncu_report(ncu_path), gpu, check_counters(gpu.status == "ok"), check_dcgm(),
             *check_packages()]
 
 

@@ -30,9 +30,9 @@ from ncuflow.store.collection import (
 )
 
 __all__ = [
-    "CACHE_CONTROLS", "CLOCK_CONTROLS", "DECISIVE", "DECISIVE_TIER2", "NAMED_SETS", "REPLAY_MODES", "NcuOptions",
-    "build_command", "collection_args", "describe_filters", "find_ncu", "ncu_candidates", "ncu_version",
-    "nvtx_include_for_range", "resolve_executable",
+    "ATTACH_VERSION", "CACHE_CONTROLS", "CLOCK_CONTROLS", "DECISIVE", "DECISIVE_TIER2", "NAMED_SETS", "REPLAY_MODES",
+    "NcuOptions", "attach_mode", "build_command", "collection_args", "describe_filters", "find_ncu", "ncu_candidates",
+    "ncu_version", "nvtx_include_for_range", "require_attach", "resolve_executable",
 ]
 
 FIXED_NCU_LOCATIONS: tuple[str, ...] = ("/usr/local/cuda/bin/ncu",)
@@ -85,7 +85,10 @@ def _is_executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def _named_ncu_problem(path: str, how: str, given: str) -> NcuNotFound:
+DOCTOR_HINT = "; `ncuflow doctor` checks the setup"  # left out where doctor itself says it
+
+
+def _named_ncu_problem(path: str, how: str, given: str, hint: str) -> NcuNotFound:
     label = f"--ncu {given}" if how == "--ncu" else f"NCU={given}"
     if "/" not in given and not os.path.isabs(path):
         detail, why = ("no program of that name is on PATH",
@@ -99,25 +102,26 @@ def _named_ncu_problem(path: str, how: str, given: str) -> NcuNotFound:
     what = f"The ncu named by {label} is not an executable file: {detail}."
     return NcuNotFound(what, why,
                        "Fix the path (e.g. /opt/nvidia/nsight-compute/2025.3.1/ncu, or ./ncu for one in this "
-                       "folder), or leave it out to search; `ncuflow doctor` shows what is found.")
+                       f"folder), or leave it out to search{hint}.")
 
 
-def find_ncu(explicit: str | os.PathLike[str] | None = None,
-             env: Mapping[str, str] | None = None) -> tuple[Path, str]:
-    """The ncu to use and how it was found. An explicit choice that is not executable is an error."""
+def find_ncu(explicit: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None,
+             hint: str = DOCTOR_HINT) -> tuple[Path, str]:
+    """The ncu to use and how it was found. An explicit choice that is not executable is an error,
+    whose fix ends with ``hint`` (doctor, which is what it names, gives "")."""
     environ = os.environ if env is None else env
     for path, how in ncu_candidates(explicit, env):
         if _is_executable(path):
             return Path(path), how
         if how in ("--ncu", "NCU"):
             given = os.fspath(explicit) if how == "--ncu" and explicit else str(environ.get("NCU", path))
-            raise _named_ncu_problem(path, how, given)
+            raise _named_ncu_problem(path, how, given, hint)
     raise NcuNotFound(
         "Nsight Compute's ncu was not found.",
         "ncuflow looked at --ncu, the NCU environment variable, PATH, "
         f"{OPT_NCU_GLOB} and {', '.join(FIXED_NCU_LOCATIONS)}.",
         "Install Nsight Compute (it comes with the CUDA toolkit, or as the nsight-compute "
-        "package), or point to it with --ncu PATH or NCU=PATH; `ncuflow doctor` checks the setup.",
+        f"package), or point to it with --ncu PATH or NCU=PATH{hint}.",
     )
 
 
@@ -189,12 +193,15 @@ def build_command(
     options: NcuOptions,
     report_path: Path | str,
     app_argv: Sequence[str],
+    mode: Sequence[str] = (),
 ) -> list[str]:
-    """The full ncu command line as a list of arguments (never a shell string)."""
-    if not app_argv:
+    """The full ncu command line as a list of arguments (never a shell string). ``mode``: ncu's
+    ``--mode`` arguments where it attaches to a running process instead (``attach_mode``), with
+    no program to run."""
+    if not app_argv and not mode:
         raise UsageError("There is no program to profile.", "ncu needs a command to run.",
                          "Give a cell spec, or a command after `--`.")
-    command: list[str] = [str(ncu)]
+    command: list[str] = [str(ncu), *mode]
     command += ["--target-processes", options.target_processes]
     command += ["--replay-mode", options.replay_mode]
     command += ["--cache-control", options.cache_control]
@@ -209,11 +216,44 @@ def build_command(
         command += ["--launch-skip", str(options.launch_skip)]
     if options.launch_count is not None:
         command += ["--launch-count", str(options.launch_count)]
+    if options.graph_profiling is not None:
+        command += ["--graph-profiling", options.graph_profiling]
     command += collection_args(options)
+    if options.import_source:
+        command += ["--import-source", "yes"]
     command += list(options.extra_args)
     command += ["--export", str(report_path), "--force-overwrite"]
     command += [str(a) for a in app_argv]
     return command
+
+
+# ncu attaches to a process by its id (--mode attach --process-id) from this version on.
+ATTACH_VERSION: tuple[int, ...] = (2026, 2, 1)
+
+
+def attach_mode(pid: int) -> list[str]:
+    """ncu's arguments that attach to the running process ``pid`` (instead of launching a program)."""
+    return ["--mode", "attach", "--process-id", str(pid)]
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"2026.2.1.0"`` -> (2026, 2, 1, 0)."""
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def require_attach(ncu: Path, version: str | None) -> None:
+    """Refuse an ncu that cannot attach to a process id (older than ``ATTACH_VERSION``, or of no version)."""
+    needed = ".".join(map(str, ATTACH_VERSION))
+    if version is not None and version_tuple(version) >= ATTACH_VERSION:
+        return
+    said = f"is version {version}" if version else "gave no version (`ncu --version`)"
+    raise UsageError(
+        f"The ncu at {ncu} {said}, and --attach needs Nsight Compute {needed} or newer.",
+        f"ncu attaches to a running process by its id (--mode attach --process-id) from {needed} on; "
+        "older versions attach only to a program that ncu itself started with --mode launch.",
+        f"Install Nsight Compute {needed} or newer and point to it with --ncu PATH, or start the program "
+        "under ncu: `ncuflow profile -- PROGRAM ARGS`.",
+    )
 
 
 def describe_filters(options: NcuOptions) -> str:

@@ -39,6 +39,36 @@ class CounterPermissionDenied(NcuFailed):
         )
 
 
+# How ncu says another tool holds the GPU's counters (DCGM's profiling module, typically).
+COUNTERS_BUSY_WORDS = "a driver resource was unavailable"
+
+
+class CountersHeldElsewhere(NcuFailed):
+    def __init__(self, log_path: Path | None = None) -> None:
+        super().__init__(
+            "ncu could not take the GPU performance counters: another tool holds them "
+            f"(ncu: \"{COUNTERS_BUSY_WORDS}\").",
+            "One profiler at a time may use the counters; DCGM's profiling module (what dcgm-exporter's "
+            "DCGM_FI_PROF_* fields read, common on Kubernetes GPU nodes) keeps them while it watches the "
+            "GPU, as does another ncu or Nsight Systems' GPU metrics." + _see_log(log_path),
+            "Pause DCGM's profiling while you profile: `dcgmi profile --pause`, then `dcgmi profile --resume` "
+            "after (where dcgm-exporter runs in a pod, in that pod); `ncuflow doctor` names a running "
+            "nv-hostengine.",
+        )
+
+
+class OptionUnknown(NcuFailed):
+    def __init__(self, option: str, ncu_version: str | None, log_path: Path | None = None) -> None:
+        which = f"ncu {ncu_version}" if ncu_version else "This ncu"
+        super().__init__(
+            f"{which} does not know the option {option}.",
+            "Options come with Nsight Compute versions: --graph-profiling is newer than 2022.3, and "
+            "--mode attach --process-id came with 2026.2.1." + _see_log(log_path),
+            f"Install a newer Nsight Compute and point to it with --ncu PATH, or profile without {option}.",
+        )
+        self.option = option
+
+
 class NoKernelsProfiled(NcuFailed):
     def __init__(self, filters: str, log_path: Path | None = None) -> None:
         nesting = re.search(r"'[^'@]*[^/']/[^']*/'", filters)
@@ -149,6 +179,8 @@ class LogFindings:
     driver_problem: str | None
     app_exit_code: int | None
     report_line: str | None
+    counters_busy: bool = False  # another tool holds the counters (COUNTERS_BUSY_WORDS)
+    unknown_option: str | None = None  # an option this ncu does not know ("unrecognised option '--x'")
 
 
 _PROFILING = re.compile(r"^==PROF== Profiling \"")
@@ -158,6 +190,7 @@ _APP_CODE = re.compile(r"The application returned an error code \((-?\d+)\)")
 
 
 _FAILED_METRIC = re.compile(r"Failed to find metric\s+(\S+)")
+_UNKNOWN_OPTION = re.compile(r"unrecogni[sz]ed option '(-[A-Za-z0-9-]{1,60})'")
 
 
 # the name inside ncu's regex for it; a `breakdown:` request keeps its prefix (ncu's own syntax)
@@ -215,6 +248,8 @@ def parse_log(text: str) -> LogFindings:
         driver_problem=driver if (driver and (joined or app_code is not None)) else None,
         app_exit_code=app_code,
         report_line=report_line,
+        counters_busy=COUNTERS_BUSY_WORDS in text,
+        unknown_option=option.group(1) if (option := _UNKNOWN_OPTION.search(text)) else None,
     )
 
 
@@ -242,6 +277,10 @@ def error_from_log(
     found = parse_log(text)
     if found.permission_denied:
         return CounterPermissionDenied(log_path)
+    if found.counters_busy:
+        return CountersHeldElsewhere(log_path)
+    if found.unknown_option is not None:
+        return OptionUnknown(found.unknown_option, ncu_version, log_path)
     if found.driver_problem:
         return DriverMismatch(found.driver_problem, log_path)
     if found.failed_metrics:

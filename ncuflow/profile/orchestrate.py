@@ -32,6 +32,7 @@ from ncuflow import store
 from ncuflow.errors import NcuflowError, ReportError, UsageError
 from ncuflow.files import is_disk_full, os_error
 from ncuflow.profile.facts import nvidia_smi_facts, package_version
+from ncuflow.profile.log_pump import LogPump
 from ncuflow.profile.ncu import NcuOptions, describe_filters, find_ncu, ncu_version
 from ncuflow.profile.ncu_errors import (
     MetricNotFound,
@@ -183,11 +184,15 @@ class _Execution:
             log = open(pending.log_path, "wb")  # noqa: SIM115 (closed below, after ncu ends)
         except OSError as error:
             raise store.StoreError(*_os_parts(error, pending.log_path, "create the ncu log")) from None
-        with log, terminating_signals_raise():
-            self.proc = spawn_in_new_session(list(self.plan.command), log, env=self.env,
+        with log, terminating_signals_raise(), LogPump(log) as pump:  # the log bounded (profile.log_pump)
+            self.proc = spawn_in_new_session(list(self.plan.command), pump.writer, env=self.env,
                                              kill_grace=self.settings.kill_grace, deadline_s=self.settings.timeout)
+            pump.spawned()
             self.lock.record(ncu_pgid=self.proc.pid, run=str(pending.tmp_path))
-            return wait_for_exit(self.proc, self.settings.timeout, LogFollower(pending.log_path, self.progress))
+            status = wait_for_exit(self.proc, self.settings.timeout, LogFollower(pending.log_path, self.progress))
+            if status is None:  # past its timeout: what it writes from now on is not waited for
+                pump.drain_s = 0.0
+            return status
 
     def _stop(self) -> None:
         if self.proc is not None:

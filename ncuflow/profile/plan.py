@@ -1,6 +1,6 @@
-"""Planning a profile: what runs (a cell, or any program), under which ncu command, stored where.
+"""Planning a profile: what runs (a cell, any program, or a running process), under which ncu command, stored where.
 
-A ``ProfileJob`` is one profile to run: its ``Target`` (a ``CellTarget`` or a
+A ``ProfileJob`` is one profile to run: its ``Target`` (a ``CellTarget``, an ``AttachTarget`` or a
 ``CommandTarget``), what ncu collects (``NcuOptions``), the store it goes to and its
 provenance (replica, sweep, escalation). ``plan_job(job, settings)`` decides everything
 before anything runs (the exact command, the content key, the run folders: what
@@ -21,7 +21,15 @@ from pathlib import Path
 from ncuflow import store
 from ncuflow.cells.contract import CellSpec, nvtx_range_name
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.profile.ncu import NcuOptions, build_command, find_ncu, nvtx_include_for_range
+from ncuflow.profile.ncu import (
+    NcuOptions,
+    attach_mode,
+    build_command,
+    find_ncu,
+    ncu_version,
+    nvtx_include_for_range,
+    require_attach,
+)
 from ncuflow.profile.settings import ProfileSettings
 from ncuflow.store.manifest import CellFacts, Provenance
 
@@ -66,12 +74,7 @@ class CommandTarget:
 
     def spec(self, options: NcuOptions) -> CellSpec:
         """The store's identity of the program: its command line and the filters that pick kernels."""
-        params: list[tuple[str, str]] = [("argv", shlex.join(self.argv))]
-        if options.kernel_regex:
-            params.append(("kernel", options.kernel_regex))
-        if options.nvtx_include:
-            params.append(("nvtx", ";".join(options.nvtx_include)))
-        return CellSpec(COMMAND_CELL, tuple(sorted(params)))
+        return CellSpec(COMMAND_CELL, tuple(sorted([("argv", shlex.join(self.argv)), *_filter_params(options)])))
 
     def content_key(self, options: NcuOptions) -> str:
         payload = json.dumps({"cell": COMMAND_CELL, "argv": list(self.argv),
@@ -80,7 +83,47 @@ class CommandTarget:
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
-Target = CellTarget | CommandTarget
+def _filter_params(options: NcuOptions) -> list[tuple[str, str]]:
+    """The filters that pick a program's kernels, as parameters of its store identity."""
+    params: list[tuple[str, str]] = []
+    if options.kernel_regex:
+        params.append(("kernel", options.kernel_regex))
+    if options.nvtx_include:
+        params.append(("nvtx", ";".join(options.nvtx_include)))
+    return params
+
+
+@dataclass(frozen=True)
+class AttachTarget:
+    """A process that runs already (an inference server, a long job), attached to by its id
+    (``ncuflow profile --attach PID``: ncu --mode attach --process-id, Nsight Compute 2026.2.1+).
+    Its filters pick the kernels (--kernel, --nvtx, --launch-skip/--launch-count)."""
+
+    pid: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.pid, int) or isinstance(self.pid, bool) or self.pid < 1:
+            raise UsageError(f"--attach {self.pid!r} is no process id.", "A process id is a positive whole number.",
+                             "Give the id `pgrep -f NAME` or `ps` shows for the running program.")
+
+    @property
+    def label(self) -> str:
+        return f"process {self.pid}"
+
+    def options(self, options: NcuOptions) -> NcuOptions:
+        return options
+
+    def spec(self, options: NcuOptions) -> CellSpec:
+        """The store's identity of the attached process: its id and the filters that pick kernels."""
+        return CellSpec(COMMAND_CELL, tuple(sorted([("attach", str(self.pid)), *_filter_params(options)])))
+
+    def content_key(self, options: NcuOptions) -> str:
+        payload = json.dumps({"cell": COMMAND_CELL, "attach": self.pid, "nvtx": list(options.nvtx_include),
+                              "kernel": options.kernel_regex}, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+Target = CellTarget | CommandTarget | AttachTarget
 
 
 @dataclass(frozen=True)
@@ -142,6 +185,17 @@ def _resolve_ncu(ncu: str | os.PathLike[str] | None, *, must_exist: bool) -> tup
         return str(ncu) if ncu else "ncu", False
 
 
+def attach_problem(plan: ProfilePlan) -> str | None:
+    """Why the planned attach would stop before ncu runs (this ncu is too old), or None."""
+    if not isinstance(plan.job.target, AttachTarget) or not plan.ncu_found:
+        return None
+    try:
+        require_attach(Path(plan.ncu_path), ncu_version(Path(plan.ncu_path)))
+    except UsageError as problem:
+        return problem.what
+    return None
+
+
 def plan_job(job: ProfileJob, settings: ProfileSettings, *, dry_run: bool = False,
          run_id: str | None = None) -> ProfilePlan:
     """Plan one profile (resolves ncu; with ``dry_run`` a missing ncu is shown as 'ncu')."""
@@ -151,16 +205,21 @@ def plan_job(job: ProfileJob, settings: ProfileSettings, *, dry_run: bool = Fals
     rid = run_id or store.new_run_id()
     spec, key = job.spec(), job.content_key()
     point = store.point_dir(root, spec, key)
-    tmp, final = point / f"{store.TMP_PREFIX}{rid}-{os.getpid()}", point / rid
+    tmp, final = store.temporary_run_folder(point, rid), point / rid
     representation: Path | None = None
     if isinstance(job.target, CellTarget):
         representation = tmp / REPRESENTATION_FILE
         # -P: the current folder is not on the runner's sys.path (a folder named ncuflow there is not imported)
         app: Sequence[str] = [sys.executable, "-P", "-m", "ncuflow.cells.cellrun", spec.text(),
                               "--representation-out", str(representation), *settings.cells.runner_args()]
+    elif isinstance(job.target, AttachTarget):
+        app = ()
+        if found and not dry_run:  # a dry run shows the command, and says why it would stop (attach_problem)
+            require_attach(Path(ncu_path), ncu_version(Path(ncu_path)))
     else:
         app = job.target.argv
-    command = build_command(ncu_path, options, tmp / store.REPORT_NAME, app)
+    mode = attach_mode(job.target.pid) if isinstance(job.target, AttachTarget) else []
+    command = build_command(ncu_path, options, tmp / store.REPORT_NAME, app, mode)
     return ProfilePlan(job=job, spec=spec, content_key=key, run_id=rid, command=tuple(command),
                        ncu_path=ncu_path, ncu_found=found, options=options, store_root=root,
                        tmp_path=tmp, final_path=final, representation_path=representation)

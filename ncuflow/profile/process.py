@@ -61,7 +61,7 @@ def supervised(command: list[str], deadline_s: float | None, kill_grace: float) 
 
 
 def spawn_in_new_session(
-    command: list[str], log: IO[bytes], *, env: dict[str, str] | None, kill_grace: float,
+    command: list[str], log: IO[bytes] | int, *, env: dict[str, str] | None, kill_grace: float,
     deadline_s: float | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start ncu, under its supervisor, as the leader of its own session, with no window where a signal orphans it.
@@ -140,7 +140,7 @@ READ_CHUNK_BYTES = 1 << 20
 # program's last lines (for the error message and the causes its output names).
 NCU_LINES_BYTES = 16 << 20
 PROGRAM_TAIL_LINES = 200
-_NCU_LINE = re.compile(rb"^==[^\n]*", re.M)
+NCU_LINE = re.compile(rb"^==[^\n]*", re.M)
 _PROGRESS_LINE = ("==PROF==", "==ERROR==", "==WARNING==")
 
 
@@ -154,7 +154,7 @@ class _LineScanner:
         data = self.partial + chunk
         cut = data.rfind(b"\n") + 1
         self.partial = data[cut:][:MAX_LINE_BYTES]
-        return [found[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip() for found in _NCU_LINE.findall(data, 0, cut)]
+        return [found[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip() for found in NCU_LINE.findall(data, 0, cut)]
 
 
 class LogFollower:

@@ -39,7 +39,7 @@ from typing import Any
 
 from ncuflow import store
 from ncuflow.errors import NcuflowError, UsageError
-from ncuflow.files import pid_alive
+from ncuflow.files.owner import owner_tag, tag_owner_dead
 from ncuflow.profile.escalation import Undecided, commit_tier2, profile_tier1, tier2_job
 from ncuflow.profile.ncu_errors import ProfileInterrupted
 from ncuflow.profile.orchestrate import StoredRun, profile
@@ -158,8 +158,8 @@ def remove_dead_scratch(folder: Path | None = None) -> list[Path]:
     """Remove the scratch stores of this node's dead task workers (a worker killed mid-profile)."""
     removed = []
     for path in Path(folder or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
-        pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not pid_alive(int(pid)):
+        owner = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]  # files.owner's tag: beyond a pid
+        if tag_owner_dead(owner):  # of this host, boot and PID namespace, and gone (a pid alone proves nothing)
             shutil.rmtree(path, ignore_errors=True)
             removed.append(path)
     return removed
@@ -173,7 +173,7 @@ def profile_point_task(job: ProfileJob, settings: ProfileSettings, tier: int) ->
     the worker, and the driver decides (stop, or keep going) as a local sweep does.
     """
     remove_dead_scratch()
-    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{owner_tag()}-"))
     try:
         here = replace(job, store=None)
         local = replace(settings, store=scratch)
@@ -202,8 +202,8 @@ def commit_shipped(store_root: Path, shipped: ShippedRun, replicas: int | None =
 
     manifest = _typed(shipped)
     with point_lock(store.point_dir(store_root, manifest.spec, manifest.content_key)):
-        if replicas is not None and len(store.complete_runs_for_key(store_root, manifest.cell,
-                                                                     manifest.content_key)) >= replicas:
+        present = store.runs_for_key(store_root, manifest.cell, manifest.content_key)  # unreadable ones count
+        if replicas is not None and len(present.complete) + len(present.unreadable) >= replicas:
             return None
         pending = store.begin_run(store_root, manifest.spec, manifest.content_key, manifest.run_id)
         try:

@@ -45,6 +45,7 @@ from ncuflow.profile.ncu import (
     REPLAY_MODES,
     NcuOptions,
 )
+from ncuflow.store.collection import GRAPH_PROFILING
 from ncuflow.store.manifest import Sweep
 
 MAX_REPLICAS = 1000
@@ -54,7 +55,7 @@ NCU_KEYS = {
     "replay_mode": "replay_mode", "cache_control": "cache_control", "clock_control": "clock_control",
     "metric_set": "metric_set", "set": "metric_set", "sections": "sections", "metrics": "extra_metrics",
     "launch_count": "launch_count", "launch_skip": "launch_skip", "kernel": "kernel_regex",
-    "nvtx": "nvtx_include",
+    "nvtx": "nvtx_include", "graph_profiling": "graph_profiling",
 }
 Scalar = str | int | float | bool
 
@@ -168,6 +169,7 @@ NCU_RULES: dict[str, Rule] = {
     "kernel": Rule("one regular expression ncuflow can search in linear time (RE2: no backreference, "
                    "no lookaround)", _is_regex),
     "nvtx": Rule("an NVTX expression or a list of them (strings)", _is_names),
+    "graph_profiling": _one_of(GRAPH_PROFILING),
 }
 
 

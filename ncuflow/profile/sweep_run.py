@@ -100,9 +100,19 @@ class SweepContext:
     def stored(self, point: SweepPoint) -> list[store.RunRecord]:
         return store.complete_runs_for_key(self.store_root, self.plan.cell, point.content_key)
 
+    def present(self, point: SweepPoint) -> int:
+        """The point's runs that count as done: complete ones, and those this user cannot read
+        (there, not damaged: profiling them again would store more replicas than asked)."""
+        runs = store.runs_for_key(self.store_root, self.plan.cell, point.content_key)
+        return len(runs.complete) + len(runs.unreadable)
+
+    def unreadable(self) -> list[store.DamagedRun]:
+        return [run for p in self.plan.points
+                for run in store.runs_for_key(self.store_root, self.plan.cell, p.content_key).unreadable]
+
     def statuses(self) -> list[PointStatus]:
         return [PointStatus(p, done, max(0, self.plan.replicas - done))
-                for p in self.plan.points for done in [len(self.stored(p))]]
+                for p in self.plan.points for done in [self.present(p)]]
 
     def to_escalate(self, outcome: SweepOutcome) -> list[tuple[SweepPoint, Undecided]]:
         """The sweep's runs tier 2 must be profiled for: this sweep's, and those a stopped one left."""
@@ -156,6 +166,12 @@ def start_sweep(context: SweepContext) -> tuple[SweepOutcome, list[PointStatus],
     for damaged, target in move_aside_damaged(context.store_root, context.plan.cell):
         context.console.print(f"[yellow]moved a damaged run aside[/yellow] ({damaged.problem}): {damaged.path} -> "
                               f"{target.name}; its point is profiled again")
+    unreadable = context.unreadable()
+    if unreadable:
+        context.console.print(
+            f"[yellow]{len(unreadable)} run(s) of this sweep cannot be read by this user[/yellow] "
+            f"({unreadable[0].path}: {unreadable[0].problem}): counted as present, not profiled again; fix "
+            "their permissions (`ls -ld` shows them) to read them, or move them away to profile their points again")
     outcome = SweepOutcome()
     statuses = context.statuses()
     todo = [s for s in statuses if s.needed > 0]
@@ -246,7 +262,7 @@ class LocalExecutor:
     def _profile_point(self, status: PointStatus, outcome: SweepOutcome, progress: Any, task: Any) -> None:
         """Profile the replicas still missing; the caller holds the point's lock."""
         context, replicas = self.context, self.context.plan.replicas
-        done = len(context.stored(status.point))
+        done = context.present(status.point)
         if done > status.done:  # another writer profiled some meanwhile
             progress.advance(task, max(0, min(done, replicas) - status.done))
         for replica in range(done, replicas):

@@ -53,12 +53,12 @@ class Source:
         if self.op == "value":
             result = values[0]
         elif self.op == "sum":
-            result = math.fsum(values)
+            result = exact_sum(values)
         elif self.op == "product":
             result = math.prod(values)
         elif self.op == "formula":
             terms = len(self.weights)
-            result = math.fsum(w * v for w, v in zip(self.weights, values[:terms], strict=True))
+            result = exact_sum(tuple(w * v for w, v in zip(self.weights, values[:terms], strict=True)))
             for power, value in zip(self.powers, values[terms:], strict=True):
                 if power < 0 and value == 0:
                     return None
@@ -68,6 +68,14 @@ class Source:
                 return None
             result = values[0] / values[1]
         return result * self.scale
+
+
+def exact_sum(values: tuple[float, ...]) -> float:
+    """The exact sum, or inf where it overflows (``fsum`` raises: metrics of 1e308 did)."""
+    try:
+        return math.fsum(values)
+    except (OverflowError, ValueError):  # ValueError: inf - inf
+        return math.inf
 
 
 def _weighted(weight: float, metric: str) -> str:
@@ -104,9 +112,11 @@ Kind = Literal[
 ToleranceClass = Literal["exact", "near_exact", "bytes", "rate", "time"]
 # What cannot be, checked once per launch (``ncuflow.read.sanity``): a whole count in 0 … 2⁶³,
 # a share clamped into 0–100 %, a positive peak, a ratio over requests undefined at 0 requests,
-# the DRAM peak at the rated clock for HBM.
-Sanity = Literal["whole", "share", "positive", "per_request", "rated_peak"]
-_KIND_SANITY: dict[str, Sanity] = {"count": "whole", "share": "share"}
+# the DRAM peak at the rated clock for HBM; a % of peak, a duration, a rate or a ratio within
+# the range its kind can hold (``sanity.RANGES``: a -1e6 % or a 1e308 ns is no measurement).
+Sanity = Literal["whole", "share", "positive", "per_request", "rated_peak", "percent", "duration", "rate", "ratio"]
+_KIND_SANITY: dict[str, Sanity] = {"count": "whole", "share": "share", "percent": "percent", "throughput": "percent",
+                                   "time": "duration", "rate": "rate", "ratio": "ratio"}
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ncuflow.errors import ReportError
 from ncuflow.read.launch import DeviceInfo, KernelName, Launch
@@ -27,6 +27,7 @@ from ncuflow.read.ncureport import (  # re-exported: the ncu_report side's calls
     metric_number,
     metric_text,
 )
+from ncuflow.read.options import READ_DEFAULT, ReadOptions
 from ncuflow.read.plan import (
     MetricList,
     ReadPlan,
@@ -38,6 +39,9 @@ from ncuflow.read.plan import (
 from ncuflow.read.readers import UnknownLayoutWarning, reads_the_file
 from ncuflow.read.reportfile import read_ncu_version
 from ncuflow.read.units import ReportUnits
+
+if TYPE_CHECKING:  # findings are read only where asked for (``ReadOptions``)
+    from ncuflow.read.findings import RuleResults
 
 __all__ = ["Action", "RawMetric", "count_actions", "iter_launches", "iter_launches_with_metrics",
            "iter_report", "metric_calls", "metric_number", "metric_text",
@@ -69,6 +73,7 @@ class Action(Protocol):
     def ncu_version(self) -> str | None: ...
     def nvtx(self) -> tuple[str, ...]: ...
     def nvidia_sol(self) -> str | None: ...
+    def rule_results(self) -> RuleResults: ...
     def metric_names(self) -> list[str]: ...
     def metric_values(self) -> Iterator[tuple[str, float | int | str | None]]: ...
 
@@ -203,19 +208,20 @@ def _device(action: Action, plan: ReadPlan, read: Callable[[int], float | None])
 
 def build_launch(
     action: Action, *, report: str, range_index: int, action_index: int, ncu_version: str | None,
-    with_rules: bool = True, allow: Callable[[str], bool] | None = None,
+    with_rules: bool = True, allow: Callable[[str], bool] | None = None, options: ReadOptions = READ_DEFAULT,
 ) -> Launch:
     """The action's ``Launch``: its fields resolved through the plan of its metric list. An action
-    whose own list is not the planned one (``Unsettled``) is settled and read again."""
+    whose own list is not the planned one (``Unsettled``) is settled and read again. ``options``
+    says what else is read (NVIDIA's findings)."""
     try:
-        return _planned_launch(action, report, range_index, action_index, ncu_version, with_rules, allow)
+        return _planned_launch(action, report, range_index, action_index, ncu_version, with_rules, allow, options)
     except Unsettled:
         action.settle()  # its own list from now on: nothing is unsettled again
-        return _planned_launch(action, report, range_index, action_index, ncu_version, with_rules, allow)
+        return _planned_launch(action, report, range_index, action_index, ncu_version, with_rules, allow, options)
 
 
 def _planned_launch(action: Action, report: str, range_index: int, action_index: int, ncu_version: str | None,
-                    with_rules: bool, allow: Callable[[str], bool] | None) -> Launch:
+                    with_rules: bool, allow: Callable[[str], bool] | None, options: ReadOptions) -> Launch:
     plan = read_plan(action, allow)
     not_numbers: set[str] = set()  # counters ncu stored as NaN or infinite: named as such, never "absent"
     names, number_at = plan.names, action.number_at
@@ -247,6 +253,7 @@ def _planned_launch(action: Action, report: str, range_index: int, action_index:
         breakdown=breakdown,
         nvidia_sol=action.nvidia_sol() if with_rules else None,
         not_numbers=tuple(sorted(not_numbers)),
+        rule_results=action.rule_results() if options.findings else None,
     )
 
 
@@ -255,9 +262,10 @@ def _planned_launch(action: Action, report: str, range_index: int, action_index:
 
 
 def iter_launches(
-    path: Path | str, *, with_rules: bool = True, allow: Callable[[str], bool] | None = None
+    path: Path | str, *, with_rules: bool = True, allow: Callable[[str], bool] | None = None,
+    options: ReadOptions = READ_DEFAULT,
 ) -> Iterator[Launch]:
-    """Every intact launch of one report, in report order, one at a time.
+    """Every intact launch of one report, in report order, one at a time (with what ``options`` adds).
 
     ``allow`` restricts the raw metrics read to those it accepts: the launch as a smaller
     collection would have recorded it (``classify --as-if``).
@@ -271,7 +279,7 @@ def iter_launches(
         if index == 0:
             version = action.ncu_version() or read_ncu_version(report_path)
         yield build_launch(action, report=str(report_path), range_index=range_index, action_index=action_index,
-                           ncu_version=version, with_rules=with_rules, allow=allow)
+                           ncu_version=version, with_rules=with_rules, allow=allow, options=options)
 
 
 def _raw_metrics(action: Action, units: dict[str, str] | None) -> Iterator[RawMetric]:
@@ -288,7 +296,8 @@ def _units_of(action: Action, units: ReportUnits, range_index: int, action_index
     return units.of(range_index, action_index)
 
 
-def iter_launches_with_metrics(path: Path | str) -> Iterator[tuple[Launch, tuple[RawMetric, ...]]]:
+def iter_launches_with_metrics(path: Path | str, options: ReadOptions = READ_DEFAULT,
+                               ) -> Iterator[tuple[Launch, tuple[RawMetric, ...]]]:
     """Every intact launch with all its raw metrics (units from ``ncu_report``, see
     ``ncuflow.read.units``), the report read once."""
     report_path = Path(path)
@@ -298,7 +307,7 @@ def iter_launches_with_metrics(path: Path | str) -> Iterator[tuple[Launch, tuple
         if index == 0:
             version = action.ncu_version() or read_ncu_version(report_path)
         launch = build_launch(action, report=str(report_path), range_index=range_index,
-                              action_index=action_index, ncu_version=version)
+                              action_index=action_index, ncu_version=version, options=options)
         action_units = _units_of(action, units, range_index, action_index)
         yield launch, tuple(_raw_metrics(action, action_units))
 
@@ -308,6 +317,6 @@ def count_actions(path: Path | str) -> int:
     return sum(1 for _ in iter_report(Path(path)))
 
 
-def read_launches(path: Path | str) -> tuple[Launch, ...]:
+def read_launches(path: Path | str, options: ReadOptions = READ_DEFAULT) -> tuple[Launch, ...]:
     """Every intact launch of one report, as a tuple (what a reading worker sends back)."""
-    return tuple(iter_launches(path))
+    return tuple(iter_launches(path, options=options))

@@ -1,4 +1,4 @@
-"""One parsed ``ProfileResult`` as ncuflow reads an action: metrics by name, names, NVTX, rules.
+"""One parsed ``ProfileResult`` as ncuflow reads an action: metrics by name, names, NVTX, rule results.
 
 What ``ncu_report``'s ``IAction`` gives for the same launch, from the message itself
 (``ncuflow.read.schema``): a metric's value is the ``MetricValue`` field that is set
@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from ncuflow.read.reportfile import DamagedActionWarning, check_bytes
 from ncuflow.read.reportformat import KEPT_TABLE_BYTES
 
 if TYPE_CHECKING:
+    from ncuflow.read.findings import RuleResults
     from ncuflow.read.reportformat import ReportFile
 
 _SOL_RULE = "SOLBottleneck"
@@ -248,6 +250,12 @@ class FileAction:
             ranges.extend(f"{prefix}{text_of(begun.name)}" for begun in started.get(domain.id, ()))
         return tuple(ranges)
 
+    def rule_results(self) -> RuleResults:
+        """NVIDIA's findings and source markers for this launch (each rule result parsed whole, now)."""
+        from ncuflow.read.rule_results import file_rule_results
+
+        return file_rule_results(self._result.rule_results)
+
     def nvidia_sol(self) -> str | None:
         """The title of NVIDIA's speed-of-light rule result (its first message), where there is one."""
         for rule in self._result.rule_results:
@@ -273,17 +281,33 @@ def iter_file_actions(path: Path) -> Iterator[tuple[int, int, FileAction]]:
         names = _names_of(report)
         # A cut file may lack strings its results name: each result is walked for them (settled).
         cut_short = report.damage is not None
-        intact, damaged = 0, []
+        intact, damaged = 0, _Damaged()
         for index, parsed in report.results(schema.profile_result):
             action = FileAction(parsed, names, schema.metric_result, settle=cut_short) if parsed is not None else None
             if action is None or action.is_damaged() or (cut_short and action.refers_beyond()):
-                damaged.append(index)
+                damaged.add(index)
                 continue
             intact += 1
             # Every result of a kernel-replay report is an action of its one range (ncu_report's view).
             yield 0, index, action
-        cut = report.damage
+        cut, trailing = report.damage, report.trailing
     _report_damage(path, intact, damaged, cut)
+    if trailing and intact:
+        warnings.warn(f"{path}: {trailing} (a padded or overwritten copy); its {intact} actions before them are used.",
+                      DamagedActionWarning, stacklevel=2)
+
+
+@dataclass
+class _Damaged:
+    """The damaged results of a report: how many, and the first few (a hostile file may hold millions)."""
+
+    count: int = 0
+    first: list[int] = field(default_factory=list)
+
+    def add(self, index: int) -> None:
+        self.count += 1
+        if len(self.first) < 5:
+            self.first.append(index)
 
 
 # String tables kept by their bytes: reports that name their metrics alike (a store's runs of one
@@ -304,8 +328,8 @@ def _names_of(report: ReportFile) -> ReportNames:
     return names
 
 
-def _report_damage(path: Path, intact: int, damaged: list[int], cut: str | None) -> None:
-    if intact == 0 and not damaged:
+def _report_damage(path: Path, intact: int, damaged: _Damaged, cut: str | None) -> None:
+    if intact == 0 and not damaged.count:
         raise ReportError(
             f"{path} holds no profiled launch: {cut or 'it holds no result'}.",
             "The file carries the report signature but no complete result: it is cut off (an interrupted "
@@ -314,17 +338,17 @@ def _report_damage(path: Path, intact: int, damaged: list[int], cut: str | None)
         )
     if intact == 0:
         raise ReportError(
-            f"{path} is damaged: its only {'action has' if len(damaged) == 1 else 'actions have'} no "
+            f"{path} is damaged: its only {'action has' if damaged.count == 1 else f'{damaged.count:,} actions have'} no "
             "readable kernel name and metrics.",
             f"The report was cut off while ncu (or a copy) was writing it{f' ({cut})' if cut else ''}.",
             "Profile again and let ncu finish, or copy the complete file.",
         )
-    shown = ", ".join(str(index) for index in damaged[:5]) + (", ..." if len(damaged) > 5 else "")
-    if damaged:
+    shown = ", ".join(str(index) for index in damaged.first) + (", ..." if damaged.count > 5 else "")
+    if damaged.count:
         warnings.warn(
-            f"{path}: {len(damaged)} action{'s' if len(damaged) > 1 else ''} ({shown}) of range 0 "
-            f"{'are' if len(damaged) > 1 else 'is'} damaged (no readable kernel name and metrics; the file was "
-            f"cut off{f': {cut}' if cut else ''}) and skipped; the {intact} complete actions are used.",
+            f"{path}: {damaged.count:,} action{'s' if damaged.count > 1 else ''} ({shown}) of range 0 "
+            f"{'are' if damaged.count > 1 else 'is'} damaged (no readable kernel name and metrics"
+            f"{f'; the file was cut off: {cut}' if cut else ''}) and skipped; the {intact} complete actions are used.",
             DamagedActionWarning, stacklevel=3)
     elif cut:
         warnings.warn(f"{path} is cut off ({cut}) after its last complete result; its {intact} actions are used.",

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ncuflow.read.metrics import FIELDS_BY_NAME
-from ncuflow.read.sanity import checked
+from ncuflow.read.sanity import checked, checked_breakdown
 
 if TYPE_CHECKING:  # a launch of a plain report carries none: reading one imports no store
+    from ncuflow.read.findings import RuleResults  # imported where findings are read
     from ncuflow.store.manifest import RunRef
 
 
@@ -63,6 +64,9 @@ class Launch:
     notes: Mapping[str, str] = field(default_factory=dict)
     # Raw metrics the report holds as NaN or infinite (read as absent; named in ``notes``).
     not_numbers: tuple[str, ...] = ()
+    # NVIDIA's findings and source markers (``ncuflow.read.findings``); None where they were not
+    # read (``ReadOptions.findings``), ``RuleResults()`` (not ``held``) where the report has none.
+    rule_results: RuleResults | None = None
 
     def __post_init__(self) -> None:
         # The one check of impossible values, whatever reader built the launch (``read.sanity``).
@@ -74,6 +78,10 @@ class Launch:
             object.__setattr__(self, "provenance", provenance)
             object.__setattr__(self, "missing", missing)
             object.__setattr__(self, "notes", notes)
+        unit_checked = checked_breakdown(self.breakdown) if self.breakdown else None
+        if unit_checked is not None and self.notes.get("breakdown") != unit_checked[1]:
+            object.__setattr__(self, "breakdown", unit_checked[0])
+            object.__setattr__(self, "notes", {**self.notes, "breakdown": unit_checked[1]})
 
     def value(self, name: str) -> float | None:
         """The field's value, None where the report holds no usable source for it.

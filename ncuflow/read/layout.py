@@ -189,10 +189,11 @@ def varint_bytes(value: int) -> bytes:
             return bytes(out)
 
 
-def varint_at(data: bytes, at: int) -> tuple[int, int] | None:
-    """(value, position after it) of the varint at ``at``; None where it runs past the end or 10 bytes."""
+def varint_at(data: bytes, at: int, end: int | None = None) -> tuple[int, int] | None:
+    """(value, position after it) of the varint at ``at``; None where it runs past ``end`` (the
+    data's end by default) or 10 bytes."""
     value = shift = 0
-    end = min(len(data), at + 10)
+    end = min(len(data) if end is None else end, at + 10)
     while at < end:
         byte = data[at]
         at += 1

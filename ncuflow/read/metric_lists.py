@@ -20,6 +20,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
+from ncuflow.read.layout import varint_at
+
 _DOUBLE = struct.Struct("<d")
 _FLOAT = struct.Struct("<f")
 _VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
@@ -35,15 +37,10 @@ class DamagedList(Exception):
 
 
 def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while at < end and shift < 70:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    raise DamagedList(f"a varint at byte {at} runs past its message")
+    found = varint_at(data, at, end)
+    if found is None:
+        raise DamagedList(f"a varint at byte {at} runs past its message")
+    return found
 
 
 def _skip(data: bytes, at: int, end: int, wire: int) -> int:

@@ -14,12 +14,28 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ncuflow.read.launch import KernelName
 from ncuflow.read.reportfile import import_ncu_report, iter_actions, load_context
 
+if TYPE_CHECKING:
+    from ncuflow.read.findings import RuleResults
+
 _SOL_RULE = "SOLBottleneck"
+# What a workload that is no single kernel launch is named with, before its name: a CUDA graph
+# profiled as one workload (`ncu --graph-profiling graph`), whose numbers are the whole graph's.
+GRAPH_MARK = "[CUDA graph] "
+
+
+def _workload_mark(action: Any, action_type: Any) -> str:
+    """``GRAPH_MARK`` for a CUDA-graph workload, else "" (a kernel, or a module without workload types)."""
+    graph = getattr(action_type, "WorkloadType_GRAPH", None)
+    try:
+        kind = action.workload_type()
+    except Exception:  # ncu_report before workload types
+        return ""
+    return GRAPH_MARK if graph is not None and kind == graph else ""
 
 
 @dataclass(frozen=True)
@@ -186,10 +202,11 @@ class NcuReportAction:
             return text or ""
 
         function = name(action_type.NameBase_FUNCTION) or (action.name() or "")
+        mark = _workload_mark(action, action_type)
         return KernelName(
-            function=function,
-            demangled=name(action_type.NameBase_DEMANGLED) or function,
-            mangled=name(action_type.NameBase_MANGLED) or function,
+            function=mark + function,
+            demangled=mark + (name(action_type.NameBase_DEMANGLED) or function),
+            mangled=mark + (name(action_type.NameBase_MANGLED) or function),
         )
 
     def nvtx(self) -> tuple[str, ...]:
@@ -217,6 +234,12 @@ class NcuReportAction:
                 title = message.get("title") if isinstance(message, dict) else None
                 return str(title) if title else None
         return None
+
+    def rule_results(self) -> RuleResults:
+        """NVIDIA's findings and source markers for this launch (``IRuleResult``, ``source_markers()``)."""
+        from ncuflow.read.rule_results import ncu_report_rule_results
+
+        return ncu_report_rule_results(self.action)
 
     def metric_names(self) -> list[str]:
         return list(self.action.metric_names())

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import glob
-import mmap
 import os
 import re
 import shutil
 import stat
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -36,6 +36,7 @@ COMPRESSED_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
 _LFS_POINTER = b"version https://git-lfs"
+RECENT_SECONDS = 10.0  # an empty report changed this recently may be being written
 
 
 _VERSION_PATTERN = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?) \(build (\d+)\)")
@@ -186,11 +187,15 @@ def check_bytes(path: Path) -> None:
             "Check the file's permissions and that it is a regular file.",
         ) from error
     if size == 0:
+        age = time.time() - status.st_mtime
         raise ReportError(
-            f"{path} is empty (0 bytes).",
+            f"{path} is empty (0 bytes)" + (f", and was changed {age:.1f} s ago: something may be writing it "
+                                            "now." if 0 <= age < RECENT_SECONDS else "."),
             "An Nsight Compute report that ncu finished writing is never empty; this one was "
-            "created but never written, or its copy failed.",
-            "Profile again, or copy the report again from where it was made.",
+            "created but never written, or its copy failed (or it is being overwritten, as "
+            "ncu --force-overwrite and cp do: the file is emptied first).",
+            "Profile again, or copy the report again from where it was made; if something is writing it, "
+            "read it once written.",
         )
     if head.startswith(_LFS_POINTER):
         raise ReportError(
@@ -209,6 +214,20 @@ def check_bytes(path: Path) -> None:
         )
 
 
+def file_identity(status: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is written: compared before and after a report is read."""
+    return status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns
+
+
+def changed_while_read(path: Path) -> ReportError:
+    return ReportError(
+        f"{path} changed while it was read: its size or modification time differs after reading from before.",
+        "Something wrote the file meanwhile (an ncu --force-overwrite, a copy or a sync into the same path); "
+        "what was read may mix its old and new bytes, so none of it is used.",
+        "Read the report again once it is written (or read a copy of it).",
+    )
+
+
 def read_ncu_version(path: Path) -> str | None:
     """The ncu version that wrote the report, read from the file's bytes.
 
@@ -217,36 +236,50 @@ def read_ncu_version(path: Path) -> str | None:
     "2025.3.1.0 (build 36398880)"); legacy files do not, and give None.
     """
     try:
-        with path.open("rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            # mmap: the file is searched where it lies, not copied. Searched from the end:
-            # in most reports the string lies within a few hundred bytes of it (after each
-            # result), and the writer's version is the same everywhere.
-            if data[:4] == COMPRESSED_MAGIC:
-                return _compressed_version(handle)
-            return version_in(data, 0, len(data))
-    except (OSError, ValueError):  # ValueError: an empty file cannot be mapped
+        with path.open("rb") as handle:
+            if handle.read(4) == COMPRESSED_MAGIC:
+                return _compressed_version(path, handle)
+            return _version_from_the_end(handle)
+    except OSError:
         return None
 
 
-def _compressed_version(handle: Any) -> str | None:
+def _version_from_the_end(handle: Any) -> str | None:
+    """The last version string of a plain report, read from its end in chunks that overlap by a
+    version string's length (in most reports it lies within a few hundred bytes of the end, after
+    each result). Read, not mapped: a mapped file that another process truncates kills this one
+    with SIGBUS."""
+    end = handle.seek(0, os.SEEK_END)
+    head = b""
+    while end > 0:
+        start = max(0, end - (1 << 20))
+        handle.seek(start)
+        window = handle.read(end - start) + head
+        found = version_in(window, 0, len(window))
+        if found:
+            return found
+        head, end = window[:64], start
+    return None
+
+
+def _compressed_version(path: Path, handle: Any) -> str | None:
     """The last version string of a ``.ncu-repz``'s report, searched as it is decompressed (in
-    chunks that overlap by a version string's length; at most 100x the file is read)."""
+    chunks that overlap by a version string's length; within the bound the reader keeps,
+    ``ncuflow.read.zstdframes``)."""
     try:
         import zstandard
+
+        from ncuflow.read.zstdframes import zstd_content
     except ImportError:
         return None
-    handle.seek(0)
-    limit = 100 * os.fstat(handle.fileno()).st_size + (64 << 20)
     found: str | None = None
-    tail, read = b"", 0
+    tail = b""
     try:
-        reader = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True)
-        while read < limit and (chunk := reader.read(1 << 20)):
-            read += len(chunk)
+        for chunk in zstd_content(path, handle):
             window = tail + chunk
             found = version_in(window, 0, len(window)) or found
             tail = window[-64:]
-    except zstandard.ZstdError:
+    except (zstandard.ZstdError, ReportError):
         return found
     return found
 
@@ -303,20 +336,32 @@ def _native_note(captured: list[str]) -> str:
     return f"ncu_report's own log said: {last[:300]}"
 
 
+def _identity_of(path: Path) -> tuple[int, ...] | None:
+    try:
+        return file_identity(path.stat())
+    except OSError:
+        return None
+
+
 def load_context(path: Path) -> Any:
     check_bytes(path)
     ncu_report = import_ncu_report()
+    before = _identity_of(path)
     try:
         with _native_stderr_captured() as native_log:
-            context = ncu_report.load_report(str(path))
+            context = ncu_report.load_report(str(path))  # the whole file, read at once
             empty = context.num_ranges() == 0
     except Exception as error:
+        if _identity_of(path) != before:
+            raise changed_while_read(path) from error
         raise ReportError(
             f"{path} could not be opened as an Nsight Compute report: {error}.",
             "The ncu_report module rejected the file.",
             "Check that the file is a complete report written by ncu; a newer ncu_report wheel "
             "(`pip install -U ncu-report`) reads reports of every older ncu version.",
         ) from error
+    if _identity_of(path) != before:
+        raise changed_while_read(path)
     if empty:
         raise ReportError(
             f"{path} holds no profiled launch: ncu_report opened it as zero ranges.",

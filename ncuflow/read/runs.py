@@ -20,6 +20,7 @@ from ncuflow.errors import NcuflowError, NoReportsFound
 from ncuflow.files.patterns import kernel_pattern
 from ncuflow.files.run_layout import MANIFEST_NAME, REPORT_NAME
 from ncuflow.read.launch import Launch
+from ncuflow.read.options import READ_DEFAULT, ReadOptions
 
 if TYPE_CHECKING:  # the store is imported where a path holds a store run, not for a plain report
     from ncuflow.store import RunRecord
@@ -239,8 +240,10 @@ def _once(items: Sequence[Source]) -> list[Source]:
 
 
 def read_source(report: Path, record: RunRecord | None, kernel: str | None = None,
-                strict: bool = False) -> tuple[tuple[Launch, ...] | None, tuple[str, ...]]:
-    """The launches of one source that pass ``--kernel`` and a run's own filter, and notes.
+                strict: bool = False, options: ReadOptions = READ_DEFAULT,
+                ) -> tuple[tuple[Launch, ...] | None, tuple[str, ...]]:
+    """The launches of one source that pass ``--kernel`` and a run's own filter, and notes
+    (with what ``options`` adds to each launch).
 
     A store run's launches are merged with its tier-2 escalation and carry its ``RunRef``.
     None (with a note naming the report) when the report cannot be read, or, ``strict``,
@@ -257,7 +260,7 @@ def read_source(report: Path, record: RunRecord | None, kernel: str | None = Non
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            found = read_run_launches(record) if record is not None else read_launches(report)
+            found = read_run_launches(record, options) if record is not None else read_launches(report, options)
         notes.extend(str(w.message) if str(w.message).startswith(f"{report}:") else f"{report}: {w.message}"
                      for w in caught)
     except NcuflowError as error:
@@ -273,13 +276,13 @@ def read_source(report: Path, record: RunRecord | None, kernel: str | None = Non
 
 
 def read_sources(found: Sources, *, kernel: str | None = None, jobs: int | None = None, strict: bool = False,
-                 progress: Callable[[int, Path], None] | None = None,
+                 progress: Callable[[int, Path], None] | None = None, options: ReadOptions = READ_DEFAULT,
                  ) -> Iterator[tuple[Source, tuple[Launch, ...] | None, tuple[str, ...]]]:
     """(source, its launches, notes) for every source, in order, read in ``jobs`` workers."""
     from ncuflow.read.pool import map_reports
 
     kernel_filter(kernel)  # a bad pattern is a usage error here, not a note per run
-    tasks = [(source.report, source.record, kernel, strict) for source in found.items]
+    tasks = [(source.report, source.record, kernel, strict, options) for source in found.items]
     for source, (launches, notes) in zip(found.items, map_reports(read_source, tasks, jobs=jobs, progress=progress),
                                          strict=True):
         yield source, launches, notes
@@ -293,12 +296,12 @@ def prestart_reading(found: Sources, *, jobs: int | None) -> None:
 
 
 def load_sources(found: Sources, *, kernel: str | None = None, jobs: int | None = None,
-                 progress: Callable[[int, Path], None] | None = None) -> Loaded:
+                 progress: Callable[[int, Path], None] | None = None, options: ReadOptions = READ_DEFAULT) -> Loaded:
     """The sources' launches (unreadable reports named in notes, never counted); ``progress`` is
     called with (index, report) as each is read."""
     notes: list[str] = []
     runs: list[LoadedRun] = []
-    for source, launches, said in read_sources(found, kernel=kernel, jobs=jobs, progress=progress):
+    for source, launches, said in read_sources(found, kernel=kernel, jobs=jobs, progress=progress, options=options):
         notes.extend(said)
         if launches is not None:
             runs.append(LoadedRun.of(source, launches))
@@ -312,12 +315,14 @@ def load_records(records: Iterable[RunRecord], *, kernel: str | None = None, job
 
 
 def load_paths(paths: Sequence[Path], *, kernel: str | None = None, jobs: int | None = None,
-               progress: Callable[[Sources], Callable[[int, Path], None]] | None = None) -> Loaded:
+               progress: Callable[[Sources], Callable[[int, Path], None]] | None = None,
+               options: ReadOptions = READ_DEFAULT) -> Loaded:
     """Stores and reports together, as ``sources`` finds them; raises ``NoReportsFound``
     when nothing readable is left. ``progress(found)`` gives the per-report step, once the
     number of reports is known."""
     found = sources(paths)
-    loaded = load_sources(found, kernel=kernel, jobs=jobs, progress=progress(found) if progress else None)
+    loaded = load_sources(found, kernel=kernel, jobs=jobs, progress=progress(found) if progress else None,
+                          options=options)
     if not loaded.runs:
         raise NoReportsFound(
             f"Nothing readable in {', '.join(str(p) for p in paths)}.",

@@ -7,6 +7,7 @@ Whatever reader built them, a ``Launch``'s fields pass through ``checked`` (its
   few-µs launch overshoots) is the rated one, with a note;
 - a hit rate above 100 % or below 0 % (ncu computes it from sampled sector counts and
   can land at 100.43 %) is clamped into [0, 100], with a note giving the stored value;
+  one outside the % rule's range below (−1e6 %) is no sampling noise: missing, with a note;
 - sectors per request over 0 requests is undefined (ncu's own average stores 0.0): the
   field is missing, with a note;
 - a count (bytes, sectors, requests, instructions, ...) that is negative, or, where it was
@@ -15,11 +16,19 @@ Whatever reader built them, a ``Launch``'s fields pass through ``checked`` (its
 - a field whose source metrics ncu stored as NaN (a launch whose counters were not
   collected) is missing with a note saying so, instead of "no source metric";
 - a peak that is 0 is no peak: missing, with a note;
+- a % of peak below 0 or above ``RANGES``' ceiling (NVIDIA's figures overshoot 100 % a little,
+  never twice), a duration of 0 or less, a rate or a ratio below 0, and any of them above its
+  kind's ceiling (a 1e308 ns, whose sum overflows) is missing, with a note giving the stored
+  value: a crafted or corrupted report never reaches a verdict or a total through it;
 - a total of kinds (``global_ld_inst``: LDG + LDGSTS + TMA loads) is the sum of the kinds
   the launch's chip has; where the report lacks one of them the total is missing, with a
   note naming it (a partial sum would read as a change of work between two collections).
 
 Which rule applies to a field is its row's ``sanity`` (``ncuflow.read.metrics``).
+
+NVIDIA's breakdown (``Launch.breakdown``: a unit's % of peak) is checked by the % rule too
+(``checked_breakdown``): a unit outside it is left out of the model, with one note keyed
+``breakdown``.
 
 Each note is keyed by the field's name (``Launch.notes``); the tables, ``classify
 --evidence`` / ``--json`` and the export carry them.
@@ -27,10 +36,9 @@ Each note is keyed by the field's name (``Launch.notes``); the tables, ``classif
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
-from ncuflow.read.chains import CanonicalField, Part
+from ncuflow.read.chains import CanonicalField, Part, exact_sum
 from ncuflow.read.metrics import FIELDS, FIELDS_BY_NAME
 
 # The rows each rule applies to (their ``sanity``).
@@ -40,6 +48,22 @@ _POSITIVE = tuple(f.name for f in FIELDS if f.sanity == "positive")
 _PER_REQUEST = tuple(f.name for f in FIELDS if f.sanity == "per_request")
 _RATED_PEAK = tuple(f.name for f in FIELDS if f.sanity == "rated_peak")
 _TOTALS = tuple(f for f in FIELDS if f.parts)
+
+# sanity -> (lowest, highest, whether the lowest itself is allowed, what the field is): outside it a
+# value is missing with a note. The ceilings are far above any measurement (the corpus: at most
+# 99.6 %, 1.2 s, 1e14 /s, a ratio of 1,312) and far below float overflow, so that sums stay finite.
+RANGES: dict[str, tuple[float, float, bool, str]] = {
+    "percent": (0.0, 200.0, True, "a % of peak"),
+    "duration": (0.0, 1e15, False, "a duration (ns)"),
+    "rate": (0.0, 1e20, True, "a rate"),
+    "positive": (0.0, 1e20, False, "a peak"),
+    "rated_peak": (0.0, 1e20, False, "a peak"),
+    "ratio": (0.0, 1e12, True, "a ratio"),
+    "per_request": (0.0, 1e12, True, "a ratio"),
+}
+# (field, lowest, highest, whether the lowest is allowed, what it is) of each ranged row, looked up once.
+_RANGED = tuple((f.name, *RANGES[f.sanity]) for f in FIELDS if f.sanity in RANGES)
+_PERCENT_LOW, _PERCENT_HIGH = RANGES["percent"][:2]
 
 # A measured peak this far above the rated one is a clock measured over too short a launch.
 RATED_SLACK = 0.001
@@ -85,7 +109,9 @@ def _impossible(values: Mapping[str, float | None],
     found: dict[str, tuple[float | None, str]] = {}
     for name in SHARE_PERCENTAGES:
         value = values.get(name)
-        if value is not None and not 0.0 <= value <= 100.0:
+        if value is not None and not _in_range(value, "percent"):  # no sampling noise: no measurement
+            found[name] = (None, f"a share, stored as {_number(value)} %: outside 0 … 200, no measurement")
+        elif value is not None and not 0.0 <= value <= 100.0:
             bound = 100.0 if value > 100.0 else 0.0
             found[name] = (bound, f"ncu stored {_number(value)} %, outside 0–100 %: clamped to {bound:g} %")
     for name in _PER_REQUEST:
@@ -97,12 +123,36 @@ def _impossible(values: Mapping[str, float | None],
         value = values.get(name)
         if value is not None and value <= 0.0:
             found[name] = (None, f"a peak, stored as {_number(value)}: no peak is 0 or less")
+    for name, low, high, low_allowed, what in _RANGED:
+        value = values.get(name)
+        if value is None or (low < value <= high) or (low_allowed and value == low) or name in found:
+            continue
+        found[name] = (None, f"{what}, stored as {_number(value)}: outside {_number(low)} … {_number(high)}, "
+                             "no measurement")
     for field in _WHOLE:
         value = values.get(field.name)
         whole = float(value).is_integer() or _derived(provenance.get(field.name)) if value is not None else True
         if value is not None and not (0 <= value < 2**63 and whole):
             found[field.name] = (None, f"a count, stored as {_number(value)}: not a whole number in 0 … 2⁶³")
     return found
+
+
+def _in_range(value: float, sanity: str) -> bool:
+    low, high, low_allowed, _ = RANGES[sanity]
+    return (low <= value if low_allowed else low < value) and value <= high
+
+
+def checked_breakdown(breakdown: Mapping[str, float]) -> tuple[dict[str, float], str] | None:
+    """NVIDIA's breakdown without the units whose % of peak is out of range, and a note naming
+    them; None when every unit is in range (the common case: two builtins over the values)."""
+    if min(breakdown.values()) >= _PERCENT_LOW and max(breakdown.values()) <= _PERCENT_HIGH:
+        return None
+    out = {metric: pct for metric, pct in breakdown.items() if not _in_range(pct, "percent")}
+    first, value = next(iter(out.items()))
+    note = (f"{len(out)} unit{'s' if len(out) > 1 else ''} stored outside {_number(_PERCENT_LOW)} … "
+            f"{_number(_PERCENT_HIGH)} % of peak ({first}: {_number(value)}{', ...' if len(out) > 1 else ''}): "
+            "left out of the model")
+    return {metric: pct for metric, pct in breakdown.items() if metric not in out}, note
 
 
 def _capability(compute_capability: str | None) -> float | None:
@@ -133,7 +183,7 @@ def totals(values: Mapping[str, float | None], compute_capability: str | None
                 f"{' and '.join(p.kind for p in absent)} not counted in the report ({', '.join(p.field for p in absent)}), "
                 f"which {chip} has: no total"), False)
             continue
-        value = math.fsum(values.get(p.field) or 0.0 for p in parts)
+        value = exact_sum(tuple(values.get(p.field) or 0.0 for p in parts))
         kinds = ", ".join(p.kind for p in parts)
         found[total.name] = (value, " + ".join(p.field for p in parts) + f" ({kinds})", True)
     return found

@@ -32,7 +32,7 @@ from ncuflow.read.layout import varint_bytes as _varint
 
 _PACKAGE = "ncuflow.report"
 # FieldDescriptorProto's type and label numbers (descriptor.proto)
-_DOUBLE, _FLOAT, _UINT64, _STRING, _MESSAGE, _BYTES, _UINT32 = 1, 2, 4, 9, 11, 12, 13
+_DOUBLE, _FLOAT, _UINT64, _INT32, _STRING, _MESSAGE, _BYTES, _UINT32 = 1, 2, 4, 5, 9, 11, 12, 13
 _OPTIONAL, _REPEATED = 1, 3
 
 # (number, name, type, repeated, message type name or None), per message; the numbers
@@ -102,6 +102,38 @@ MESSAGES: dict[str, tuple[FieldSpec, ...]] = {
 }
 
 
+# NV.RuleSystem's RuleResult as ``ncu_report`` reads it (RuleResults.proto): what a launch's findings
+# are read from, only where they are asked for (``findings_messages``): a second file of the schema, so
+# the default parse of a ``ProfileResult`` (its ``RuleResult`` above: the identifier and the messages'
+# titles, for ``nvidia_sol``) stays as it is. An enum is read as its number (an int32: the same varint),
+# so that a number the schema does not name is kept, not moved to the unknown fields. The tables, charts
+# and proposals of a body item (fields 2-7, 9, 11, 12) are left unparsed.
+FINDINGS_MESSAGES: dict[str, tuple[FieldSpec, ...]] = {
+    # NV.RuleSystem.RuleResultMessage (Name is the title)
+    "FindingMessage": ((1, "message", _STRING, False, None), (2, "type", _INT32, False, None),
+                       (3, "id", _INT32, False, None), (4, "title", _STRING, False, None)),
+    # NV.RuleSystem.RuleResultSpeedup
+    "FindingSpeedup": ((1, "type", _INT32, False, None), (2, "value", _DOUBLE, False, None)),
+    # NV.RuleSystem.RuleResultFocusMetric
+    "FindingFocusMetric": ((1, "message_id", _INT32, False, None), (2, "name", _STRING, False, None),
+                           (3, "value", _DOUBLE, False, None), (4, "severity", _INT32, False, None),
+                           (5, "info", _STRING, False, None)),
+    # NV.RuleSystem.RuleResultBodyItem / RuleResultBody
+    "FindingItem": ((1, "message", _MESSAGE, False, "FindingMessage"),
+                    (8, "focus_metrics", _MESSAGE, True, "FindingFocusMetric"),
+                    (10, "speedup", _MESSAGE, False, "FindingSpeedup")),
+    "FindingBody": ((1, "items", _MESSAGE, True, "FindingItem"),),
+    # NV.RuleSystem.SourceMarker (Tooltip is the message)
+    "FindingMarker": ((1, "kind", _INT32, False, None), (2, "line", _UINT32, False, None),
+                      (3, "address", _UINT64, False, None), (4, "tooltip", _STRING, False, None),
+                      (5, "type", _INT32, False, None), (6, "file_name", _STRING, False, None)),
+    # NV.RuleSystem.RuleResult
+    "FindingRule": ((1, "identifier", _STRING, False, None), (2, "display_name", _STRING, False, None),
+                    (3, "body", _MESSAGE, False, "FindingBody"), (4, "section", _STRING, False, None),
+                    (5, "markers", _MESSAGE, True, "FindingMarker")),
+}
+
+
 # Messages whose fields form one oneof, and its name.
 ONEOFS = {"MetricValue": "value"}
 
@@ -124,11 +156,12 @@ def _field_descriptor(spec: FieldSpec, in_oneof: bool) -> bytes:
     return encoded + (_tagged(9, 0) if in_oneof else b"")
 
 
-def serialized_schema() -> bytes:
+def serialized_schema(schema: dict[str, tuple[FieldSpec, ...]] = MESSAGES, file: str = "ncuflow/report.proto",
+                      ) -> bytes:
     """The schema as a serialized ``FileDescriptorProto`` (proto2): name 1, package 2, message_type 4
     (each a ``DescriptorProto``: name 1, field 2, oneof_decl 8), syntax 12."""
-    encoded = _tagged(1, "ncuflow/report.proto") + _tagged(2, _PACKAGE)
-    for name, fields in MESSAGES.items():
+    encoded = _tagged(1, file) + _tagged(2, _PACKAGE)
+    for name, fields in schema.items():
         oneof = ONEOFS.get(name)
         message = _tagged(1, name) + b"".join(_tagged(2, _field_descriptor(spec, oneof is not None)) for spec in fields)
         if oneof is not None:
@@ -150,22 +183,32 @@ class Messages:
 
 @functools.cache
 def messages() -> Messages:
-    classes = _upb_classes() or _classes()
+    classes = _upb_classes(MESSAGES) or _classes(MESSAGES)
     return Messages(*(classes[name] for name in ("FileHeader", "BlockHeader", "StringTable", "ProfileResult",
                                                  "MetricResult")))
 
 
-def _classes() -> dict[str, Any]:
+@functools.cache
+def finding_rule_class() -> Any:
+    """The message class of a whole ``RuleResult`` (``FINDINGS_MESSAGES``), made the first time findings
+    are read."""
+    file = "ncuflow/findings.proto"
+    classes = _upb_classes(FINDINGS_MESSAGES, file) or _classes(FINDINGS_MESSAGES, file)
+    return classes["FindingRule"]
+
+
+def _classes(schema: dict[str, tuple[FieldSpec, ...]], file: str = "ncuflow/report.proto") -> dict[str, Any]:
     """The message classes through protobuf's public API (its descriptor pool and message factory)."""
     from google.protobuf import descriptor_pool, message_factory
 
     pool = descriptor_pool.DescriptorPool()
-    pool.AddSerializedFile(serialized_schema())
+    pool.AddSerializedFile(serialized_schema(schema, file))
     return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
-            for name in MESSAGES}
+            for name in schema}
 
 
-def _upb_classes() -> dict[str, Any] | None:
+def _upb_classes(schema: dict[str, tuple[FieldSpec, ...]], file: str = "ncuflow/report.proto",
+                 ) -> dict[str, Any] | None:
     """The message classes made straight by ``upb``, as its message factory makes them, without the
     pure-Python layer the public API imports first (``python_message``, ``text_format``: ~35 ms,
     more than the floor's whole read of a small report). None where this protobuf has no ``upb``
@@ -175,9 +218,9 @@ def _upb_classes() -> dict[str, Any] | None:
         from google.protobuf import message
 
         pool = _message.DescriptorPool()
-        pool.AddSerializedFile(serialized_schema())
+        pool.AddSerializedFile(serialized_schema(schema, file))
         return {name: _message.MessageMeta(name, (message.Message,), {
             "DESCRIPTOR": pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"), "__module__": None})
-            for name in MESSAGES}
+            for name in schema}
     except Exception:  # any protobuf that does not work so: the public API
         return None

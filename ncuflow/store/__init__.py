@@ -4,7 +4,7 @@ Layout (docs/ARCHITECTURE.md)::
 
     <root>/<cell>/<param-slug>-<key8>/<run-id>/{report.ncu-rep, manifest.json, ncu.log}
 
-A run is written into a temporary sibling folder ``.tmp-<run-id>-<pid>`` and renamed
+A run is written into a temporary sibling folder ``.tmp-<run-id>-<owner tag>`` and renamed
 to ``<run-id>`` only when the report, the log and the manifest are all on disk. A
 rename within one file system is atomic, so a folder without a leading dot is always
 a complete run: an interrupted profile or sweep never leaves a half run that looks
@@ -42,6 +42,7 @@ from ncuflow.files import (
     os_error,
     pid_alive,
 )
+from ncuflow.files.owner import owner_tag, tag_owner_dead
 from ncuflow.files.run_layout import LOG_NAME, REPORT_NAME
 from ncuflow.read.framing import framing_problem  # plain bytes: the store's only look into read
 from ncuflow.store.access import listing, unreadable
@@ -56,8 +57,9 @@ from ncuflow.store.manifest import (
 )
 
 __all__ = [
-    "MANIFEST_NAME", "SCHEMA_VERSION", "DamagedRun", "DamagedRunWarning", "Manifest", "ManifestError", "RunRecord",
-    "RunRef", "StoreError", "iter_runs", "read_manifest", "read_run", "scan_runs", "write_run",
+    "MANIFEST_NAME", "SCHEMA_VERSION", "DamagedRun", "DamagedRunWarning", "Manifest", "ManifestError", "PointRuns",
+    "RunRecord", "RunRef", "StoreError", "complete_runs_for_key", "iter_runs", "read_manifest", "read_run",
+    "runs_for_key", "scan_runs", "write_run",
 ]
 
 TMP_PREFIX = ".tmp-"
@@ -204,6 +206,12 @@ class PendingRun:
         return self.tmp_path / MANIFEST_NAME
 
 
+def temporary_run_folder(point: Path, run_id: str) -> Path:
+    """Where run ``run_id`` is written until it is complete: ``.tmp-<run-id>-<owner tag>``, its
+    writer named beyond a pid (``files.owner``: host, boot, PID namespace, start time)."""
+    return point / f"{TMP_PREFIX}{run_id}-{owner_tag()}"
+
+
 def begin_run(root: Path, spec: CellSpec, content_key: str, run_id: str | None = None) -> PendingRun:
     """Create the temporary folder of a new run (and clean temporaries of dead processes)."""
     point = point_dir(root, spec, content_key)
@@ -220,7 +228,7 @@ def begin_run(root: Path, spec: CellSpec, content_key: str, run_id: str | None =
             "Run ids must be unique within a point.",
             "Leave run_id unset so that ncuflow makes a fresh one.",
         )
-    tmp = point / f"{TMP_PREFIX}{rid}-{os.getpid()}"
+    tmp = temporary_run_folder(point, rid)
     try:
         tmp.mkdir()
     except OSError as error:
@@ -313,7 +321,12 @@ def keep_failed_run(pending: PendingRun, manifest: Manifest) -> Path | None:
 
 
 def remove_stale_temporaries(point: Path) -> list[Path]:
-    """Delete ``.tmp-*`` folders left by processes that no longer exist (e.g. SIGKILL)."""
+    """Delete ``.tmp-*`` folders left by processes that no longer exist (e.g. SIGKILL).
+
+    The caller holds the point's lock. A folder named with an owner tag is removed only when
+    its owner is provably dead (``owner.tag_owner_dead``: this host, boot and PID namespace,
+    and gone); one named by a pid alone (an older ncuflow's) when no process has that pid.
+    """
     removed: list[Path] = []
     if not point.is_dir():
         return removed
@@ -321,6 +334,8 @@ def remove_stale_temporaries(point: Path) -> list[Path]:
         if not (child.is_dir() and child.name.startswith(TMP_PREFIX)):
             continue
         pid_text = child.name.rsplit("-", 1)[-1]
+        if "." in pid_text and not tag_owner_dead(pid_text):
+            continue
         if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
             continue
         if pid_text.isdigit() and int(pid_text) == os.getpid():
@@ -467,18 +482,5 @@ def iter_runs(root: Path, cell: str | None = None) -> Iterator[RunRecord]:
             yield found
 
 
-def complete_runs_for_key(root: Path, cell: str, content_key: str) -> list[RunRecord]:
-    """Complete runs of one point (same cell and full content key), oldest first."""
-    cell_folder = Path(root) / _safe(cell)
-    runs: list[RunRecord] = []
-    for point in visible_dirs(cell_folder):
-        if not point.name.endswith(f"-{content_key[:8]}"):
-            continue
-        for run_folder in visible_dirs(point):
-            found = inspect_run(run_folder, point=point)
-            if isinstance(found, DamagedRun):
-                warnings.warn(DamagedRunWarning(found.line()), stacklevel=2)
-            elif found is not None and found.content_key == content_key:
-                runs.append(found)
-    runs.sort(key=lambda r: (r.manifest.identity.created_utc or "", r.run_id))
-    return runs
+# The runs of one point, counted (a module of its own; it reads the store with the functions above).
+from ncuflow.store.point_runs import PointRuns, complete_runs_for_key, runs_for_key  # noqa: E402

@@ -9,14 +9,16 @@ visits dot-folders, a sweep then profiles the point again, and nothing is delete
 report and the log stay there for a look). Runs written by a newer ncuflow (an unknown
 schema version) are named but never moved.
 
-A folder that holds no run at a store's depth (``<cell>/<point>/<run>``) but complete runs
-at another (``profiles/``, whose stores lie below it; a cell or point folder of a store) is
-refused with one paragraph naming the store to check instead: checking or sweeping it would
-read, repair or grow the wrong folder.
+A folder that holds no run at a store's depth (``<cell>/<point>/<run>``) but whole stores one
+or two levels below it (``profiles/``, ``profiles/reference/``) is checked store by store
+(``check_stores``), as ``report`` reads every run below it; a sweep into it is refused, as is a
+check or a sweep of a cell, point or run folder of a store: that would read, repair or grow the
+wrong folder, so one paragraph names the store to give instead.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +73,16 @@ def check_store(root: Path) -> StoreCheck:
     return StoreCheck(base, tuple(damaged), tuple(runs))
 
 
+def check_stores(root: Path) -> tuple[StoreCheck, ...]:
+    """``check_store`` of the store ``root``, or of each store below a folder of stores (``profiles/``)."""
+    base = Path(root)
+    if base.is_dir() and not any(True for _ in scan_runs(base)) and _store_above(base) is None:
+        below = stores_below(base)
+        if below:
+            return tuple(check_store(store) for store in below)
+    return (check_store(base),)
+
+
 def _store_above(base: Path) -> Path | None:
     """The store ``base`` lies in, where it is a run, point or cell folder of one."""
     if isinstance(inspect_run(base), RunRecord):
@@ -117,8 +129,12 @@ def refuse_misrooted(base: Path, command: str, usage: str) -> None:
     )
 
 
-def move_aside(run: DamagedRun) -> Path:
-    """Rename a damaged run folder to ``.damaged-<name>`` beside it (``-2``, ``-3`` ... if taken)."""
+def move_aside(run: DamagedRun) -> Path | None:
+    """Rename a damaged run folder to ``.damaged-<name>`` beside it (``-2``, ``-3`` ... if taken).
+
+    None when the run is no longer there: another repair (or sweep) moved it aside meanwhile;
+    two ``store check --repair`` at once each move what the other has not.
+    """
     if not run.movable:
         raise StoreError(
             f"The run {run.path} " + ("cannot be read by this user" if run.unreadable else
@@ -126,20 +142,25 @@ def move_aside(run: DamagedRun) -> Path:
             "Only runs whose manifest or report is broken are moved aside.",
             "Fix its permissions (ls -ld shows them)." if run.unreadable else "Upgrade ncuflow to read it.",
         )
-    target = run.path.with_name(f"{DAMAGED_PREFIX}{run.path.name}")
     suffix = 1
-    while target.exists():
-        suffix += 1
-        target = run.path.with_name(f"{DAMAGED_PREFIX}{run.path.name}-{suffix}")
-    try:
-        os.rename(run.path, target)
-    except OSError as error:
-        raise StoreError(
-            f"Cannot move the damaged run {run.path} aside: {error.strerror or error}.",
-            f"Repair renames it to {target.name} in the same folder.",
-            "Check the folder's permissions, or move it by hand.",
-        ) from error
-    return target
+    while True:
+        target = run.path.with_name(f"{DAMAGED_PREFIX}{run.path.name}" + (f"-{suffix}" if suffix > 1 else ""))
+        if not os.path.lexists(run.path):
+            return None
+        try:
+            if not os.path.lexists(target):
+                os.rename(run.path, target)
+                return target
+        except OSError as error:
+            if not os.path.lexists(run.path):
+                return None  # moved meanwhile by another process
+            if error.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise StoreError(
+                    f"Cannot move the damaged run {run.path} aside: {error.strerror or error}.",
+                    f"Repair renames it to {target.name} in the same folder.",
+                    "Check the folder's permissions, or move it by hand.",
+                ) from error
+        suffix += 1  # that name is taken (by an earlier repair, or another one just now)
 
 
 def move_aside_damaged(root: Path, cell: str) -> list[tuple[DamagedRun, Path]]:
@@ -151,6 +172,6 @@ def move_aside_damaged(root: Path, cell: str) -> list[tuple[DamagedRun, Path]]:
     refuse_misrooted(Path(root), "sweep", "ncuflow sweep SWEEP_FILE --store {store}")
     moved: list[tuple[DamagedRun, Path]] = []
     for found in scan_runs(Path(root), cell):
-        if isinstance(found, DamagedRun) and found.movable:
-            moved.append((found, move_aside(found)))
+        if isinstance(found, DamagedRun) and found.movable and (target := move_aside(found)) is not None:
+            moved.append((found, target))
     return moved

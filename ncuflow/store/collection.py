@@ -20,6 +20,9 @@ REPLAY_MODES: tuple[str, ...] = ("kernel", "application", "range", "app-range")
 CACHE_CONTROLS: tuple[str, ...] = ("all", "none")
 CLOCK_CONTROLS: tuple[str, ...] = ("base", "none")
 TARGET_PROCESSES: tuple[str, ...] = ("all", "application-only")
+# ncu --graph-profiling: each kernel node of a CUDA graph as its own launch (ncu's default), or
+# each graph as one workload (read through ncu_report, marked as a graph: ``read.ncureport``).
+GRAPH_PROFILING: tuple[str, ...] = ("node", "graph")
 # ncu's own section sets (``ncu --list-sets``); "decisive" is ncuflow's metric list.
 NAMED_SETS: tuple[str, ...] = ("basic", "detailed", "full", "nvlink", "pmsampling", "roofline")
 DECISIVE = "decisive"
@@ -43,7 +46,9 @@ class NcuOptions:
     kernel_regex: str | None = None
     nvtx_include: tuple[str, ...] = ()  # full ncu expressions, e.g. "ncuflow/flat_decode/"
     target_processes: str = "all"
+    import_source: bool = False  # --import-source yes: the CUDA source files in the report (source counters)
     extra_args: tuple[str, ...] = field(default=())
+    graph_profiling: str | None = None  # --graph-profiling node|graph; None: not passed (ncu's default, node)
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -51,6 +56,8 @@ class NcuOptions:
         _choice("--cache-control", self.cache_control, CACHE_CONTROLS)
         _choice("--clock-control", self.clock_control, CLOCK_CONTROLS)
         _choice("--target-processes", self.target_processes, TARGET_PROCESSES)
+        if self.graph_profiling is not None:
+            _choice("--graph-profiling", self.graph_profiling, GRAPH_PROFILING)
         if self.metric_set not in METRIC_SETS:
             raise UsageError(
                 f"Unknown metric set {self.metric_set!r}.",
@@ -58,6 +65,9 @@ class NcuOptions:
                 f"{', '.join(NAMED_SETS)}; use 'none' with --section for sections only.",
                 "Choose one of those (`ncu --list-sets` shows what each holds).",
             )
+        if not isinstance(self.import_source, bool):
+            raise UsageError(f"The ncu option import_source = {self.import_source!r} is not a boolean.", "",
+                             "Give import_source true or false.")
         if self.metric_set == "none" and not self.sections and not self.extra_metrics:
             raise UsageError(
                 "The metric set 'none' with no --section or --metrics collects nothing.",

@@ -15,6 +15,13 @@ takes it again). The file records the holder (pid, host, time) and the process g
 of the ncu it runs, so that the next holder can stop what a dead holder left running
 before it removes that holder's temporary folders.
 
+The holder is named beyond its pid (``files.owner``): its host, boot id and PID
+namespace, its start time, the start time of the ncu group's leader, and the folder the
+lock was written for (its path and inode). The next holder kills a recorded group only
+when all of them are provably its own: this place, the same folder (a lock copied with
+``cp -a`` into another store names the original's live ncu), the leader still the one
+recorded (its id not reused) and still an ncuflow supervisor.
+
 Usage, for any scheduler (a sweep, a Ray task)::
 
     with point_lock(point_folder, wait=False) as held:
@@ -31,7 +38,6 @@ import fcntl
 import json
 import os
 import signal
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.files import process_group_alive
+from ncuflow.files.owner import place, process_start
 
 LOCK_NAME = ".lock"
 SUPERVISOR_MARK = "ncuflow-supervise"  # in the supervisor's command line (profile.supervise)
@@ -62,7 +69,9 @@ class PointLock:
 
     def record(self, **facts: Any) -> None:
         """Write the holder's facts (pid, host, time, plus e.g. ``ncu_pgid``) into the lock file."""
-        data = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time(), **facts}
+        data = {**_identity(self.point), "since": time.time(), **facts}
+        if isinstance(facts.get("ncu_pgid"), int):
+            data["ncu_start"] = process_start(facts["ncu_pgid"])
         payload = (json.dumps(data) + "\n").encode()
         with contextlib.suppress(OSError):
             os.ftruncate(self.fd, 0)
@@ -90,6 +99,27 @@ def _key(folder: Path) -> tuple[int, int]:
     """The folder's identity (device, inode): two spellings of one folder are one lock."""
     status = os.stat(folder)
     return status.st_dev, status.st_ino
+
+
+def _folder_id(folder: Path) -> list[int]:
+    try:
+        status = os.stat(folder)
+    except OSError:
+        return []
+    return [status.st_dev, status.st_ino]
+
+
+def _identity(folder: Path) -> dict[str, Any]:
+    """This process and the folder it locks, as the lock file records them."""
+    pid = os.getpid()
+    return {"pid": pid, **place(), "start": process_start(pid), "folder": os.path.realpath(folder),
+            "folder_id": _folder_id(folder)}
+
+
+def _ours_to_stop(previous: dict[str, Any], folder: Path) -> bool:
+    """Whether a previous holder's record was written here, by a process of this host, boot and namespace."""
+    here = _identity(folder)
+    return all(previous.get(key) == here[key] for key in ("host", "boot_id", "pid_ns", "folder", "folder_id"))
 
 
 def _read_holder(fd: int) -> dict[str, Any]:
@@ -135,7 +165,7 @@ def try_lock(point: Path) -> PointLock | None:
     lock = PointLock(point=folder, fd=fd, thread=threading.get_ident(), key=key, previous_holder=_read_holder(fd))
     with _held_guard:
         _held[key] = lock
-    stop_left_running(lock.previous_holder)
+    stop_left_running(lock.previous_holder, folder)
     lock.record()
     return lock
 
@@ -176,16 +206,21 @@ def _is_supervisor(pid: int) -> bool:
         return False
 
 
-def stop_left_running(previous: dict[str, Any], wait: float = 5.0) -> bool:
+def stop_left_running(previous: dict[str, Any], folder: Path, wait: float = 5.0) -> bool:
     """Kill the ncu process group a dead holder recorded, if it still runs; True if one was stopped.
 
     The supervisor of each ncu stops the group when ncuflow dies; this is the second
     line: the new holder must not clean a temporary folder that a late process of the
-    old run could still write into. Only a group whose leader is still an ncuflow
-    supervisor is touched (a recycled process id is left alone).
+    old run could still write into. Only a group recorded in this very folder by a
+    process of this host, boot and PID namespace, whose leader is still the process
+    recorded (same start time) and still an ncuflow supervisor, is touched: a copied
+    lock, a lock of another machine or container, or a recycled process id is left alone.
     """
     pgid = previous.get("ncu_pgid")
-    if not isinstance(pgid, int) or pgid <= 1 or not _is_supervisor(pgid):
+    if not isinstance(pgid, int) or pgid <= 1 or not _ours_to_stop(previous, folder):
+        return False
+    start = previous.get("ncu_start")
+    if not isinstance(start, int) or process_start(pgid) != start or not _is_supervisor(pgid):
         return False
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)

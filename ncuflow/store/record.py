@@ -145,7 +145,9 @@ class Escalation:
     None before versions were stored: a judgement of another model is made again when the
     store is next swept); None where the report could not be read there (a GPU host without
     a reader): then it is decided when the store is next swept. Tier 2: ``of_run`` is the
-    tier-1 run it escalates (stored under ``STORE/.tier2``).
+    tier-1 run it escalates (stored under ``STORE/.tier2``). Tier 3, the why tier: ``of_run``
+    is the tier-1 run it explains and ``wall`` the verdict whose sections it collected
+    (``ncuflow.profile.why``; stored under ``STORE/.tier3``).
     """
 
     tier: int
@@ -153,6 +155,7 @@ class Escalation:
     launches: int | None = None
     of_run: str | None = None
     model: int | None = None
+    wall: str | None = None
 
     @property
     def needed(self) -> bool | None:

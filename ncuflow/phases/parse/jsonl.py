@@ -22,7 +22,8 @@ enter (``json_values``): a time is a finite number of at most 10^10 s, a count a
 number up to 10^9; anything else (``NaN``, ``1e308``, a 5000-digit integer, ``true``) is
 one paragraph naming the line and field.
 
-The file is read twice, line by line, in bounded memory: the first pass checks every line
+The file is read twice, line by line, in bounded memory, up to where it ended when it was
+opened (lines a recorder appends meanwhile are left out): the first pass checks every line
 and keeps only each request's span and run (24 bytes a request); the second builds the
 requests of the runs analysed. Beyond ``RUNS`` runs (a quiet server's one-request runs),
 only every ``stride``-th run in time order is analysed, as for server logs, and a note says
@@ -32,6 +33,7 @@ so. A last line cut short (a recorder stopped mid-write) is left out with a note
 from __future__ import annotations
 
 import math
+import os
 from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -72,12 +74,16 @@ LineSource = Callable[[], Iterator[Line]]
 
 
 def file_lines(path: Path, handle: BinaryIO) -> LineSource:
-    """The lines of ``handle`` from its start, each time the source is called."""
+    """The lines of ``handle`` from its start to where it ended when the source was made, each time
+    the source is called: both passes read the same bytes, and a trace still being written (a
+    recorder appending faster than it is read) does not keep the first pass going."""
+    size = os.fstat(handle.fileno()).st_size
 
     def lines() -> Iterator[Line]:
         handle.seek(0)
-        number = 0
-        while chunk := handle.readline(MAX_LINE_BYTES + 1):
+        number, left = 0, size
+        while left > 0 and (chunk := handle.readline(min(MAX_LINE_BYTES + 1, left))):
+            left -= len(chunk)
             number += 1
             if len(chunk) > MAX_LINE_BYTES:
                 raise TraceError(f"{path}:{number}: a line longer than {MAX_LINE_BYTES >> 20} MiB.",
@@ -219,6 +225,9 @@ def parse_request_jsonl(path: Path, source: LineSource) -> tuple[RequestTrace, .
     kept = runs.in_time_order[::stride]
     origin = min(index.submit)
     records = _kept_records(path, source, index, set(kept), origin)
+    short = next((run for run in kept if len(records[run]) != runs.requests[run]), None)
+    if short is not None:
+        raise _changed(path, runs.first_line[short])
     notes = _notes(index, len(runs.in_time_order), stride)
     return tuple(
         RequestTrace(
@@ -260,13 +269,27 @@ def _kept_records(path: Path, source: LineSource, index: _Index, kept: set[int],
     """The second pass: the requests of the runs analysed, read again from their lines (the
     first pass's requests are in line order, so one position walks along)."""
     records: dict[int, list[RequestRecord]] = {run: [] for run in kept}
-    position = 0
+    position, last = 0, index.line[-1]
     for number, obj in _requests(path, source, None):
+        if number > last:
+            break  # lines written since the first pass: the trace is read as that pass found it
         while index.line[position] < number:
             position += 1
+        if index.line[position] != number:
+            raise _changed(path, number)
         if index.run[position] in kept:
             records[index.run[position]].append(_record(path, number, obj, origin))
     return records
+
+
+def _changed(path: Path, number: int) -> TraceError:
+    return TraceError(
+        f"{path}: the file changed while it was read (near line {number}, its requests are not those "
+        "read a moment before).",
+        "ncuflow reads a trace twice, the second time for the runs it analyses; something rewrote "
+        "the file in between (lines added at its end are left out, as the first reading ended there).",
+        "Analyse the trace once its recorder has stopped writing, or analyse a copy of it.",
+    )
 
 
 def _notes(index: _Index, runs: int, stride: int) -> tuple[str, ...]:

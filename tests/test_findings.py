@@ -1,0 +1,259 @@
+"""NVIDIA's findings and source markers (issue 37): read by ncuflow's reader as ncu_report gives them,
+shown under the verdict, exported, and read only when asked for.
+
+Every expected value is NVIDIA's own: read from ``ncu_report``'s ``IAction`` for the same launch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from ncuflow.analyze.findings import OTHER, RULE_TERMS, ranked, terms_of
+from ncuflow.cli import cli
+from ncuflow.read.extract import read_launches
+from ncuflow.read.findings import NO_RULE_RESULTS, Finding, RuleResults, plain_words
+from ncuflow.read.options import WITH_FINDINGS
+from ncuflow.read.readers import reading_with
+from ncuflow.read.rule_results import ncu_report_rule_results
+from tests.conftest import corpus_reports
+from tests.scripts import analysis_script
+
+ncu_report = pytest.importorskip("ncu_report")
+
+APLAINJANE = "aplainjane__CUDA_Learning__012_sharedMemory_shared_report.ncu-rep"
+SWAGATAM = "Swagatam1812__hpca-gpu-memory-profiling__variant3.ncu-rep"
+
+
+def _actions(report: Path) -> list[Any]:
+    context = ncu_report.load_report(str(report))
+    return [context.range_by_idx(r).action_by_idx(a) for r in range(context.num_ranges())
+            for a in range(context.range_by_idx(r).num_actions())]
+
+
+def _nvidia_best(report: Path, kernel: str, rule: str) -> dict[str, Any]:
+    """NVIDIA's finding of ``rule`` with the largest speedup on the first launch of ``kernel``."""
+    action = next(a for a in _actions(report) if a.name() == kernel)
+    found = [d for d in action.rule_results_as_dicts() if d["rule_identifier"] == rule and "speedup_estimation" in d]
+    return max(found, key=lambda d: d["speedup_estimation"]["speedup"])
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def test_ncuflows_reader_gives_ncu_reports_findings_and_markers_on_every_shared_report(corpus_dir: Path) -> None:
+    """Rule identifiers, names, sections, titles, messages, types, focus metrics, speedups (1e-9) and
+    marker locations, launch by launch, against ncu_report's own dicts (the whole corpus, ~1 s)."""
+    check = analysis_script("check_findings")
+    tally = check.Tally()
+    for report in corpus_reports():
+        check.check_report(report, tally)
+    assert tally.differing == []
+    assert tally.launches == sum(len(_actions(r)) for r in corpus_reports())
+    assert 0 < tally.with_results < tally.launches  # some reports were collected without rules
+    assert tally.speedups > 0 and tally.markers > 0
+
+
+def test_the_check_sees_a_difference(corpus_dir: Path) -> None:
+    """The comparison can fail: a speedup off by 1e-6 relative, a title, a marker's line."""
+    check = analysis_script("check_findings")
+    report = corpus_dir / APLAINJANE
+    launch = read_launches(report, WITH_FINDINGS)[2]
+    action = _actions(report)[2]
+    assert launch.rule_results is not None and check.launch_gaps(launch.rule_results, action) == []
+    found = launch.rule_results.findings
+    estimated = next(i for i, f in enumerate(found) if f.speedup is not None)
+    for spoiled in (dataclasses.replace(found[estimated], speedup=found[estimated].speedup * (1 + 1e-6)),
+                    dataclasses.replace(found[estimated], title="x")):
+        changed = RuleResults((*found[:estimated], spoiled, *found[estimated + 1:]), launch.rule_results.markers)
+        assert check.launch_gaps(changed, action)
+    markers = launch.rule_results.markers
+    source = next(i for i, m in enumerate(markers) if m.kind == "source")
+    moved = (*markers[:source], dataclasses.replace(markers[source], line=(markers[source].line or 0) + 1),
+             *markers[source + 1:])
+    assert check.launch_gaps(RuleResults(found, moved), action)
+
+
+def test_the_ncu_report_reader_gives_the_same_records(corpus_dir: Path) -> None:
+    """ncuflow's mapping of ncu_report (``--reader ncu_report``) equals its own reader's records: on
+    every launch of the corpus, and through the whole reading path on two reports."""
+    for report in corpus_reports():
+        mine = [launch.rule_results for launch in read_launches(report, WITH_FINDINGS)]
+        assert mine == [ncu_report_rule_results(action) for action in _actions(report)], report.name
+    for name in (APLAINJANE, SWAGATAM):
+        with reading_with("ncu_report"):
+            theirs = [x.rule_results for x in read_launches(corpus_dir / name, WITH_FINDINGS)]
+        assert theirs == [x.rule_results for x in read_launches(corpus_dir / name, WITH_FINDINGS)]
+
+
+def test_findings_are_read_only_when_asked_for(corpus_dir: Path) -> None:
+    report = corpus_dir / SWAGATAM
+    assert all(x.rule_results is None for x in read_launches(report))
+    assert all(x.rule_results is not None and x.rule_results.held for x in read_launches(report, WITH_FINDINGS))
+
+
+def test_a_report_without_rule_results_says_so(corpus_dir: Path) -> None:
+    """Launches whose report holds no rule result are read as such and said so, never as 'no findings'."""
+    without = [r for r in corpus_reports()
+               if not any(x.rule_results and x.rule_results.held for x in read_launches(r, WITH_FINDINGS))]
+    assert without, "the corpus holds reports collected without rules"
+    report = without[0]
+    assert all(not a.rule_results_as_dicts() and not a.source_markers() for a in _actions(report))
+    result = CliRunner().invoke(cli, ["classify", "--evidence", str(report)])
+    assert result.exit_code == 0, result.output
+    assert _words(NO_RULE_RESULTS) in _words(result.output)
+    rows = json.loads(CliRunner().invoke(cli, ["classify", "--json", str(report)]).output)
+    assert all(row["rule_results"] is False and row["findings"] == [] and row["findings_note"] == NO_RULE_RESULTS
+               for row in rows)
+
+
+# --------------------------------------------------------------------------- link markup
+
+
+def test_links_are_rendered_as_their_words(corpus_dir: Path) -> None:
+    messages = [f.message for r in corpus_reports() for x in read_launches(r, WITH_FINDINGS)
+                for f in (x.rule_results.findings if x.rule_results else ())]
+    linked = [m for m in messages if "@section:" in m or "@url:" in m]
+    assert linked
+    for message in linked:
+        words = plain_words(message)
+        assert "@section:" not in words and "@url:" not in words, message
+    assert plain_words("Look at @section:LaunchStats:Launch Statistics@ for more.") == "Look at Launch Statistics for more."
+    assert plain_words("The @url:CUDA Guide:https://docs.nvidia.com/x#y@ has it") == "The CUDA Guide has it"
+    assert plain_words("at @source:C:\\a.cu:22:line 22@ and @sass:0x7f:here@") == "at line 22 and here"
+    assert plain_words("a@b.c mail @ 3 @section:x") == "a@b.c mail @ 3 @section:x"  # no link: kept as written
+
+
+def test_link_rendering_is_linear_on_hostile_messages() -> None:
+    """100,000 characters of unclosed or nested links: a quadratic scan would take minutes."""
+    for hostile in ("@" * 100_000, "@url:" * 20_000, "@section:a:" * 10_000 + "x", "@source:a:" * 10_000):
+        begun = time.perf_counter()
+        plain_words(hostile)
+        assert time.perf_counter() - begun < 2.0
+
+
+# --------------------------------------------------------------------------- walls and ranking
+
+
+def test_each_rule_is_tied_to_walls_by_one_row_and_the_rest_is_other(corpus_dir: Path) -> None:
+    seen = {f.rule for r in corpus_reports() for x in read_launches(r, WITH_FINDINGS)
+            for f in (x.rule_results.findings if x.rule_results else ())}
+    assert {"SharedMemoryConflicts", "UncoalescedGlobalAccess"} <= seen
+    assert "l1" in terms_of("SharedMemoryConflicts") and "l1" in terms_of("UncoalescedGlobalAccess")
+    untied = seen - set(RULE_TERMS)
+    for rule in untied:  # shown as 'other', never guessed at
+        assert terms_of(rule) == ()
+    with pytest.raises(ValueError):
+        type(RULE_TERMS["Memory"])("X", ("l3",), "no such wall")
+    assert OTHER == "other"
+
+
+def test_ranking_puts_estimates_first_the_binding_walls_before_the_others(corpus_dir: Path) -> None:
+    from ncuflow.analyze.classify import classify
+
+    for report in corpus_reports():
+        for launch in read_launches(report, WITH_FINDINGS):
+            if launch.rule_results is None:
+                continue
+            order = ranked(launch.rule_results, classify(launch).bound)
+            keys = [(f.finding.speedup is None, not f.on_binding, -(f.finding.speedup or 0.0)) for f in order]
+            assert keys == sorted(keys), (report.name, launch.action_index)
+
+
+# --------------------------------------------------------------------------- what a user sees
+
+
+@pytest.mark.parametrize(("name", "kernel", "rule"), [
+    (APLAINJANE, "setColReadCol", "SharedMemoryConflicts"),
+    (SWAGATAM, "conv2d_variant3_kernel", "UncoalescedGlobalAccess"),
+])
+def test_classify_evidence_shows_nvidias_finding_with_its_speedup(corpus_dir: Path, name: str, kernel: str,
+                                                                  rule: str) -> None:
+    report = corpus_dir / name
+    nvidia = _nvidia_best(report, kernel, rule)
+    heading = nvidia["rule_message"]["title"] or nvidia["name"]
+    speedup = nvidia["speedup_estimation"]["speedup"]
+    result = CliRunner().invoke(cli, ["classify", "--evidence", "--kernel", f"^{kernel}$", str(report)])
+    assert result.exit_code == 0, result.output
+    shown = _words(result.output)
+    assert f"{heading}, est. {speedup:.1f} %" in shown
+    assert shown.index("u_dram=") < shown.index("NVIDIA's findings") < shown.index(heading)  # under the verdict
+    rows = json.loads(CliRunner().invoke(cli, ["classify", "--json", "--kernel", f"^{kernel}$", str(report)]).output)
+    found = [f for f in rows[0]["findings"] if f["rule"] == rule and f["speedup"] == speedup]
+    assert found and found[0]["speedup_type"] == "global" and "@" not in found[0]["message"]
+    assert [m["name"] for m in found[0]["focus_metrics"]] == [m["name"] for m in nvidia["focus_metrics"]]
+
+
+def test_summary_names_the_largest_estimate(corpus_dir: Path) -> None:
+    report = corpus_dir / SWAGATAM
+    best = max((d["speedup_estimation"]["speedup"], d["rule_message"]["title"] or d["name"])
+               for a in _actions(report) for d in a.rule_results_as_dicts() if "speedup_estimation" in d)
+    result = CliRunner().invoke(cli, ["summary", "--json", str(report)])
+    top = json.loads(result.output)["reports"][0]["kernels"][0]["top_finding"]
+    assert (top["speedup"], top["title"]) == best
+    assert f"{best[1]} {best[0]:.1f} %" in _words(CliRunner().invoke(cli, ["summary", str(report)]).output)
+
+
+def test_export_findings_table_holds_every_finding_marker_and_launch_without(corpus_dir: Path, tmp_path: Path) -> None:
+    reports = [corpus_dir / SWAGATAM, *[r for r in corpus_reports() if r.name.startswith("evozone96")]]
+    result = CliRunner().invoke(cli, ["export", *map(str, reports), "-o", str(tmp_path / "l.parquet"),
+                                      "--findings", str(tmp_path / "f.parquet")])
+    assert result.exit_code == 0, result.output
+    table = pl.read_parquet(tmp_path / "f.parquet")
+    actions = [a for r in reports for a in _actions(r)]
+    kinds = table["kind"].value_counts().to_dict(as_series=False)
+    counted = dict(zip(kinds["kind"], kinds["count"], strict=True))
+    assert counted.get("finding", 0) == sum(len(a.rule_results_as_dicts()) for a in actions)
+    assert counted.get("marker", 0) == sum(len(a.source_markers()) for a in actions)
+    assert counted.get("none", 0) == sum(not a.rule_results_as_dicts() and not a.source_markers() for a in actions)
+    nvidia = sorted(d["speedup_estimation"]["speedup"] for a in actions for d in a.rule_results_as_dicts()
+                    if "speedup_estimation" in d)
+    assert sorted(table["speedup"].drop_nulls().to_list()) == nvidia
+    assert pl.read_parquet_metadata(tmp_path / "f.parquet")["ncuflow.table"] == "findings"
+    assert ncuflow_findings_frame(reports).height == table.height
+
+
+def ncuflow_findings_frame(reports: list[Path]) -> pl.DataFrame:
+    import ncuflow
+
+    return ncuflow.findings(reports)  # type: ignore[attr-defined,no-any-return]
+
+
+@pytest.mark.parametrize("findings", ["f.csv", "l.parquet"])
+def test_export_refuses_a_findings_table_it_cannot_write(corpus_dir: Path, tmp_path: Path, findings: str,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from ncuflow.cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["export", str(corpus_dir / SWAGATAM), "-o", str(tmp_path / "l.parquet"),
+              "--findings", str(tmp_path / findings)])
+    said = capsys.readouterr().err
+    assert exited.value.code == 2 and "--findings" in said and "Traceback" not in said
+    assert not (tmp_path / "l.parquet").exists()
+
+
+def test_markdown_shows_findings_through_the_names_safe_text(corpus_dir: Path, tmp_path: Path) -> None:
+    """A finding's hostile title and message reach report.md escaped, as names do."""
+    from ncuflow.analyze.study import analyse
+    from ncuflow.output.findings_markdown import findings_markdown
+    from ncuflow.read.runs import load_paths
+
+    loaded = load_paths([corpus_dir / SWAGATAM], options=WITH_FINDINGS)
+    hostile = Finding("UncoalescedGlobalAccess", "x", "s", "a | b <script>\x1b[31m", "`rm` *x*\nnext", "optimization",
+                      speedup=99.0, speedup_type="global")
+    runs = tuple(dataclasses.replace(run, launches=tuple(dataclasses.replace(
+        x, rule_results=RuleResults((hostile,))) for x in run.launches)) for run in loaded.runs)
+    text = "\n".join(findings_markdown(analyse(dataclasses.replace(loaded, runs=runs))))
+    assert "<script>" not in text and "\x1b" not in text and "a | b" not in text
+    assert "est. 99.0 % global" in text
