@@ -3,8 +3,8 @@
 ``split_server_runs`` cuts a scheduler's lines at idle points; ``levels`` finds the shape of
 a run (its plateaus, tails and bursts) and ``segments`` builds one segment per plateau or
 burst; this module turns them into one ``RunAnalysis`` per run, whose run-level phases are
-those of the run's *main segment* (the highest plateau with a steady stretch, else the
-highest plateau; never a burst), and says what the log cannot tell.
+those of the run's *main segment* (its longest level by time with a steady stretch, else its
+longest level; never a burst), and says what the log cannot tell.
 """
 
 from __future__ import annotations
@@ -293,7 +293,7 @@ def _run_phases(
     intervals: Sequence[DecodeInterval],
     readmitted: int,
 ) -> RunPhases:
-    """The run-level phases are those of its main segment (the highest plateau)."""
+    """The run-level phases are those of its main segment (its longest level)."""
     if main is None:
         return RunPhases(samples[0].time_s, samples[-1].time_s, peak, segments=segments)
     steady = main.phase(PhaseKind.STEADY).span
