@@ -19,10 +19,12 @@ from click.testing import CliRunner
 from ncuflow.cli import cli
 from ncuflow.phases import TraceError
 from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
+from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
 from ncuflow.phases.parse import registry
 from ncuflow.phases.parse.format import LineFormat
 from ncuflow.phases.pipeline import build_report
+from ncuflow.phases.report import SCHEMA_VERSION
 from ncuflow.phases.text import render_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,6 +63,9 @@ TOY = Capabilities(
     preemption_word="eviction",
     arrival_lines=False,
     per_request_timings=False,
+    batch_field="running",
+    throughput_field="tok/s",
+    batch_cap_option="--toy-batch-cap",
 )
 TOY_LINE = re.compile(r"^t=(?P<t>\d+) running=(?P<running>\d+) waiting=(?P<waiting>\d+) tok/s=(?P<rate>[\d.]+)$")
 
@@ -95,6 +100,7 @@ TOY_FORMAT = LineFormat(
     claims=lambda line: bool(TOY_LINE.match(line)),
     reader=lambda path, skip: ToyReader(path),
     describe="a toy log ('t=… running=…' lines)",
+    help="'t=… running=… waiting=… tok/s=…' lines",
 )
 
 
@@ -112,7 +118,7 @@ def test_a_new_format_is_one_module_and_one_registry_entry(tmp_path: Path, monke
     (file,) = report.files
     assert file.source_format == "Toy server log" and file.capabilities is TOY
     (run,) = file.runs
-    assert run.steady_token_s is not None and run.steady_token_s.median == pytest.approx(0.02)
+    assert run.phase(PhaseKind.STEADY).token_s is not None and run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(0.02)
     assert "5-s Toy stats window" in run.step_method  # its own window, its own name
     text = render_text(report)
     assert "Toy server log" in text and "vLLM" not in text and "SGLang" not in text
@@ -157,7 +163,7 @@ def test_json_has_a_schema_version_and_old_keys_keep_their_types(serving_logs_di
     if not path.exists():
         pytest.skip("log missing")
     data = json.loads(CliRunner().invoke(cli, ["phases", str(path), "--json"]).output)
-    assert data["schema_version"] == 2
+    assert data["schema_version"] == SCHEMA_VERSION == 3
     file = data["files"][0]
     assert isinstance(file["runs"], list) and isinstance(file["notes"], list) and file["format"] == "SGLang server log"
     run = file["runs"][1]
@@ -168,6 +174,18 @@ def test_json_has_a_schema_version_and_old_keys_keep_their_types(serving_logs_di
         value = run["segments"][0][key]
         assert isinstance(value, kind) or (kind is float and isinstance(value, int)), (key, value)
     assert {"median", "p10", "p90"} <= set(run["steady_token_s"])  # a distribution, as before
+    # schema 3: the segment's phases as records, each flat key read from them by its rule
+    segment = run["segments"][0]
+    compared = set()
+    for kind, phase in segment["phases"].items():
+        assert set(phase) == {"span", "seconds", "token_s", "tokens", "weighted_s"}
+        for name in ("token_s", "tokens", "weighted_s"):
+            if f"{kind}_{name}" in segment:  # schema 2 had no ramp_* keys
+                assert segment[f"{kind}_{name}"] == phase[name]
+                compared.add(kind)
+    assert {"steady", "mixed", "drain"} <= compared
+    assert segment["steady"] == segment["phases"]["steady"]["span"]
+    assert segment["steady_s"] == segment["phases"]["steady"]["seconds"]
 
 
 def _vllm_stats_log(path: Path, stamp_of: Callable[[datetime], str]) -> Path:

@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from ncuflow.cli import cli
+from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import FileReport
 
@@ -40,10 +41,10 @@ def test_dp_attention_waves(serving_logs_dir: Path) -> None:
     assert len(report.runs) == 8  # 4 synchronized waves per rank
     for run in report.runs:
         assert run.steady_batch == 72
-        assert run.steady_token_s is not None
-        assert 0.040 < run.steady_token_s.median < 0.045  # bench block: median ITL 41.07 ms
-        assert run.ramp is not None and 15 < run.ramp.duration_s < 40
-        assert run.drain is None and any("drain not visible" in c for c in run.cannot)
+        assert run.phase(PhaseKind.STEADY).token_s is not None
+        assert 0.040 < run.phase(PhaseKind.STEADY).token_s.median < 0.045  # bench block: median ITL 41.07 ms
+        assert run.phase(PhaseKind.RAMP).span is not None and 15 < run.phase(PhaseKind.RAMP).span.duration_s < 40
+        assert run.phase(PhaseKind.DRAIN).span is None and any("drain not visible" in c for c in run.cannot)
         assert run.output_tokens == 1500
         assert run.reconciliation is not None
         assert abs(run.reconciliation.residual_share) < 0.10
@@ -85,32 +86,32 @@ def test_a_chunked_prompt_is_admitted_once_when_its_last_chunk_is_prefilled(serv
 def test_speculative_closed_loop_run(serving_logs_dir: Path) -> None:
     report = analyse(serving_logs_dir, "shun8686_qwen3-32b_eagle3_tp4_c78.log")
     warmup, main = report.runs
-    assert warmup.steady is None and any("only 0 Decode line" in c for c in warmup.cannot)
+    assert warmup.phase(PhaseKind.STEADY).span is None and any("only 0 Decode line" in c for c in warmup.cannot)
     assert main.steady_batch == 78
-    assert main.steady_token_s is not None and 0.034 < main.steady_token_s.median < 0.042
+    assert main.phase(PhaseKind.STEADY).token_s is not None and 0.034 < main.phase(PhaseKind.STEADY).token_s.median < 0.042
     assert "accept len" in main.step_method
-    assert main.steady_step_s is not None and main.steady_step_s > main.steady_token_s.median * 1.4
-    assert main.mixed is not None and main.mixed.duration_s > 100
-    assert main.drain is not None and main.drain.duration_s > 30
+    assert main.steady_step_s is not None and main.steady_step_s > main.phase(PhaseKind.STEADY).token_s.median * 1.4
+    assert main.phase(PhaseKind.MIXED).span is not None and main.phase(PhaseKind.MIXED).span.duration_s > 100
+    assert main.phase(PhaseKind.DRAIN).span is not None and main.phase(PhaseKind.DRAIN).span.duration_s > 30
     assert main.harness_tpot_s is None
     assert any("several generations" in c for c in main.cannot)
 
 
 def test_hybrid_model_waves(serving_logs_dir: Path) -> None:
     report = analyse(serving_logs_dir, "shun8686_qwen3-next-80b_mamba_c80.log")
-    full = [r for r in report.runs if r.steady is not None]
+    full = [r for r in report.runs if r.phase(PhaseKind.STEADY).span is not None]
     assert len(full) == 4
     for run in full:
         assert run.steady_batch == 80
-        assert run.steady_token_s is not None and 0.044 < run.steady_token_s.median < 0.050
-    assert report.runs[0].steady is None  # the bench warm-up request
+        assert run.phase(PhaseKind.STEADY).token_s is not None and 0.044 < run.phase(PhaseKind.STEADY).token_s.median < 0.050
+    assert report.runs[0].phase(PhaseKind.STEADY).span is None  # the bench warm-up request
 
 
 def test_pd_decode_node_that_crashes(serving_logs_dir: Path) -> None:
     report = analyse(serving_logs_dir, "shun8686_deepseek-r1_pd-decode-node_crash_dev20260328.log")
     assert len(report.ranks) == 16
     for run in report.runs:
-        assert run.steady is None
+        assert run.phase(PhaseKind.STEADY).span is None
         assert any("no Prefill lines" in c for c in run.cannot)
         assert any("traceback" in c for c in run.cannot)
         assert any("AttributeError" in n for n in run.notes)
@@ -136,7 +137,7 @@ def test_kv_bound_sawtooth_has_no_steady_phase(serving_logs_dir: Path, name: str
     report = analyse(serving_logs_dir, name)
     first = report.runs[0]
     assert first.peak_batch > 150
-    assert first.steady is None
+    assert first.phase(PhaseKind.STEADY).span is None
     assert any("retraction" in c for c in first.cannot)
 
 
@@ -161,7 +162,7 @@ def test_vllm_stats_lines(serving_logs_dir: Path) -> None:
     assert report.source_format == "vLLM server log"
     assert [r.peak_batch for r in report.runs] == [1, 4, 8]
     for run in report.runs:
-        assert run.steady is None
+        assert run.phase(PhaseKind.STEADY).span is None
         assert any("10 s" in c for c in run.cannot)
 
 

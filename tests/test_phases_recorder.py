@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from ncuflow.cli.record_cmd import record_command
 from ncuflow.phases.detect import load_traces
 from ncuflow.phases.model import RequestTrace, analyse_request_trace
+from ncuflow.phases.model.results import PhaseKind
 
 STEP_S = 0.01
 
@@ -100,8 +101,8 @@ def test_recorder_writes_a_trace_phases_can_read(loopback_server: str, tmp_path:
     (trace,) = load_traces(out)
     assert isinstance(trace, RequestTrace)
     run = analyse_request_trace(trace)
-    assert run.steady_token_s is not None
-    assert STEP_S * 0.8 < run.steady_token_s.median < STEP_S * 3
+    assert run.phase(PhaseKind.STEADY).token_s is not None
+    assert STEP_S * 0.8 < run.phase(PhaseKind.STEADY).token_s.median < STEP_S * 3
 
 
 def test_recorder_reports_failed_requests(loopback_server: str, tmp_path: Path) -> None:

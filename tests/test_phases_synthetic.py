@@ -22,6 +22,7 @@ from ncuflow.phases.model import (
     analyse_server_trace,
     config_gaps,
 )
+from ncuflow.phases.model.results import PhaseKind
 
 
 def write_request_trace(
@@ -64,11 +65,11 @@ def test_request_trace_recovers_ramp_and_step(tmp_path: Path) -> None:
     (trace,) = load_traces(path)
     assert isinstance(trace, RequestTrace)
     run = analyse_request_trace(trace)
-    assert run.steady is not None and run.ramp is not None and run.steady_token_s is not None
+    assert run.phase(PhaseKind.STEADY).span is not None and run.phase(PhaseKind.RAMP).span is not None and run.phase(PhaseKind.STEADY).token_s is not None
     assert run.steady_batch == 32
-    assert run.steady_token_s.median == pytest.approx(step, rel=0.01)
+    assert run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(step, rel=0.01)
     assert run.admission_span_s == pytest.approx(ramp, rel=0.01)
-    assert run.ramp.duration_s == pytest.approx(ramp + prefill, rel=0.01)
+    assert run.phase(PhaseKind.RAMP).span.duration_s == pytest.approx(ramp + prefill, rel=0.01)
     assert run.ttft_s is not None and run.ttft_s.median == pytest.approx(prefill, rel=0.01)
     rec = run.reconciliation
     assert rec is not None
@@ -92,7 +93,7 @@ def test_batch_that_never_fills_has_no_steady_phase(tmp_path: Path) -> None:
     (trace,) = load_traces(path)
     assert isinstance(trace, RequestTrace)
     run = analyse_request_trace(trace)
-    assert run.steady is None
+    assert run.phase(PhaseKind.STEADY).span is None
     assert run.reconciliation is None
     assert any("never fills" in message for message in run.cannot)
 
@@ -164,13 +165,13 @@ def test_sglang_log_recovers_ramp_and_step(tmp_path: Path, with_throughput: bool
     assert isinstance(trace, ServerTrace)
     assert trace.time_resolution_s == pytest.approx(0.001)
     (run,) = analyse_server_trace(trace, output_tokens=20 * 40 + 1)
-    assert run.steady is not None and run.ramp is not None and run.steady_token_s is not None
+    assert run.phase(PhaseKind.STEADY).span is not None and run.phase(PhaseKind.RAMP).span is not None and run.phase(PhaseKind.STEADY).token_s is not None
     assert run.steady_batch == 32
-    assert run.steady_token_s.median == pytest.approx(step, rel=0.01)
+    assert run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(step, rel=0.01)
     assert run.admission_span_s == pytest.approx(ramp, rel=0.01)
     # the batch is first seen full at the first Decode line, one interval after the last Prefill
-    assert run.ramp.duration_s == pytest.approx(ramp + 40 * step, rel=0.01)
-    assert run.drain is not None and run.drain.duration_s > 0
+    assert run.phase(PhaseKind.RAMP).span.duration_s == pytest.approx(ramp + 40 * step, rel=0.01)
+    assert run.phase(PhaseKind.DRAIN).span is not None and run.phase(PhaseKind.DRAIN).span.duration_s > 0
     if with_throughput:
         assert "gen throughput" in run.step_method and "imply 40 steps" in run.step_method
     else:
@@ -283,9 +284,9 @@ def test_bench_json_without_start_times(tmp_path: Path) -> None:
     (trace,) = load_traces(path)
     assert isinstance(trace, RequestTrace) and not trace.has_start_times
     run = analyse_request_trace(trace)
-    assert run.steady is None and run.ramp is None
+    assert run.phase(PhaseKind.STEADY).span is None and run.phase(PhaseKind.RAMP).span is None
     assert any("no per-request start times" in c for c in run.cannot)
-    assert run.steady_token_s is not None and run.steady_token_s.median == pytest.approx(
+    assert run.phase(PhaseKind.STEADY).token_s is not None and run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(
         step, rel=0.01
     )
     rec = run.reconciliation
@@ -313,7 +314,7 @@ def test_unlabelled_waves_in_one_jsonl_become_runs(tmp_path: Path) -> None:
     both.write_text(first.read_text() + second.read_text())
     traces = load_traces(both)
     assert [t.run for t in traces] == ["waves #1", "waves #2"]
-    steps = [analyse_request_trace(t).steady_token_s for t in traces if isinstance(t, RequestTrace)]
+    steps = [analyse_request_trace(t).phase(PhaseKind.STEADY).token_s for t in traces if isinstance(t, RequestTrace)]
     assert steps[0] is not None and steps[0].median == pytest.approx(0.02, rel=0.01)
     assert steps[1] is not None and steps[1].median == pytest.approx(0.03, rel=0.01)
 
@@ -337,30 +338,44 @@ def test_vllm_stats_with_a_steady_window(tmp_path: Path) -> None:
     assert isinstance(trace, ServerTrace) and trace.engine == "vllm"
     (run,) = analyse_server_trace(trace)
     # the window ending at t=20 s still had prompts; the four windows after it did not
-    assert run.steady is not None and run.steady.duration_s == pytest.approx(40.0)
+    assert run.phase(PhaseKind.STEADY).span is not None and run.phase(PhaseKind.STEADY).span.duration_s == pytest.approx(40.0)
     assert run.steady_batch == 64
-    assert run.steady_token_s is not None and run.steady_token_s.median == pytest.approx(
+    assert run.phase(PhaseKind.STEADY).token_s is not None and run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(
         0.020, rel=0.01
     )
-    assert run.ramp is not None and run.ramp.duration_s == pytest.approx(20.0)
+    assert run.phase(PhaseKind.RAMP).span is not None and run.phase(PhaseKind.RAMP).span.duration_s == pytest.approx(20.0)
     assert any("no per-request times" in c for c in run.cannot)
 
 
 def test_run_analysis_is_exactly_its_parts_with_the_same_types() -> None:
-    """``assemble_run`` fills ``RunAnalysis`` from its parts by field name (its JSON keeps the
-    fields flat), which mypy cannot check: every part's field is a field of the whole with the
-    same type, no two parts share a name, and the whole has nothing else but the findings and
-    what ``floor`` adds to an assembled run (the lone-request per-token time)."""
+    """``assemble_run`` fills ``RunAnalysis`` from its parts by field name, which mypy cannot
+    check: every part's field is a field of the whole with the same type, or (named
+    ``<phase><suffix>`` by ``PHASE_FIELDS``) a field of that phase's ``PhaseStats`` with the
+    same type; no two parts share a name; the whole has nothing else but ``phases``, the
+    findings and what ``floor`` adds to an assembled run (the lone-request per-token time).
+    And no field of the whole is a phase's field: no prefix families."""
     import typing
 
     from ncuflow.phases.model import results
 
     whole = typing.get_type_hints(results.RunAnalysis)
+    stats = typing.get_type_hints(results.PhaseStats)
     owner: dict[str, str] = {}
+    in_phases = 0
     for part in typing.get_args(results.RunPart):
         for name, hint in typing.get_type_hints(part).items():
             assert name not in owner, f"{name} is in {owner.get(name)} and {part.__name__}"
             owner[name] = part.__name__
-            assert whole.get(name) == hint, f"{part.__name__}.{name}: {hint} against {whole.get(name)}"
-    assert set(whole) == set(owner) | {"cannot", "notes", "lone_request_token_s"}
-    assert len(owner) > 30
+            known = results.phase_field(name)
+            if known is not None:
+                in_phases += 1
+                assert name not in whole, name
+                assert stats[known[1]] == hint or typing.get_args(hint) == typing.get_args(stats[known[1]]) or (
+                    known[1] == "seconds" and hint is float
+                ), f"{part.__name__}.{name}: {hint} against PhaseStats.{known[1]}"
+            else:
+                assert whole.get(name) == hint, f"{part.__name__}.{name}: {hint} against {whole.get(name)}"
+    plain = {name for name in owner if results.phase_field(name) is None}
+    assert set(whole) == plain | {"phases", "cannot", "notes", "lone_request_token_s"}
+    assert in_phases >= 10 and len(owner) > 30
+    assert not any(results.phase_field(name) for name in whole)

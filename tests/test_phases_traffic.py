@@ -22,6 +22,7 @@ from click.testing import CliRunner
 from ncuflow.cli import cli
 from ncuflow.phases.model import RunAnalysis, Segment
 from ncuflow.phases.model.floor import TOLERANCE
+from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.plot import _spans, _title
 from ncuflow.phases.report import FileReport
@@ -48,13 +49,13 @@ def check_shape(run: RunAnalysis) -> None:
     points = batches(run)
     for segment in run.segments:
         ceiling = segment.level / (1 - BAND)
-        for span in (segment.ramp, segment.drain):
+        for span in (segment.ramp, segment.phase(PhaseKind.DRAIN).span):
             if span is None:
                 continue
             inside = [b for t, b in points if span.start_s < t < span.end_s]
             assert all(b <= ceiling for b in inside), (segment, span, inside)
         if segment.kind == "burst":
-            assert segment.ramp is None and segment.steady is None and segment.steady_s == 0
+            assert segment.ramp is None and segment.phase(PhaseKind.STEADY).span is None and segment.phase(PhaseKind.STEADY).seconds == 0
     for span in _spans(run):
         if span.name == "ramp":
             for burst in (s for s in run.segments if s.kind == "burst"):
@@ -71,10 +72,10 @@ def unflagged_below(report: FileReport) -> list[tuple[str, Segment, str, float]]
             continue
         for segment in run.segments:
             values = {
-                "steady": segment.headline_token_s if segment.steady and segment.level > 1 else None,
-                "mixed": segment.mixed_token_s.median if segment.mixed_token_s else None,
-                "burst": segment.burst_token_s.median if segment.burst_token_s else None,
-                "drain": segment.drain_token_s.median if segment.drain_token_s else None,
+                "steady": segment.headline_token_s if segment.phase(PhaseKind.STEADY).span and segment.level > 1 else None,
+                "mixed": segment.phase(PhaseKind.MIXED).token_s.median if segment.phase(PhaseKind.MIXED).token_s else None,
+                "burst": segment.phase(PhaseKind.BURST).token_s.median if segment.phase(PhaseKind.BURST).token_s else None,
+                "drain": segment.phase(PhaseKind.DRAIN).token_s.median if segment.phase(PhaseKind.DRAIN).token_s else None,
             }
             for name, value in values.items():
                 if value is not None and value < floor * (1 - TOLERANCE) and name not in segment.below_floor:
@@ -87,12 +88,12 @@ def notes_agree(report: FileReport) -> None:
     text = render_text(build_report([Path(report.path)]))
     title = _title(Path(report.path).name, report)
     for run in report.runs:
-        has_steady = any(s.steady is not None for s in run.segments)
+        has_steady = any(s.phase(PhaseKind.STEADY).span is not None for s in run.segments)
         said_none = any(c.startswith("no steady decode phase") for c in run.cannot)
         assert not (has_steady and said_none), run.run_label
         if report.source_format.startswith("SGLang"):
             assert not any("vLLM" in c for c in run.cannot if c.startswith("no steady")), run.cannot
-    if any(r.steady is not None for r in report.runs):
+    if any(r.phase(PhaseKind.STEADY).span is not None for r in report.runs):
         assert "no steady decode phase" not in title
     else:
         assert "no steady decode phase" in title
@@ -113,9 +114,9 @@ def test_a_burst_is_its_own_segment_never_a_ramp(tmp_path: Path) -> None:
     kinds = [(s.kind, s.level) for s in run.segments]
     assert kinds == [("plateau", 1), ("burst", 8)]
     lone, burst = run.segments
-    assert lone.steady is not None and lone.drain is None  # it rose into the burst
-    assert burst.rise is not None and burst.drain is not None
-    assert burst.burst_token_s is not None and burst.steady_token_s is None
+    assert lone.phase(PhaseKind.STEADY).span is not None and lone.phase(PhaseKind.DRAIN).span is None  # it rose into the burst
+    assert burst.rise is not None and burst.phase(PhaseKind.DRAIN).span is not None
+    assert burst.phase(PhaseKind.BURST).token_s is not None and burst.phase(PhaseKind.STEADY).token_s is None
     assert run.main_segment == 1 and run.peak_batch == 8 and run.steady_batch == 1
     check_shape(run)
     spans = {s.name for s in _spans(run)}
@@ -132,11 +133,11 @@ def test_tails_are_drains_wherever_they_are(tmp_path: Path) -> None:
     for run in (first, second):
         assert [s.level for s in run.segments] == [8]
         (segment,) = run.segments
-        assert segment.drain is not None and segment.drain.duration_s == pytest.approx(9.7, abs=0.05)
+        assert segment.phase(PhaseKind.DRAIN).span is not None and segment.phase(PhaseKind.DRAIN).span.duration_s == pytest.approx(9.7, abs=0.05)
         assert any("1 tail(s) (the batch fell to 2" in n for n in run.notes)
         check_shape(run)
     assert first.segments[0].kind == "plateau" and second.segments[0].kind == "burst"
-    assert second.steady is None and any("burst" in c for c in second.cannot)
+    assert second.phase(PhaseKind.STEADY).span is None and any("burst" in c for c in second.cannot)
     notes_agree(report)
 
 
@@ -147,8 +148,8 @@ def test_a_lone_requests_usable_decode_lines_are_kept(tmp_path: Path) -> None:
     (run,) = report.runs
     assert [s.level for s in run.segments] == [1, 2]
     lone = run.segments[0]
-    assert lone.steady is not None and lone.steady_token_s is not None
-    assert lone.steady_token_s.median == pytest.approx(sim.lone_step_s(1), rel=0.01)
+    assert lone.phase(PhaseKind.STEADY).span is not None and lone.phase(PhaseKind.STEADY).token_s is not None
+    assert lone.phase(PhaseKind.STEADY).token_s.median == pytest.approx(sim.lone_step_s(1), rel=0.01)
     assert run.segments[1].ramp is not None and run.segments[1].ramp.duration_s < 1.0
 
 
@@ -183,9 +184,11 @@ def test_agentic_closed_loop(tmp_path: Path) -> None:
         if len(run.segments) > 1:
             assert run.main_segment is not None
             main = run.segments[run.main_segment - 1]
-            assert run.ramp == main.ramp and run.steady == main.steady
-            assert main.kind == "plateau" and main.level == max(
-                s.level for s in run.segments if s.kind == "plateau" and s.steady is not None
+            assert run.phase(PhaseKind.RAMP).span == main.ramp and run.phase(PhaseKind.STEADY).span == main.phase(PhaseKind.STEADY).span
+            # the headline is the longest level by time among those with a steady stretch
+            steady = [s for s in run.segments if s.kind == "plateau" and s.phase(PhaseKind.STEADY).span is not None]
+            assert main.kind == "plateau" and (main.plateau.duration_s, main.level) == max(
+                (s.plateau.duration_s, s.level) for s in steady
             )
     text = render_text(build_report([tmp_path / "server.log"]))
     assert re.search(r"run 1\s+\d+ of \d+", text)  # the run row names its segment
@@ -215,8 +218,8 @@ def test_vllm_window_end_snapshot_is_corrected_or_flagged(tmp_path: Path, finish
     lone, batch = report.runs
     assert lone.headline_token_s == pytest.approx(0.0169, rel=0.01)
     (segment,) = batch.segments
-    assert segment.drain_token_s is not None
-    drain = segment.drain_token_s.median
+    assert segment.phase(PhaseKind.DRAIN).token_s is not None
+    drain = segment.phase(PhaseKind.DRAIN).token_s.median
     assert not unflagged_below(report)
     if finish == "mid":  # the mean of both ends is close to the truth: nothing to flag
         assert 0.0169 <= drain <= 0.0169 + 0.0003 * 7 + 0.001
@@ -232,7 +235,7 @@ def test_sglang_drain_below_the_lone_request_is_flagged(tmp_path: Path) -> None:
     _lone, batch = report.runs
     assert batch.lone_request_token_s == pytest.approx(sim.lone_step_s(1), rel=0.01)
     (segment,) = batch.segments
-    assert segment.drain_token_s is not None and segment.drain_token_s.median < 0.0205
+    assert segment.phase(PhaseKind.DRAIN).token_s is not None and segment.phase(PhaseKind.DRAIN).token_s.median < 0.0205
     assert "drain" in segment.below_floor
     assert not unflagged_below(report)
     data = json.loads(CliRunner().invoke(cli, ["phases", str(tmp_path / "server.log"), "--json"]).output)
@@ -282,8 +285,8 @@ def test_token_weighted_headline_under_varying_acceptance(tmp_path: Path) -> Non
     assert server is not None and server.mean_tpot_s is not None
     assert run.headline_method == "token-weighted"
     assert run.headline_token_s == pytest.approx(server.mean_tpot_s, rel=0.02)
-    assert run.steady_token_s is not None
-    assert run.steady_token_s.median > server.mean_tpot_s * 1.3  # what the median said
+    assert run.phase(PhaseKind.STEADY).token_s is not None
+    assert run.phase(PhaseKind.STEADY).token_s.median > server.mean_tpot_s * 1.3  # what the median said
     text = render_text(build_report([tmp_path / "server.log"]))
     assert f"{run.headline_token_s * 1000:.2f} ms tw" in text and "tw: token-weighted" in text
     assert "token-weighted" in _title("server.log", report)
@@ -308,7 +311,7 @@ def test_health_checks_are_set_aside(tmp_path: Path) -> None:
     """Nine 1-token health checks while idle were nine runs; two more mixed a steady stretch."""
     report = analyse(tmp_path, sim.health_check_lines())
     assert [r.peak_batch for r in report.runs] == [1, 4]
-    assert all(s.mixed_s == 0 for r in report.runs for s in r.segments)
+    assert all(s.phase(PhaseKind.MIXED).seconds == 0 for r in report.runs for s in r.segments)
     assert any("11 health-check prefill(s)" in n for n in report.file_notes)
 
 

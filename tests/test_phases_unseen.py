@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from ncuflow.cli import cli
+from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import FileReport
 from tests.phases_sim import bench_block, simulate_sglang, vllm_windows
@@ -49,15 +50,15 @@ def test_decode_node_ramp_ends_at_the_plateau(tmp_path: Path) -> None:
     report = analyse_lines(tmp_path, sim.lines + bench_block(sim, max_concurrency=96))
     (run,) = report.runs
     assert run.peak_batch is not None and 90 <= run.peak_batch <= 96
-    assert run.ramp is not None and run.steady is not None
+    assert run.phase(PhaseKind.RAMP).span is not None and run.phase(PhaseKind.STEADY).span is not None
     interval = 40 * step_s(96)
     # the first Decode line with ≥ 90 % of 96 running, at most one decode-log interval late
     reached = sim.plateau_reached_s[0] - sim.log_origin_s  # on the log's clock
-    assert 0 <= run.ramp.end_s - reached <= interval + 0.01
+    assert 0 <= run.phase(PhaseKind.RAMP).span.end_s - reached <= interval + 0.01
     plateau = run.segments[0].plateau
-    assert run.segments[0].steady_s > 0.9 * plateau.duration_s  # not "ramp", not "mixed"
-    assert run.steady_token_s is not None
-    assert run.steady_token_s.median == pytest.approx(step_s(95), rel=0.03)
+    assert run.segments[0].phase(PhaseKind.STEADY).seconds > 0.9 * plateau.duration_s  # not "ramp", not "mixed"
+    assert run.phase(PhaseKind.STEADY).token_s is not None
+    assert run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(step_s(95), rel=0.03)
     assert any("PD decode node" in note for note in run.notes)
     rec = report.bench_reconciliation  # requests counted by the result block (no Prefill lines)
     assert rec is not None and rec.requests == 384
@@ -75,8 +76,8 @@ def test_sglang_sweep_without_idle_gaps_gives_one_segment_per_level(tmp_path: Pa
     (run,) = report.runs  # the batch never empties: one run ...
     assert [s.level for s in run.segments] == [2, 4, 8, 2, 4, 8]  # ... six segments
     for segment in run.segments:
-        assert segment.steady_token_s is not None
-        assert segment.steady_token_s.median == pytest.approx(step_s(segment.level), rel=0.02)
+        assert segment.phase(PhaseKind.STEADY).token_s is not None
+        assert segment.phase(PhaseKind.STEADY).token_s.median == pytest.approx(step_s(segment.level), rel=0.02)
     assert run.steady_batch == 8
     assert run.harness_tpot_s is None  # several generations: no batch TPOT
 
@@ -92,8 +93,8 @@ def test_vllm_sweep_without_idle_gaps_and_cached_prompts(tmp_path: Path) -> None
     (run,) = report.runs
     assert [s.level for s in run.segments] == [1, 2, 4] * 3
     for segment in run.segments:
-        assert segment.steady_token_s is not None
-        assert segment.steady_token_s.median == pytest.approx(step_s(segment.level), rel=0.01)
+        assert segment.phase(PhaseKind.STEADY).token_s is not None
+        assert segment.phase(PhaseKind.STEADY).token_s.median == pytest.approx(step_s(segment.level), rel=0.01)
     assert "cached prompt" in run.step_method
 
 
@@ -102,8 +103,8 @@ def test_vllm_uncached_prompts_are_admissions(tmp_path: Path) -> None:
         levels=[(8, 8)], step_s=step_s, prompt_tokens_per_request=3000, output_tokens=256
     )
     (run,) = analyse_lines(tmp_path, lines, "vllm.log").runs
-    assert run.steady is None
-    assert run.segments[0].mixed_token_s is not None
+    assert run.phase(PhaseKind.STEADY).span is None
+    assert run.segments[0].phase(PhaseKind.MIXED).token_s is not None
 
 
 def test_closed_loop_reconciliation_over_several_generations(tmp_path: Path) -> None:
@@ -211,7 +212,7 @@ def test_eagle3_closed_loop_reconciles_within_ten_percent(serving_logs_dir: Path
     names = [t.name for t in rec.terms]
     assert names[:3] == ["steady", "mixed", "drain"] and "ramp" in names and "warm-up" in names
     (segment,) = main.segments
-    assert segment.mixed_token_s is not None and segment.drain_token_s is not None
+    assert segment.phase(PhaseKind.MIXED).token_s is not None and segment.phase(PhaseKind.DRAIN).token_s is not None
     assert segment.accept_len is not None and 1.3 < segment.accept_len < 1.8
     assert main.warmup is not None and main.warmup.duration_s > 40 * 0.06  # flagged
     assert any("warm-up (last admission" in n for n in main.notes)
@@ -228,7 +229,7 @@ def test_peaks_from_decode_lines_match_the_stated_concurrency(
     serving_logs_dir: Path, name: str, stated: int, per_rank: int
 ) -> None:
     report = real(serving_logs_dir, name)
-    full = [r for r in report.runs if r.steady is not None]
+    full = [r for r in report.runs if r.phase(PhaseKind.STEADY).span is not None]
     assert full and all(r.peak_batch == per_rank for r in full)
     assert report.bench is not None and report.bench.max_concurrency == stated
     rec = report.bench_reconciliation
@@ -259,8 +260,8 @@ def test_sweep_levels_each_have_their_own_per_token_time(serving_logs_dir: Path)
         expected = [2, 4] if run.run_index == 7 else [s.level for s in run.segments][:1]
         assert [s.level for s in run.segments] == expected
         for segment in run.segments:
-            if segment.steady is not None and segment.steady_token_s is not None:
-                by_level.setdefault(segment.level, []).append(segment.steady_token_s.median)
+            if segment.phase(PhaseKind.STEADY).span is not None and segment.phase(PhaseKind.STEADY).token_s is not None:
+                by_level.setdefault(segment.level, []).append(segment.phase(PhaseKind.STEADY).token_s.median)
     medians = {level: sorted(v)[len(v) // 2] for level, v in by_level.items()}
     assert set(medians) == {1, 2, 4}
     assert medians[1] < medians[2] < medians[4]
@@ -282,7 +283,7 @@ def test_vllm_runs_show_their_mixed_per_token_time(serving_logs_dir: Path) -> No
     assert [[s.level for s in r.segments] for r in report.runs] == [[1], [4], [8]]
     for run in report.runs:
         (segment,) = run.segments
-        assert segment.mixed_token_s is not None and 0.004 < segment.mixed_token_s.median < 0.010
+        assert segment.phase(PhaseKind.MIXED).token_s is not None and 0.004 < segment.phase(PhaseKind.MIXED).token_s.median < 0.010
 
 
 def test_json_keeps_old_keys_and_adds_the_new_ones(serving_logs_dir: Path) -> None:
@@ -335,7 +336,7 @@ def test_steady_phase_survives_a_small_change_of_tolerance(
     spans = []
     for tolerance in (0.04, 0.05):
         (report,) = build_report([path], batch_tolerance=tolerance).files
-        spans.append([r.steady.duration_s if r.steady else None for r in report.runs])
+        spans.append([r.phase(PhaseKind.STEADY).span.duration_s if r.phase(PhaseKind.STEADY).span else None for r in report.runs])
     assert spans[0] == spans[1] and any(s for s in spans[0])
 
 
@@ -370,5 +371,5 @@ def test_a_one_line_dip_does_not_end_a_plateau(tmp_path: Path) -> None:
     (run,) = analyse_lines(tmp_path, lines, "dips.log").runs
     (segment,) = run.segments
     assert segment.level == 4
-    assert segment.mixed_s == pytest.approx(30.0)
-    assert segment.steady_s == pytest.approx(30.0)
+    assert segment.phase(PhaseKind.MIXED).seconds == pytest.approx(30.0)
+    assert segment.phase(PhaseKind.STEADY).seconds == pytest.approx(30.0)

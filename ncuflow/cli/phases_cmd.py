@@ -12,7 +12,7 @@ from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.cli.phases_study import StudyOptions, study_options
 from ncuflow.cli.phases_sweep import sweep_cell, sweep_lines, write_sweep
 from ncuflow.files.safe_text import safe_text
-from ncuflow.phases.parse.registry import format_names
+from ncuflow.phases.parse.registry import format_names, help_rows
 from ncuflow.phases.parse.values import MAX_COUNT
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import report_to_dict
@@ -21,11 +21,7 @@ from ncuflow.phases.text import render_text
 
 EPILOG = """\b
 Inputs (format detected per file):
-  SGLang server log     'Prefill batch' / 'Decode batch' lines (any version, DP ranks split)
-  vLLM server log       'Running: N reqs, Waiting: M reqs' statistics lines
-  JSONL                 one request per line: {"submit_time": s, "chunk_times": [s, ...],
-                        "chunk_tokens": [n, ...]?, "output_tokens": n?, "run": "..."?}
-  bench_serving JSON    --output-details results (ttfts, itls; no start times)
+""" + help_rows() + """
 
 \b
 SGLang prints a Decode line every --decode-log-interval steps; per-token time comes from

@@ -22,6 +22,7 @@ from ncuflow.phases.parse import jsonl, registry
 from ncuflow.phases.parse.format import JsonFormat, LineFormat, LineReader
 from ncuflow.phases.parse.json_values import BadJson, loads
 from ncuflow.phases.parse.lines import LineCounts, numbered_lines
+from ncuflow.phases.parse.unsupported import Recognised, recognised, refusal_words
 from ncuflow.phases.parse.vllm import strip_ansi
 
 Trace = ServerTrace | RequestTrace
@@ -48,7 +49,12 @@ def _json_like(text: str) -> bool:
     return text.startswith(("{", "[")) and not text.startswith("[20")
 
 
-def _not_a_format(path: Path, first: tuple[int, str]) -> TraceError:
+def _not_a_format(path: Path, first: tuple[int, str], engine: Recognised | None = None) -> TraceError:
+    if engine is not None:
+        what, why = refusal_words(engine)
+        return TraceError(
+            f"{path}:{engine.line}: {what}.", why, f"Pass {registry.described()}, or add its format."
+        )
     number, line = first
     text = strip_ansi(line).strip()
     shown = "binary data" if not text.isprintable() else f"first line: {text[:100]!r}"
@@ -62,14 +68,16 @@ def _not_a_format(path: Path, first: tuple[int, str]) -> TraceError:
 
 def read_server_log(
     path: Path, handle: BinaryIO, *, skip_malformed: bool = False, forced: LineFormat | None = None
-) -> tuple[ServerTrace, ...]:
-    """A server log, streamed: one pass, bounded memory."""
+) -> tuple[Trace, ...]:
+    """A server log, streamed: one pass, bounded memory. A format whose log has a line per
+    request rather than batch statistics gives ``RequestTrace``s."""
     formats = (forced,) if forced is not None else registry.LINE_FORMATS
     readers = [(f, f.reader(path, skip_malformed)) for f in formats]
     chosen: LineReader | None = readers[0][1] if forced is not None else None
     claim: tuple[LineFormat, int] | None = (forced, 0) if forced is not None else None
     others: tuple[LineFormat, ...] = ()
     first: tuple[int, str] | None = None
+    engine: Recognised | None = None
     counts = LineCounts()
     for number, line in numbered_lines(handle, counts):
         if chosen is None:
@@ -79,6 +87,7 @@ def read_server_log(
             if found is None:
                 for _, reader in readers:
                     reader.context(number, line)
+                engine = engine or recognised(number, line)
                 continue
             claim, chosen = (found[0], number), found[1]
             others = tuple(f for f in registry.LINE_FORMATS if f is not found[0])
@@ -88,7 +97,7 @@ def read_server_log(
     if chosen is None:
         if first is None:
             raise _empty(path)
-        raise _not_a_format(path, first)
+        raise _not_a_format(path, first, engine)
     traces = chosen.traces()
     if counts.cut:
         note = LogEvent(
@@ -96,7 +105,10 @@ def read_server_log(
             f"{counts.cut} line(s) longer than 64 KiB were read up to 64 KiB (first at line "
             f"{counts.first_cut}); no scheduler line is that long",
         )
-        traces = tuple(replace(t, events=(*t.events, note)) for t in traces)
+        traces = tuple(
+            replace(t, events=(*t.events, note)) if isinstance(t, ServerTrace) else replace(t, notes=(*t.notes, note.text))
+            for t in traces
+        )
     return traces
 
 
@@ -150,6 +162,9 @@ def _json_traces(path: Path, lines: list[str], forced: JsonFormat | None = None)
     for json_format in (forced,) if forced is not None else registry.JSON_FORMATS:
         if forced is not None or json_format.claims(objects):
             return json_format.read(path, lines, objects)
+    engine = next((e for e in (recognised(n, line) for n, line in enumerate(lines, start=1)) if e), None)
+    if engine is not None:
+        raise _not_a_format(path, (engine.line, engine.text), engine)
     raise TraceError(
         f"{path}: a JSON object that is neither bench_serving --output-details output (no "
         "'ttfts'/'itls') nor a per-request trace (no 'submit_time').",
@@ -188,16 +203,20 @@ def load_traces(
         if isinstance(forced, LineFormat):
             return read_server_log(path, handle, skip_malformed=skip_malformed, forced=forced)
         if isinstance(forced, JsonFormat) or _json_like(first[1]):
-            return _json_file(path, handle, skip_malformed, forced, first[1])
+            return _json_file(path, handle, skip_malformed, forced, first)
         return read_server_log(path, handle, skip_malformed=skip_malformed)
 
 
 def _json_file(
-    path: Path, handle: BinaryIO, skip_malformed: bool, forced: JsonFormat | None, first_line: str
+    path: Path, handle: BinaryIO, skip_malformed: bool, forced: JsonFormat | None, first: tuple[int, str]
 ) -> tuple[Trace, ...]:
     """A file that starts like JSON: read whole as JSON unless it is a server log after all."""
     size = handle.seek(0, 2)
     handle.seek(0)
+    first_line = first[1]
+    engine = recognised(*first) if forced is None else None
+    if engine is not None:  # a known engine's JSON log lines (TGI's router with --json-output)
+        raise _not_a_format(path, first, engine)
     if size <= MAX_JSON_BYTES and forced in (None, jsonl.FORMAT) and jsonl.looks_like_request_jsonl(first_line):
         return jsonl.parse_request_jsonl(path, jsonl.file_lines(path, handle))  # streamed, in bounded memory
     if size <= MAX_JSON_BYTES:

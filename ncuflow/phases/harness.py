@@ -23,7 +23,7 @@ from pathlib import Path
 from ncuflow.files import read_small_file
 from ncuflow.phases import TraceError
 from ncuflow.phases.model import RunAnalysis
-from ncuflow.phases.model.results import Segment, SegmentKind
+from ncuflow.phases.model.results import PhaseKind, Segment, SegmentKind
 
 MAX_BENCH_JSON = 512 << 20
 
@@ -60,8 +60,9 @@ class HarnessCheck:
 
 def _spans(seg: Segment) -> list[tuple[str, float]]:
     if seg.kind is SegmentKind.PLATEAU:
-        return [("ramp", seg.ramp.duration_s if seg.ramp else 0.0), ("mixed", seg.mixed_s),
-                ("drain", seg.drain.duration_s if seg.drain else 0.0)]
+        drain = seg.phase(PhaseKind.DRAIN).span
+        return [("ramp", seg.ramp.duration_s if seg.ramp else 0.0), ("mixed", seg.phase(PhaseKind.MIXED).seconds),
+                ("drain", drain.duration_s if drain else 0.0)]
     return [(seg.kind.value, seg.end_s - seg.start_s)]
 
 
@@ -74,13 +75,13 @@ def harness_check(client: ClientResult, runs: Sequence[RunAnalysis], window_end_
         return None
     segments = [seg for r in timed for seg in r.segments]
     # a run that began before the window counts whole: its steady time is at most the window
-    steady = min(sum(seg.steady_s for seg in segments if seg.kind is SegmentKind.PLATEAU), client.duration_s)
+    steady = min(sum(seg.phase(PhaseKind.STEADY).seconds for seg in segments if seg.kind is SegmentKind.PLATEAU), client.duration_s)
     outside: dict[str, float] = {}
     for seg in segments:
         for name, seconds in _spans(seg):
             outside[name] = outside.get(name, 0.0) + seconds
     outside["uncovered"] = max(client.duration_s - steady - sum(outside.values()), 0.0)
-    weighted = [(r.headline_token_s, sum(s.steady_s for s in r.segments if s.kind is SegmentKind.PLATEAU))
+    weighted = [(r.headline_token_s, sum(s.phase(PhaseKind.STEADY).seconds for s in r.segments if s.kind is SegmentKind.PLATEAU))
                 for r in timed if r.headline_token_s is not None]
     total = sum(w for _, w in weighted)
     steady_token = sum(v * w for v, w in weighted) / total if total > 0 else None

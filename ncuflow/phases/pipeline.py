@@ -23,6 +23,7 @@ from ncuflow.phases.model import (
 )
 from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.floor import flag_below_floor
+from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.model.session import summarise_session
 from ncuflow.phases.model.traces import ServiceCounts
 from ncuflow.phases.parse import registry
@@ -214,7 +215,7 @@ def dp_concurrency_note(runs: Sequence[RunAnalysis], stated: int) -> str:
     ranks = sorted({r.rank for r in runs if r.rank})
     peaks: dict[str, int] = {}
     for r in runs:
-        if r.rank and r.steady is not None:
+        if r.rank and r.phase(PhaseKind.STEADY).span is not None:
             peaks[r.rank] = max(peaks.get(r.rank, 0), r.peak_batch or 0)
     per_rank = sorted(set(peaks.values()))
     if len(per_rank) == 1 and per_rank[0] > 0:

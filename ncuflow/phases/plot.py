@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import os
 import re
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
 
-from ncuflow.phases.model.results import SegmentKind
+from ncuflow.phases.model.results import PhaseKind, SegmentKind
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -97,31 +98,28 @@ def _spans(run: RunAnalysis) -> list[PhaseSpan]:
     """Every segment's phases (a plateau's time with admissions as 'mixed' under its steady
     stretch); runs without segments (request traces) shade their run-level phases."""
     if not run.segments:
-        return [s for s in (run.ramp, run.steady, run.mixed, run.drain) if s is not None]
+        kinds = (PhaseKind.RAMP, PhaseKind.STEADY, PhaseKind.MIXED, PhaseKind.DRAIN)
+        return [s for s in (run.phase(kind).span for kind in kinds) if s is not None]
     spans: list[PhaseSpan] = []
     for segment in run.segments:
         if segment.kind is SegmentKind.BURST:
             start = segment.rise.start_s if segment.rise is not None else segment.plateau.start_s
             spans.append(PhaseSpan("burst", start, segment.plateau.end_s))
-            if segment.drain is not None:
-                spans.append(segment.drain)
+            spans.extend(_spans_of(segment, PhaseKind.DRAIN))
             continue
         if segment.kind is SegmentKind.OVERLOAD:
             if segment.rise is not None:
                 spans.append(PhaseSpan("ramp", segment.rise.start_s, segment.rise.end_s))
             spans.append(PhaseSpan("overload", segment.plateau.start_s, segment.plateau.end_s))
-            if segment.drain is not None:
-                spans.append(segment.drain)
+            spans.extend(_spans_of(segment, PhaseKind.DRAIN))
             continue
         if segment.ramp is not None:
             spans.append(segment.ramp)
         spans.extend(_warmup_spans(segment))
-        if segment.mixed_s > 0:
+        if segment.phase(PhaseKind.MIXED).seconds > 0:
             spans.append(PhaseSpan("mixed", segment.plateau.start_s, segment.plateau.end_s))
-        if segment.steady is not None:
-            spans.append(segment.steady)
-        if segment.drain is not None:
-            spans.append(segment.drain)
+        spans.extend(_spans_of(segment, PhaseKind.STEADY))
+        spans.extend(_spans_of(segment, PhaseKind.DRAIN))
     return spans
 
 
@@ -245,15 +243,29 @@ def _draw_ranks(
             )
 
 
+def _spans_of(segment: Segment, kind: PhaseKind) -> list[PhaseSpan]:
+    span = segment.phase(kind).span
+    return [span] if span is not None else []
+
+
+def _on_curve(run: RunAnalysis, start_s: float, end_s: float, fallback: float) -> float:
+    """The per-token curve's height over a stretch (the median of its points there): where
+    a label naming that stretch sits, whatever value the label states."""
+    points = sorted(p.per_token_s for p in run.timeline if p.per_token_s is not None and start_s <= p.time_s <= end_s)
+    return statistics.median(points) if points else fallback
+
+
 def _annotate_steady(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
-    annotated = [r for r in runs if r.steady is not None and r.headline_token_s is not None]
+    annotated = [r for r in runs if r.phase(PhaseKind.STEADY).span is not None and r.headline_token_s is not None]
     for run in annotated if len(annotated) <= 8 else ():
-        if run.steady is not None and run.headline_token_s is not None:
-            mid = (run.steady.start_s + run.steady.end_s) / 2
+        steady = run.phase(PhaseKind.STEADY).span
+        if steady is not None and run.headline_token_s is not None:
+            mid = (steady.start_s + steady.end_s) / 2
             tw = " (tw)" if run.headline_method == "token-weighted" else ""
+            height = _on_curve(run, steady.start_s, steady.end_s, run.headline_token_s)
             bottom.annotate(
                 f"{run.headline_token_s * 1000:.1f} ms{tw}",
-                (mid, run.headline_token_s * 1000),
+                (mid, height * 1000),
                 textcoords="offset points",
                 xytext=(0, 8),
                 ha="center",
@@ -273,7 +285,7 @@ def _mark_floor(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
 
 
 def _limit_per_token_axis(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
-    steady_values = [r.steady_token_s.p90 * 1000 for r in runs if r.steady_token_s]
+    steady_values = [d.p90 * 1000 for d in (r.phase(PhaseKind.STEADY).token_s for r in runs) if d]
     all_values = sorted(
         p.per_token_s * 1000 for r in runs for p in r.timeline if p.per_token_s is not None
     )
@@ -364,7 +376,7 @@ def _rank_key(rank: str) -> tuple[int, str]:
 
 
 def _title(name: str, file: FileReport) -> str:
-    steady = [r for r in file.runs if r.headline_token_s is not None and r.steady is not None]
+    steady = [r for r in file.runs if r.headline_token_s is not None and r.phase(PhaseKind.STEADY).span is not None]
     line = f"{_printable(name)} — {file.source_format}"
     if steady:
         first = max(steady, key=lambda r: r.steady_batch or 0)  # the largest steady batch
@@ -378,9 +390,10 @@ def _title(name: str, file: FileReport) -> str:
             + (f" ({', '.join(where)})" if where else "")
             + f": {first.headline_token_s * 1000:.1f} ms/token{tw}"
         )
-        if first.ramp is not None:
+        ramp_span = first.phase(PhaseKind.RAMP).span
+        if ramp_span is not None:
             ramp = "its ramp" if len(first.segments) > 1 else "admission ramp"
-            line += f"; {ramp} {first.ramp.duration_s:.1f} s"
+            line += f"; {ramp} {ramp_span.duration_s:.1f} s"
         if len(steady) > 1:
             line += f"; {len(steady)} runs have a steady phase"
         if first.reconciliation is not None:

@@ -17,12 +17,14 @@ from ncuflow.phases.model import (
     BenchSummary,
     ConfigGap,
     Distribution,
+    PhaseKind,
     PhaseSpan,
     Reconciliation,
     RunAnalysis,
     Segment,
 )
 from ncuflow.phases.model.capabilities import Capabilities
+from ncuflow.phases.model.results import phase_field
 from ncuflow.phases.model.session import SessionSummary
 from ncuflow.phases.selection import RunSelection
 from ncuflow.phases.shapes import FileShapes
@@ -30,8 +32,14 @@ from ncuflow.phases.study import FileStudy
 
 # 1: before issue 32 (no version key); 2: + schema_version, format_name, capabilities,
 # session, runs_total, runs_index; runs may be a selection of a long session's runs
-# (``--runs``); overload, arrival and prefill keys. Every older key keeps its name and type.
-SCHEMA_VERSION = 2
+# (``--runs``); overload, arrival and prefill keys. 3 (issue 40): each segment has
+# and each run ``phases`` (one object per phase: span, seconds, token_s, tokens,
+# weighted_s), the model's records; their flat keys (``steady_token_s``, ``drain_tokens`` …)
+# are kept, each read from ``phases`` by the rule ``<phase><suffix>`` (``PHASE_FIELDS``);
+# and (issue 42) ``shapes`` (the shapes each run and stretch served, the server's settings),
+# ``harness`` (the timed window outside steady decode) and ``sweep``, null where not made.
+# Every older key keeps its name and type.
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -133,7 +141,7 @@ def amortization_runs(files: Sequence[FileReport]) -> list[AmortizationRun]:
     for report in files:
         for run in report.runs:
             rec = run.reconciliation
-            if rec is None or run.steady_token_s is None:
+            if rec is None or run.phase(PhaseKind.STEADY).token_s is None:
                 continue
             runs.append(
                 AmortizationRun(
@@ -196,6 +204,8 @@ _SEGMENT_JSON_KEYS: tuple[str, ...] = (
     "harness_tpot_s",  # a wave of a request trace (docs/phases.md): its TPOT and what explains it
     "reconciliation",
 )
+_SEGMENT_OWN_FIELDS = frozenset(f.name for f in fields(Segment)) | {"harness_tpot_s"}
+_RUN_OWN_FIELDS = frozenset(f.name for f in fields(RunAnalysis))
 
 
 def _plain(value: Any) -> Any:
@@ -205,7 +215,7 @@ def _plain(value: Any) -> Any:
     if isinstance(value, PhaseSpan):
         return {"start_s": value.start_s, "end_s": value.end_s, "duration_s": value.duration_s}
     if isinstance(value, Segment):
-        return {key: _plain(getattr(value, key)) for key in _SEGMENT_JSON_KEYS}
+        return _segment_dict(value)
     if isinstance(value, ServerRow):
         row = dict(value.__dict__)
         row["rank_names"], row["run_labels"] = list(value.rank_names), list(value.run_labels)
@@ -234,6 +244,27 @@ def _harness_dict(check: HarnessCheck | None) -> dict[str, Any] | None:
     if check is None:
         return None
     return {**_plain(check), "outside": dict(check.outside), "line": check.line()}
+
+
+def _record_value(record: Segment | RunAnalysis, own: frozenset[str], key: str) -> Any:
+    """A JSON key of a segment or run: its own field, or a phase's field by the key's rule."""
+    if key in own:
+        return getattr(record, key)
+    known = phase_field(key)
+    if known is None:
+        raise KeyError(key)
+    return getattr(record.phase(known[0]), known[1])
+
+
+def _record_dict(record: Segment | RunAnalysis, keys: Sequence[str]) -> dict[str, Any]:
+    own = _SEGMENT_OWN_FIELDS if isinstance(record, Segment) else _RUN_OWN_FIELDS
+    data = {key: _plain(_record_value(record, own, key)) for key in keys}
+    data["phases"] = {kind.value: _plain(stats) for kind, stats in record.phases.items()}
+    return data
+
+
+def _segment_dict(segment: Segment) -> dict[str, Any]:
+    return _record_dict(segment, _SEGMENT_JSON_KEYS)
 
 
 def _distribution_dict(value: Distribution) -> dict[str, Any]:
@@ -297,7 +328,7 @@ def runs_index(runs: Sequence[RunAnalysis]) -> dict[str, list[Any]]:
         "end_s": [r.end_s for r in runs],
         "peak_batch": [r.peak_batch for r in runs],
         "headline_token_s": [r.headline_token_s for r in runs],
-        "overload_s": [r.overload_s for r in runs],
+        "overload_s": [r.phase(PhaseKind.OVERLOAD).seconds for r in runs],
     }
 
 
@@ -349,7 +380,7 @@ def run_to_dict(run: RunAnalysis) -> dict[str, Any]:
         "preempted",
         "queue_causes",
     ]
-    data = {key: _plain(getattr(run, key)) for key in keys}
+    data = _record_dict(run, keys)
     data["segments"] = [_plain(s) for s in run.segments]
     data["cannot"] = list(run.cannot)
     data["notes"] = list(run.notes)

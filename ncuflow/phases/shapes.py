@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ncuflow.phases.model import RunAnalysis, ServerTrace
-from ncuflow.phases.model.results import Segment, SegmentKind
+from ncuflow.phases.model.results import PhaseKind, Segment, SegmentKind
 from ncuflow.phases.model.runs import split_server_runs
 from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import BatchSample
@@ -99,7 +99,8 @@ def stretches_of(segments: Sequence[Segment]) -> tuple[Stretch, ...]:
     found: list[Stretch] = []
     for seg in segments:
         if seg.kind is SegmentKind.PLATEAU:
-            spans = (("ramp", seg.ramp), ("steady", seg.steady), ("drain", seg.drain))
+            spans = (("ramp", seg.ramp), ("steady", seg.phase(PhaseKind.STEADY).span),
+                     ("drain", seg.phase(PhaseKind.DRAIN).span))
             found.extend(Stretch(name, seg.index, span.start_s, span.end_s) for name, span in spans if span)
         else:
             found.append(Stretch(seg.kind.value, seg.index, seg.start_s, seg.end_s))

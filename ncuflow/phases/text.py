@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.model import Distribution, PhaseSpan, Reconciliation, RunAnalysis, Segment, Term
-from ncuflow.phases.model.results import SegmentKind
+from ncuflow.phases.model.results import PhaseKind, SegmentKind
 from ncuflow.phases.model.session import run_numbers
 from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
 from ncuflow.phases.selection import RunSelection
@@ -124,17 +124,17 @@ def reconciliation_line(rec: Reconciliation) -> str:
 SegmentCell = Callable[[Segment, float | None], str]
 
 
-def _phase_cell(phase: str) -> SegmentCell:
+def _phase_cell(phase: PhaseKind) -> SegmentCell:
     """A segment's per-token time in one phase (flagged where below the lone-request time)."""
 
     def cell(s: Segment, _: float | None) -> str:
-        return _dist_ms(getattr(s, f"{phase}_token_s"), phase in s.below_floor)
+        return _dist_ms(s.phase(phase).token_s, phase.value in s.below_floor)
 
     return cell
 
 
 def _steady_cell(s: Segment, _: float | None) -> str:
-    steady = s.steady_token_s if s.steady is not None else None
+    steady = s.phase(PhaseKind.STEADY).token_s if s.phase(PhaseKind.STEADY).span is not None else None
     return _dist_ms(steady, "steady" in s.below_floor, s.headline_token_s, s.headline_method)
 
 
@@ -144,15 +144,15 @@ SEGMENT_COLUMNS: tuple[tuple[str, tuple[SegmentKind, ...] | None, SegmentCell], 
     ("level", None, lambda s, r: str(s.level)),
     ("ramp", None, lambda s, r: _span(s.ramp, r)),
     ("warm-up", None, lambda s, r: _warmup(s.warmup, s.warmup_excess_s, r)),
-    ("steady", None, lambda s, r: _s(s.steady_s) if s.steady_s > 0 and s.steady is not None else "—"),
+    ("steady", None, lambda s, r: _s(s.phase(PhaseKind.STEADY).seconds) if s.phase(PhaseKind.STEADY).seconds > 0 and s.phase(PhaseKind.STEADY).span is not None else "—"),
     ("steady per-token", None, _steady_cell),
-    ("mixed", None, lambda s, r: _s(s.mixed_s) if s.mixed_s > 0 else "—"),
-    ("mixed per-token", None, _phase_cell("mixed")),
-    ("burst per-token", (SegmentKind.BURST,), _phase_cell("burst")),
-    ("overload", (SegmentKind.OVERLOAD,), lambda s, r: _s(s.overload_s) if s.overload_s > 0 else "—"),
-    ("overload per-token", (SegmentKind.OVERLOAD,), _phase_cell("overload")),
-    ("drain", None, lambda s, r: _span(s.drain, r)),
-    ("drain per-token", None, _phase_cell("drain")),
+    ("mixed", None, lambda s, r: _s(s.phase(PhaseKind.MIXED).seconds) if s.phase(PhaseKind.MIXED).seconds > 0 else "—"),
+    ("mixed per-token", None, _phase_cell(PhaseKind.MIXED)),
+    ("burst per-token", (SegmentKind.BURST,), _phase_cell(PhaseKind.BURST)),
+    ("overload", (SegmentKind.OVERLOAD,), lambda s, r: _s(s.phase(PhaseKind.OVERLOAD).seconds) if s.phase(PhaseKind.OVERLOAD).seconds > 0 else "—"),
+    ("overload per-token", (SegmentKind.OVERLOAD,), _phase_cell(PhaseKind.OVERLOAD)),
+    ("drain", None, lambda s, r: _span(s.phase(PhaseKind.DRAIN).span, r)),
+    ("drain per-token", None, _phase_cell(PhaseKind.DRAIN)),
     ("accept", None, lambda s, r: "—" if s.accept_len is None else f"{s.accept_len:.2f}"),
 )
 
@@ -163,7 +163,7 @@ def _segment_rows(runs: Sequence[RunAnalysis], resolution_s: float | None) -> li
     rows = [["run", "seg", *(header for header, _, _ in columns)]]
     for run in runs:
         shown = len(run.segments) > 1 or any(
-            s.mixed_s > 0 or s.drain_token_s is not None or s.overload_s > 0 for s in run.segments
+            s.phase(PhaseKind.MIXED).seconds > 0 or s.phase(PhaseKind.DRAIN).token_s is not None or s.phase(PhaseKind.OVERLOAD).seconds > 0 for s in run.segments
         )
         for segment in run.segments if shown else ():
             rows.append(
@@ -198,7 +198,7 @@ def _server_table(rows: Sequence[ServerRow]) -> list[str]:
 
 def _itl_cross_check(file: FileReport) -> str | None:
     bench = file.bench
-    medians = [r.headline_token_s for r in file.runs if r.headline_token_s is not None and r.steady]
+    medians = [r.headline_token_s for r in file.runs if r.headline_token_s is not None and r.phase(PhaseKind.STEADY).span]
     if bench is None or bench.median_itl_ms is None or not medians:
         return None
     steady = sorted(medians)[len(medians) // 2]
@@ -281,10 +281,10 @@ def _ttft_cell(run: RunAnalysis) -> str:
 
 def _overload_cell(run: RunAnalysis) -> str:
     """The run's overload stretches: their time and median per-token time."""
-    if run.overload_s <= 0:
+    if run.phase(PhaseKind.OVERLOAD).seconds <= 0:
         return "—"
-    per_token = run.overload_token_s
-    return _s(run.overload_s) + (f", {_ms(per_token.median)}" if per_token is not None else "")
+    per_token = run.phase(PhaseKind.OVERLOAD).token_s
+    return _s(run.phase(PhaseKind.OVERLOAD).seconds) + (f", {_ms(per_token.median)}" if per_token is not None else "")
 
 
 def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool, with_overload: bool) -> list[str]:
@@ -293,11 +293,11 @@ def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool, w
         "—" if run.start_s is None else f"t+{run.start_s:.0f}s",
         str(run.peak_batch) if run.peak_batch else "—",
         "—" if run.steady_batch is None else f"{run.steady_batch:g}",
-        _span(run.ramp, resolution_s),
+        _span(run.phase(PhaseKind.RAMP).span, resolution_s),
         _warmup(run.warmup, run.warmup_excess_s, resolution_s),
-        _span(run.steady, resolution_s),
-        _dist_ms(run.steady_token_s, _main_flagged(run), run.headline_token_s, run.headline_method),
-        "not seen" if any(c.startswith("drain not visible") for c in run.cannot) else _span(run.drain, resolution_s),
+        _span(run.phase(PhaseKind.STEADY).span, resolution_s),
+        _dist_ms(run.phase(PhaseKind.STEADY).token_s, _main_flagged(run), run.headline_token_s, run.headline_method),
+        "not seen" if any(c.startswith("drain not visible") for c in run.cannot) else _span(run.phase(PhaseKind.DRAIN).span, resolution_s),
         _ttft_cell(run),
         _ms(run.harness_tpot_s),
     ]
@@ -345,7 +345,7 @@ def _file_lines(file: FileReport) -> list[str]:
     out: list[str] = []
     resolution = file.time_resolution_s
     with_segment = any(len(r.segments) > 1 for r in file.runs)
-    with_overload = any(r.overload_s > 0 for r in file.runs)
+    with_overload = any(r.phase(PhaseKind.OVERLOAD).seconds > 0 for r in file.runs)
     columns = list(RUN_COLUMNS)
     if with_overload:
         columns.insert(-3, "overload (per-token)")
@@ -357,7 +357,7 @@ def _file_lines(file: FileReport) -> list[str]:
     segment_rows = _segment_rows(file.runs, resolution)
     if len(segment_rows) > 1:
         out.append(
-            "  segments (one per #running-req plateau"
+            f"  segments (one per {file.capabilities.batch_field if file.capabilities else 'batch'} plateau"
             + (", burst or overload stretch" if with_overload else " or burst")
             + "; steady/mixed = time without/with admissions):"
         )

@@ -39,7 +39,9 @@ from ncuflow.phases.model.amortization import (
 from ncuflow.phases.model.reconcile import closed_loop_reconciliation
 from ncuflow.phases.model.requests import analyse_request_trace
 from ncuflow.phases.model.results import (
+    PhaseKind,
     PhaseSpan,
+    PhaseStats,
     Reconciliation,
     RunAnalysis,
     Segment,
@@ -66,7 +68,9 @@ __all__ = [
     "ConfigGap",
     "Distribution",
     "LogEvent",
+    "PhaseKind",
     "PhaseSpan",
+    "PhaseStats",
     "Reconciliation",
     "RequestRecord",
     "RequestTrace",

@@ -50,11 +50,18 @@ class Capabilities:
     queue: bool
     # lines carry the KV cache's usage (SGLang token usage, vLLM GPU KV cache usage)
     kv_usage: bool
-    # the log can say when requests are pushed back to the queue for want of KV cache
-    # (SGLang retraction lines, vLLM V0 preemption warnings); otherwise they are inferred
+    # the log says each time requests are pushed back to the queue for want of KV cache
+    # (SGLang retraction lines), so none logged means none happened; otherwise (vLLM: V0
+    # warns only every 50th preemption, V1 never) they are inferred from the counts
     preemption_lines: bool
     preemption_word: str  # "retraction", "preemption"
     # the log can hold one line per arriving request (vLLM "Received request", SGLang "Receive:")
     arrival_lines: bool
     # the log can hold the server's own per-request timing lines (SGLang ReqTimeStats)
     per_request_timings: bool
+    # the words of its lines, for sentences: the batch-size field ("#running-req", "Running"),
+    # the generation-throughput field, and the server option that caps the batch
+    # ("--max-running-requests", "--max-num-seqs")
+    batch_field: str
+    throughput_field: str
+    batch_cap_option: str

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ncuflow.phases.model.results import RunAnalysis, Segment, SegmentKind
+from ncuflow.phases.model.results import PhaseKind, RunAnalysis, Segment, SegmentKind
+from ncuflow.phases.model.stats import Distribution
 
 TOLERANCE = 0.05
 
@@ -31,7 +32,7 @@ def lone_request_times(runs: Sequence[RunAnalysis]) -> dict[str | None, float]:
             if (
                 segment.kind is SegmentKind.PLATEAU
                 and segment.level == 1
-                and segment.steady is not None
+                and segment.phase(PhaseKind.STEADY).span is not None
                 and segment.headline_token_s is not None
             ):
                 found.setdefault(run.rank, []).append(segment.headline_token_s)
@@ -41,12 +42,16 @@ def lone_request_times(runs: Sequence[RunAnalysis]) -> dict[str | None, float]:
 def _values(segment: Segment) -> list[tuple[str, float | None]]:
     lone = segment.level == 1 and segment.kind is SegmentKind.PLATEAU  # those make the floor
     return [
-        ("steady", segment.headline_token_s if segment.steady is not None and not lone else None),
-        ("mixed", segment.mixed_token_s.median if segment.mixed_token_s else None),
-        ("burst", segment.burst_token_s.median if segment.burst_token_s else None),
-        ("overload", segment.overload_token_s.median if segment.overload_token_s else None),
-        ("drain", segment.drain_token_s.median if segment.drain_token_s else None),
+        ("steady", segment.headline_token_s if segment.phase(PhaseKind.STEADY).span is not None and not lone else None),
+        *(
+            (kind.value, _median(segment.phase(kind).token_s))
+            for kind in (PhaseKind.MIXED, PhaseKind.BURST, PhaseKind.OVERLOAD, PhaseKind.DRAIN)
+        ),
     ]
+
+
+def _median(values: Distribution | None) -> float | None:
+    return values.median if values is not None else None
 
 
 def flag_below_floor(runs: Sequence[RunAnalysis]) -> list[RunAnalysis]:

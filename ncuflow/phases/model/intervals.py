@@ -143,8 +143,11 @@ def _interval(
     inside: _Inside,
 ) -> DecodeInterval:
     span = sample.time_s - previous.time_s
-    # an interval that ends (or starts) with an empty batch: when it emptied is unknown
+    # an interval that ends (or starts) with an empty batch: when it emptied is unknown; a
+    # line that states its window's decode batch keeps the requests still in prefill out
     batch = (previous.running + sample.running) / 2 if previous.running > 0 else 0.0
+    if sample.decoding is not None and batch > 0:
+        batch = sample.decoding
     throughput = sample.gen_throughput
     per_token = batch / throughput if throughput and throughput > 0 and sample.running > 0 and batch > 0 else None
     if per_token is None and step_counted and span > 0 and sample.running > 0:

@@ -10,7 +10,15 @@ into and falls out of each. One rule, the same everywhere in a run:
 - a held plateau that the batch *fell* to from the item before it, without dipping below
   it on the way and with no admission while on it, is a *tail*: the last requests of what
   came before finishing. A tail is no segment: the drain of the item before it runs on
-  through it. Every other held plateau is a segment (a concurrency level);
+  through it;
+- a held plateau the batch fell to in the same way *with* admissions on it, held for less
+  than ``WIND_DOWN_SHARE`` of the level it falls from (the nearest segment before it), is a
+  step of that level's *wind-down*: sessions of a multi-turn client finishing one by one,
+  the others still sending turns (114, 102, 79, 53 … after a level of 128). No level of the
+  client's, no segment: like a tail, the drain of the level runs through it, and the run
+  names its wind-down with its own per-token time (``wind_down_notes``). A level held as
+  long as the one before it (a sweep stepping down) stays a level.
+  Every other held plateau is a segment (a concurrency level);
 - between two held plateaus (or the run's start and end, at batch 0), a peak above both
   that the batch did not hold is a *burst*: a segment of its own, whose level is its peak,
   with no steady phase. It is never part of a ramp or a drain;
@@ -40,6 +48,9 @@ from ncuflow.phases.model.traces import BatchSample
 
 PLATEAU, BURST, OVERLOAD = SegmentKind.PLATEAU, SegmentKind.BURST, SegmentKind.OVERLOAD
 TAIL = "tail"  # an item that is no segment: the drain of the one before it runs through it
+WIND_DOWN = "wind-down"  # … likewise, with admissions on it: a step of a level's wind-down
+NO_SEGMENT = (TAIL, WIND_DOWN)
+WIND_DOWN_SHARE = 1 / 3  # a step held less than this share of its level's time is wind-down
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +132,11 @@ def falling(values: Sequence[int]) -> bool:
 
 def held_plateaus(
     decodes: Sequence[BatchSample], running: Sequence[int], *, band: float, resolution_s: float,
-    aborted: bool,
+    aborted: bool, walls: Sequence[Plateau] = (),
 ) -> list[Plateau]:
     """The plateaus the batch held (see the module), same-level neighbours with no peak
-    between them merged."""
+    between them merged; never across one of ``walls`` (the overload stretches: anchors of
+    their own, which a merged plateau would swallow)."""
     raw = raw_plateaus(running, band)
     if not raw:
         return []
@@ -149,7 +161,8 @@ def held_plateaus(
         if merged and within(plateau.level, merged[-1].level, band):
             between = running[merged[-1].last + 1 : plateau.first]
             ceiling = max(plateau.level, merged[-1].level)
-            if not any(v > ceiling and not within(v, ceiling, band) for v in between):
+            walled = any(merged[-1].last < w.first and w.last < plateau.first for w in walls)
+            if not walled and not any(v > ceiling and not within(v, ceiling, band) for v in between):
                 merged[-1] = Plateau(merged[-1].first, plateau.last, ceiling)
                 continue
         merged.append(plateau)
@@ -249,7 +262,7 @@ def run_shape(
     free = list(running)
     for stretch in stretches:
         free[stretch.first : stretch.last + 1] = [-1] * (stretch.last - stretch.first + 1)
-    held = held_plateaus(decodes, free, band=band, resolution_s=resolution_s, aborted=aborted)
+    held = held_plateaus(decodes, free, band=band, resolution_s=resolution_s, aborted=aborted, walls=stretches)
     if retractions and held:
         held = [max(held, key=lambda p: (p.level, p.last - p.first))]
     kinds = {id(p): PLATEAU for p in held} | {id(s): OVERLOAD for s in stretches}
@@ -273,7 +286,8 @@ def _tails(
     band: float,
 ) -> list[tuple[str, Plateau]]:
     """A held plateau the batch fell to from the item before it, with no dip below it on the
-    way and no admission on it, is a tail."""
+    way, is a tail (no admission on it) or a step of a wind-down (held briefly against the
+    level before it)."""
     out: list[tuple[str, Plateau]] = []
     for kind, plateau in items:
         if kind == PLATEAU and out:
@@ -281,15 +295,32 @@ def _tails(
             fell = before.level > plateau.level and not within(before.level, plateau.level, band)
             between = [v for v in running[before.last + 1 : plateau.first] if v > 0]
             dipped = bool(between) and min(between) < (1 - band) * plateau.level
-            if fell and not dipped and not refilled(plateau, decodes, intervals):
-                kind = TAIL
+            if fell and not dipped:
+                if not refilled(plateau, decodes, intervals):
+                    kind = TAIL
+                elif _brief(plateau, _owner(out), decodes):
+                    kind = WIND_DOWN
         out.append((kind, plateau))
     return out
 
 
+def _owner(items: Sequence[tuple[str, Plateau]]) -> tuple[str, Plateau] | None:
+    """The last item that is a segment."""
+    return next((item for item in reversed(items) if item[0] not in NO_SEGMENT), None)
+
+
+def _brief(plateau: Plateau, owner: tuple[str, Plateau] | None, decodes: Sequence[BatchSample]) -> bool:
+    """Held for less than ``WIND_DOWN_SHARE`` of the plateau of the level it fell from."""
+    if owner is None or owner[0] != PLATEAU:
+        return False
+    level = owner[1]
+    held = decodes[plateau.last].time_s - decodes[plateau.first].time_s
+    return held < WIND_DOWN_SHARE * (decodes[level.last].time_s - decodes[level.first].time_s)
+
+
 def _with_valleys(items: Sequence[tuple[str, Plateau]], running: Sequence[int]) -> list[Item]:
-    """Each item with the valley it rises from and the one it falls to; a tail's fall
-    belongs to the last item before it that is not a tail."""
+    """Each item with the valley it rises from and the one it falls to; the fall of a tail or
+    a wind-down step belongs to the last item before it that is a segment."""
     end = len(running)
     valleys = [-1]
     for (_, left), (_, right) in itertools.pairwise(items):
@@ -302,8 +333,8 @@ def _with_valleys(items: Sequence[tuple[str, Plateau]], running: Sequence[int]) 
     ]
     out: list[Item] = []
     for item in shaped:
-        if item.kind == TAIL:
-            owner = next((k for k in range(len(out) - 1, -1, -1) if out[k].kind != TAIL), None)
+        if item.kind in NO_SEGMENT:
+            owner = next((k for k in range(len(out) - 1, -1, -1) if out[k].kind not in NO_SEGMENT), None)
             if owner is not None:
                 o = out[owner]
                 out[owner] = Item(o.kind, o.first, o.last, o.level, o.rise_from, item.fall_to)

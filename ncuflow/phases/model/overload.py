@@ -3,9 +3,10 @@
 An interval (two consecutive Decode/statistics lines) is *overloaded* when requests still
 wait for admission at its end (``#queue-req``, vLLM ``Waiting``) while the KV cache is full
 (usage at least ``KV_FULL`` on a line of the interval), or when requests are pushed back to the
-queue inside it (SGLang retraction lines, vLLM V0 preemption warnings; vLLM V1 prints
-none, so a preemption is *inferred* where, at a full cache, ``Running`` fell while
-``Waiting`` rose). The queue around an overloaded interval is the cache's too (SGLang
+queue inside it (SGLang retraction lines, vLLM V0 preemption warnings). Only a format
+that cannot log each one (``Capabilities.preemption_lines`` false: vLLM V1 prints none,
+V0 every 50th) has a preemption *inferred* where, at a full cache, ``Running`` fell while
+``Waiting`` rose; SGLang logs every retraction, so none logged is none. The queue around an overloaded interval is the cache's too (SGLang
 admits against the cache its running requests will need, so its queue stays while the
 usage saw-tooths under retractions): the whole queued stretch, from where the batch stopped
 rising, is an *overload stretch* (``overload_stretches``): a segment of its own kind
@@ -23,7 +24,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ncuflow.phases.model.intervals import DecodeInterval
-from ncuflow.phases.model.results import PhaseSpan, QueueCause, RunOverload, Segment, SegmentKind
+from ncuflow.phases.model.results import (
+    PhaseKind,
+    PhaseSpan,
+    QueueCause,
+    RunOverload,
+    Segment,
+    SegmentKind,
+)
 from ncuflow.phases.model.stats import distribution
 
 KV_FULL = 0.90  # KV cache usage from which a waiting request is waiting for cache
@@ -84,14 +92,19 @@ def overload_stretches(intervals: Sequence[DecodeInterval]) -> list[tuple[int, i
 
 
 def mark_overload(
-    intervals: Sequence[DecodeInterval],
+    intervals: Sequence[DecodeInterval], *, infer_preemptions: bool
 ) -> tuple[list[DecodeInterval], list[tuple[int, int]]]:
-    """The intervals with ``overloaded`` set (and inferred preemptions counted), and the
-    overload stretches."""
+    """The intervals with ``overloaded`` set, and the overload stretches. Preemptions are
+    inferred (and counted) only where ``infer_preemptions``: a format whose log says each
+    one (``Capabilities.preemption_lines``) logged none where it printed none."""
     stretches = overload_stretches(intervals)
     inside = {k for first, last in stretches for k in range(first, last + 1)}
+
+    def inferred(interval: DecodeInterval) -> int:
+        return inferred_preemptions(interval) if infer_preemptions else 0
+
     marked = [
-        replace(i, overloaded=True, preempted=i.preempted or inferred_preemptions(i))
+        replace(i, overloaded=True, preempted=i.preempted or inferred(i))
         if k in inside
         else i
         for k, i in enumerate(intervals)
@@ -136,7 +149,7 @@ def run_overload(
     tokens = sum(t for _, t in pairs if t)
     return RunOverload(
         overload=PhaseSpan("overload", stretches[0].plateau.start_s, stretches[-1].plateau.end_s),
-        overload_s=sum(s.overload_s for s in stretches),
+        overload_s=sum(s.phase(PhaseKind.OVERLOAD).seconds for s in stretches),
         overload_token_s=distribution([i.per_token_s for i in inside if i.per_token_s is not None]),
         overload_weighted_s=sum(p * t for p, t in pairs if p and t) / tokens if tokens > 0 else None,
         preempted=sum(s.preempted for s in stretches),

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.overload import CAP, PREFILL
-from ncuflow.phases.model.results import RunOverload, Segment, SegmentKind
+from ncuflow.phases.model.results import PhaseKind, RunOverload, Segment, SegmentKind
 
 
 def _ms(seconds: float) -> str:
@@ -65,8 +65,8 @@ def overload_notes(
         if cause.cause == CAP:
             notes.append(
                 f"requests waited {cause.duration_s:.0f} s (up to {cause.max_queued}) with the batch at "
-                "its cap and room in the KV cache: the server's batch limit (--max-running-requests, "
-                "--max-num-seqs) held them back"
+                f"its cap and room in the KV cache: the server's batch limit ({capabilities.batch_cap_option}) "
+                "held them back"
             )
         elif cause.cause == PREFILL:
             notes.append(
@@ -82,7 +82,7 @@ def overload_reason(capabilities: Capabilities, segments: Sequence[Segment]) -> 
     stretches = [s for s in segments if s.kind is SegmentKind.OVERLOAD]
     if not stretches:
         return None
-    total = sum(s.overload_s for s in stretches)
+    total = sum(s.phase(PhaseKind.OVERLOAD).seconds for s in stretches)
     return "overload", (
         "no steady decode phase: requests waited at a full KV cache "
         f"({_stretch_facts(capabilities, segments)}) for {total:.1f} s: the batch was set by the "

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ncuflow.phases.model.results import Reconciliation, RunAnalysis, Term
+from ncuflow.phases.model.results import PhaseKind, Reconciliation, RunAnalysis, Term
 from ncuflow.phases.model.traces import BenchSummary
 
 PHASES = ("ramp decode", "steady", "mixed", "burst", "overload", "drain")
@@ -75,18 +75,13 @@ def _phase_totals(runs: Sequence[RunAnalysis]) -> dict[str, tuple[float, float]]
     for run in runs:
         decode_node = run.requests_total is None  # no Prefill lines: prefilled elsewhere
         for segment in run.segments:
-            if decode_node and segment.ramp_tokens and segment.ramp_weighted_s:
+            ramp = segment.phase(PhaseKind.RAMP)
+            if decode_node and ramp.tokens and ramp.weighted_s:
                 count, seconds = totals["ramp decode"]
-                totals["ramp decode"] = (
-                    count + segment.ramp_tokens,
-                    seconds + segment.ramp_tokens * segment.ramp_weighted_s,
-                )
+                totals["ramp decode"] = (count + ramp.tokens, seconds + ramp.tokens * ramp.weighted_s)
             for phase, tokens, weighted in (
-                ("steady", segment.steady_tokens, segment.steady_weighted_s),
-                ("mixed", segment.mixed_tokens, segment.mixed_weighted_s),
-                ("burst", segment.burst_tokens, segment.burst_weighted_s),
-                ("overload", segment.overload_tokens, segment.overload_weighted_s),
-                ("drain", segment.drain_tokens, segment.drain_weighted_s),
+                (kind.value, segment.phase(kind).tokens, segment.phase(kind).weighted_s)
+                for kind in (PhaseKind.STEADY, PhaseKind.MIXED, PhaseKind.BURST, PhaseKind.OVERLOAD, PhaseKind.DRAIN)
             ):
                 if tokens and weighted:
                     count, seconds = totals[phase]

@@ -10,6 +10,7 @@ from itertools import pairwise
 
 from ncuflow.phases.model.bench import analyse_without_start_times
 from ncuflow.phases.model.results import (
+    PhaseKind,
     PhaseSpan,
     Reconciliation,
     RunAdmission,
@@ -146,7 +147,7 @@ def _analyse_waves(
     timing, tokens = known
     requests = trace.requests
     segments = tuple(wave_segment(k, w, requests, tokens.output_tokens) for k, w in enumerate(waves, start=1))
-    main = max(segments, key=lambda s: (s.steady_s, -s.index))
+    main = max(segments, key=lambda s: (s.phase(PhaseKind.STEADY).seconds, -s.index))
     start_s = min(r.submit_s for r in requests)
     end_s = max(r.chunk_times_s[-1] for r in requests)
     members = [requests[i] for i in waves[main.index - 1].members]
@@ -159,7 +160,7 @@ def _analyse_waves(
         requests_total=len(requests),
     )
     phases = RunPhases(
-        start_s, end_s, peak, float(main.level), main.ramp, main.steady, None, main.drain,
+        start_s, end_s, peak, float(main.level), main.ramp, main.phase(PhaseKind.STEADY).span, None, main.phase(PhaseKind.DRAIN).span,
         segments=segments, main_segment=main.index,
     )
     notes.append(
@@ -171,8 +172,8 @@ def _analyse_waves(
         f"harness-style TPOT over the whole trace: its {len(segments)} waves are {len(segments)} "
         "generations of requests; each wave's own is reconciled on its segment"
     ]
-    timing = replace(timing, steady_token_s=main.steady_token_s,
-                     steady_step_s=main.steady_token_s.median if main.steady_token_s else None)
+    steady = main.phase(PhaseKind.STEADY).token_s
+    timing = replace(timing, steady_token_s=steady, steady_step_s=steady.median if steady else None)
     return _assemble(trace, run_index, phases, (admission, timing, tokens), RunFindings(tuple(cannot), tuple(notes)))
 
 

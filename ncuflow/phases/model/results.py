@@ -7,6 +7,7 @@ know stays ``None`` ("missing is missing, never 0").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
@@ -95,17 +96,68 @@ class TimelinePoint:
     per_token_s: float | None  # per-token time over the interval ending here, if known
 
 
+class PhaseKind(StrEnum):
+    """A phase of a segment with its own per-token time (its JSON keys are the value as a
+    prefix: ``steady_token_s``, ``drain_tokens`` …, kept from schema 2)."""
+
+    RAMP = "ramp"  # tokens decoded while the batch rose (counted on PD decode nodes)
+    STEADY = "steady"  # admission-free intervals on the plateau, the batch held
+    MIXED = "mixed"  # intervals on the plateau with admissions
+    DRAIN = "drain"  # from the last line on the plateau to the valley after it
+    BURST = "burst"  # a burst's rise and peak intervals
+    OVERLOAD = "overload"  # an overload stretch's intervals
+
+
+@dataclass(frozen=True)
+class PhaseStats:
+    """One phase of one segment: where it lies, its time, and its per-token times.
+
+    ``span``: the phase's stretch (steady: the longest admission-free stretch; drain: last
+    plateau line → valley); ``seconds``: the time of all its intervals (steady: every
+    admission-free interval, which may be more than ``span``); ``token_s``: the per-token
+    times of its intervals; ``tokens``: output tokens generated in it (all requests);
+    ``weighted_s``: its token-weighted per-token time. Missing is None, never 0."""
+
+    span: PhaseSpan | None = None
+    seconds: float = 0.0
+    token_s: Distribution | None = None
+    tokens: float | None = None
+    weighted_s: float | None = None
+
+
+NO_PHASE = PhaseStats()
+# a part's field named "<phase><suffix>" (steady_token_s, overload_s, drain …) is that phase's
+# PhaseStats field: the one rule for the run's record, and for the JSON keys of schema 2
+PHASE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("", "span"),
+    ("_s", "seconds"),
+    ("_token_s", "token_s"),
+    ("_tokens", "tokens"),
+    ("_weighted_s", "weighted_s"),
+)
+
+
+def phase_field(name: str) -> tuple[PhaseKind, str] | None:
+    """(phase, PhaseStats field) a flat name stands for by ``PHASE_FIELDS``, or None."""
+    for kind in PhaseKind:
+        for suffix, attribute in PHASE_FIELDS:
+            if name == kind.value + suffix:
+                return kind, attribute
+    return None
+
+
 @dataclass(frozen=True)
 class Segment:
     """One plateau of ``#running-req`` (one concurrency level) or one burst of a run, and
     its phases (see ``levels`` for the rule).
 
     A change of plateau starts a new segment: a closed-loop client sweeping c = 1, 2, 4
-    without idle gaps gives three segments, each with its own per-token times. A burst
-    (``kind == "burst"``: a peak the batch did not hold) has a ``rise`` (no ramp) and a
-    drain, its rise and peak intervals in ``burst_*``, and nothing steady. An overload
-    stretch (``kind == "overload"``) likewise: a ``rise``, its intervals in ``overload_*``,
-    its drain.
+    without idle gaps gives three segments, each with its own per-token times. Each phase
+    with a per-token time is a ``PhaseStats`` in ``phases`` (``phase(kind)``: an empty one
+    where the segment has none). A burst (``kind == "burst"``: a peak the batch did not
+    hold) has a ``rise`` (no ramp), its rise and peak intervals as its ``BURST`` phase, a
+    drain, and nothing steady. An overload stretch (``kind == "overload"``) likewise: a
+    ``rise``, its intervals as its ``OVERLOAD`` phase, its drain.
     """
 
     index: int
@@ -115,19 +167,7 @@ class Segment:
     ramp: PhaseSpan | None
     warmup: PhaseSpan | None  # last admission of the ramp → first Decode line after it
     plateau: PhaseSpan
-    steady: PhaseSpan | None  # the longest stretch of admission-free intervals
-    steady_s: float  # time of all admission-free intervals on the plateau
-    mixed_s: float  # time of intervals on the plateau with admissions
-    drain: PhaseSpan | None
-    steady_token_s: Distribution | None
-    mixed_token_s: Distribution | None
-    drain_token_s: Distribution | None
-    steady_tokens: float | None  # output tokens generated in each phase (all requests)
-    mixed_tokens: float | None
-    drain_tokens: float | None
-    steady_weighted_s: float | None  # token-weighted per-token time of each phase
-    mixed_weighted_s: float | None
-    drain_weighted_s: float | None
+    phases: Mapping[PhaseKind, PhaseStats] = field(default_factory=dict)
     accept_len: float | None = None  # speculative decoding: mean acceptance length
     # the warm-up interval less its last admission's own prefill and the ordinary decode
     # steps it holds (``prefill``): what is left is warm-up
@@ -135,33 +175,27 @@ class Segment:
     warmup_prefill_s: float | None = None  # None where the log gives no prefill throughput
     warmup_prefill_tokens: int = 0
     warmup_decode_s: float | None = None
-    ramp_tokens: float | None = None  # tokens decoded during the ramp (counted on PD nodes)
-    ramp_weighted_s: float | None = None
     kind: SegmentKind = SegmentKind.PLATEAU
     rise: PhaseSpan | None = None  # a burst's climb to its peak (a burst has no ramp)
-    burst_token_s: Distribution | None = None  # a burst's rise and peak intervals
-    burst_tokens: float | None = None
-    burst_weighted_s: float | None = None
     # the steady per-token time the segment is summed up by, and how: "median" of the
     # steady lines, or "token-weighted" where speculative acceptance spreads
     headline_token_s: float | None = None
     headline_method: str = ""
     # phases whose per-token time is below the lone-request time (window-end bias)
     below_floor: tuple[str, ...] = ()
-    # an overload stretch (``kind == "overload"``: requests waiting at a full KV cache or
-    # pushed back to the queue): its time and per-token time, the largest queue and KV
-    # usage on its lines and the requests pushed back (``preemption_inferred``: vLLM V1,
-    # which logs no preemption: Running fell while Waiting rose at a full cache)
-    overload_s: float = 0.0
-    overload_token_s: Distribution | None = None
-    overload_tokens: float | None = None
-    overload_weighted_s: float | None = None
+    # an overload stretch: the largest queue and KV usage on its lines and the requests
+    # pushed back (``preemption_inferred``: a format that cannot log each preemption, where
+    # Running fell while Waiting rose at a full cache)
     queued_max: int = 0
     kv_usage_max: float | None = None
     preempted: int = 0
     preemption_inferred: bool = False
     # a wave of a per-request trace (``waves``): its own harness-style TPOT, reconciled
     reconciliation: Reconciliation | None = None
+
+    def phase(self, kind: PhaseKind) -> PhaseStats:
+        """The segment's ``kind`` phase (an empty record where it has none)."""
+        return self.phases.get(kind, NO_PHASE)
 
     @property
     def harness_tpot_s(self) -> float | None:
@@ -283,6 +317,10 @@ class RunPlotData:
 
 @dataclass(frozen=True)
 class RunAnalysis:
+    """One run of a log: who it is, its shape (segments, and its phases as records), its
+    admissions, timing, tokens and reconciliation, what the server said, and the findings.
+    Built only by ``assemble_run``."""
+
     path: str
     source_format: str
     run_index: int
@@ -293,14 +331,10 @@ class RunAnalysis:
     end_s: float | None
     peak_batch: int | None
     steady_batch: float | None
-    ramp: PhaseSpan | None
-    steady: PhaseSpan | None
-    drain: PhaseSpan | None
     admission_span_s: float | None
     mean_admission_wait_s: float | None
     requests_admitted: int | None
     ttft_s: Distribution | None
-    steady_token_s: Distribution | None
     steady_step_s: float | None
     step_method: str
     output_tokens: int | None
@@ -311,7 +345,6 @@ class RunAnalysis:
     cannot: tuple[str, ...]
     notes: tuple[str, ...]
     timeline: tuple[TimelinePoint, ...] = field(default=(), repr=False)
-    mixed: PhaseSpan | None = None  # batch at steady size but with admissions (closed loop)
     token_gaps: tuple[tuple[float, float], ...] = field(default=(), repr=False)
     itl_by_position: tuple[float, ...] = field(default=(), repr=False)
     retraction_times_s: tuple[float, ...] = ()
@@ -319,8 +352,6 @@ class RunAnalysis:
     abort_time_s: float | None = None
     warmup: PhaseSpan | None = None
     segments: tuple[Segment, ...] = ()
-    mixed_token_s: Distribution | None = None
-    drain_token_s: Distribution | None = None
     accept_len: float | None = None
     total_admission_wait_s: float | None = None
     requests_total: int | None = None
@@ -334,12 +365,15 @@ class RunAnalysis:
     server_requests: ServerRequests | None = None
     lone_request_token_s: float | None = None  # the log's lone-request per-token time
     arrivals: ArrivalTimes | None = None
-    overload: PhaseSpan | None = None
-    overload_s: float = 0.0
-    overload_token_s: Distribution | None = None
-    overload_weighted_s: float | None = None
     preempted: int = 0
     queue_causes: tuple[QueueCause, ...] = ()
+    # the run's phases (those of its main segment, and its overload stretches together):
+    # built by ``assemble_run`` from the parts' ``<phase><suffix>`` fields (``PHASE_FIELDS``)
+    phases: Mapping[PhaseKind, PhaseStats] = field(default_factory=dict)
+
+    def phase(self, kind: PhaseKind) -> PhaseStats:
+        """The run's ``kind`` phase (an empty record where it has none)."""
+        return self.phases.get(kind, NO_PHASE)
 
 
 @dataclass(frozen=True)
@@ -411,18 +445,35 @@ def assemble_run(
         raise ValueError("assemble_run takes one part of each kind")
     findings = findings or RunFindings()
     timing = given.get(RunTiming)
+    values: dict[str, Any] = {}
+    for part in (
+        identity,
+        phases,
+        given.get(RunAdmission) or RunAdmission(),
+        _with_default_headline(timing if isinstance(timing, RunTiming) else RunTiming()),
+        given.get(RunTokens) or RunTokens(),
+        given.get(RunPlotData) or RunPlotData(),
+        given.get(ServerLogFacts) or ServerLogFacts(),
+        given.get(RunOverload) or RunOverload(),
+    ):
+        values.update(_fields_by_name(part))
     return RunAnalysis(
-        **_fields_by_name(identity),
-        **_fields_by_name(phases),
-        **_fields_by_name(given.get(RunAdmission) or RunAdmission()),
-        **_fields_by_name(_with_default_headline(timing if isinstance(timing, RunTiming) else RunTiming())),
-        **_fields_by_name(given.get(RunTokens) or RunTokens()),
-        **_fields_by_name(given.get(RunPlotData) or RunPlotData()),
-        **_fields_by_name(given.get(ServerLogFacts) or ServerLogFacts()),
-        **_fields_by_name(given.get(RunOverload) or RunOverload()),
+        **{name: value for name, value in values.items() if phase_field(name) is None},
+        phases=_phases_of(values),
         cannot=tuple(dict.fromkeys(findings.cannot)),
         notes=tuple(dict.fromkeys(findings.notes)),
     )
+
+
+def _phases_of(values: dict[str, Any]) -> dict[PhaseKind, PhaseStats]:
+    """The parts' ``<phase><suffix>`` fields as one record per phase (a phase with nothing
+    known has none)."""
+    found: dict[PhaseKind, dict[str, Any]] = {}
+    for name, value in values.items():
+        known = phase_field(name)
+        if known is not None and value is not None and value != 0.0:
+            found.setdefault(known[0], {})[known[1]] = value
+    return {kind: PhaseStats(**stats) for kind, stats in found.items()}
 
 
 def _fields_by_name(part: RunPart) -> dict[str, Any]:

@@ -21,9 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from ncuflow.phases.model.intervals import DecodeInterval, is_decode
-from ncuflow.phases.model.levels import BURST, OVERLOAD, TAIL, Item
+from ncuflow.phases.model.levels import BURST, NO_SEGMENT, OVERLOAD, Item
 from ncuflow.phases.model.prefill import PrefillRate, WarmupSplit, split_warmup
-from ncuflow.phases.model.results import PhaseSpan, Segment
+from ncuflow.phases.model.results import PhaseKind, PhaseSpan, PhaseStats, Segment
 from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import BatchSample
 
@@ -68,7 +68,7 @@ class SegmentInputs:
 
 
 def build_segments(inputs: SegmentInputs, items: Sequence[Item]) -> tuple[Segment, ...]:
-    kept = [item for item in items if item.kind != TAIL]
+    kept = [item for item in items if item.kind not in NO_SEGMENT]
     return tuple(_segment(inputs, number, item) for number, item in enumerate(kept, start=1))
 
 
@@ -111,19 +111,7 @@ def _bare_segment(
         ramp=_ramp(inputs, item, start, first_s),
         warmup=_warmup(inputs, item),
         plateau=PhaseSpan("plateau", first_s, last_s),
-        steady=None,
-        steady_s=0.0,
-        mixed_s=0.0,
-        drain=PhaseSpan("drain", last_s, end) if end > last_s else None,
-        steady_token_s=None,
-        mixed_token_s=None,
-        drain_token_s=distribution([i.per_token_s for i in falling if i.per_token_s is not None]),
-        steady_tokens=None,
-        mixed_tokens=None,
-        drain_tokens=_tokens(falling),
-        steady_weighted_s=None,
-        mixed_weighted_s=None,
-        drain_weighted_s=_weighted(falling),
+        phases={PhaseKind.DRAIN: _stats(falling, PhaseSpan("drain", last_s, end) if end > last_s else None)},
         accept_len=statistics.fmean(accept) if accept else None,
         queued_max=max((max(i.queued, i.start_queued) for i in on), default=0),
     )
@@ -142,9 +130,7 @@ def _burst(base: Segment, climb: Sequence[DecodeInterval]) -> Segment:
         ramp=None,
         warmup=None,
         rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
-        burst_token_s=distribution([i.per_token_s for i in shown if i.per_token_s is not None]),
-        burst_tokens=_tokens(climb),
-        burst_weighted_s=_weighted(climb),
+        phases={**base.phases, PhaseKind.BURST: replace(_stats(climb), token_s=_per_token(shown))},
     )
 
 
@@ -159,10 +145,7 @@ def _overload(base: Segment, on: Sequence[DecodeInterval]) -> Segment:
         ramp=None,
         warmup=None,
         rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
-        overload_s=sum(i.duration_s for i in on),
-        overload_token_s=distribution([i.per_token_s for i in on if i.per_token_s is not None]),
-        overload_tokens=_tokens(on),
-        overload_weighted_s=_weighted(on),
+        phases={**base.phases, PhaseKind.OVERLOAD: _stats(on, base.plateau, seconds=sum(i.duration_s for i in on))},
         kv_usage_max=max(usage) if usage else None,
         preempted=sum(i.preempted for i in on),
         preemption_inferred=any(i.preempted for i in on) and not any(i.retracted for i in on),
@@ -181,22 +164,19 @@ def _with_steady(
     steady = [i for i in on if not i.admitting and not i.retracted and i.running >= floor]
     steady_ids = {id(i) for i in steady}
     mixed = [i for i in on if id(i) not in steady_ids]
-    steady_tokens = distribution([i.per_token_s for i in steady if i.per_token_s is not None])
+    steady_tokens = _per_token(steady)
     headline, method = _headline(steady, steady_tokens)
     split = _warmup_split(base.warmup, _last_admission_tokens(inputs, item), headline, base.accept_len, inputs)
     return replace(
         base,
-        steady=_longest_steady(on, steady_ids, inputs.resolution_s),
-        steady_s=sum(i.duration_s for i in steady),
-        mixed_s=sum(i.duration_s for i in mixed),
-        steady_token_s=steady_tokens,
-        mixed_token_s=distribution([i.per_token_s for i in mixed if i.per_token_s is not None]),
-        steady_tokens=_tokens(steady),
-        mixed_tokens=_tokens(mixed),
-        steady_weighted_s=_weighted(steady),
-        mixed_weighted_s=_weighted(mixed),
-        ramp_tokens=_tokens(rise),
-        ramp_weighted_s=_weighted(rise),
+        phases={
+            **base.phases,
+            PhaseKind.STEADY: _stats(
+                steady, _longest_steady(on, steady_ids, inputs.resolution_s), seconds=sum(i.duration_s for i in steady)
+            ),
+            PhaseKind.MIXED: _stats(mixed, None, seconds=sum(i.duration_s for i in mixed)),
+            PhaseKind.RAMP: PhaseStats(base.ramp, tokens=_tokens(rise), weighted_s=_weighted(rise)),
+        },
         headline_token_s=headline,
         headline_method=method,
         warmup_excess_s=split.excess_s if split is not None else None,
@@ -299,6 +279,15 @@ def _longest_steady(
     if best is None or not (best[1] - best[0] >= resolution_s or best[2] >= 2):
         return None
     return PhaseSpan("steady", best[0], best[1])
+
+
+def _per_token(intervals: Sequence[DecodeInterval]) -> Distribution | None:
+    return distribution([i.per_token_s for i in intervals if i.per_token_s is not None])
+
+
+def _stats(intervals: Sequence[DecodeInterval], span: PhaseSpan | None = None, *, seconds: float = 0.0) -> PhaseStats:
+    """A phase's record from its intervals."""
+    return PhaseStats(span, seconds, _per_token(intervals), _tokens(intervals), _weighted(intervals))
 
 
 def _tokens(intervals: Sequence[DecodeInterval]) -> float | None:

@@ -3,8 +3,8 @@
 ``split_server_runs`` cuts a scheduler's lines at idle points; ``levels`` finds the shape of
 a run (its plateaus, tails and bursts) and ``segments`` builds one segment per plateau or
 burst; this module turns them into one ``RunAnalysis`` per run, whose run-level phases are
-those of the run's *main segment* (the highest plateau with a steady stretch, else the
-highest plateau; never a burst), and says what the log cannot tell.
+those of the run's *main segment* (its longest level by time with a steady stretch, else its
+longest level; never a burst), and says what the log cannot tell.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ncuflow.phases.model.overload_text import overload_notes
 from ncuflow.phases.model.prefill import prefill_rate
 from ncuflow.phases.model.prefill_text import prefill_note, warmup_note
 from ncuflow.phases.model.results import (
+    PhaseKind,
     PhaseSpan,
     RunAdmission,
     RunAnalysis,
@@ -57,6 +58,7 @@ from ncuflow.phases.model.server_text import (
     step_method,
 )
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
+from ncuflow.phases.model.wind_down import wind_down_notes, wind_downs
 
 
 def analyse_server_trace(
@@ -120,11 +122,13 @@ def _timeline(
 
 
 def _main_segment(segments: Sequence[Segment]) -> Segment | None:
-    """The highest plateau with a steady stretch, else the highest plateau; never a burst."""
+    """The run's headline: its longest level by time (the highest of equally long ones),
+    among those with a steady stretch where any has one; never a burst, an overload
+    stretch or a wind-down step (no segments)."""
     plateaus = [s for s in segments if s.kind is SegmentKind.PLATEAU]
-    steady = [s for s in plateaus if s.steady is not None and s.steady_token_s is not None]
+    steady = [s for s in plateaus if s.phase(PhaseKind.STEADY).span is not None and s.phase(PhaseKind.STEADY).token_s is not None]
     pool = steady or plateaus
-    return max(pool, key=lambda s: (s.level, s.plateau.duration_s)) if pool else None
+    return max(pool, key=lambda s: (s.plateau.duration_s, s.level)) if pool else None
 
 
 def _ramp_arrivals(
@@ -193,7 +197,7 @@ def _run_segments(
         lockstep_admissions=settings.lockstep_admissions,
         retracted_counts=trace.retracted_requests,
     )
-    intervals, overload = mark_overload(intervals)
+    intervals, overload = mark_overload(intervals, infer_preemptions=not trace.capabilities.preemption_lines)
     inputs = SegmentInputs.of(
         samples,
         intervals,
@@ -223,6 +227,7 @@ def _analyse_server_run(
     main = _main_segment(segments)
     notes, cannot = run_findings(trace, run, settings, decodes, prefills, segments)
     notes.extend(shape_notes(segments, [i for i in items if i.kind == TAIL], decodes))
+    notes.extend(wind_down_notes(wind_downs(items, decodes, intervals)))
     peak = peak_batch(samples)
     overload = run_overload(segments, intervals, peak)
     notes.extend(overload_notes(trace.capabilities, segments, overload))
@@ -275,7 +280,7 @@ def _level_notes(
         notes.append(
             f"{readmitted} request(s) were admitted while the batch stayed near {main.level} (a "
             "closed loop refilling finished requests): those intervals mix prefill into decode "
-            f"and are counted as 'mixed' ({main.mixed_s:.0f} s), not steady"
+            f"and are counted as 'mixed' ({main.phase(PhaseKind.MIXED).seconds:.0f} s), not steady"
         )
     return notes
 
@@ -288,12 +293,12 @@ def _run_phases(
     intervals: Sequence[DecodeInterval],
     readmitted: int,
 ) -> RunPhases:
-    """The run-level phases are those of its main segment (the highest plateau)."""
+    """The run-level phases are those of its main segment (its longest level)."""
     if main is None:
         return RunPhases(samples[0].time_s, samples[-1].time_s, peak, segments=segments)
-    steady = main.steady
+    steady = main.phase(PhaseKind.STEADY).span
     mixed = None
-    if main.mixed_s > 0 and readmitted:
+    if main.phase(PhaseKind.MIXED).seconds > 0 and readmitted:
         after_steady = steady is not None and steady.end_s < main.plateau.end_s
         mixed_start = steady.end_s if steady is not None and after_steady else main.plateau.start_s
         mixed = PhaseSpan("mixed", mixed_start, main.plateau.end_s)
@@ -305,7 +310,7 @@ def _run_phases(
         ramp=main.ramp,
         steady=steady,
         mixed=mixed,
-        drain=main.drain if steady is not None else None,
+        drain=main.phase(PhaseKind.DRAIN).span if steady is not None else None,
         warmup=main.warmup,
         warmup_excess_s=main.warmup_excess_s,
         warmup_prefill_s=main.warmup_prefill_s,
@@ -330,7 +335,7 @@ def _plot_data(
 
 
 def _steady_batch(segment: Segment, intervals: Sequence[DecodeInterval]) -> float:
-    steady = segment.steady
+    steady = segment.phase(PhaseKind.STEADY).span
     assert steady is not None
     values = [i.running for i in intervals if steady.start_s < i.end_s <= steady.end_s]
     return float(statistics.median(values)) if values else float(segment.level)
@@ -345,10 +350,11 @@ def _run_timing(
     notes: list[str],
     cannot: list[str],
 ) -> RunTiming:
-    if main is None or main.steady is None or main.steady_token_s is None:
+    steady = main.phase(PhaseKind.STEADY) if main is not None else None
+    if main is None or steady is None or steady.span is None or steady.token_s is None:
         return RunTiming(
-            mixed_token_s=main.mixed_token_s if main else None,
-            drain_token_s=main.drain_token_s if main else None,
+            mixed_token_s=main.phase(PhaseKind.MIXED).token_s if main else None,
+            drain_token_s=main.phase(PhaseKind.DRAIN).token_s if main else None,
             accept_len=main.accept_len if main else None,
         )
     on_plateau = [i for i in intervals if main.plateau.start_s < i.end_s <= main.plateau.end_s]
@@ -363,17 +369,17 @@ def _run_timing(
     notes.extend(method_notes)
     notes.extend(spec_decoding_note(on_plateau))
     notes.extend(headline_note(main))
-    notes.extend(_rough_timing_notes(main.steady_token_s.count, trace.time_resolution_s))
+    notes.extend(_rough_timing_notes(steady.token_s.count, trace.time_resolution_s))
     interval_s = settings.decode_log_interval * step if step else None
     notes.extend(warmup_note(trace, run_samples, settings.decode_log_interval, main, interval_s))
     notes.extend(prefill_note(run_samples, settings.prefill_rate, interval_s, trace.time_resolution_s))
     cannot.extend(_unseen_timing(trace, settings, main, intervals, interval_s))
     return RunTiming(
         step_method=method,
-        steady_token_s=main.steady_token_s,
+        steady_token_s=main.phase(PhaseKind.STEADY).token_s,
         steady_step_s=step,
-        mixed_token_s=main.mixed_token_s,
-        drain_token_s=main.drain_token_s,
+        mixed_token_s=main.phase(PhaseKind.MIXED).token_s,
+        drain_token_s=main.phase(PhaseKind.DRAIN).token_s,
         accept_len=main.accept_len,
         headline_token_s=main.headline_token_s,
         headline_method=main.headline_method,
@@ -407,7 +413,7 @@ def _unseen_timing(
     and (vLLM) any per-request time."""
     cannot = []
     last_decode = max((i.end_s for i in intervals), default=main.plateau.end_s)
-    if trace.capabilities.step_counted_lines and main.drain is None and main.plateau.end_s >= last_decode:
+    if trace.capabilities.step_counted_lines and main.phase(PhaseKind.DRAIN).span is None and main.plateau.end_s >= last_decode:
         cannot.append(
             f"drain not visible: the run's last Decode line still shows {main.level} "
             f"running requests, so they all finished within one decode-log interval "

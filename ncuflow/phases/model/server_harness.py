@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from ncuflow.phases.model.reconcile import harness_reconciliation
 from ncuflow.phases.model.results import (
+    PhaseKind,
     RunAdmission,
     RunTiming,
     RunTokens,
@@ -35,7 +36,7 @@ def run_tokens(
     if tokens is None and single_length(requests) is not None and requests is not None:
         tokens = single_length(requests)
         source = f"the server's per-request timing lines (from line {requests.first_line})"
-    steady = main.steady if main is not None else None
+    steady = main.phase(PhaseKind.STEADY).span if main is not None else None
     if closed_loop and tokens is not None and steady is not None:
         cannot.append(
             "harness-style batch TPOT: requests kept being admitted after the batch filled, so "

@@ -14,6 +14,7 @@ from ncuflow.phases.model.levels import Item
 from ncuflow.phases.model.overload_text import overload_reason
 from ncuflow.phases.model.results import (
     ArrivalTimes,
+    PhaseKind,
     PhaseSpan,
     Segment,
     SegmentKind,
@@ -34,7 +35,7 @@ def step_method(
     with_throughput: bool,
 ) -> tuple[str, float | None, list[str]]:
     """(how the per-token time was derived, the step time, notes about it)."""
-    tokens = segment.steady_token_s
+    tokens = segment.phase(PhaseKind.STEADY).token_s
     if tokens is None:
         return "", None, []
     accept = segment.accept_len
@@ -49,7 +50,7 @@ def step_method(
     if accept:
         method += f"; speculative decoding: step = per-token × accept len ({accept:.2f})"
     cross_check, notes = _interval_cross_check(
-        segment.steady,
+        segment.phase(PhaseKind.STEADY).span,
         on_plateau,
         step,
         decode_log_interval=decode_log_interval,
@@ -60,7 +61,7 @@ def step_method(
 
 def _window_method(capabilities: Capabilities, window_s: float, on_plateau: Sequence[DecodeInterval]) -> str:
     method = (
-        f"per-token time = Running / Avg generation throughput of each {window_s:g}-s "
+        f"per-token time = {capabilities.batch_field} / {capabilities.throughput_field} of each {window_s:g}-s "
         f"{capabilities.server} stats window (a window average, not a step time)"
     )
     if any(i.cached_prompt for i in on_plateau):
@@ -143,10 +144,11 @@ def no_steady_reason(
             f" ({capabilities.server} prints one line per {capabilities.stats_window_s:g} s; every "
             "busy window here also processed prompts)"
         )
-    if segment.mixed_token_s is not None:
+    mixed = segment.phase(PhaseKind.MIXED)
+    if mixed.token_s is not None:
         reason += (
-            f"; the plateau at {segment.level} with admissions ('mixed', {segment.mixed_s:.1f} s) "
-            f"runs at {segment.mixed_token_s.median * 1000:.2f} ms per token"
+            f"; the plateau at {segment.level} with admissions ('mixed', {mixed.seconds:.1f} s) "
+            f"runs at {mixed.token_s.median * 1000:.2f} ms per token"
         )
     return kind, reason
 
@@ -263,7 +265,7 @@ def _run_notes(
             "the batch size is not stable around them"
         )
     if len(segments) > 1:
-        notes.append(_segments_note(segments))
+        notes.append(_segments_note(trace.capabilities, segments))
     if settings.lockstep_admissions:
         notes.append(
             "DP attention: ranks step in lockstep, so an admission on any rank counts as an "
@@ -278,7 +280,7 @@ def _run_notes(
     return notes
 
 
-def _segments_note(segments: Sequence[Segment]) -> str:
+def _segments_note(capabilities: Capabilities, segments: Sequence[Segment]) -> str:
     """The run's segments listed (the first 12), when there is more than one."""
     shown = ", ".join(
         f"{s.level}{'' if s.kind is SegmentKind.PLATEAU else f' ({s.kind})'}" for s in segments[:12]
@@ -286,7 +288,7 @@ def _segments_note(segments: Sequence[Segment]) -> str:
     bursts = any(s.kind is SegmentKind.BURST for s in segments)
     overload = any(s.kind is SegmentKind.OVERLOAD for s in segments)
     return (
-        f"{len(segments)} segments (plateaus of #running-req"
+        f"{len(segments)} segments (plateaus of {capabilities.batch_field}"
         + (" and bursts" if bursts else "")
         + (" and overload stretches" if overload else "")
         + f": {shown}): each has its own "
@@ -309,7 +311,7 @@ def no_steady(
     settings: RunSettings,
 ) -> tuple[str, list[str]]:
     """(a word for why, the sentences) when no segment of the run has a steady stretch."""
-    if any(s.steady is not None for s in segments):
+    if any(s.phase(PhaseKind.STEADY).span is not None for s in segments):
         return "", []
     if main is not None:
         kind, reason = no_steady_reason(run, trace.capabilities, main, bool(settings.lockstep_admissions))
@@ -328,7 +330,7 @@ def no_steady(
         ]
     ends = " (the run ends in a traceback while still admitting requests)"
     return ("traceback" if aborted(run) else "no-plateau"), [
-        "no steady decode phase: the batch never held a plateau of #running-req"
+        f"no steady decode phase: the batch never held a plateau of {trace.capabilities.batch_field}"
         + (ends if aborted(run) else "")
     ]
 
@@ -355,13 +357,14 @@ def shape_notes(segments: Sequence[Segment], tails: Sequence[Item], decodes: Seq
 
 
 def headline_note(segment: Segment) -> list[str]:
-    if segment.headline_method != "token-weighted" or segment.steady_token_s is None:
+    steady = segment.phase(PhaseKind.STEADY).token_s
+    if segment.headline_method != "token-weighted" or steady is None:
         return []
     return [
         "speculative decoding: the acceptance length spreads on the steady stretch, so the "
         f"per-token time shown is token-weighted ({(segment.headline_token_s or 0) * 1000:.2f} ms, "
         "request-seconds per output token, what a mean TPOT is); the median of the Decode "
-        f"lines would say {segment.steady_token_s.median * 1000:.2f} ms"
+        f"lines would say {steady.median * 1000:.2f} ms"
     ]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ncuflow.phases.model.results import RunAnalysis, SegmentKind
+from ncuflow.phases.model.results import PhaseKind, RunAnalysis, SegmentKind
 from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import ServiceCounts
 
@@ -112,7 +112,7 @@ def summarise_session(runs: Sequence[RunAnalysis], service: ServiceCounts) -> Se
         busy_s=sum(end - start for start, end in stretches),
         requests=requests,
         requests_source=source,
-        runs_with_steady=sum(1 for r in runs if r.steady is not None),
+        runs_with_steady=sum(1 for r in runs if r.phase(PhaseKind.STEADY).span is not None),
         runs_with_overload=sum(1 for r in runs if any(s.kind is SegmentKind.OVERLOAD for s in r.segments)),
         runs_aborted=sum(1 for r in runs if r.abort_time_s is not None),
         peak_batch=distribution([float(r.peak_batch) for r in runs if r.peak_batch]),

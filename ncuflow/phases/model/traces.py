@@ -45,6 +45,9 @@ class BatchSample(NamedTuple):
     lines: int = 1
     # the KV cache's usage on the line, 0–1 (SGLang token usage, vLLM GPU KV cache usage)
     kv_usage: float | None = None
+    # the requests decoding, averaged over the line's window, where the line says so (a
+    # vLLM build printing "Avg decode BS: X"): ``running`` also counts those still in prefill
+    decoding: float | None = None
 
     @property
     def admitted_seqs(self) -> int:

@@ -18,7 +18,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ncuflow.phases.model.results import PhaseSpan, Reconciliation, Segment
+from ncuflow.phases.model.results import PhaseKind, PhaseSpan, PhaseStats, Reconciliation, Segment
 from ncuflow.phases.model.stats import distribution
 from ncuflow.phases.model.traces import RequestRecord
 
@@ -103,19 +103,22 @@ def wave_segment(index: int, wave: Wave, requests: Sequence[RequestRecord], toke
         ramp=PhaseSpan("ramp", start, wave.start_s),
         warmup=None,
         plateau=PhaseSpan("plateau", wave.start_s, wave.end_s),
-        steady=PhaseSpan("steady", wave.start_s, wave.end_s),
-        steady_s=wave.end_s - wave.start_s,
-        mixed_s=0.0,
-        drain=PhaseSpan("drain", wave.end_s, end) if end > wave.end_s else None,
-        steady_token_s=steady,
-        mixed_token_s=None,
-        drain_token_s=distribution(drain_gaps),
-        steady_tokens=float(len(steady_gaps)),
-        mixed_tokens=None,
-        drain_tokens=float(len(drain_gaps)),
-        steady_weighted_s=statistics.fmean(steady_gaps) if steady_gaps else None,
-        mixed_weighted_s=None,
-        drain_weighted_s=statistics.fmean(drain_gaps) if drain_gaps else None,
+        phases={
+            PhaseKind.STEADY: PhaseStats(
+                PhaseSpan("steady", wave.start_s, wave.end_s),
+                wave.end_s - wave.start_s,
+                steady,
+                float(len(steady_gaps)),
+                statistics.fmean(steady_gaps) if steady_gaps else None,
+            ),
+            PhaseKind.DRAIN: PhaseStats(
+                PhaseSpan("drain", wave.end_s, end) if end > wave.end_s else None,
+                0.0,
+                distribution(drain_gaps),
+                float(len(drain_gaps)),
+                statistics.fmean(drain_gaps) if drain_gaps else None,
+            ),
+        },
         headline_token_s=steady.median if steady is not None else None,
         headline_method="median" if steady is not None else "",
         reconciliation=reconciliation,

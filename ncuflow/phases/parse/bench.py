@@ -165,4 +165,5 @@ FORMAT = JsonFormat(
     claims=lambda objects: bool(objects) and is_bench_object(objects[0][1]),
     read=_read,
     describe="bench_serving --output-details JSON",
+    help="ttfts and itls of each request (no start times)",
 )

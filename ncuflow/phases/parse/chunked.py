@@ -15,7 +15,9 @@ def mark_chunked_prefills(samples: Sequence[BatchSample]) -> list[BatchSample]:
     several batches, and counts that request in ``#new-seq`` on each of them: summed,
     ``#new-seq`` counts it once per chunk (seen on the DP-attention log: 80 admissions on
     a rank that holds 72 requests). Where the log has ``#pending-token`` (newer SGLang),
-    a Prefill line with pending tokens is cut off. Otherwise a line is taken to be cut off
+    a Prefill line with pending tokens is cut off, unless the next line shows all its
+    requests joined the running batch (a build whose ``#pending-token`` is the whole queue's
+    total: read as cut, most admissions went uncounted). Otherwise a line is taken to be cut off
     when it carries the scheduler's largest ``#new-token`` (the budget; seen on at least
     two lines), the very next line is a Prefill line (the cut request goes on at once),
     and that line shows one request fewer joined the running batch than ``#new-seq``
@@ -33,7 +35,9 @@ def mark_chunked_prefills(samples: Sequence[BatchSample]) -> list[BatchSample]:
             continue
         following = marked[index + 1] if index + 1 < len(marked) else None
         if sample.pending_tokens is not None:
-            cut = sample.pending_tokens > 0
+            # pending tokens are the cut request's rest, except in builds where they are the
+            # whole queue's: there the next line shows every request of this one joined
+            cut = sample.pending_tokens > 0 and not _all_joined(sample, following)
         else:
             cut = (
                 following is not None
@@ -45,3 +49,12 @@ def mark_chunked_prefills(samples: Sequence[BatchSample]) -> list[BatchSample]:
         if cut:
             marked[index] = sample._replace(unfinished_seqs=1)
     return marked
+
+
+def _all_joined(sample: BatchSample, following: BatchSample | None) -> bool:
+    """The next line's batch holds every request this Prefill line admitted."""
+    return (
+        following is not None
+        and following.lines == 1
+        and following.running - sample.running >= (sample.new_seqs or 0)
+    )

@@ -78,6 +78,7 @@ def fold_decode(before: BatchSample, earlier: BatchSample, later: BatchSample) -
         gen_throughput=throughput,
         prompt_throughput=prompt,
         accept_len=_weighted(earlier.accept_len, tokens_a, later.accept_len, tokens_b),
+        decoding=_weighted(earlier.decoding, span_a, later.decoding, span_b),
         lines=earlier.lines + later.lines,
     )
 

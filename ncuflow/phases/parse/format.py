@@ -3,7 +3,8 @@ lines can say. ``registry`` lists them; ``ncuflow.phases.detect`` asks each in t
 
 Two kinds:
 
-- ``LineFormat``: a server log, read as a stream. ``claims(line)`` is true for a line only
+- ``LineFormat``: a server log, read as a stream (a log of batch statistics gives
+  ``ServerTrace``s; a log of one line per request, its requests as ``RequestTrace``s). ``claims(line)`` is true for a line only
   this format prints (its first statistics line decides the file); ``reader(path,
   skip_malformed)`` makes a ``LineReader`` that is fed every line (``context`` before the
   format is known, ``feed`` after) and returns one ``ServerTrace`` per scheduler; the
@@ -33,8 +34,9 @@ class LineReader(Protocol):
     def feed(self, number: int, line: str) -> None:
         """A line of a file known to be in this format."""
 
-    def traces(self) -> tuple[ServerTrace, ...]:
-        """One trace per scheduler; raises ``TraceError`` when the file held none."""
+    def traces(self) -> tuple[ServerTrace | RequestTrace, ...]:
+        """One trace per scheduler (a per-request format: one ``RequestTrace`` per run);
+        raises ``TraceError`` when the file held none."""
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class LineFormat:
     claims: Callable[[str], bool]
     reader: Callable[[Path, bool], LineReader]
     describe: str  # the lines that make a file this format, for error messages
+    help: str  # its row of ``phases --help``: what its lines look like (lines joined by "\n")
 
     @property
     def title(self) -> str:
@@ -60,3 +63,4 @@ class JsonFormat:
     claims: Callable[[JsonObjects], bool]
     read: Callable[[Path, list[str], JsonObjects], tuple[RequestTrace, ...]]
     describe: str
+    help: str  # its row of ``phases --help``

@@ -429,4 +429,6 @@ FORMAT = JsonFormat(
     claims=_claims,
     read=lambda path, lines, objects: parse_request_jsonl(path, listed_lines(lines)),
     describe="per-request streaming timestamps as JSONL ('submit_time' and 'chunk_times' per line)",
+    help='one request per line: {"submit_time": s, "chunk_times": [s, ...],\n'
+    '"chunk_tokens": [n, ...]?, "output_tokens": n?, "run": "..."?}',
 )

@@ -26,6 +26,21 @@ def format_named(name: str) -> LineFormat | JsonFormat | None:
     return next((f for f in _all() if f.name == name), None)
 
 
+def help_rows(formats: tuple[LineFormat | JsonFormat, ...] | None = None) -> str:
+    """The formats' rows of ``phases --help``: each format's title and its own help text
+    (the list is the registry's, never written out by hand)."""
+    width = 20
+    rows = []
+    for found in formats if formats is not None else _all():
+        lines = found.help.split("\n")
+        if len(found.title) > width:  # the title on a line of its own
+            rows.append(f"  {found.title}")
+        else:
+            rows.append(f"  {found.title:<{width}}  {lines.pop(0)}")
+        rows.extend(f"  {'':<{width}}  {more}" for more in lines)
+    return "\n".join(rows)
+
+
 def described() -> str:
     """Every format in words, for messages."""
     parts = [f.describe for f in _all()]

@@ -15,9 +15,20 @@ arriving request, HTTP access lines, refusals by cause and tracebacks.
   tokens)", "Requested token count exceeds the model's maximum context length…"); a prompt
   over vLLM's scheduler limit ("Input prompt (N tokens) is too long and exceeds limit of M",
   a warning: the request is finished unserved).
+- **Over-length prompts without a refusal message**: the tokenizer's warning ``Token indices
+  sequence length is longer than the specified maximum sequence length for this model (N >
+  M)`` followed by an HTTP 400 access line: that 400 is a prompt over the context (the
+  warning is the cause the log gives); a warning followed by the engine's own refusal
+  message is that refusal, counted once.
+- **Client aborts**: SGLang's ``AbortReq(…)`` and vLLM's ``Aborted request …`` lines: the
+  client ended a request. A traceback after the last batch line that follows such aborts
+  is the server stopped after the client ended the run, not an aborted run nor an error
+  (``client_ended``; readers report each batch line through ``busy``).
 - **Tracebacks**: a traceback (with the tracebacks chained to it) whose exception is such a
   refusal is a refused request, not an error of the server; any other is reported as
-  before, by the log's reader (``on_traceback``).
+  before, by the log's reader (``on_traceback``), with its last line (the exception: a
+  dotted name ending in Error or Exception, or after a frame line any unindented
+  ``module.ClassName: …`` such as ``psutil.NoSuchProcess: …``).
 
 Everything is counted in bounded memory: arrivals are kept in columns (thinned beyond
 ``MAX_ARRIVALS``), refusals and statuses as counts.
@@ -31,7 +42,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ncuflow.phases.model.traces import Rejection, RequestArrivals, ServiceCounts
+from ncuflow.phases.model.traces import LogEvent, Rejection, RequestArrivals, ServiceCounts
 
 MAX_ARRIVALS = 1 << 19
 MAX_PENDING = 4096  # arrivals waiting for their "Added request" line before they are judged
@@ -65,6 +76,26 @@ PROCESS_PREFIX = re.compile(r"^\((?:APIServer|EngineCore\w*|VllmWorker\w*|Worker
 VLLM_ARRIVAL = "Received request "
 VLLM_ADDED = "Added request "
 SGLANG_ARRIVAL = "Receive: obj="
+# the client ended a request (SGLang logs the AbortReq it received, vLLM "Aborted request <id>.")
+CLIENT_ABORTS = ("AbortReq(", "Aborted request ")
+# the Hugging Face tokenizer's warning for a prompt longer than its model_max_length
+TOKENIZER_OVER_LENGTH = "longer than the specified maximum sequence length"
+OVER_CONTEXT = REFUSAL_CAUSES[0][0]  # the cause a 400 after that warning is counted under
+MAX_OVER_LENGTH = 64  # warnings waiting for their 400 (or the engine's own refusal message)
+
+
+def killed_after_client_event(time_s: float | None, line: int, exception: str, aborts: int) -> LogEvent:
+    """A traceback after the client ended the run (its aborts after the last batch line):
+    the server stopped (killed, its monitor threads failing), with the exception's last
+    line as the cause; no aborted run."""
+    cause = exception[:120] or "no exception line"
+    return LogEvent(
+        time_s,
+        line,
+        "shutdown",
+        f"the server was stopped after the client ended the run ({aborts} request(s) aborted by the "
+        f"client first); its exception at the stop: {cause}",
+    )
 
 
 def refusal_cause(text: str) -> str | None:
@@ -81,6 +112,19 @@ def is_exception_line(text: str) -> bool:
     ending in Error or Exception, then a colon or the end (no pattern: linear time)."""
     head = text[:200].split(":", 1)[0].strip()
     return head.endswith(("Error", "Exception")) and head.replace(".", "_").isidentifier()
+
+
+def names_exception_class(text: str) -> bool:
+    """``psutil.NoSuchProcess: process no longer exists``: an unindented line starting with a
+    dotted name whose last part is a class name (capitalised, not all capitals: no
+    ``INFO:``), the last line of a traceback whose exception is not called …Error."""
+    if not text or text[0].isspace():
+        return False
+    head = text[:200].split(":", 1)[0].rstrip()
+    last = head.rsplit(".", 1)[-1]
+    return (
+        head.replace(".", "_").isidentifier() and last[:1].isupper() and any(c.islower() for c in last)
+    )
 
 
 def without_process_prefix(text: str) -> str:
@@ -101,6 +145,7 @@ class _Traceback:
     time_s: float | None
     exception: str = ""
     cause: str | None = None
+    frames: bool = False  # a 'File "…"' line was read: an unindented class name ends it
 
 
 @dataclass
@@ -124,6 +169,10 @@ class ServiceLog:
     traceback: _Traceback | None = None
     chained: bool = False
     last_refusal: tuple[float | None, str] = (None, "")
+    client_aborts: int = 0
+    last_abort_line: int = 0
+    last_batch_line: int = 0  # the reader's last batch line with requests running or waiting
+    over_length: list[tuple[int, str]] = field(default_factory=list)  # (line, warning) awaiting a 400
 
     # ------------------------------------------------------------------ per line
 
@@ -132,6 +181,16 @@ class ServiceLog:
         the line's time (or the last one the log stated), asked only where it is needed."""
         if self._traceback_line(number, text, time_of):
             return True
+        if any(marker in text for marker in CLIENT_ABORTS):
+            self.client_aborts += 1
+            self.last_abort_line = number
+            return True
+        if TOKENIZER_OVER_LENGTH in text:
+            if len(self.over_length) < MAX_OVER_LENGTH:
+                at = text.find("(", text.find(TOKENIZER_OVER_LENGTH))
+                lengths = text[at : text.find(")", at) + 1][:40] if at >= 0 else ""
+                self.over_length.append((number, f"tokenizer: prompt {TOKENIZER_OVER_LENGTH} {lengths}".strip()))
+            return True
         if VLLM_ARRIVAL in text or SGLANG_ARRIVAL in text or VLLM_ADDED in text:
             return self._arrival(number, text, time_of())
         if "HTTP/" in text and '" ' in text:
@@ -139,6 +198,8 @@ class ServiceLog:
             if found and found.group("method") == "POST" and any(p in found.group("path") for p in GENERATION_PATHS):
                 status = int(found.group("status"))
                 self.statuses[status] = self.statuses.get(status, 0) + 1
+                if status == 400 and self.over_length:
+                    self._refused(OVER_CONTEXT, *self.over_length.pop(0))
                 return True
         cause = refusal_cause(text) if _MAY_REFUSE(text) else None
         if cause is not None:
@@ -146,6 +207,8 @@ class ServiceLog:
             moment = time_of()
             if self.last_refusal != (moment, message) or moment is None:
                 self._refused(cause, number, message)
+                if cause == OVER_CONTEXT and self.over_length:
+                    self.over_length.pop(0)  # the same request's tokenizer warning
             self.last_refusal = (moment, message)
             return True
         return False
@@ -163,11 +226,15 @@ class ServiceLog:
         found = self.traceback
         if found is None:
             return False
-        stripped = without_process_prefix(text).strip()
+        unprefixed = without_process_prefix(text)
+        stripped = unprefixed.strip()
         if any(stripped.startswith(c) for c in CHAINED):
             self.chained = True
             return True
-        if is_exception_line(stripped):
+        if stripped.startswith('File "'):
+            found.frames = True
+            return False
+        if is_exception_line(stripped) or (found.frames and names_exception_class(unprefixed)):
             found.exception = found.exception or stripped[:160]
             found.cause = found.cause or refusal_cause(stripped)
             self.chained = False
@@ -183,9 +250,19 @@ class ServiceLog:
         if found.cause is not None:
             self._refused(found.cause, found.line, found.exception)
             return
-        self.errors += 1
-        self.first_error_line = self.first_error_line or found.line
+        if not self.client_ended():  # the server stopped after its client: no error of it
+            self.errors += 1
+            self.first_error_line = self.first_error_line or found.line
         self.on_traceback(found.line, found.time_s, found.exception)
+
+    def busy(self, line: int) -> None:
+        """The reader read a batch line with requests running or waiting."""
+        self.last_batch_line = line
+
+    def client_ended(self) -> bool:
+        """The client aborted requests after the server's last batch line: the run was over
+        on the client's side."""
+        return self.client_aborts > 0 and self.last_abort_line > self.last_batch_line
 
     def flush(self) -> None:
         """A traceback still open at a line that is not part of it, or at the end."""

@@ -30,7 +30,7 @@ from ncuflow.phases.parse.chunked import mark_chunked_prefills
 from ncuflow.phases.parse.compact import SampleStore, folding_note, share_cap
 from ncuflow.phases.parse.format import LineFormat
 from ncuflow.phases.parse.reqstats import RequestTimingLog, find_marker, parse_request_line
-from ncuflow.phases.parse.service import ServiceLog
+from ncuflow.phases.parse.service import ServiceLog, killed_after_client_event
 from ncuflow.phases.parse.values import (
     BadValue,
     LogClock,
@@ -212,8 +212,11 @@ class SglangReader:
         if self.traceback_reported:
             return
         self.traceback_reported = True
+        if self.service.client_ended():
+            self.events.append(killed_after_client_event(time_s, line, exception, self.service.client_aborts))
+            return
         after_shutdown = any(e.kind == "shutdown" for e in self.events)
-        exception = exception[:120]
+        exception = exception[:120] or "no exception line"
         self.events.append(
             LogEvent(
                 time_s,
@@ -250,6 +253,7 @@ class SglangReader:
         if "#running-req" not in fields:
             self._malformed(number, line, "has no readable '#running-req: N' field")
             return
+        self.service.busy(number)
         if kind == "prefill" and "#new-seq" not in fields:
             self._malformed(number, line, "is a Prefill line without a readable '#new-seq: N' field")
             return
@@ -444,6 +448,9 @@ CAPABILITIES = Capabilities(
     preemption_word="retraction",
     arrival_lines=True,
     per_request_timings=True,
+    batch_field="#running-req",
+    throughput_field="gen throughput",
+    batch_cap_option="--max-running-requests",
 )
 FORMAT = LineFormat(
     name="sglang",
@@ -451,4 +458,5 @@ FORMAT = LineFormat(
     claims=claims_sglang,
     reader=lambda path, skip_malformed: SglangReader(path, skip_malformed),
     describe="an SGLang server log ('Prefill batch' / 'Decode batch' lines)",
+    help="'Prefill batch' / 'Decode batch' lines (any version, DP ranks split)",
 )

@@ -2,7 +2,9 @@
 
 vLLM (V0 and V1 engines) logs one line per ``--log-stats`` window (10 s by default) with the
 average prompt and generation throughput over the window and the running/waiting counts at
-its end, and (with speculative decoding) a ``SpecDecoding metrics`` line whose mean
+its end (``Running`` counts requests still in prefill too: where a build also prints ``Avg
+decode BS: X``, the window's decode batch, per-token time is read against that), and (with
+speculative decoding) a ``SpecDecoding metrics`` line whose mean
 acceptance length is attached to that window. ANSI colour codes and ``(APIServer pid=…)``
 prefixes are stripped. The log has no year, so times wrap at the new year (reported as an
 error if it happens). Lines are read one at a time (``VllmReader.feed``), each in time linear
@@ -22,7 +24,7 @@ from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 from ncuflow.phases.parse.compact import SampleStore, folding_note, share_cap
 from ncuflow.phases.parse.format import LineFormat
-from ncuflow.phases.parse.service import ServiceLog
+from ncuflow.phases.parse.service import ServiceLog, killed_after_client_event
 from ncuflow.phases.parse.values import DECIMAL, BadValue, LogClock, count_value, rate_value
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -39,6 +41,8 @@ STATS_TAIL = re.compile(
 STATS_HINT = re.compile(r"Running: \d+ reqs?")
 KV_USAGE = re.compile(rf"GPU KV cache usage: (?P<kv>{NUMBER})%")
 HIT_RATE = re.compile(rf"[Pp]refix cache hit rate: (?P<rate>{NUMBER})%")
+# a build that splits Running into prefill and decode (vLLM PR 25606): the window's averages
+DECODE_BATCH = re.compile(rf"Avg decode BS: (?P<batch>{NUMBER})")
 # vLLM V0 warns every 50th preemption: "Sequence group X is preempted by PreemptionMode.RECOMPUTE
 # mode because there is not enough KV cache space. … total_num_cumulative_preemption=N"
 PREEMPTED = "total_num_cumulative_preemption="
@@ -139,6 +143,8 @@ class VllmReader:
         window = min(sample.time_s - previous, WINDOW_S) if previous is not None else WINDOW_S
         self.prompt_tokens += (sample.prompt_throughput or 0.0) * window
         self.last_time, self.last_line, self.last_engine = sample.time_s, number, engine
+        if sample.running or sample.queued:
+            self.service.busy(number)
         store = self.stores.get(engine)
         if store is None:
             store = self.stores[engine] = SampleStore()
@@ -178,8 +184,12 @@ class VllmReader:
             return self.last_time
 
     def _traceback(self, line: int, time_s: float | None, exception: str) -> None:
-        if len(self.events) < 1000:
-            self.events.append(_traceback_event(time_s, line, shutting_down=self.shutting_down))
+        if len(self.events) >= 1000:
+            return
+        if self.service.client_ended():
+            self.events.append(killed_after_client_event(time_s, line, exception, self.service.client_aborts))
+            return
+        self.events.append(_traceback_event(time_s, line, shutting_down=self.shutting_down))
 
     def _preemption(self, number: int, line: str) -> None:
         at = line.find(PREEMPTED)
@@ -224,6 +234,7 @@ class VllmReader:
         engine = ENGINE.search(prefix)
         kv = KV_USAGE.search(line, tail.end())
         hit = HIT_RATE.search(line, tail.end())
+        decoding = DECODE_BATCH.search(line, tail.end())
         if hit is not None:
             self.hit_rate = rate_value("Prefix cache hit rate", hit.group("rate")) / 100
         return BatchSample(
@@ -237,6 +248,7 @@ class VllmReader:
             gen_throughput=rate_value("Avg generation throughput", tail.group("gen")),
             prompt_throughput=rate_value("Avg prompt throughput", tail.group("prompt")),
             kv_usage=rate_value("GPU KV cache usage", kv.group("kv")) / 100 if kv else None,
+            decoding=rate_value("Avg decode BS", decoding.group("batch")) if decoding else None,
         ), (engine.group("engine") if engine else "0")
 
     def _malformed(self, number: int, line: str, problem: str) -> None:
@@ -302,10 +314,13 @@ CAPABILITIES = Capabilities(
     admission_evidence="prompt throughput above 10 % of the generation throughput",
     queue=True,
     kv_usage=True,
-    preemption_lines=True,
+    preemption_lines=False,  # V0 warns every 50th preemption, V1 never: inferred
     preemption_word="preemption",
     arrival_lines=True,
     per_request_timings=False,
+    batch_field="Running",
+    throughput_field="Avg generation throughput",
+    batch_cap_option="--max-num-seqs",
 )
 FORMAT = LineFormat(
     name="vllm",
@@ -313,4 +328,5 @@ FORMAT = LineFormat(
     claims=lambda line: claims_vllm(strip_ansi(line)),
     reader=lambda path, skip_malformed: VllmReader(path, skip_malformed),
     describe="a vLLM server log ('Running: N reqs, Waiting: M reqs' lines)",
+    help="'Running: N reqs, Waiting: M reqs' statistics lines",
 )
