@@ -137,6 +137,19 @@ def _common(element: bytes) -> tuple[int, Number] | None:
     return None
 
 
+def _list_field_at(record: bytes, at: int, end: int) -> tuple[int | None, int]:
+    """Where the element of the field at ``at`` begins (None for a field that is no list element)
+    and the position after the field; ``DamagedList`` for a list field that is no message."""
+    key, at = _varint(record, at, end)
+    field, wire = key >> 3, key & 7
+    after = _skip(record, at, end, wire)
+    if field != _LIST_FIELD:
+        return None, after
+    if wire != _LENGTH:
+        raise DamagedList(f"the list field at byte {at} has wire type {wire}, not a message")
+    return _varint(record, at, end)[1], after
+
+
 def elements(record: bytes) -> Iterator[tuple[int, Number]]:
     """(correlation id, value) of each element of a ``MetricResult`` record's list, in order."""
     at, end = 0, len(record)
@@ -147,14 +160,9 @@ def elements(record: bytes) -> Iterator[tuple[int, Number]]:
                 yield common
                 at = after
                 continue
-        key, at = _varint(record, at, end)
-        field, wire = key >> 3, key & 7
-        after = _skip(record, at, end, wire)
-        if field == _LIST_FIELD:
-            if wire != _LENGTH:
-                raise DamagedList(f"the list field at byte {at} has wire type {wire}, not a message")
-            yield _element(record, _varint(record, at, end)[1], after)
-        at = after
+        start, at = _list_field_at(record, at, end)
+        if start is not None:
+            yield _element(record, start, at)
 
 
 def _text_value(data: bytes, at: int, end: int) -> str | None:
@@ -176,14 +184,9 @@ def labelled_elements(record: bytes) -> Iterator[tuple[str, Number]]:
     ``sass__inst_executed_per_opcode``), in order; ``DamagedList`` for any other element."""
     at, end = 0, len(record)
     while at < end:
-        key, at = _varint(record, at, end)
-        field, wire = key >> 3, key & 7
-        after = _skip(record, at, end, wire)
-        if field == _LIST_FIELD:
-            if wire != _LENGTH:
-                raise DamagedList(f"the list field at byte {at} has wire type {wire}, not a message")
-            yield _labelled(record, _varint(record, at, end)[1], after)
-        at = after
+        start, at = _list_field_at(record, at, end)
+        if start is not None:
+            yield _labelled(record, start, at)
 
 
 def _labelled(data: bytes, at: int, end: int) -> tuple[str, Number]:
