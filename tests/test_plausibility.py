@@ -107,3 +107,19 @@ def test_store_check_names_the_launches_whose_values_cannot_be(identical: Path, 
     assert len(lines) == 1 + len(COPIES) and all("counters: the same" in line for line in lines)
     assert f"{1 + len(COPIES)} launches whose values cannot be" in result.output
     assert result.exit_code == 0, result.output  # the runs are whole: nothing to move aside
+
+
+@pytest.mark.parametrize("long_metrics", [False, True])
+def test_export_names_the_implausible_launches_in_a_column(identical: Path, tmp_path: Path, long_metrics: bool) -> None:
+    """export's launches table carries ``implausible`` as classify --json does, with and without
+    --metrics-long (which reads the report launch by launch)."""
+    import polars as pl
+
+    out = tmp_path / "launches.parquet"
+    argv = ["export", str(identical), "-o", str(out)] + (["--metrics-long"] if long_metrics else [])
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 0, result.output
+    table = pl.read_parquet(out)
+    flagged = {row["action"] for row in table.iter_rows(named=True) if IDENTICAL_KEY in row["implausible"]}
+    assert flagged == {launch.action_index for launch in read_launches(identical) if IDENTICAL_KEY in launch.implausible}
+    assert flagged == {ORIGIN, *COPIES}

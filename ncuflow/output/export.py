@@ -107,6 +107,9 @@ def launches_schema() -> dict[str, Any]:
             "nvidia_reason": pl.String,
             "missing": pl.List(pl.String),
             "notes": pl.List(pl.String),  # "field: why it holds what it holds" (read.sanity)
+            # the fields whose stored values cannot be, and "counters" where another kernel of the
+            # report holds the very same ones (read.sanity, read.plausibility); empty when plausible
+            "implausible": pl.List(pl.String),
         }
     )
     return schema

@@ -21,6 +21,7 @@ from ncuflow.read.extract import iter_launches_with_metrics, read_launches
 from ncuflow.read.launch import Launch
 from ncuflow.read.metrics import FIELDS
 from ncuflow.read.options import READ_DEFAULT, ReadOptions
+from ncuflow.read.plausibility import flag_identical_counters
 from ncuflow.read.runs import manifest_kernel_filter
 
 if TYPE_CHECKING:  # a plain report's rows import no store
@@ -95,6 +96,7 @@ def launch_record(launch: Launch, verdict: Verdict, identity: RunIdentity = _NO_
             "nvidia_reason": nvidia.reason if nvidia else None,
             "missing": list(launch.missing),
             "notes": [f"{name}: {note}" for name, note in launch.notes.items()],
+            "implausible": list(launch.implausible),
         }
     )
     return record
@@ -219,4 +221,5 @@ def _launches_writing_metrics(report: Path, record: RunRecord | None, folder: Pa
                 }
             )
     metrics.close()
-    return (with_escalations(record, tuple(tier1), read) if record is not None else tuple(tier1)), metrics.rows
+    launches = flag_identical_counters(tuple(tier1))  # as read_launches names them
+    return (with_escalations(record, launches, read) if record is not None else launches), metrics.rows
