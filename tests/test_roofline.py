@@ -89,6 +89,23 @@ def test_the_report_has_a_roofline_page_and_a_latency_section(tmp_path: Path) ->
     assert (tmp_path / "r" / plot).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_a_report_of_many_gpus_draws_every_gpu_on_pages_of_six(corpus_dir: Path, tmp_path: Path) -> None:
+    """As `ncuflow roofline` does: one picture a page of at most 6 GPUs, each named by report.md,
+    every GPU of the reports on one of them (none left out)."""
+    from ncuflow.analyze.roofline import pages
+
+    out = tmp_path / "r"
+    result = CliRunner().invoke(cli, ["report", str(corpus_dir), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    report_id = text.rsplit("Report id: `", 1)[1][:8]
+    lines = rooflines(point_groups(ALL.load([corpus_dir]).runs))
+    expected = ["roofline-" + (f"{n}-" if n > 1 else "") + f"{report_id}.png" for n in range(1, len(pages(lines)) + 1)]
+    assert len(expected) > 1 and sorted(p.name for p in out.glob("roofline*.png")) == sorted(expected)
+    assert all(f"![hierarchical roofline]({name})" in text for name in expected)
+    assert text.count("\n### ") >= len(lines)  # every GPU's ceilings and points in the page
+
+
 def test_the_notes_say_how_to_collect_flops_under_that_reason(corpus_dir: Path) -> None:
     """A panel left out for two reasons (no FLOP count; no duration) puts the way to collect
     FLOP counts right under the FLOP reason, not under the other one."""

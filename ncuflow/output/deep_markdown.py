@@ -20,14 +20,14 @@ def _si(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def roofline_markdown(lines: Sequence[Roofline], plot: str | None) -> list[str]:
+def roofline_markdown(lines: Sequence[Roofline], plots: Sequence[str]) -> list[str]:
     """``## Roofline``: the chart, each GPU's ceilings, a row per point, and what was left out."""
     out = ["", "## Roofline", "",
            "Achieved FLOP/s against arithmetic intensity to DRAM, L2 and L1 (FLOPs over the bytes moved at "
            "each level), under the chip's ceilings from the reports' own peak metrics; colour = the max "
            "model's verdict. A kernel far below every roof is not limited by FLOPs or bytes (see the "
            "latency section)."]
-    if plot:
+    for plot in plots:  # one picture a page of at most 6 GPUs
         out += ["", f"![hierarchical roofline]({plot})"]
     for line in lines:
         roofs = [f"{LEVEL_TITLES[c.name]} {_si(c.value, 'B/s')}" for c in line.bandwidth]

@@ -65,20 +65,24 @@ def _planned_plots(analysis: Analysis, report_id: str) -> list[tuple[str, str, o
         for index, ge in enumerate(explained):
             planned.append((f"sweep:{param}:{index}",
                             f"sweep-{_slug(param)}-{index}-{_slug(ge.group.cell)}-{report_id}.png", ge))
-    if analysis.points:
-        planned.append(("roofline", f"roofline-{report_id}.png", _rooflines(analysis)))
+    for number, page in enumerate(_roofline_pages(analysis), start=1):  # at most 6 GPUs a picture
+        planned.append(("roofline", f"roofline-{report_id}.png", page) if number == 1 else
+                       (f"roofline:{number}", f"roofline-{number}-{report_id}.png", page))
     return planned
 
 
-def _rooflines(analysis: Analysis) -> tuple[Any, ...]:
-    """The roofline of the report's points, one per GPU (``ncuflow.analyze.roofline``)."""
-    from ncuflow.analyze.roofline import measurement_groups, rooflines
+def _roofline_pages(analysis: Analysis) -> tuple[tuple[Any, ...], ...]:
+    """The roofline of the report's points, one per GPU, on pages of at most 6 panels
+    (``ncuflow.analyze.roofline.pages``, as ``ncuflow roofline`` writes them)."""
+    from ncuflow.analyze.roofline import measurement_groups, pages, rooflines
 
-    return rooflines(measurement_groups([s.point for s in analysis.points]), analysis.threshold)
+    if not analysis.points:
+        return ()
+    return pages(rooflines(measurement_groups([s.point for s in analysis.points]), analysis.threshold))
 
 
 # The plots a report writes (with the id of their report; without it, as before issue 24).
-_REPORT_PLOT = re.compile(r"(terms|terms-\d+|roofline|sweep-.+-\d+-.+?)(-[0-9a-f]{8})?\.png")
+_REPORT_PLOT = re.compile(r"(terms|terms-\d+|roofline|roofline-\d+|sweep-.+-\d+-.+?)(-[0-9a-f]{8})?\.png")
 REPORT_PLOT_KIND = "report"  # the first word of a report plot's ``ncuflow.plot`` text chunk
 
 
@@ -170,7 +174,7 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
             kind = f"{REPORT_PLOT_KIND} {key}"
             if key.startswith("terms"):
                 plot_terms(what, temporary, threshold=analysis.threshold, every=analysis.points, kind=kind)  # type: ignore[arg-type]
-            elif key == "roofline":
+            elif key.startswith("roofline"):
                 plot_rooflines(what, temporary, kind=kind)  # type: ignore[arg-type]
             else:
                 plot_sweep(what, temporary, threshold=analysis.threshold, kind=kind)  # type: ignore[arg-type]
@@ -179,8 +183,9 @@ def write_report(analysis: Analysis, out_dir: Path, *, with_parquet: bool = True
                 progress(len(plots) - 1, out / name)
         for (table, frame), temporary in zip(tables.items(), temporaries[len(plot_paths):], strict=False):
             write_parquet(frame, temporary, table=table, metadata={"ncuflow.report_id": report_id})
-        lines = next((what for key, _name, what in planned if key == "roofline"), ())
-        extra = [*roofline_markdown(lines, plots.get("roofline")), *waiting_markdown(analysis),  # type: ignore[arg-type]
+        lines = [line for key, _name, what in planned if key.startswith("roofline") for line in what]  # type: ignore[attr-defined]
+        pictures = [name for key, name in plots.items() if key.startswith("roofline")]
+        extra = [*roofline_markdown(lines, pictures), *waiting_markdown(analysis),
                  *findings_markdown(analysis)]
         text = report_markdown(analysis, plots, extra) + (
             f"\nReport id: `{report_id}` (in the name of each plot, and as `ncuflow.report_id` in the "
