@@ -108,7 +108,7 @@ def test_a_link_to_a_log_is_read(tmp_path: Path) -> None:
     link = tmp_path / "link.log"
     link.symlink_to(real)
     (report,) = build_report([link]).files
-    assert report.runs[0].peak_batch == 8
+    assert report.runs[0].shape.peak_batch == 8
 
 
 # ----------------------------------------------------------------------------- linear time, bounded memory
@@ -122,7 +122,7 @@ def test_a_100k_character_decode_line_is_read_in_linear_time(tmp_path: Path) -> 
     started = time.process_time()
     (report,) = build_report([path]).files
     assert time.process_time() - started < 2.0
-    assert report.runs[0].peak_batch == 8
+    assert report.runs[0].shape.peak_batch == 8
 
 
 def test_vllm_and_spec_lines_of_100k_characters(tmp_path: Path) -> None:
@@ -211,7 +211,7 @@ def test_an_impossible_date_on_a_line_that_is_no_statistics_is_ignored(tmp_path:
     path = tmp_path / "server.log"
     path.write_text("\n".join(["[2026-13-45 07:00:00] INFO server starting", *good_log()]) + "\n")
     (report,) = build_report([path]).files
-    assert report.runs[0].peak_batch == 8 and report.clock_origin == "2026-01-04 07:00:00"
+    assert report.runs[0].shape.peak_batch == 8 and report.clock_origin == "2026-01-04 07:00:00"
 
 
 @pytest.mark.parametrize(
@@ -249,7 +249,7 @@ def test_request_timing_lines_that_cannot_be_read_are_counted_not_used(tmp_path:
     (report,) = build_report([path]).files
     assert any("1 per-request timing line(s) that cannot be read left out (first at line 5)" in n
                for n in report.file_notes)
-    assert report.runs[0].server_requests is None
+    assert report.runs[0].server.server_requests is None
 
 
 # ----------------------------------------------------------------------------- odd files
@@ -328,7 +328,7 @@ def test_millions_of_short_runs_are_thinned_not_held(tmp_path: Path, monkeypatch
     (report,) = build_report([path]).files
     assert 128 <= len(report.runs) <= 256
     assert any("holds 3,000 runs: only every 16th was analysed" in n for n in report.file_notes)
-    assert all(r.peak_batch == 1 for r in report.runs)
+    assert all(r.shape.peak_batch == 1 for r in report.runs)
 
 
 # ----------------------------------------------------------------------------- issue 31: values of JSON traces
@@ -461,7 +461,7 @@ def test_a_jsonl_of_many_short_runs_is_thinned_like_a_server_log(tmp_path: Path,
     path = tmp_path / "quiet.jsonl"
     _one_request_runs(path, 100)
     (report,) = build_report([path]).files
-    assert [r.run_label for r in report.runs] == [f"quiet #{k}" for k in range(1, 101, 8)]
+    assert [r.identity.run_label for r in report.runs] == [f"quiet #{k}" for k in range(1, 101, 8)]
     assert "the trace holds 100 runs: only every 8th was analysed, in time order (kept in bounded memory)" in \
         report.file_notes
 

@@ -119,7 +119,7 @@ def test_a_new_format_is_one_module_and_one_registry_entry(tmp_path: Path, monke
     assert file.source_format == "Toy server log" and file.capabilities is TOY
     (run,) = file.runs
     assert run.phase(PhaseKind.STEADY).token_s is not None and run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(0.02)
-    assert "5-s Toy stats window" in run.step_method  # its own window, its own name
+    assert "5-s Toy stats window" in run.timing.step_method  # its own window, its own name
     text = render_text(report)
     assert "Toy server log" in text and "vLLM" not in text and "SGLang" not in text
     assert "toy" in registry.format_names()

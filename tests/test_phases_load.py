@@ -35,7 +35,7 @@ def analyse(path: Path) -> FileReport:
 
 
 def overload_segments(run: RunAnalysis) -> list:
-    return [s for s in run.segments if s.kind is SegmentKind.OVERLOAD]
+    return [s for s in run.shape.segments if s.kind is SegmentKind.OVERLOAD]
 
 
 # --------------------------------------------------------------------------- overload
@@ -66,7 +66,7 @@ def test_preemption_at_a_full_cache_is_overload_not_drain(tmp_path: Path, v0: bo
     assert run.phase(PhaseKind.OVERLOAD).seconds == stretch.phase(PhaseKind.OVERLOAD).seconds > 60
     text = render_text(build_report([tmp_path / "vllm.log"]))
     assert "overload" in text and ("inferred" in text) is (not v0)
-    assert not any("drain" in n and "overload" not in n for n in run.cannot)
+    assert not any("drain" in n and "overload" not in n for n in run.findings.cannot)
 
 
 def test_kv_bound_queue_on_the_shared_logs_is_overload(serving_logs_dir: Path) -> None:
@@ -80,14 +80,14 @@ def test_kv_bound_queue_on_the_shared_logs_is_overload(serving_logs_dir: Path) -
     retracted = [int(n) for n in re.findall(r"#retracted_reqs: (\d+)", path.read_text())]
     assert retracted and stretch.preempted == sum(retracted)
     assert not stretch.preemption_inferred
-    assert all(s.kind is not SegmentKind.PLATEAU for s in run.segments)  # no level of the client's
-    assert any("full KV cache" in c for c in run.cannot)
+    assert all(s.kind is not SegmentKind.PLATEAU for s in run.shape.segments)  # no level of the client's
+    assert any("full KV cache" in c for c in run.findings.cannot)
 
 
 def test_queue_causes_are_named(tmp_path: Path) -> None:
     sim = load.vllm_burst_overload(400)
     (run,) = analyse(write(tmp_path, "vllm.log", sim.lines)).runs
-    causes = {c.cause: c for c in run.queue_causes}
+    causes = {c.cause: c for c in run.overload.queue_causes}
     assert set(causes) == {"KV cache full", "admissions still prefilling"}
     assert causes["admissions still prefilling"].max_queued == max(w for _, _, w, _ in sim.windows[:2])
 
@@ -98,9 +98,9 @@ def test_queue_causes_are_named(tmp_path: Path) -> None:
 def test_vllm_arrival_lines_bound_queue_wait_and_ttft(tmp_path: Path) -> None:
     sim = load.vllm_burst_overload(400)
     (run,) = analyse(write(tmp_path, "vllm.log", sim.lines)).runs
-    arrivals = run.arrivals
+    arrivals = run.server.arrivals
     assert arrivals is not None and arrivals.requests == 400 and arrivals.refused == 0
-    assert not any("not measurable" in c for c in run.cannot)
+    assert not any("not measurable" in c for c in run.findings.cannot)
     waits = sorted((r.admitted_s or 0.0) - r.arrival.time_s for r in sim.requests)
     first_tokens = sorted((r.first_s or 0.0) - r.arrival.time_s for r in sim.requests)
     assert arrivals.queue_wait_low_s is not None and arrivals.queue_wait_s is not None
@@ -113,13 +113,13 @@ def test_vllm_arrival_lines_bound_queue_wait_and_ttft(tmp_path: Path) -> None:
 def test_sglang_arrival_lines_give_exact_queue_waits(tmp_path: Path) -> None:
     sim = load.sglang_long_context()
     (run,) = analyse(write(tmp_path, "sglang.log", sim.lines)).runs
-    arrivals = run.arrivals
+    arrivals = run.server.arrivals
     assert arrivals is not None and arrivals.requests == 2
     waits = [(r.admitted_s or 0.0) - r.arrival.time_s for r in sim.requests]
     assert arrivals.queue_wait_s is not None and arrivals.queue_wait_low_s is not None
     assert arrivals.queue_wait_s.maximum == pytest.approx(max(waits), abs=1.0)  # 1-s timestamps
     assert arrivals.queue_wait_s.median == arrivals.queue_wait_low_s.median  # exact, not bounds
-    assert not any(c.startswith("TTFT distribution") for c in run.cannot)
+    assert not any(c.startswith("TTFT distribution") for c in run.findings.cannot)
 
 
 # --------------------------------------------------------------------------- long prefill
@@ -136,7 +136,7 @@ def test_a_long_prefill_is_not_warm_up_and_its_queue_is_named(tmp_path: Path) ->
     (stretch,) = overload_segments(run)
     assert stretch.queued_max == 1 and stretch.kv_usage_max is not None and stretch.kv_usage_max > 0.95
     assert "full KV cache" in text
-    prefill = next(n for n in run.notes if n.startswith("prefill:"))
+    prefill = next(n for n in run.findings.notes if n.startswith("prefill:"))
     seconds = float(prefill.split("≈ ")[-1].split(" s")[0])
     assert seconds == pytest.approx(24_300 / 12_000, rel=0.2)
     assert "not warm-up" in prefill
@@ -148,9 +148,9 @@ def test_a_long_prefill_without_a_prefill_throughput_is_still_no_warm_up(tmp_pat
     (run,) = analyse(path).runs
     text = render_text(build_report([path]))
     assert "graph capture" not in text and "first-step warm-up" not in text
-    prefill = next(n for n in run.notes if n.startswith("prefill:"))
+    prefill = next(n for n in run.findings.notes if n.startswith("prefill:"))
     assert "24,300 tokens" in prefill and "up to that much prefill" in prefill
-    assert any("cannot be told apart" in n for n in run.notes)
+    assert any("cannot be told apart" in n for n in run.findings.notes)
 
 
 def test_warm_up_column_agrees_with_the_reconciliation(serving_logs_dir: Path) -> None:
@@ -160,16 +160,17 @@ def test_warm_up_column_agrees_with_the_reconciliation(serving_logs_dir: Path) -
     report = analyse(path)
     text = render_text(build_report([path]))
     for run in report.runs:
-        rec = run.reconciliation
+        rec = run.tokens.reconciliation
         if rec is None:
             continue
         terms = {t.name: t for t in rec.terms}
-        assert run.warmup is not None and run.warmup_excess_s is not None and run.warmup_prefill_s is not None
+        split = run.shape.warmup_split
+        assert run.shape.warmup is not None and split is not None and split.prefill_s is not None
         # the interval is the last admission's prefill + ordinary decode steps + warm-up
-        assert run.warmup_prefill_s + run.warmup_excess_s < run.warmup.duration_s
-        assert terms["warm-up"].detail.startswith(f"{run.warmup_excess_s:.2f} s")
-        row = next(line for line in text.splitlines() if line.strip().startswith(run.run_label + " "))
-        assert f" {run.warmup_excess_s:.1f} s " in row
+        assert split.prefill_s + split.excess_s < run.shape.warmup.duration_s
+        assert terms["warm-up"].detail.startswith(f"{split.excess_s:.2f} s")
+        row = next(line for line in text.splitlines() if line.strip().startswith(run.identity.run_label + " "))
+        assert f" {split.excess_s:.1f} s " in row
 
 
 # --------------------------------------------------------------------------- sessions
@@ -214,8 +215,8 @@ def test_context_length_refusals_are_named_not_errors(tmp_path: Path) -> None:
     (rejection,) = session.service.rejections
     assert rejection.cause == "context length" and rejection.count == refused
     assert dict(session.service.http_status)[400] == refused and session.service.errors == 0
-    assert session.runs_aborted == 0 and not any(r.abort_time_s for r in report.runs)
-    assert not any("traceback" in n for r in report.runs for n in r.notes)
+    assert session.runs_aborted == 0 and not any(r.plot.abort_time_s for r in report.runs)
+    assert not any("traceback" in n for r in report.runs for n in r.findings.notes)
     text = CliRunner().invoke(cli, ["phases", str(path)]).output
     assert f"refused: {refused} request(s), context length" in text
 
@@ -244,9 +245,9 @@ def test_two_waves_of_a_trace_are_two_segments(tmp_path: Path) -> None:
     records = load.jsonl_waves(16, 8, output=256, step_s=0.00656)
     path = write(tmp_path, "waves.jsonl", [json.dumps(r) for r in records])
     (run,) = analyse(path).runs
-    assert [s.level for s in run.segments] == [8, 8]
-    assert run.harness_tpot_s is None and any("2 generations" in c for c in run.cannot)
-    for segment in run.segments:
+    assert [s.level for s in run.shape.segments] == [8, 8]
+    assert run.tokens.harness_tpot_s is None and any("2 generations" in c for c in run.findings.cannot)
+    for segment in run.shape.segments:
         assert segment.phase(PhaseKind.STEADY).token_s is not None
         assert segment.phase(PhaseKind.STEADY).token_s.median == pytest.approx(0.00656, rel=0.02)
         rec = segment.reconciliation
@@ -256,7 +257,7 @@ def test_two_waves_of_a_trace_are_two_segments(tmp_path: Path) -> None:
     assert "seg 1:" in text and "seg 2:" in text
     # the JSON carries each wave's own TPOT and its reconciliation, as docs/phases.md says
     (run_json,) = json.loads(CliRunner().invoke(cli, ["phases", str(path), "--json"]).output)["files"][0]["runs"]
-    for segment, shown in zip(run.segments, run_json["segments"], strict=True):
+    for segment, shown in zip(run.shape.segments, run_json["segments"], strict=True):
         assert shown["harness_tpot_s"] == segment.harness_tpot_s == segment.reconciliation.reported_tpot_s
         assert shown["reconciliation"]["reported_tpot_s"] == segment.harness_tpot_s
 
@@ -264,7 +265,7 @@ def test_two_waves_of_a_trace_are_two_segments(tmp_path: Path) -> None:
 def test_a_single_generation_keeps_its_harness_tpot(tmp_path: Path) -> None:
     records = load.jsonl_waves(8, 8)
     (run,) = analyse(write(tmp_path, "one.jsonl", [json.dumps(r) for r in records])).runs
-    assert run.segments == () and run.harness_tpot_s is not None
+    assert run.shape.segments == () and run.tokens.harness_tpot_s is not None
 
 
 # --------------------------------------------------------------------------- hostile lines
@@ -296,7 +297,7 @@ def test_request_lines_that_attack_the_reader_cost_linear_time(tmp_path: Path) -
     assert time.process_time() - began < 10  # 2 s here; a quadratic reader took minutes
     session = report.session
     assert session is not None and session.service.errors <= 1
-    arrivals = report.runs[0].arrivals
+    arrivals = report.runs[0].server.arrivals
     assert arrivals is not None and arrivals.refused >= 50_000 - 4096  # never added: refused
 
 
@@ -305,10 +306,10 @@ def test_a_batch_that_falls_window_after_window_held_no_level(tmp_path: Path) ->
     fall, never 'steady at 555' nor tails 'held' at each level."""
     sim = load.vllm_burst_that_never_holds()
     (run,) = analyse(write(tmp_path, "vllm.log", sim.lines)).runs
-    kinds = [s.kind for s in run.segments]
+    kinds = [s.kind for s in run.shape.segments]
     assert kinds == [SegmentKind.BURST, SegmentKind.OVERLOAD]
-    assert run.phase(PhaseKind.STEADY).span is None and not any("tail" in n for n in run.notes)
-    burst = run.segments[0]
+    assert run.phase(PhaseKind.STEADY).span is None and not any("tail" in n for n in run.findings.notes)
+    burst = run.shape.segments[0]
     assert burst.phase(PhaseKind.BURST).token_s is not None
     peak_steps = [s for t, batch, s in sim.decode_steps if 30 < t <= 50 and s]
     assert burst.phase(PhaseKind.BURST).token_s.median == pytest.approx(statistics.fmean(peak_steps), rel=0.1)
@@ -326,7 +327,7 @@ def test_added_lines_whose_ids_differ_do_not_refuse_arrivals(tmp_path: Path, rew
             line = head + "Added request " + (rid.removesuffix(".") + "-9f3a2c1b." if rewrite == "suffix" else f"{k}.")
         lines.append(line)
     (run,) = analyse(write(tmp_path, "vllm.log", lines)).runs
-    assert run.arrivals is not None and run.arrivals.requests == 400 and run.arrivals.refused == 0
+    assert run.server.arrivals is not None and run.server.arrivals.requests == 400 and run.server.arrivals.refused == 0
 
 
 def test_every_refusal_marker_passes_the_cheap_line_test() -> None:

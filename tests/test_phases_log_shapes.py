@@ -83,9 +83,9 @@ def test_one_level_on_both_sides_of_an_overload_stretch(tmp_path: Path) -> None:
     64 were merged across the overload stretch between them, which then lay inside one."""
     report = analyse(tmp_path, two_waves_at_a_full_cache())
     (run,) = report.runs
-    kinds = [s.kind.value for s in run.segments]
+    kinds = [s.kind.value for s in run.shape.segments]
     assert kinds == ["plateau", "overload", "plateau"]
-    ends = [(s.plateau.start_s, s.plateau.end_s) for s in run.segments]
+    ends = [(s.plateau.start_s, s.plateau.end_s) for s in run.shape.segments]
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(ends))
     assert "overload" in render_text(build_report([tmp_path / "server.log"]))
 
@@ -103,7 +103,7 @@ def test_no_window_shape_breaks_the_analysis(tmp_path: Path) -> None:
             lines.append(vllm_window(index, running, waiting, kv, prompt=rng.choice([0.0, 50.0, 9000.0])))
         report = analyse(tmp_path, lines, f"case{case}.log")
         for run in report.runs:
-            spans = [(s.plateau.start_s, s.plateau.end_s) for s in run.segments]
+            spans = [(s.plateau.start_s, s.plateau.end_s) for s in run.shape.segments]
             assert spans == sorted(spans), (case, lines)
             assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), (case, lines)
 
@@ -131,13 +131,13 @@ def test_a_format_that_logs_its_retractions_infers_none(tmp_path: Path) -> None:
     text = render_text(build_report([tmp_path / "server.log"]))
     assert report.runs[0].phase(PhaseKind.OVERLOAD).seconds > 0
     assert "preempted" not in text and "inferred" not in text
-    assert all(s.preempted == 0 and not s.preemption_inferred for r in report.runs for s in r.segments)
+    assert all(s.preempted == 0 and not s.preemption_inferred for r in report.runs for s in r.shape.segments)
 
 
 def test_a_format_that_cannot_log_preemptions_infers_them(tmp_path: Path) -> None:
     """vLLM V1 prints no preemption: the same shape there is counted as inferred."""
     report = analyse(tmp_path, full_cache_growing_queue(decode=False))
-    assert any(s.preemption_inferred and s.preempted > 0 for r in report.runs for s in r.segments)
+    assert any(s.preemption_inferred and s.preempted > 0 for r in report.runs for s in r.shape.segments)
     assert "preempted (inferred" in render_text(build_report([tmp_path / "server.log"]))
 
 
@@ -257,7 +257,7 @@ def test_requests_in_prefill_are_kept_out_of_the_decode_batch_where_the_log_says
     unsaid = analyse(tmp_path, agentic_windows(decode_batch=False), "unsaid.log").runs[0]
     generation = 40 / 0.10  # the line's Avg generation throughput
     for run, batch in ((said, 20.0), (unsaid, 40.0)):
-        per_token = [s.phase(PhaseKind.MIXED).token_s or s.phase(PhaseKind.STEADY).token_s for s in run.segments]
+        per_token = [s.phase(PhaseKind.MIXED).token_s or s.phase(PhaseKind.STEADY).token_s for s in run.shape.segments]
         assert per_token[0] is not None
         assert abs(per_token[0].median - batch / generation) < 1e-6
 
@@ -299,17 +299,17 @@ def test_a_wave_of_sessions_is_one_level_and_its_wind_down(tmp_path: Path) -> No
     smaller batch makes faster), the wind-down named once with its own per-token time."""
     lines, waves = two_waves_of_sessions()
     report = analyse(tmp_path, lines)
-    assert [r.steady_batch for r in report.runs] == list(waves)
+    assert [r.shape.steady_batch for r in report.runs] == list(waves)
     for run, (sessions, steps) in zip(report.runs, waves.items(), strict=True):
-        assert [s.level for s in run.segments] == [sessions]
-        assert run.headline_token_s is not None
-        assert abs(run.headline_token_s - step_s(sessions)) < 1e-3
-        (note,) = [n for n in run.notes if n.startswith("wind-down")]
+        assert [s.level for s in run.shape.segments] == [sessions]
+        assert run.timing.headline_token_s is not None
+        assert abs(run.timing.headline_token_s - step_s(sessions)) < 1e-3
+        (note,) = [n for n in run.findings.notes if n.startswith("wind-down")]
         assert " → ".join(map(str, steps)) in note
         low, high = step_s(steps[-1]) * 1000, step_s(steps[0]) * 1000
         median_ms = float(note.split("per-token ")[1].split(" ms")[0])
         assert low <= median_ms <= high  # its own: between its steps' step times
-        (segment,) = run.segments
+        (segment,) = run.shape.segments
         assert segment.phase(PhaseKind.DRAIN).span is not None and segment.phase(PhaseKind.DRAIN).span.duration_s >= 3 * 10 * len(steps)
 
 
@@ -320,8 +320,8 @@ def test_a_sweep_stepping_down_keeps_its_levels(tmp_path: Path) -> None:
     lines = [vllm_window(k, n, 0, 40.0, step_s=step_s(n) if n else 0.05,
                          prompt=p or 0.05 * (n / step_s(n) if n else 0)) for k, (n, p) in enumerate(rows)]
     (run,) = analyse(tmp_path, lines).runs
-    assert [s.level for s in run.segments] == [64, 32, 16]
-    assert not any(n.startswith("wind-down") for n in run.notes)
+    assert [s.level for s in run.shape.segments] == [64, 32, 16]
+    assert not any(n.startswith("wind-down") for n in run.findings.notes)
 
 
 def test_the_headline_is_the_longest_level(tmp_path: Path) -> None:
@@ -331,9 +331,9 @@ def test_the_headline_is_the_longest_level(tmp_path: Path) -> None:
     lines = [vllm_window(k, n, 0, 40.0, step_s=step_s(n) if n else 0.05,
                          prompt=p or 0.05 * (n / step_s(n) if n else 0)) for k, (n, p) in enumerate(rows)]
     (run,) = analyse(tmp_path, lines).runs
-    assert sorted(s.level for s in run.segments) == [32, 64]
-    assert run.steady_batch == 32
-    assert run.headline_token_s is not None and abs(run.headline_token_s - step_s(32)) < 1e-3
+    assert sorted(s.level for s in run.shape.segments) == [32, 64]
+    assert run.shape.steady_batch == 32
+    assert run.timing.headline_token_s is not None and abs(run.timing.headline_token_s - step_s(32)) < 1e-3
 
 
 def test_the_plot_label_sits_on_the_curve_it_names(tmp_path: Path) -> None:
@@ -345,8 +345,8 @@ def test_the_plot_label_sits_on_the_curve_it_names(tmp_path: Path) -> None:
 
     lines, _ = two_waves_of_sessions()
     run = analyse(tmp_path, lines).runs[0]
-    assert run.phase(PhaseKind.STEADY).span is not None and run.headline_token_s is not None
-    moved = replace(run, headline_token_s=run.headline_token_s * 0.7)  # a value off the curve
+    assert run.phase(PhaseKind.STEADY).span is not None and run.timing.headline_token_s is not None
+    moved = replace(run, timing=replace(run.timing, headline_token_s=run.timing.headline_token_s * 0.7))  # a value off the curve
     height = _on_curve(moved, run.phase(PhaseKind.STEADY).span.start_s, run.phase(PhaseKind.STEADY).span.end_s, 0.0)
     assert abs(height - step_s(64)) < 1e-3
 
@@ -443,8 +443,8 @@ def test_a_per_request_format_is_one_module_and_one_registry_row(tmp_path: Path,
     (file,) = report.files
     (run,) = file.runs
     assert file.source_format == TOY_REQUESTS.title
-    assert run.peak_batch == 16  # all sixteen overlap
-    assert run.ttft_s is not None and abs(run.ttft_s.median - 0.5) < 1e-6
+    assert run.shape.peak_batch == 16  # all sixteen overlap
+    assert run.timing.ttft_s is not None and abs(run.timing.ttft_s.median - 0.5) < 1e-6
     text = render_text(report)
     assert TOY_REQUESTS.title in text
     others = [f for f in (*registry.LINE_FORMATS, *registry.JSON_FORMATS) if f is not TOY_REQUEST_FORMAT]
@@ -479,4 +479,4 @@ def queue_total_pending() -> list[str]:
 def test_a_queue_total_in_pending_tokens_counts_every_admission(tmp_path: Path) -> None:
     """Was 43 of 48: each line with pending tokens read as one request cut off."""
     (run,) = analyse(tmp_path, queue_total_pending()).runs
-    assert run.requests_total == 48
+    assert run.admission.requests_total == 48

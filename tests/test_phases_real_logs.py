@@ -40,17 +40,17 @@ def test_dp_attention_waves(serving_logs_dir: Path) -> None:
     assert report.ranks == ("DP0", "DP1")
     assert len(report.runs) == 8  # 4 synchronized waves per rank
     for run in report.runs:
-        assert run.steady_batch == 72
+        assert run.shape.steady_batch == 72
         assert run.phase(PhaseKind.STEADY).token_s is not None
         assert 0.040 < run.phase(PhaseKind.STEADY).token_s.median < 0.045  # bench block: median ITL 41.07 ms
         assert run.phase(PhaseKind.RAMP).span is not None and 15 < run.phase(PhaseKind.RAMP).span.duration_s < 40
-        assert run.phase(PhaseKind.DRAIN).span is None and any("drain not visible" in c for c in run.cannot)
-        assert run.output_tokens == 1500
-        assert run.reconciliation is not None
-        assert abs(run.reconciliation.residual_share) < 0.10
+        assert run.phase(PhaseKind.DRAIN).span is None and any("drain not visible" in c for c in run.findings.cannot)
+        assert run.tokens.output_tokens == 1500
+        assert run.tokens.reconciliation is not None
+        assert abs(run.tokens.reconciliation.residual_share) < 0.10
         # each wave admits 288 / 4 ranks = 72 requests per rank, each counted once although
         # DP0's prompts are prefilled in chunks that #new-seq counts again (80 summed)
-        assert run.requests_total == 72
+        assert run.admission.requests_total == 72
     rec = report.bench_reconciliation
     assert rec is not None and rec.reported_tpot_s == pytest.approx(0.04974) and rec.requests == 576
     # bench_serving's 49.74 ms = steady decode + mean wait for later admissions. The model
@@ -86,15 +86,15 @@ def test_a_chunked_prompt_is_admitted_once_when_its_last_chunk_is_prefilled(serv
 def test_speculative_closed_loop_run(serving_logs_dir: Path) -> None:
     report = analyse(serving_logs_dir, "shun8686_qwen3-32b_eagle3_tp4_c78.log")
     warmup, main = report.runs
-    assert warmup.phase(PhaseKind.STEADY).span is None and any("only 0 Decode line" in c for c in warmup.cannot)
-    assert main.steady_batch == 78
+    assert warmup.phase(PhaseKind.STEADY).span is None and any("only 0 Decode line" in c for c in warmup.findings.cannot)
+    assert main.shape.steady_batch == 78
     assert main.phase(PhaseKind.STEADY).token_s is not None and 0.034 < main.phase(PhaseKind.STEADY).token_s.median < 0.042
-    assert "accept len" in main.step_method
-    assert main.steady_step_s is not None and main.steady_step_s > main.phase(PhaseKind.STEADY).token_s.median * 1.4
+    assert "accept len" in main.timing.step_method
+    assert main.timing.steady_step_s is not None and main.timing.steady_step_s > main.phase(PhaseKind.STEADY).token_s.median * 1.4
     assert main.phase(PhaseKind.MIXED).span is not None and main.phase(PhaseKind.MIXED).span.duration_s > 100
     assert main.phase(PhaseKind.DRAIN).span is not None and main.phase(PhaseKind.DRAIN).span.duration_s > 30
-    assert main.harness_tpot_s is None
-    assert any("several generations" in c for c in main.cannot)
+    assert main.tokens.harness_tpot_s is None
+    assert any("several generations" in c for c in main.findings.cannot)
 
 
 def test_hybrid_model_waves(serving_logs_dir: Path) -> None:
@@ -102,7 +102,7 @@ def test_hybrid_model_waves(serving_logs_dir: Path) -> None:
     full = [r for r in report.runs if r.phase(PhaseKind.STEADY).span is not None]
     assert len(full) == 4
     for run in full:
-        assert run.steady_batch == 80
+        assert run.shape.steady_batch == 80
         assert run.phase(PhaseKind.STEADY).token_s is not None and 0.044 < run.phase(PhaseKind.STEADY).token_s.median < 0.050
     assert report.runs[0].phase(PhaseKind.STEADY).span is None  # the bench warm-up request
 
@@ -112,16 +112,16 @@ def test_pd_decode_node_that_crashes(serving_logs_dir: Path) -> None:
     assert len(report.ranks) == 16
     for run in report.runs:
         assert run.phase(PhaseKind.STEADY).span is None
-        assert any("no Prefill lines" in c for c in run.cannot)
-        assert any("traceback" in c for c in run.cannot)
-        assert any("AttributeError" in n for n in run.notes)
+        assert any("no Prefill lines" in c for c in run.findings.cannot)
+        assert any("traceback" in c for c in run.findings.cannot)
+        assert any("AttributeError" in n for n in run.findings.notes)
 
 
 def test_openai_batch_jobs(serving_logs_dir: Path) -> None:
     report = analyse(serving_logs_dir, "sgldocs_openai-batch_2024-11-15_v0.3.5.post2.log")
-    assert [r.steady_batch for r in report.runs] == [100, 500]
+    assert [r.shape.steady_batch for r in report.runs] == [100, 500]
     assert all(
-        any("output length per request is unknown" in c for c in r.cannot) for r in report.runs
+        any("output length per request is unknown" in c for c in r.findings.cannot) for r in report.runs
     )
 
 
@@ -136,23 +136,23 @@ def test_openai_batch_jobs(serving_logs_dir: Path) -> None:
 def test_kv_bound_sawtooth_has_no_steady_phase(serving_logs_dir: Path, name: str) -> None:
     report = analyse(serving_logs_dir, name)
     first = report.runs[0]
-    assert first.peak_batch > 150
+    assert first.shape.peak_batch > 150
     assert first.phase(PhaseKind.STEADY).span is None
-    assert any("retraction" in c for c in first.cannot)
+    assert any("retraction" in c for c in first.findings.cannot)
 
 
 def test_small_closed_loop_sweeps(serving_logs_dir: Path) -> None:
     report = analyse(serving_logs_dir, "sostrowsk_laguna-s-int4_gb10_sglang_swa_c1-4.log")
-    batches = {r.steady_batch for r in report.runs if r.steady_batch is not None}
+    batches = {r.shape.steady_batch for r in report.runs if r.shape.steady_batch is not None}
     assert batches == {1, 2, 4}
     assert len(report.runs) > 15
     # the three Prefill lines of one chunked 8192-token prefill stay in one run
     chunked = [
         r
         for r in report.runs
-        if any(p.kind == "prefill" for p in r.timeline)
-        and sum(1 for p in r.timeline if p.kind == "prefill") >= 3
-        and all(p.batch == 1 for p in r.timeline if p.kind == "prefill")
+        if any(p.kind == "prefill" for p in r.plot.timeline)
+        and sum(1 for p in r.plot.timeline if p.kind == "prefill") >= 3
+        and all(p.batch == 1 for p in r.plot.timeline if p.kind == "prefill")
     ]
     assert chunked
 
@@ -160,10 +160,10 @@ def test_small_closed_loop_sweeps(serving_logs_dir: Path) -> None:
 def test_vllm_stats_lines(serving_logs_dir: Path) -> None:
     report = analyse(serving_logs_dir, "faradawn_llama3-8b_vllm-0.11.2_c1-8.log")
     assert report.source_format == "vLLM server log"
-    assert [r.peak_batch for r in report.runs] == [1, 4, 8]
+    assert [r.shape.peak_batch for r in report.runs] == [1, 4, 8]
     for run in report.runs:
         assert run.phase(PhaseKind.STEADY).span is None
-        assert any("10 s" in c for c in run.cannot)
+        assert any("10 s" in c for c in run.findings.cannot)
 
 
 @pytest.mark.parametrize("name", ALL_LOGS)

@@ -40,14 +40,14 @@ def analyse(tmp_path: Path, lines: Sequence[str], name: str = "server.log", **op
 
 
 def batches(run: RunAnalysis) -> list[tuple[float, int]]:
-    return [(p.time_s, p.batch) for p in run.timeline if p.kind != "prefill"]
+    return [(p.time_s, p.batch) for p in run.plot.timeline if p.kind != "prefill"]
 
 
 def check_shape(run: RunAnalysis) -> None:
     """The one rule: a ramp rises to its segment's level, a drain falls from it; no peak
     above a segment's level sits in its ramp or its drain; bursts have no ramp."""
     points = batches(run)
-    for segment in run.segments:
+    for segment in run.shape.segments:
         ceiling = segment.level / (1 - BAND)
         for span in (segment.ramp, segment.phase(PhaseKind.DRAIN).span):
             if span is None:
@@ -58,7 +58,7 @@ def check_shape(run: RunAnalysis) -> None:
             assert segment.ramp is None and segment.phase(PhaseKind.STEADY).span is None and segment.phase(PhaseKind.STEADY).seconds == 0
     for span in _spans(run):
         if span.name == "ramp":
-            for burst in (s for s in run.segments if s.kind == "burst"):
+            for burst in (s for s in run.shape.segments if s.kind == "burst"):
                 peak = burst.plateau
                 assert not (span.start_s < peak.start_s < span.end_s), (span, burst)
 
@@ -67,10 +67,10 @@ def unflagged_below(report: FileReport) -> list[tuple[str, Segment, str, float]]
     """Per-token values below the lone-request time that carry no flag."""
     found = []
     for run in report.runs:
-        floor = run.lone_request_token_s
+        floor = run.timing.lone_request_token_s
         if floor is None:
             continue
-        for segment in run.segments:
+        for segment in run.shape.segments:
             values = {
                 "steady": segment.headline_token_s if segment.phase(PhaseKind.STEADY).span and segment.level > 1 else None,
                 "mixed": segment.phase(PhaseKind.MIXED).token_s.median if segment.phase(PhaseKind.MIXED).token_s else None,
@@ -79,7 +79,7 @@ def unflagged_below(report: FileReport) -> list[tuple[str, Segment, str, float]]
             }
             for name, value in values.items():
                 if value is not None and value < floor * (1 - TOLERANCE) and name not in segment.below_floor:
-                    found.append((run.run_label, segment, name, value))
+                    found.append((run.identity.run_label, segment, name, value))
     return found
 
 
@@ -88,11 +88,11 @@ def notes_agree(report: FileReport) -> None:
     text = render_text(build_report([Path(report.path)]))
     title = _title(Path(report.path).name, report)
     for run in report.runs:
-        has_steady = any(s.phase(PhaseKind.STEADY).span is not None for s in run.segments)
-        said_none = any(c.startswith("no steady decode phase") for c in run.cannot)
-        assert not (has_steady and said_none), run.run_label
+        has_steady = any(s.phase(PhaseKind.STEADY).span is not None for s in run.shape.segments)
+        said_none = any(c.startswith("no steady decode phase") for c in run.findings.cannot)
+        assert not (has_steady and said_none), run.identity.run_label
         if report.source_format.startswith("SGLang"):
-            assert not any("vLLM" in c for c in run.cannot if c.startswith("no steady")), run.cannot
+            assert not any("vLLM" in c for c in run.findings.cannot if c.startswith("no steady")), run.findings.cannot
     if any(r.phase(PhaseKind.STEADY).span is not None for r in report.runs):
         assert "no steady decode phase" not in title
     else:
@@ -111,17 +111,17 @@ def test_a_burst_is_its_own_segment_never_a_ramp(tmp_path: Path) -> None:
     request's plateau keeps its own steady time and has no drain through the peak."""
     report = analyse(tmp_path, sim.burst_lines())
     (run,) = report.runs
-    kinds = [(s.kind, s.level) for s in run.segments]
+    kinds = [(s.kind, s.level) for s in run.shape.segments]
     assert kinds == [("plateau", 1), ("burst", 8)]
-    lone, burst = run.segments
+    lone, burst = run.shape.segments
     assert lone.phase(PhaseKind.STEADY).span is not None and lone.phase(PhaseKind.DRAIN).span is None  # it rose into the burst
     assert burst.rise is not None and burst.phase(PhaseKind.DRAIN).span is not None
     assert burst.phase(PhaseKind.BURST).token_s is not None and burst.phase(PhaseKind.STEADY).token_s is None
-    assert run.main_segment == 1 and run.peak_batch == 8 and run.steady_batch == 1
+    assert run.shape.main_segment == 1 and run.shape.peak_batch == 8 and run.shape.steady_batch == 1
     check_shape(run)
     spans = {s.name for s in _spans(run)}
     assert "burst" in spans
-    assert any("with its rise and drain" in n for n in run.notes)  # never "its ramp"
+    assert any("with its rise and drain" in n for n in run.findings.notes)  # never "its ramp"
     notes_agree(report)
 
 
@@ -131,13 +131,13 @@ def test_tails_are_drains_wherever_they_are(tmp_path: Path) -> None:
     report = analyse(tmp_path, sim.tail_lines())
     first, second = report.runs
     for run in (first, second):
-        assert [s.level for s in run.segments] == [8]
-        (segment,) = run.segments
+        assert [s.level for s in run.shape.segments] == [8]
+        (segment,) = run.shape.segments
         assert segment.phase(PhaseKind.DRAIN).span is not None and segment.phase(PhaseKind.DRAIN).span.duration_s == pytest.approx(9.7, abs=0.05)
-        assert any("1 tail(s) (the batch fell to 2" in n for n in run.notes)
+        assert any("1 tail(s) (the batch fell to 2" in n for n in run.findings.notes)
         check_shape(run)
-    assert first.segments[0].kind == "plateau" and second.segments[0].kind == "burst"
-    assert second.phase(PhaseKind.STEADY).span is None and any("burst" in c for c in second.cannot)
+    assert first.shape.segments[0].kind == "plateau" and second.shape.segments[0].kind == "burst"
+    assert second.phase(PhaseKind.STEADY).span is None and any("burst" in c for c in second.findings.cannot)
     notes_agree(report)
 
 
@@ -146,11 +146,11 @@ def test_a_lone_requests_usable_decode_lines_are_kept(tmp_path: Path) -> None:
     lone request is a level of its own (it was folded into the ramp of level 2)."""
     report = analyse(tmp_path, sim.lone_request_lines())
     (run,) = report.runs
-    assert [s.level for s in run.segments] == [1, 2]
-    lone = run.segments[0]
+    assert [s.level for s in run.shape.segments] == [1, 2]
+    lone = run.shape.segments[0]
     assert lone.phase(PhaseKind.STEADY).span is not None and lone.phase(PhaseKind.STEADY).token_s is not None
     assert lone.phase(PhaseKind.STEADY).token_s.median == pytest.approx(sim.lone_step_s(1), rel=0.01)
-    assert run.segments[1].ramp is not None and run.segments[1].ramp.duration_s < 1.0
+    assert run.shape.segments[1].ramp is not None and run.shape.segments[1].ramp.duration_s < 1.0
 
 
 def test_a_level_that_rose_into_the_next_has_no_drain_to_miss(tmp_path: Path) -> None:
@@ -163,9 +163,9 @@ def test_a_level_that_rose_into_the_next_has_no_drain_to_miss(tmp_path: Path) ->
     lines.append(sim.decode_line(5.4 + 9.0, 8))
     report = analyse(tmp_path, lines)
     (run,) = report.runs
-    assert run.main_segment == 1 and run.steady_batch == 4
-    assert not any("drain not visible" in c for c in run.cannot)
-    assert not any(c.startswith("no steady") for c in run.cannot)
+    assert run.shape.main_segment == 1 and run.shape.steady_batch == 4
+    assert not any("drain not visible" in c for c in run.findings.cannot)
+    assert not any(c.startswith("no steady") for c in run.findings.cannot)
     row = next(line for line in render_text(build_report([tmp_path / "server.log"])).splitlines()
                if line.strip().startswith("run 1"))
     assert "not seen" not in row
@@ -177,16 +177,16 @@ def test_agentic_closed_loop(tmp_path: Path) -> None:
     one rule, bursts are segments, the run row says which segment it shows."""
     agentic = sim.agentic_closed_loop()
     report = analyse(tmp_path, agentic.lines)
-    bursts = [s for r in report.runs for s in r.segments if s.kind == "burst"]
+    bursts = [s for r in report.runs for s in r.shape.segments if s.kind == "burst"]
     assert len(bursts) >= 3
     for run in report.runs:
         check_shape(run)
-        if len(run.segments) > 1:
-            assert run.main_segment is not None
-            main = run.segments[run.main_segment - 1]
+        if len(run.shape.segments) > 1:
+            assert run.shape.main_segment is not None
+            main = run.shape.segments[run.shape.main_segment - 1]
             assert run.phase(PhaseKind.RAMP).span == main.ramp and run.phase(PhaseKind.STEADY).span == main.phase(PhaseKind.STEADY).span
             # the headline is the longest level by time among those with a steady stretch
-            steady = [s for s in run.segments if s.kind == "plateau" and s.phase(PhaseKind.STEADY).span is not None]
+            steady = [s for s in run.shape.segments if s.kind == "plateau" and s.phase(PhaseKind.STEADY).span is not None]
             assert main.kind == "plateau" and (main.plateau.duration_s, main.level) == max(
                 (s.plateau.duration_s, s.level) for s in steady
             )
@@ -216,8 +216,8 @@ def test_vllm_window_end_snapshot_is_corrected_or_flagged(tmp_path: Path, finish
     lines, _requests = sim.vllm_window_lines(finish)
     report = analyse(tmp_path, lines, "vllm.log")
     lone, batch = report.runs
-    assert lone.headline_token_s == pytest.approx(0.0169, rel=0.01)
-    (segment,) = batch.segments
+    assert lone.timing.headline_token_s == pytest.approx(0.0169, rel=0.01)
+    (segment,) = batch.shape.segments
     assert segment.phase(PhaseKind.DRAIN).token_s is not None
     drain = segment.phase(PhaseKind.DRAIN).token_s.median
     assert not unflagged_below(report)
@@ -226,15 +226,15 @@ def test_vllm_window_end_snapshot_is_corrected_or_flagged(tmp_path: Path, finish
         assert not segment.below_floor
     else:  # the batch emptied late in the windows: even the mean undercounts it, flagged
         assert segment.below_floor == ("drain",)
-        assert any("window-end bias" in n and "lower bounds" in n for n in batch.notes)
+        assert any("window-end bias" in n and "lower bounds" in n for n in batch.findings.notes)
         assert "13.32 ms!" in render_text(build_report([tmp_path / "vllm.log"]))
 
 
 def test_sglang_drain_below_the_lone_request_is_flagged(tmp_path: Path) -> None:
     report = analyse(tmp_path, sim.sglang_window_bias_lines())
     _lone, batch = report.runs
-    assert batch.lone_request_token_s == pytest.approx(sim.lone_step_s(1), rel=0.01)
-    (segment,) = batch.segments
+    assert batch.timing.lone_request_token_s == pytest.approx(sim.lone_step_s(1), rel=0.01)
+    (segment,) = batch.shape.segments
     assert segment.phase(PhaseKind.DRAIN).token_s is not None and segment.phase(PhaseKind.DRAIN).token_s.median < 0.0205
     assert "drain" in segment.below_floor
     assert not unflagged_below(report)
@@ -262,17 +262,17 @@ def test_per_request_tpot_from_the_servers_own_timing_lines(tmp_path: Path, case
     simulation = sim.agentic_closed_loop() if case == "agentic" else sim.speculative_closed_loop()
     report = analyse(tmp_path, simulation.lines)
     own = _lines_tpot(simulation.lines)
-    counted = [r.server_requests for r in report.runs if r.server_requests is not None]
+    counted = [r.server.server_requests for r in report.runs if r.server.server_requests is not None]
     assert sum(s.requests for s in counted) == len(own) == len(simulation.requests)
     mean = sum((s.mean_tpot_s or 0) * s.requests for s in counted) / len(own)
     assert mean == pytest.approx(sum(own) / len(own), rel=0.02)
     assert mean == pytest.approx(simulation.mean_tpot_s, rel=0.02)
     for run in report.runs:
-        requests = run.server_requests
+        requests = run.server.server_requests
         assert requests is not None and requests.ttft_s is not None
-        assert run.ttft_s == requests.ttft_s  # server-side TTFT in the table
-        assert not any("output length per request is unknown" in c for c in run.cannot)
-        assert any("their own TPOT" in n for n in run.notes)
+        assert run.timing.ttft_s == requests.ttft_s  # server-side TTFT in the table
+        assert not any("output length per request is unknown" in c for c in run.findings.cannot)
+        assert any("their own TPOT" in n for n in run.findings.notes)
 
 
 def test_token_weighted_headline_under_varying_acceptance(tmp_path: Path) -> None:
@@ -281,14 +281,14 @@ def test_token_weighted_headline_under_varying_acceptance(tmp_path: Path) -> Non
     simulation = sim.speculative_closed_loop()
     report = analyse(tmp_path, simulation.lines)
     (run,) = report.runs
-    server = run.server_requests
+    server = run.server.server_requests
     assert server is not None and server.mean_tpot_s is not None
-    assert run.headline_method == "token-weighted"
-    assert run.headline_token_s == pytest.approx(server.mean_tpot_s, rel=0.02)
+    assert run.timing.headline_method == "token-weighted"
+    assert run.timing.headline_token_s == pytest.approx(server.mean_tpot_s, rel=0.02)
     assert run.phase(PhaseKind.STEADY).token_s is not None
     assert run.phase(PhaseKind.STEADY).token_s.median > server.mean_tpot_s * 1.3  # what the median said
     text = render_text(build_report([tmp_path / "server.log"]))
-    assert f"{run.headline_token_s * 1000:.2f} ms tw" in text and "tw: token-weighted" in text
+    assert f"{run.timing.headline_token_s * 1000:.2f} ms tw" in text and "tw: token-weighted" in text
     assert "token-weighted" in _title("server.log", report)
 
 
@@ -298,10 +298,10 @@ def test_old_timing_lines_give_output_lengths_not_tpot(tmp_path: Path) -> None:
         step_s=lambda b: 0.030 + 0.0002 * b, timing_lines="old",
     )
     (run,) = analyse(tmp_path, simulation.lines).runs
-    assert run.output_tokens == 256 and "per-request timing lines" in run.output_tokens_source
-    assert run.harness_tpot_s is not None and run.reconciliation is not None
-    assert run.server_requests is not None and run.server_requests.tpot_s is None
-    assert any("give no per-request TPOT" in n for n in run.notes)
+    assert run.tokens.output_tokens == 256 and "per-request timing lines" in run.tokens.output_tokens_source
+    assert run.tokens.harness_tpot_s is not None and run.tokens.reconciliation is not None
+    assert run.server.server_requests is not None and run.server.server_requests.tpot_s is None
+    assert any("give no per-request TPOT" in n for n in run.findings.notes)
 
 
 # --------------------------------------------------------------------------- what the log says
@@ -310,15 +310,15 @@ def test_old_timing_lines_give_output_lengths_not_tpot(tmp_path: Path) -> None:
 def test_health_checks_are_set_aside(tmp_path: Path) -> None:
     """Nine 1-token health checks while idle were nine runs; two more mixed a steady stretch."""
     report = analyse(tmp_path, sim.health_check_lines())
-    assert [r.peak_batch for r in report.runs] == [1, 4]
-    assert all(s.phase(PhaseKind.MIXED).seconds == 0 for r in report.runs for s in r.segments)
+    assert [r.shape.peak_batch for r in report.runs] == [1, 4]
+    assert all(s.phase(PhaseKind.MIXED).seconds == 0 for r in report.runs for s in r.shape.segments)
     assert any("11 health-check prefill(s)" in n for n in report.file_notes)
 
 
 def test_line_numbers_are_exact_with_bare_carriage_returns(tmp_path: Path) -> None:
     lines, shutdown = sim.carriage_return_lines()
     report = analyse(tmp_path, lines)
-    assert any(n.startswith(f"line {shutdown}: the server was shut down") for n in report.runs[0].notes)
+    assert any(n.startswith(f"line {shutdown}: the server was shut down") for n in report.runs[0].findings.notes)
     broken = [*lines[:5], lines[5].replace("#running-req: ", "#running-req: x"), *lines[6:]]
     path = tmp_path / "broken.log"
     path.write_text("\n".join(broken) + "\n")
@@ -332,7 +332,7 @@ def test_real_shutdown_line_is_exact(serving_logs_dir: Path) -> None:
         pytest.skip("log missing")
     (report,) = build_report([path]).files
     number = next(i for i, line in enumerate(path.read_text().split("\n"), start=1) if "SIGTERM" in line)
-    assert any(n.startswith(f"line {number}: the server was shut down") for r in report.runs for n in r.notes)
+    assert any(n.startswith(f"line {number}: the server was shut down") for r in report.runs for n in r.findings.notes)
 
 
 def test_a_warm_up_inside_one_second_is_not_zero(tmp_path: Path, serving_logs_dir: Path) -> None:
@@ -342,7 +342,7 @@ def test_a_warm_up_inside_one_second_is_not_zero(tmp_path: Path, serving_logs_di
     )
     report = analyse(tmp_path, simulation.lines, decode_log_interval=10)
     (run,) = report.runs
-    assert run.warmup is not None and run.warmup.duration_s == 0.0 and report.time_resolution_s == 1.0
+    assert run.shape.warmup is not None and run.shape.warmup.duration_s == 0.0 and report.time_resolution_s == 1.0
     row = next(line for line in render_text(build_report([tmp_path / "server.log"], decode_log_interval=10)).splitlines()
                if line.strip().startswith("run 1"))
     assert "<1 s  <1 s" in row and "0.0 s" not in row
@@ -358,7 +358,7 @@ def test_no_steady_messages_name_the_engine_and_match_the_plot(tmp_path: Path, s
         if not path.exists():
             continue
         (report,) = build_report([path]).files
-        reasons = [c for r in report.runs for c in r.cannot if c.startswith("no steady")]
+        reasons = [c for r in report.runs for c in r.findings.cannot if c.startswith("no steady")]
         title = _title(name, report)
         if name.startswith("sgldocs"):
             assert reasons and all("vLLM" not in c and "a Prefill line" in c for c in reasons)
@@ -375,12 +375,12 @@ def test_no_steady_messages_name_the_engine_and_match_the_plot(tmp_path: Path, s
 
 
 def _row_peaks_match(report: FileReport) -> None:
-    by_label = {r.run_label: r for r in report.runs}
+    by_label = {r.identity.run_label: r for r in report.runs}
     seen: list[str] = []
     for row in report.server_rows:
         runs = [by_label[label] for label in row.run_labels]
-        assert row.peak_batch == sum(r.peak_batch or 0 for r in runs)
-        assert len({r.rank for r in runs}) == len(runs)  # at most one run per rank
+        assert row.peak_batch == sum(r.shape.peak_batch or 0 for r in runs)
+        assert len({r.identity.rank for r in runs}) == len(runs)  # at most one run per rank
         seen.extend(row.run_labels)
     assert sorted(seen) == sorted(by_label)  # every run is in exactly one row
 

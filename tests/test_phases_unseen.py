@@ -49,23 +49,23 @@ def test_decode_node_ramp_ends_at_the_plateau(tmp_path: Path) -> None:
     )
     report = analyse_lines(tmp_path, sim.lines + bench_block(sim, max_concurrency=96))
     (run,) = report.runs
-    assert run.peak_batch is not None and 90 <= run.peak_batch <= 96
+    assert run.shape.peak_batch is not None and 90 <= run.shape.peak_batch <= 96
     assert run.phase(PhaseKind.RAMP).span is not None and run.phase(PhaseKind.STEADY).span is not None
     interval = 40 * step_s(96)
     # the first Decode line with ≥ 90 % of 96 running, at most one decode-log interval late
     reached = sim.plateau_reached_s[0] - sim.log_origin_s  # on the log's clock
     assert 0 <= run.phase(PhaseKind.RAMP).span.end_s - reached <= interval + 0.01
-    plateau = run.segments[0].plateau
-    assert run.segments[0].phase(PhaseKind.STEADY).seconds > 0.9 * plateau.duration_s  # not "ramp", not "mixed"
+    plateau = run.shape.segments[0].plateau
+    assert run.shape.segments[0].phase(PhaseKind.STEADY).seconds > 0.9 * plateau.duration_s  # not "ramp", not "mixed"
     assert run.phase(PhaseKind.STEADY).token_s is not None
     assert run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(step_s(95), rel=0.03)
-    assert any("PD decode node" in note for note in run.notes)
+    assert any("PD decode node" in note for note in run.findings.notes)
     rec = report.bench_reconciliation  # requests counted by the result block (no Prefill lines)
     assert rec is not None and rec.requests == 384
     assert abs(rec.residual_share) <= 0.10
     assert [t.name for t in rec.terms][:2] == ["ramp decode", "steady"]  # arrivals do not wait
     assert any(
-        "in flight" in n and "= the benchmark's stated max concurrency 96" in n for n in run.notes
+        "in flight" in n and "= the benchmark's stated max concurrency 96" in n for n in run.findings.notes
     )
 
 
@@ -74,12 +74,12 @@ def test_sglang_sweep_without_idle_gaps_gives_one_segment_per_level(tmp_path: Pa
     sim = simulate_sglang(stages=stages, output_tokens=400, step_s=step_s, arrival_gap_s=0.3)
     report = analyse_lines(tmp_path, sim.lines)
     (run,) = report.runs  # the batch never empties: one run ...
-    assert [s.level for s in run.segments] == [2, 4, 8, 2, 4, 8]  # ... six segments
-    for segment in run.segments:
+    assert [s.level for s in run.shape.segments] == [2, 4, 8, 2, 4, 8]  # ... six segments
+    for segment in run.shape.segments:
         assert segment.phase(PhaseKind.STEADY).token_s is not None
         assert segment.phase(PhaseKind.STEADY).token_s.median == pytest.approx(step_s(segment.level), rel=0.02)
-    assert run.steady_batch == 8
-    assert run.harness_tpot_s is None  # several generations: no batch TPOT
+    assert run.shape.steady_batch == 8
+    assert run.tokens.harness_tpot_s is None  # several generations: no batch TPOT
 
 
 def test_vllm_sweep_without_idle_gaps_and_cached_prompts(tmp_path: Path) -> None:
@@ -91,11 +91,11 @@ def test_vllm_sweep_without_idle_gaps_and_cached_prompts(tmp_path: Path) -> None
     )
     report = analyse_lines(tmp_path, lines, "vllm.log")
     (run,) = report.runs
-    assert [s.level for s in run.segments] == [1, 2, 4] * 3
-    for segment in run.segments:
+    assert [s.level for s in run.shape.segments] == [1, 2, 4] * 3
+    for segment in run.shape.segments:
         assert segment.phase(PhaseKind.STEADY).token_s is not None
         assert segment.phase(PhaseKind.STEADY).token_s.median == pytest.approx(step_s(segment.level), rel=0.01)
-    assert "cached prompt" in run.step_method
+    assert "cached prompt" in run.timing.step_method
 
 
 def test_vllm_uncached_prompts_are_admissions(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_vllm_uncached_prompts_are_admissions(tmp_path: Path) -> None:
     )
     (run,) = analyse_lines(tmp_path, lines, "vllm.log").runs
     assert run.phase(PhaseKind.STEADY).span is None
-    assert run.segments[0].phase(PhaseKind.MIXED).token_s is not None
+    assert run.shape.segments[0].phase(PhaseKind.MIXED).token_s is not None
 
 
 def test_closed_loop_reconciliation_over_several_generations(tmp_path: Path) -> None:
@@ -131,11 +131,11 @@ def test_closed_loop_reconciliation_over_several_generations(tmp_path: Path) -> 
     assert terms["mixed"].per_token_s > terms["steady"].per_token_s * 1.2
     # averaging the ramp wait over the ramp's 32 requests would overstate it 8×
     (run,) = report.runs
-    assert run.mean_admission_wait_s is not None
+    assert run.admission.mean_admission_wait_s is not None
     assert terms["ramp"].value_s == pytest.approx(
-        run.mean_admission_wait_s * 32 / 256 / 127, rel=0.01
+        run.admission.mean_admission_wait_s * 32 / 256 / 127, rel=0.01
     )
-    assert run.peak_batch == 32
+    assert run.shape.peak_batch == 32
 
 
 def test_warm_up_gap_is_its_own_interval(tmp_path: Path) -> None:
@@ -144,17 +144,17 @@ def test_warm_up_gap_is_its_own_interval(tmp_path: Path) -> None:
     )
     report = analyse_lines(tmp_path, sim.lines + bench_block(sim, max_concurrency=64))
     (run,) = report.runs
-    assert run.warmup is not None
-    assert 12.0 < run.warmup.duration_s <= 12.0 + 0.2 + 40 * step_s(64) + 0.01  # + prefill
-    assert any("warm-up (last admission → first Decode line" in n for n in run.notes)
-    rec = run.reconciliation
+    assert run.shape.warmup is not None
+    assert 12.0 < run.shape.warmup.duration_s <= 12.0 + 0.2 + 40 * step_s(64) + 0.01  # + prefill
+    assert any("warm-up (last admission → first Decode line" in n for n in run.findings.notes)
+    rec = run.tokens.reconciliation
     assert rec is not None and "warm-up" in {t.name for t in rec.terms}
     assert abs(rec.residual_share) < 0.05
     bench = report.bench_reconciliation
     assert bench is not None and abs(bench.residual_share) <= 0.10
     quiet = simulate_sglang(stages=[(64, 64)], output_tokens=1000, step_s=step_s)
     (plain,) = analyse_lines(tmp_path, quiet.lines, "quiet.log").runs
-    assert not any("warm-up (last admission" in n for n in plain.notes)
+    assert not any("warm-up (last admission" in n for n in plain.findings.notes)
 
 
 def test_vllm_speculative_decoding_collapse_and_shutdown(tmp_path: Path) -> None:
@@ -182,11 +182,11 @@ def test_vllm_speculative_decoding_collapse_and_shutdown(tmp_path: Path) -> None
         ]
     )
     (run,) = analyse_lines(tmp_path, lines, "spec.log").runs
-    assert run.accept_len == pytest.approx((2 * 2.5 + 3 * 1.0) / 5)  # the five intervals
-    assert any("acceptance length ranged 1.00–2.50" in n for n in run.notes)
-    assert run.abort_time_s is None
-    assert not any("traceback" in c for c in run.cannot)
-    assert any("EngineDeadError" in n and "not aborted" in n for n in run.notes)
+    assert run.timing.accept_len == pytest.approx((2 * 2.5 + 3 * 1.0) / 5)  # the five intervals
+    assert any("acceptance length ranged 1.00–2.50" in n for n in run.findings.notes)
+    assert run.plot.abort_time_s is None
+    assert not any("traceback" in c for c in run.findings.cannot)
+    assert any("EngineDeadError" in n and "not aborted" in n for n in run.findings.notes)
 
 
 # --------------------------------------------------------------------------- real logs
@@ -203,19 +203,19 @@ def real(logs: Path, name: str) -> FileReport:
 def test_eagle3_closed_loop_reconciles_within_ten_percent(serving_logs_dir: Path) -> None:
     report = real(serving_logs_dir, "shun8686_qwen3-32b_eagle3_tp4_c78.log")
     main = report.runs[1]
-    assert main.peak_batch == 78 and main.stated_concurrency == 78
-    assert any("= the benchmark's stated max concurrency 78" in n for n in main.notes)
+    assert main.shape.peak_batch == 78 and main.server.stated_concurrency == 78
+    assert any("= the benchmark's stated max concurrency 78" in n for n in main.findings.notes)
     rec = report.bench_reconciliation
     assert rec is not None and rec.requests == 312
     assert rec.reported_tpot_s == pytest.approx(0.05522)
     assert abs(rec.residual_share) <= 0.10
     names = [t.name for t in rec.terms]
     assert names[:3] == ["steady", "mixed", "drain"] and "ramp" in names and "warm-up" in names
-    (segment,) = main.segments
+    (segment,) = main.shape.segments
     assert segment.phase(PhaseKind.MIXED).token_s is not None and segment.phase(PhaseKind.DRAIN).token_s is not None
     assert segment.accept_len is not None and 1.3 < segment.accept_len < 1.8
-    assert main.warmup is not None and main.warmup.duration_s > 40 * 0.06  # flagged
-    assert any("warm-up (last admission" in n for n in main.notes)
+    assert main.shape.warmup is not None and main.shape.warmup.duration_s > 40 * 0.06  # flagged
+    assert any("warm-up (last admission" in n for n in main.findings.notes)
 
 
 @pytest.mark.parametrize(
@@ -230,12 +230,12 @@ def test_peaks_from_decode_lines_match_the_stated_concurrency(
 ) -> None:
     report = real(serving_logs_dir, name)
     full = [r for r in report.runs if r.phase(PhaseKind.STEADY).span is not None]
-    assert full and all(r.peak_batch == per_rank for r in full)
+    assert full and all(r.shape.peak_batch == per_rank for r in full)
     assert report.bench is not None and report.bench.max_concurrency == stated
     rec = report.bench_reconciliation
     assert rec is not None and abs(rec.residual_share) <= 0.10
     assert all(
-        r.reconciliation is not None and abs(r.reconciliation.residual_share) <= 0.10 for r in full
+        r.tokens.reconciliation is not None and abs(r.tokens.reconciliation.residual_share) <= 0.10 for r in full
     )
 
 
@@ -245,7 +245,7 @@ def test_dp_attention_whole_server_rows(serving_logs_dir: Path) -> None:
     assert all(row.ranks == 2 and row.steady_batch == 144 for row in report.server_rows)
     assert all(row.rank_spread is not None and row.rank_spread < 0.01 for row in report.server_rows)
     assert any("× 4 ranks = the stated max concurrency 288" in n for n in report.file_notes)
-    assert all(any("lockstep" in n for n in r.notes) for r in report.runs)
+    assert all(any("lockstep" in n for n in r.findings.notes) for r in report.runs)
 
 
 def test_sweep_levels_each_have_their_own_per_token_time(serving_logs_dir: Path) -> None:
@@ -257,32 +257,32 @@ def test_sweep_levels_each_have_their_own_per_token_time(serving_logs_dir: Path)
         # running when the c = 4 wave was admitted. Issue 23's rule holds a level with three
         # Decode lines; the old rule (four lines below the top) had folded that wave into a
         # 23-s "ramp" of level 4.
-        expected = [2, 4] if run.run_index == 7 else [s.level for s in run.segments][:1]
-        assert [s.level for s in run.segments] == expected
-        for segment in run.segments:
+        expected = [2, 4] if run.identity.run_index == 7 else [s.level for s in run.shape.segments][:1]
+        assert [s.level for s in run.shape.segments] == expected
+        for segment in run.shape.segments:
             if segment.phase(PhaseKind.STEADY).span is not None and segment.phase(PhaseKind.STEADY).token_s is not None:
                 by_level.setdefault(segment.level, []).append(segment.phase(PhaseKind.STEADY).token_s.median)
     medians = {level: sorted(v)[len(v) // 2] for level, v in by_level.items()}
     assert set(medians) == {1, 2, 4}
     assert medians[1] < medians[2] < medians[4]
-    assert any("SIGTERM" in n for r in report.runs for n in r.notes)
-    assert not any(r.abort_time_s for r in report.runs)
+    assert any("SIGTERM" in n for r in report.runs for n in r.findings.notes)
+    assert not any(r.plot.abort_time_s for r in report.runs)
 
 
 def test_pd_decode_node_never_reaches_its_plateau(serving_logs_dir: Path) -> None:
     """Every rank ramps (running + transfer ≈ 28) until the traceback: no segment."""
     report = real(serving_logs_dir, "shun8686_deepseek-r1_pd-decode-node_crash_dev20260328.log")
     for run in report.runs:
-        assert run.segments == ()
-        assert run.peak_batch is not None and run.peak_batch <= 28
-        assert run.abort_time_s is not None
+        assert run.shape.segments == ()
+        assert run.shape.peak_batch is not None and run.shape.peak_batch <= 28
+        assert run.plot.abort_time_s is not None
 
 
 def test_vllm_runs_show_their_mixed_per_token_time(serving_logs_dir: Path) -> None:
     report = real(serving_logs_dir, "faradawn_llama3-8b_vllm-0.11.2_c1-8.log")
-    assert [[s.level for s in r.segments] for r in report.runs] == [[1], [4], [8]]
+    assert [[s.level for s in r.shape.segments] for r in report.runs] == [[1], [4], [8]]
     for run in report.runs:
-        (segment,) = run.segments
+        (segment,) = run.shape.segments
         assert segment.phase(PhaseKind.MIXED).token_s is not None and 0.004 < segment.phase(PhaseKind.MIXED).token_s.median < 0.010
 
 
@@ -352,7 +352,7 @@ def test_bench_json_leaves_unknowns_none(tmp_path: Path) -> None:
     path.write_text(json.dumps(result) + "\n")
     (report,) = build_report([path]).files
     (run,) = report.runs
-    assert run.start_s is None and run.end_s is None and run.peak_batch is None
+    assert run.shape.start_s is None and run.shape.end_s is None and run.shape.peak_batch is None
     data = json.loads(CliRunner().invoke(cli, ["phases", str(path), "--json"]).output)
     (as_json,) = data["files"][0]["runs"]
     assert as_json["start_s"] is None and as_json["peak_batch"] is None
@@ -369,7 +369,7 @@ def test_a_one_line_dip_does_not_end_a_plateau(tmp_path: Path) -> None:
         output_tokens=256,
     )
     (run,) = analyse_lines(tmp_path, lines, "dips.log").runs
-    (segment,) = run.segments
+    (segment,) = run.shape.segments
     assert segment.level == 4
     assert segment.phase(PhaseKind.MIXED).seconds == pytest.approx(30.0)
     assert segment.phase(PhaseKind.STEADY).seconds == pytest.approx(30.0)

@@ -69,11 +69,11 @@ def _spans(seg: Segment) -> list[tuple[str, float]]:
 def harness_check(client: ClientResult, runs: Sequence[RunAnalysis], window_end_s: float) -> HarnessCheck | None:
     """The check over the runs of the first scheduler that end inside the window (None: none do)."""
     start = window_end_s - client.duration_s
-    first_rank = runs[0].rank if runs else None
-    timed = [r for r in runs if r.rank == first_rank and r.end_s is not None and start <= r.end_s <= window_end_s]
+    first_rank = runs[0].identity.rank if runs else None
+    timed = [r for r in runs if r.identity.rank == first_rank and r.shape.end_s is not None and start <= r.shape.end_s <= window_end_s]
     if not timed:
         return None
-    segments = [seg for r in timed for seg in r.segments]
+    segments = [seg for r in timed for seg in r.shape.segments]
     # a run that began before the window counts whole: its steady time is at most the window
     steady = min(sum(seg.phase(PhaseKind.STEADY).seconds for seg in segments if seg.kind is SegmentKind.PLATEAU), client.duration_s)
     outside: dict[str, float] = {}
@@ -81,12 +81,12 @@ def harness_check(client: ClientResult, runs: Sequence[RunAnalysis], window_end_
         for name, seconds in _spans(seg):
             outside[name] = outside.get(name, 0.0) + seconds
     outside["uncovered"] = max(client.duration_s - steady - sum(outside.values()), 0.0)
-    weighted = [(r.headline_token_s, sum(s.phase(PhaseKind.STEADY).seconds for s in r.segments if s.kind is SegmentKind.PLATEAU))
-                for r in timed if r.headline_token_s is not None]
+    weighted = [(r.timing.headline_token_s, sum(s.phase(PhaseKind.STEADY).seconds for s in r.shape.segments if s.kind is SegmentKind.PLATEAU))
+                for r in timed if r.timing.headline_token_s is not None]
     total = sum(w for _, w in weighted)
     steady_token = sum(v * w for v, w in weighted) / total if total > 0 else None
     move = client.mean_tpot_s / steady_token - 1 if client.mean_tpot_s and steady_token else None
-    return HarnessCheck(client, (start, window_end_s), tuple(r.run_label for r in timed), steady,
+    return HarnessCheck(client, (start, window_end_s), tuple(r.identity.run_label for r in timed), steady,
                         tuple(outside.items()), 1 - steady / client.duration_s, steady_token, move)
 
 

@@ -212,11 +212,11 @@ def _other_ranks(admissions: dict[str, tuple[float, ...]], rank: str | None) -> 
 
 def dp_concurrency_note(runs: Sequence[RunAnalysis], stated: int) -> str:
     """The stated max concurrency against the DP ranks' peaks (from Decode lines)."""
-    ranks = sorted({r.rank for r in runs if r.rank})
+    ranks = sorted({r.identity.rank for r in runs if r.identity.rank})
     peaks: dict[str, int] = {}
     for r in runs:
-        if r.rank and r.phase(PhaseKind.STEADY).span is not None:
-            peaks[r.rank] = max(peaks.get(r.rank, 0), r.peak_batch or 0)
+        if r.identity.rank and r.phase(PhaseKind.STEADY).span is not None:
+            peaks[r.identity.rank] = max(peaks.get(r.identity.rank, 0), r.shape.peak_batch or 0)
     per_rank = sorted(set(peaks.values()))
     if len(per_rank) == 1 and per_rank[0] > 0:
         peak = per_rank[0]

@@ -97,11 +97,11 @@ def plot_report(report: PhasesReport, base: Path) -> list[Path]:
 def _spans(run: RunAnalysis) -> list[PhaseSpan]:
     """Every segment's phases (a plateau's time with admissions as 'mixed' under its steady
     stretch); runs without segments (request traces) shade their run-level phases."""
-    if not run.segments:
+    if not run.shape.segments:
         kinds = (PhaseKind.RAMP, PhaseKind.STEADY, PhaseKind.MIXED, PhaseKind.DRAIN)
         return [s for s in (run.phase(kind).span for kind in kinds) if s is not None]
     spans: list[PhaseSpan] = []
-    for segment in run.segments:
+    for segment in run.shape.segments:
         if segment.kind is SegmentKind.BURST:
             start = segment.rise.start_s if segment.rise is not None else segment.plateau.start_s
             spans.append(PhaseSpan("burst", start, segment.plateau.end_s))
@@ -130,8 +130,9 @@ def _warmup_spans(segment: Segment) -> list[PhaseSpan]:
     if warmup is None:
         return []
     start = warmup.start_s
-    prefill = segment.warmup_prefill_s or 0.0
-    excess = segment.warmup_excess_s if segment.warmup_excess_s is not None else warmup.duration_s
+    split = segment.warmup_split
+    prefill = (split.prefill_s if split is not None else None) or 0.0
+    excess = split.excess_s if split is not None else warmup.duration_s
     spans = [PhaseSpan("prefill", start, start + prefill)] if prefill > 0 else []
     if excess > 0:
         spans.append(PhaseSpan("warm-up", start + prefill, min(start + prefill + excess, warmup.end_s)))
@@ -156,14 +157,14 @@ def _shade(axes: Sequence[Axes], runs: Sequence[RunAnalysis], ranks: int) -> set
 
 
 def plot_file(file: FileReport) -> plt.Figure:
-    with_timeline = [r for r in file.runs if r.timeline]
+    with_timeline = [r for r in file.runs if r.plot.timeline]
     if not with_timeline:
         return _plot_without_timeline(file)
     figure, (top, bottom) = plt.subplots(
         2, 1, figsize=(13, 6.5), sharex=True, gridspec_kw={"height_ratios": [3, 2]}
     )
-    ranks = sorted({r.rank or "" for r in with_timeline}, key=_rank_key)
-    shade_runs = [r for r in with_timeline if (r.rank or "") == ranks[0]]
+    ranks = sorted({r.identity.rank or "" for r in with_timeline}, key=_rank_key)
+    shade_runs = [r for r in with_timeline if (r.identity.rank or "") == ranks[0]]
     used = _shade((top, bottom), with_timeline, len(ranks))
     _draw_ranks(top, bottom, file, with_timeline, ranks)
     _annotate_steady(bottom, shade_runs)
@@ -179,7 +180,7 @@ def _draw_queue(top: Axes, runs: Sequence[RunAnalysis]) -> Axes | None:
     """Requests waiting for admission (#queue-req, vLLM Waiting) on a right-hand axis of
     their own, where any line shows a queue."""
     points = sorted(
-        (p.time_s, p.queued) for r in runs for p in r.timeline if p.queued is not None and p.kind != "prefill"
+        (p.time_s, p.queued) for r in runs for p in r.plot.timeline if p.queued is not None and p.kind != "prefill"
     )
     if not any(q for _, q in points):
         return None
@@ -200,9 +201,9 @@ def _draw_ranks(
     admission_label = "Prefill line" if file.capabilities is not None and file.capabilities.prefill_lines else "admission"
     for index, rank in enumerate(ranks):
         colour = colours(index % 10)
-        rank_runs = [r for r in runs if (r.rank or "") == rank]
+        rank_runs = [r for r in runs if (r.identity.rank or "") == rank]
         for run_number, run in enumerate(rank_runs):
-            points = sorted(run.timeline, key=lambda p: p.time_s)
+            points = sorted(run.plot.timeline, key=lambda p: p.time_s)
             first_of_rank = run_number == 0
             top.step(
                 [p.time_s for p in points],
@@ -233,10 +234,10 @@ def _draw_ranks(
                     [t for t, _ in tok], [v for _, v in tok], ".-", color=colour, ms=3, lw=0.8
                 )
     for run in runs:
-        if run.token_gaps:
+        if run.plot.token_gaps:
             bottom.plot(
-                [t for t, _ in run.token_gaps],
-                [g * 1000 for _, g in run.token_gaps],
+                [t for t, _ in run.plot.token_gaps],
+                [g * 1000 for _, g in run.plot.token_gaps],
                 ",",
                 color="#555555",
                 alpha=0.5,
@@ -251,20 +252,20 @@ def _spans_of(segment: Segment, kind: PhaseKind) -> list[PhaseSpan]:
 def _on_curve(run: RunAnalysis, start_s: float, end_s: float, fallback: float) -> float:
     """The per-token curve's height over a stretch (the median of its points there): where
     a label naming that stretch sits, whatever value the label states."""
-    points = sorted(p.per_token_s for p in run.timeline if p.per_token_s is not None and start_s <= p.time_s <= end_s)
+    points = sorted(p.per_token_s for p in run.plot.timeline if p.per_token_s is not None and start_s <= p.time_s <= end_s)
     return statistics.median(points) if points else fallback
 
 
 def _annotate_steady(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
-    annotated = [r for r in runs if r.phase(PhaseKind.STEADY).span is not None and r.headline_token_s is not None]
+    annotated = [r for r in runs if r.phase(PhaseKind.STEADY).span is not None and r.timing.headline_token_s is not None]
     for run in annotated if len(annotated) <= 8 else ():
         steady = run.phase(PhaseKind.STEADY).span
-        if steady is not None and run.headline_token_s is not None:
+        if steady is not None and run.timing.headline_token_s is not None:
             mid = (steady.start_s + steady.end_s) / 2
-            tw = " (tw)" if run.headline_method == "token-weighted" else ""
-            height = _on_curve(run, steady.start_s, steady.end_s, run.headline_token_s)
+            tw = " (tw)" if run.timing.headline_method == "token-weighted" else ""
+            height = _on_curve(run, steady.start_s, steady.end_s, run.timing.headline_token_s)
             bottom.annotate(
-                f"{run.headline_token_s * 1000:.1f} ms{tw}",
+                f"{run.timing.headline_token_s * 1000:.1f} ms{tw}",
                 (mid, height * 1000),
                 textcoords="offset points",
                 xytext=(0, 8),
@@ -278,7 +279,7 @@ def _annotate_steady(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
 def _mark_floor(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
     """The lone-request per-token time: no request decodes faster (values below it are
     flagged in the tables)."""
-    floors = sorted({r.lone_request_token_s for r in runs if r.lone_request_token_s})
+    floors = sorted({r.timing.lone_request_token_s for r in runs if r.timing.lone_request_token_s})
     if floors:
         bottom.axhline(floors[0] * 1000, color="#7a3b8f", lw=0.9, ls=":",
                        label=f"lone request {floors[0] * 1000:.1f} ms/token\n(below it: window-end bias)")
@@ -287,7 +288,7 @@ def _mark_floor(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
 def _limit_per_token_axis(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
     steady_values = [d.p90 * 1000 for d in (r.phase(PhaseKind.STEADY).token_s for r in runs) if d]
     all_values = sorted(
-        p.per_token_s * 1000 for r in runs for p in r.timeline if p.per_token_s is not None
+        p.per_token_s * 1000 for r in runs for p in r.plot.timeline if p.per_token_s is not None
     )
     if steady_values:
         bottom.set_ylim(0, max(steady_values) * 2.2)
@@ -298,7 +299,7 @@ def _limit_per_token_axis(bottom: Axes, runs: Sequence[RunAnalysis]) -> None:
 def _mark_events(
     top: Axes, bottom: Axes, runs: Sequence[RunAnalysis], shade_runs: Sequence[RunAnalysis]
 ) -> None:
-    aborts = sorted({r.abort_time_s for r in runs if r.abort_time_s is not None})
+    aborts = sorted({r.plot.abort_time_s for r in runs if r.plot.abort_time_s is not None})
     if aborts:
         for ax in (top, bottom):
             ax.axvline(
@@ -307,7 +308,7 @@ def _mark_events(
                 lw=1.5,
                 label="traceback (run aborted)" if ax is top else None,
             )
-    retractions = sorted({t for r in shade_runs for t in r.retraction_times_s})
+    retractions = sorted({t for r in shade_runs for t in r.plot.retraction_times_s})
     stride = max(1, len(retractions) // MAX_EVENT_LINES)
     for number, moment in enumerate(retractions[::stride]):
         for ax in (top, bottom):
@@ -355,8 +356,8 @@ def _finish(
     top.set_title(_title(Path(file.path).name, file), fontsize=10, loc="left")
     top.grid(alpha=0.3)
     bottom.grid(alpha=0.3)
-    if not any(p.per_token_s is not None for r in runs for p in r.timeline) and not any(
-        r.token_gaps for r in runs
+    if not any(p.per_token_s is not None for r in runs for p in r.plot.timeline) and not any(
+        r.plot.token_gaps for r in runs
     ):
         bottom.text(
             0.5,
@@ -376,31 +377,31 @@ def _rank_key(rank: str) -> tuple[int, str]:
 
 
 def _title(name: str, file: FileReport) -> str:
-    steady = [r for r in file.runs if r.headline_token_s is not None and r.phase(PhaseKind.STEADY).span is not None]
+    steady = [r for r in file.runs if r.timing.headline_token_s is not None and r.phase(PhaseKind.STEADY).span is not None]
     line = f"{_printable(name)} — {file.source_format}"
     if steady:
-        first = max(steady, key=lambda r: r.steady_batch or 0)  # the largest steady batch
-        assert first.headline_token_s is not None
-        tw = " (token-weighted)" if first.headline_method == "token-weighted" else ""
-        where = [first.run_label] if len(steady) > 1 or len(first.segments) > 1 else []
-        if len(first.segments) > 1:
-            where.append(f"segment {first.main_segment} of {len(first.segments)}")
+        first = max(steady, key=lambda r: r.shape.steady_batch or 0)  # the largest steady batch
+        assert first.timing.headline_token_s is not None
+        tw = " (token-weighted)" if first.timing.headline_method == "token-weighted" else ""
+        where = [first.identity.run_label] if len(steady) > 1 or len(first.shape.segments) > 1 else []
+        if len(first.shape.segments) > 1:
+            where.append(f"segment {first.shape.main_segment} of {len(first.shape.segments)}")
         line += (
-            f"\nsteady decode at batch {first.steady_batch:g}"
+            f"\nsteady decode at batch {first.shape.steady_batch:g}"
             + (f" ({', '.join(where)})" if where else "")
-            + f": {first.headline_token_s * 1000:.1f} ms/token{tw}"
+            + f": {first.timing.headline_token_s * 1000:.1f} ms/token{tw}"
         )
         ramp_span = first.phase(PhaseKind.RAMP).span
         if ramp_span is not None:
-            ramp = "its ramp" if len(first.segments) > 1 else "admission ramp"
+            ramp = "its ramp" if len(first.shape.segments) > 1 else "admission ramp"
             line += f"; {ramp} {ramp_span.duration_s:.1f} s"
         if len(steady) > 1:
             line += f"; {len(steady)} runs have a steady phase"
-        if first.reconciliation is not None:
-            rec = first.reconciliation
+        if first.tokens.reconciliation is not None:
+            rec = first.tokens.reconciliation
             line += f"; harness TPOT {rec.reported_tpot_s * 1000:.1f} ms ({rec.ramp_share:.0%} from the ramp)"
     else:
-        kinds = [r.no_steady_kind for r in file.runs if r.no_steady_kind]
+        kinds = [r.server.no_steady_kind for r in file.runs if r.server.no_steady_kind]
         why = NO_STEADY.get(kinds[0], "") if kinds else ""
         caps = file.capabilities
         if caps is not None:
@@ -411,10 +412,10 @@ def _title(name: str, file: FileReport) -> str:
 
 
 def _pushed_words(file: FileReport, caps: Capabilities) -> str:
-    pushed = sum(r.preempted for r in file.runs)
+    pushed = sum(r.overload.preempted for r in file.runs)
     if not pushed:
         return ""
-    if any(s.preemption_inferred for r in file.runs for s in r.segments):
+    if any(s.preemption_inferred for r in file.runs for s in r.shape.segments):
         return f"; at least {pushed} requests preempted, inferred"
     return f"; {pushed} requests pushed back: {caps.preemption_word}s"
 
@@ -430,9 +431,9 @@ def _plot_without_timeline(file: FileReport) -> plt.Figure:
         1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 1]}
     )
     for run in file.runs:
-        if run.itl_by_position:
-            xs = list(range(1, len(run.itl_by_position) + 1))
-            top.plot(xs, [v * 1000 for v in run.itl_by_position], lw=1, label=_printable(run.run_label))
+        if run.plot.itl_by_position:
+            xs = list(range(1, len(run.plot.itl_by_position) + 1))
+            top.plot(xs, [v * 1000 for v in run.plot.itl_by_position], lw=1, label=_printable(run.identity.run_label))
     top.set_yscale("log")
     top.set_xlabel("output token position (1 = gap after the first token)")
     top.set_ylabel("median inter-token latency (ms, log)")
@@ -446,9 +447,9 @@ def _plot_without_timeline(file: FileReport) -> plt.Figure:
         loc="left",
     )
     for run in file.runs:
-        if run.ttft_s is not None and run.ttft_values_s:
+        if run.timing.ttft_s is not None and run.plot.ttft_values_s:
             bottom.hist(
-                [v * 1000 for v in run.ttft_values_s], bins=30, alpha=0.6, label=_printable(run.run_label)
+                [v * 1000 for v in run.plot.ttft_values_s], bins=30, alpha=0.6, label=_printable(run.identity.run_label)
             )
     bottom.set_xlabel("TTFT (ms)")
     bottom.set_ylabel("requests")

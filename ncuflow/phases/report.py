@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from ncuflow.phases.harness import HarnessCheck
 from ncuflow.phases.model import (
@@ -24,7 +24,7 @@ from ncuflow.phases.model import (
     Segment,
 )
 from ncuflow.phases.model.capabilities import Capabilities
-from ncuflow.phases.model.results import phase_field
+from ncuflow.phases.model.results import WARMUP_PREFIX, phase_field, warmup_field
 from ncuflow.phases.model.session import SessionSummary
 from ncuflow.phases.selection import RunSelection
 from ncuflow.phases.shapes import FileShapes
@@ -64,42 +64,42 @@ def _overlap_groups(runs: Sequence[RunAnalysis]) -> list[list[RunAnalysis]]:
     """Runs of different ranks paired by time: a run joins the current group when it
     starts before the group's last line and its rank has no run in the group yet."""
     timed = sorted(
-        (r for r in runs if r.rank and r.start_s is not None and r.end_s is not None),
-        key=lambda r: (r.start_s or 0.0, r.rank or ""),
+        (r for r in runs if r.identity.rank and r.shape.start_s is not None and r.shape.end_s is not None),
+        key=lambda r: (r.shape.start_s or 0.0, r.identity.rank or ""),
     )
     groups: list[list[RunAnalysis]] = []
     group_end = -float("inf")
     for run in timed:
-        assert run.start_s is not None and run.end_s is not None
-        if groups and run.start_s <= group_end and all(r.rank != run.rank for r in groups[-1]):
+        assert run.shape.start_s is not None and run.shape.end_s is not None
+        if groups and run.shape.start_s <= group_end and all(r.identity.rank != run.identity.rank for r in groups[-1]):
             groups[-1].append(run)
-            group_end = max(group_end, run.end_s)
+            group_end = max(group_end, run.shape.end_s)
         else:
             groups.append([run])
-            group_end = run.end_s
+            group_end = run.shape.end_s
     return groups
 
 
 def server_rows(runs: Sequence[RunAnalysis]) -> tuple[ServerRow, ...]:
-    ranks = sorted({r.rank for r in runs if r.rank})
+    ranks = sorted({r.identity.rank for r in runs if r.identity.rank})
     if len(ranks) < 2:
         return ()
     rows = []
     for index, same in enumerate(_overlap_groups(runs), start=1):
-        medians = [r.headline_token_s for r in same if r.headline_token_s is not None]
-        batches = [r.steady_batch for r in same if r.steady_batch is not None]
+        medians = [r.timing.headline_token_s for r in same if r.timing.headline_token_s is not None]
+        batches = [r.shape.steady_batch for r in same if r.shape.steady_batch is not None]
         complete = len(medians) == len(same)
         rows.append(
             ServerRow(
                 run_index=index,
                 ranks=len(same),
-                start_s=min(r.start_s for r in same if r.start_s is not None),
-                peak_batch=sum(r.peak_batch or 0 for r in same),
+                start_s=min(r.shape.start_s for r in same if r.shape.start_s is not None),
+                peak_batch=sum(r.shape.peak_batch or 0 for r in same),
                 steady_batch=sum(batches) if len(batches) == len(same) else None,
                 steady_token_s=max(medians) if complete else None,
                 rank_spread=(max(medians) - min(medians)) / min(medians) if complete else None,
-                rank_names=tuple(r.rank or "" for r in same),
-                run_labels=tuple(r.run_label for r in same),
+                rank_names=tuple(r.identity.rank or "" for r in same),
+                run_labels=tuple(r.identity.run_label for r in same),
                 of_ranks=len(ranks),
             )
         )
@@ -140,12 +140,12 @@ def amortization_runs(files: Sequence[FileReport]) -> list[AmortizationRun]:
     runs = []
     for report in files:
         for run in report.runs:
-            rec = run.reconciliation
+            rec = run.tokens.reconciliation
             if rec is None or run.phase(PhaseKind.STEADY).token_s is None:
                 continue
             runs.append(
                 AmortizationRun(
-                    label=f"{Path(report.path).name} {run.run_label}",
+                    label=f"{Path(report.path).name} {run.identity.run_label}",
                     config=report.config,
                     output_tokens=rec.output_tokens,
                     reported_tpot_s=rec.reported_tpot_s,
@@ -205,7 +205,14 @@ _SEGMENT_JSON_KEYS: tuple[str, ...] = (
     "reconciliation",
 )
 _SEGMENT_OWN_FIELDS = frozenset(f.name for f in fields(Segment)) | {"harness_tpot_s"}
-_RUN_OWN_FIELDS = frozenset(f.name for f in fields(RunAnalysis))
+# a run's JSON key that is a field of one of its part records (identity, shape, timing …):
+# that part's name, found from the record's own fields
+_RUN_PART_OF_KEY: dict[str, str] = {
+    f.name: part
+    for part, record in get_type_hints(RunAnalysis).items()
+    if is_dataclass(record)
+    for f in fields(record)
+}
 
 
 def _plain(value: Any) -> Any:
@@ -246,19 +253,25 @@ def _harness_dict(check: HarnessCheck | None) -> dict[str, Any] | None:
     return {**_plain(check), "outside": dict(check.outside), "line": check.line()}
 
 
-def _record_value(record: Segment | RunAnalysis, own: frozenset[str], key: str) -> Any:
-    """A JSON key of a segment or run: its own field, or a phase's field by the key's rule."""
-    if key in own:
+def _record_value(record: Segment | RunAnalysis, key: str) -> Any:
+    """A JSON key of a segment or run: a segment's own field or a run's part's field, else
+    a phase's field by the key's rule (``phase_field``), else a field of the warm-up's
+    split (``warmup_<field>``)."""
+    if isinstance(record, Segment) and key in _SEGMENT_OWN_FIELDS:
         return getattr(record, key)
+    if isinstance(record, RunAnalysis) and key in _RUN_PART_OF_KEY:
+        return getattr(getattr(record, _RUN_PART_OF_KEY[key]), key)
     known = phase_field(key)
-    if known is None:
-        raise KeyError(key)
-    return getattr(record.phase(known[0]), known[1])
+    if known is not None:
+        return getattr(record.phase(known[0]), known[1])
+    if key.startswith(WARMUP_PREFIX):
+        split = record.warmup_split if isinstance(record, Segment) else record.shape.warmup_split
+        return warmup_field(split, key.removeprefix(WARMUP_PREFIX))
+    raise KeyError(key)
 
 
 def _record_dict(record: Segment | RunAnalysis, keys: Sequence[str]) -> dict[str, Any]:
-    own = _SEGMENT_OWN_FIELDS if isinstance(record, Segment) else _RUN_OWN_FIELDS
-    data = {key: _plain(_record_value(record, own, key)) for key in keys}
+    data = {key: _plain(_record_value(record, key)) for key in keys}
     data["phases"] = {kind.value: _plain(stats) for kind, stats in record.phases.items()}
     return data
 
@@ -314,7 +327,7 @@ def _file_dict(f: FileReport, selection: RunSelection) -> dict[str, Any]:
         "runs_index": runs_index(f.runs),
         "session": _plain(f.session),
         "server_rows": [_plain(row) for row in f.server_rows],
-        "shapes": _shapes_dict(f.shapes, {r.run_label for r in shown}),
+        "shapes": _shapes_dict(f.shapes, {r.identity.run_label for r in shown}),
         "harness": _harness_dict(f.study.harness if f.study is not None else None),
     }
 
@@ -322,12 +335,12 @@ def _file_dict(f: FileReport, selection: RunSelection) -> dict[str, Any]:
 def runs_index(runs: Sequence[RunAnalysis]) -> dict[str, list[Any]]:
     """Every run of a file in a few columns (bounded: the runs ncuflow keeps)."""
     return {
-        "run_label": [r.run_label for r in runs],
-        "run_index": [r.run_index for r in runs],
-        "start_s": [r.start_s for r in runs],
-        "end_s": [r.end_s for r in runs],
-        "peak_batch": [r.peak_batch for r in runs],
-        "headline_token_s": [r.headline_token_s for r in runs],
+        "run_label": [r.identity.run_label for r in runs],
+        "run_index": [r.identity.run_index for r in runs],
+        "start_s": [r.shape.start_s for r in runs],
+        "end_s": [r.shape.end_s for r in runs],
+        "peak_batch": [r.shape.peak_batch for r in runs],
+        "headline_token_s": [r.timing.headline_token_s for r in runs],
         "overload_s": [r.phase(PhaseKind.OVERLOAD).seconds for r in runs],
     }
 
@@ -381,9 +394,9 @@ def run_to_dict(run: RunAnalysis) -> dict[str, Any]:
         "queue_causes",
     ]
     data = _record_dict(run, keys)
-    data["segments"] = [_plain(s) for s in run.segments]
-    data["cannot"] = list(run.cannot)
-    data["notes"] = list(run.notes)
+    data["segments"] = [_plain(s) for s in run.shape.segments]
+    data["cannot"] = list(run.findings.cannot)
+    data["notes"] = list(run.findings.notes)
     return data
 
 

@@ -73,21 +73,21 @@ class RunSelection:
         if self.mode is Mode.NONE:
             return ()
         if self.mode is Mode.LIST:
-            return tuple(r for r in runs if r.run_index in self.numbers)
+            return tuple(r for r in runs if r.identity.run_index in self.numbers)
         return _standout(runs)
 
 
 def _standout(runs: Sequence[RunAnalysis]) -> tuple[RunAnalysis, ...]:
     """The first and last runs and those that stand out, in time order."""
     chosen: list[RunAnalysis] = [runs[0], runs[-1]]
-    chosen.append(max(runs, key=lambda r: r.peak_batch or 0))
-    steady = [r for r in runs if r.headline_token_s is not None]
+    chosen.append(max(runs, key=lambda r: r.shape.peak_batch or 0))
+    steady = [r for r in runs if r.timing.headline_token_s is not None]
     if steady:
-        chosen.append(max(steady, key=lambda r: r.headline_token_s or 0.0))
+        chosen.append(max(steady, key=lambda r: r.timing.headline_token_s or 0.0))
     for flagged in (
-        lambda r: any(s.kind is SegmentKind.OVERLOAD for s in r.segments),
-        lambda r: r.abort_time_s is not None,
-        lambda r: any(s.below_floor for s in r.segments),
+        lambda r: any(s.kind is SegmentKind.OVERLOAD for s in r.shape.segments),
+        lambda r: r.plot.abort_time_s is not None,
+        lambda r: any(s.below_floor for s in r.shape.segments),
     ):
         found = next((r for r in runs if flagged(r)), None)
         if found is not None:

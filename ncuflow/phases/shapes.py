@@ -129,8 +129,8 @@ def _runs_of(trace: ServerTrace, runs: Sequence[RunAnalysis]) -> list[tuple[tupl
     """Each run of ``trace`` with its statistics lines (matched by rank and first line's time)."""
     by_start: dict[float | None, list[RunAnalysis]] = {}
     for r in runs:
-        if r.rank == trace.rank and r.path == trace.path:
-            by_start.setdefault(r.start_s, []).append(r)
+        if r.identity.rank == trace.rank and r.identity.path == trace.path:
+            by_start.setdefault(r.shape.start_s, []).append(r)
     pairs = []
     for server_run in split_server_runs(trace):
         same_start = by_start.get(server_run.samples[0].time_s)
@@ -142,10 +142,10 @@ def _runs_of(trace: ServerTrace, runs: Sequence[RunAnalysis]) -> list[tuple[tupl
 def _run_shapes(samples: Sequence[BatchSample], run: RunAnalysis, lines: LogShapeLines) -> RunShapes:
     times = [x.time_s for x in samples]  # a scheduler's lines are in time order
     return RunShapes(
-        run_label=run.run_label,
-        rank=run.rank,
+        run_label=run.identity.run_label,
+        rank=run.identity.rank,
         run=_shapes_over("run", None, samples, lines),
-        stretches=tuple(_shapes_over(s.name, s, s.within(samples, times), lines) for s in stretches_of(run.segments)),
+        stretches=tuple(_shapes_over(s.name, s, s.within(samples, times), lines) for s in stretches_of(run.shape.segments)),
     )
 
 

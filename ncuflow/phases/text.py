@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.model import Distribution, PhaseSpan, Reconciliation, RunAnalysis, Segment, Term
+from ncuflow.phases.model.prefill import WarmupSplit
 from ncuflow.phases.model.results import PhaseKind, SegmentKind
 from ncuflow.phases.model.session import run_numbers
 from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
@@ -39,13 +40,13 @@ def _span(span: PhaseSpan | None, resolution_s: float | None = None) -> str:
     return _s(span.duration_s)
 
 
-def _warmup(span: PhaseSpan | None, excess_s: float | None, resolution_s: float | None) -> str:
+def _warmup(span: PhaseSpan | None, split: WarmupSplit | None, resolution_s: float | None) -> str:
     """The warm-up column: what is left of the interval from the ramp's last admission to
     the first Decode line after its own prefill and the ordinary decode steps (the value
     the reconciliation uses); "<1 s" where coarse timestamps cannot tell it."""
     if span is None:
         return "—"
-    value = span.duration_s if excess_s is None else excess_s
+    value = span.duration_s if split is None else split.excess_s
     coarse = resolution_s is not None and resolution_s >= 0.5
     if coarse and resolution_s is not None and (span.duration_s < resolution_s or value < resolution_s):
         return f"<{resolution_s:g} s"
@@ -143,7 +144,7 @@ SEGMENT_COLUMNS: tuple[tuple[str, tuple[SegmentKind, ...] | None, SegmentCell], 
     ("kind", (SegmentKind.BURST, SegmentKind.OVERLOAD), lambda s, r: str(s.kind)),
     ("level", None, lambda s, r: str(s.level)),
     ("ramp", None, lambda s, r: _span(s.ramp, r)),
-    ("warm-up", None, lambda s, r: _warmup(s.warmup, s.warmup_excess_s, r)),
+    ("warm-up", None, lambda s, r: _warmup(s.warmup, s.warmup_split, r)),
     ("steady", None, lambda s, r: _s(s.phase(PhaseKind.STEADY).seconds) if s.phase(PhaseKind.STEADY).seconds > 0 and s.phase(PhaseKind.STEADY).span is not None else "—"),
     ("steady per-token", None, _steady_cell),
     ("mixed", None, lambda s, r: _s(s.phase(PhaseKind.MIXED).seconds) if s.phase(PhaseKind.MIXED).seconds > 0 else "—"),
@@ -158,16 +159,16 @@ SEGMENT_COLUMNS: tuple[tuple[str, tuple[SegmentKind, ...] | None, SegmentCell], 
 
 
 def _segment_rows(runs: Sequence[RunAnalysis], resolution_s: float | None) -> list[list[str]]:
-    kinds = {s.kind for run in runs for s in run.segments}
+    kinds = {s.kind for run in runs for s in run.shape.segments}
     columns = [c for c in SEGMENT_COLUMNS if c[1] is None or kinds & set(c[1])]
     rows = [["run", "seg", *(header for header, _, _ in columns)]]
     for run in runs:
-        shown = len(run.segments) > 1 or any(
-            s.phase(PhaseKind.MIXED).seconds > 0 or s.phase(PhaseKind.DRAIN).token_s is not None or s.phase(PhaseKind.OVERLOAD).seconds > 0 for s in run.segments
+        shown = len(run.shape.segments) > 1 or any(
+            s.phase(PhaseKind.MIXED).seconds > 0 or s.phase(PhaseKind.DRAIN).token_s is not None or s.phase(PhaseKind.OVERLOAD).seconds > 0 for s in run.shape.segments
         )
-        for segment in run.segments if shown else ():
+        for segment in run.shape.segments if shown else ():
             rows.append(
-                [run.run_label, str(segment.index), *(cell(segment, resolution_s) for _, _, cell in columns)]
+                [run.identity.run_label, str(segment.index), *(cell(segment, resolution_s) for _, _, cell in columns)]
             )
     return rows
 
@@ -198,11 +199,11 @@ def _server_table(rows: Sequence[ServerRow]) -> list[str]:
 
 def _itl_cross_check(file: FileReport) -> str | None:
     bench = file.bench
-    medians = [r.headline_token_s for r in file.runs if r.headline_token_s is not None and r.phase(PhaseKind.STEADY).span]
+    medians = [r.timing.headline_token_s for r in file.runs if r.timing.headline_token_s is not None and r.phase(PhaseKind.STEADY).span]
     if bench is None or bench.median_itl_ms is None or not medians:
         return None
     steady = sorted(medians)[len(medians) // 2]
-    accept = [r.accept_len for r in file.runs if r.accept_len]
+    accept = [r.timing.accept_len for r in file.runs if r.timing.accept_len]
     line = (
         f"    cross-check: bench_serving median ITL {bench.median_itl_ms:.2f} ms beside steady "
         f"per-token {steady * 1000:.2f} ms ({bench.median_itl_ms / 1000 / steady - 1:+.0%})"
@@ -223,7 +224,7 @@ def render_text(report: PhasesReport, selection: RunSelection | None = None) -> 
         out.extend(_summary_lines(file, selection, run_numbers(shown)))
         if shown:
             out.extend(_file_lines(replace(file, runs=shown)))
-            out.extend(study_lines(file.study, {r.run_label for r in shown}))
+            out.extend(study_lines(file.study, {r.identity.run_label for r in shown}))
         out.append("")
     out.extend(_amortization_lines(report))
     return "\n".join(_shown(line) for line in out).rstrip() + "\n"
@@ -259,15 +260,15 @@ RUN_COLUMNS = [
 
 def _main_flagged(run: RunAnalysis) -> bool:
     return any(
-        s.index == run.main_segment and "steady" in s.below_floor for s in run.segments
+        s.index == run.shape.main_segment and "steady" in s.below_floor for s in run.shape.segments
     )
 
 
 def _ttft_cell(run: RunAnalysis) -> str:
     """The server's own TTFT median, or the bounds the arrival lines give (``≤`` an upper one)."""
-    if run.ttft_s is not None:
-        return _ms(run.ttft_s.median, 0)
-    arrivals = run.arrivals
+    if run.timing.ttft_s is not None:
+        return _ms(run.timing.ttft_s.median, 0)
+    arrivals = run.server.arrivals
     if arrivals is None or arrivals.ttft_high_s is None:
         return "—"
     high = arrivals.ttft_high_s.median
@@ -289,37 +290,37 @@ def _overload_cell(run: RunAnalysis) -> str:
 
 def _run_row(run: RunAnalysis, resolution_s: float | None, with_segment: bool, with_overload: bool) -> list[str]:
     row = [
-        run.run_label,
-        "—" if run.start_s is None else f"t+{run.start_s:.0f}s",
-        str(run.peak_batch) if run.peak_batch else "—",
-        "—" if run.steady_batch is None else f"{run.steady_batch:g}",
+        run.identity.run_label,
+        "—" if run.shape.start_s is None else f"t+{run.shape.start_s:.0f}s",
+        str(run.shape.peak_batch) if run.shape.peak_batch else "—",
+        "—" if run.shape.steady_batch is None else f"{run.shape.steady_batch:g}",
         _span(run.phase(PhaseKind.RAMP).span, resolution_s),
-        _warmup(run.warmup, run.warmup_excess_s, resolution_s),
+        _warmup(run.shape.warmup, run.shape.warmup_split, resolution_s),
         _span(run.phase(PhaseKind.STEADY).span, resolution_s),
-        _dist_ms(run.phase(PhaseKind.STEADY).token_s, _main_flagged(run), run.headline_token_s, run.headline_method),
-        "not seen" if any(c.startswith("drain not visible") for c in run.cannot) else _span(run.phase(PhaseKind.DRAIN).span, resolution_s),
+        _dist_ms(run.phase(PhaseKind.STEADY).token_s, _main_flagged(run), run.timing.headline_token_s, run.timing.headline_method),
+        "not seen" if any(c.startswith("drain not visible") for c in run.findings.cannot) else _span(run.phase(PhaseKind.DRAIN).span, resolution_s),
         _ttft_cell(run),
-        _ms(run.harness_tpot_s),
+        _ms(run.tokens.harness_tpot_s),
     ]
     if with_overload:
         row.insert(-3, _overload_cell(run))
     if with_segment:
-        main = f"{run.main_segment} of {len(run.segments)}" if run.main_segment and len(run.segments) > 1 else ""
+        main = f"{run.shape.main_segment} of {len(run.shape.segments)}" if run.shape.main_segment and len(run.shape.segments) > 1 else ""
         row.insert(1, main)
     return row
 
 
 def _legend(file: FileReport) -> list[str]:
     lines = []
-    if any(r.headline_method == "token-weighted" for r in file.runs) or any(
-        s.headline_method == "token-weighted" for r in file.runs for s in r.segments
+    if any(r.timing.headline_method == "token-weighted" for r in file.runs) or any(
+        s.headline_method == "token-weighted" for r in file.runs for s in r.shape.segments
     ):
         lines.append(
             "  tw: token-weighted per-token time (speculative decoding whose acceptance length "
             "spreads; the median of the lines would weigh a low-acceptance interval like a high one)"
         )
-    floors = sorted({r.lone_request_token_s for r in file.runs if r.lone_request_token_s})
-    if any(s.below_floor for r in file.runs for s in r.segments) and floors:
+    floors = sorted({r.timing.lone_request_token_s for r in file.runs if r.timing.lone_request_token_s})
+    if any(s.below_floor for r in file.runs for s in r.shape.segments) and floors:
         lines.append(
             f"  !: below the lone-request per-token time ({floors[0] * 1000:.2f} ms): the batch "
             "shrank inside those statistics intervals (window-end bias); a lower bound"
@@ -344,7 +345,7 @@ def _file_lines(file: FileReport) -> list[str]:
     """The file's tables and notes, below its header (``render_text`` writes that)."""
     out: list[str] = []
     resolution = file.time_resolution_s
-    with_segment = any(len(r.segments) > 1 for r in file.runs)
+    with_segment = any(len(r.shape.segments) > 1 for r in file.runs)
     with_overload = any(r.phase(PhaseKind.OVERLOAD).seconds > 0 for r in file.runs)
     columns = list(RUN_COLUMNS)
     if with_overload:
@@ -367,12 +368,12 @@ def _file_lines(file: FileReport) -> list[str]:
     sections = (
         (
             "how per-token time was derived",
-            [(r.run_label, r.step_method) for r in file.runs if r.step_method],
+            [(r.identity.run_label, r.timing.step_method) for r in file.runs if r.timing.step_method],
         ),
-        ("cannot tell", [(r.run_label, c) for r in file.runs for c in r.cannot]),
+        ("cannot tell", [(r.identity.run_label, c) for r in file.runs for c in r.findings.cannot]),
         (
             "notes",
-            [(r.run_label, n) for r in file.runs for n in r.notes]
+            [(r.identity.run_label, n) for r in file.runs for n in r.findings.notes]
             + [("file", n) for n in file.file_notes],
         ),
     )
@@ -384,11 +385,11 @@ def _file_lines(file: FileReport) -> list[str]:
 
 
 def _reconciliation_lines(file: FileReport) -> list[str]:
-    recs = [(r.run_label, r.reconciliation) for r in file.runs if r.reconciliation is not None]
+    recs = [(r.identity.run_label, r.tokens.reconciliation) for r in file.runs if r.tokens.reconciliation is not None]
     recs += [
-        (f"{r.run_label} seg {s.index}", s.reconciliation)
+        (f"{r.identity.run_label} seg {s.index}", s.reconciliation)
         for r in file.runs
-        for s in r.segments
+        for s in r.shape.segments
         if s.reconciliation is not None
     ]
     if not recs and file.bench_reconciliation is None:

@@ -8,13 +8,15 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from ncuflow.phases.model.results import (
+    PhaseKind,
+    PhaseStats,
     Reconciliation,
     RunAdmission,
     RunAnalysis,
     RunFindings,
     RunIdentity,
-    RunPhases,
     RunPlotData,
+    RunShape,
     RunTiming,
     RunTokens,
     assemble_run,
@@ -53,12 +55,11 @@ def analyse_without_start_times(
         reconciliation = _stall_reconciliation(trace.requests, reported, itl.median, tokens)
     return assemble_run(
         RunIdentity(trace.path, trace.source_format, run_index, trace.run, None, ""),
-        RunPhases(),  # no start times: no timeline, no peak, no phases (None, never 0)
+        RunShape(),  # no start times: no timeline, no peak, no spans (None, never 0)
         RunAdmission(requests_admitted=len(trace.requests)),
         RunTiming(
             step_method=_ITL_STEP_METHOD,
             ttft_s=ttft,
-            steady_token_s=itl,
             steady_step_s=itl.median if itl else None,
             mean_request_tpot_s=mean_request_tpot,
         ),
@@ -67,6 +68,7 @@ def analyse_without_start_times(
             itl_by_position=_median_itl_by_position(trace.requests),
             ttft_values_s=tuple(r.chunk_times_s[0] - r.submit_s for r in trace.requests),
         ),
+        phases={PhaseKind.STEADY: PhaseStats(token_s=itl)},
         findings=RunFindings(cannot=(_NO_START_TIMES,)),
     )
 

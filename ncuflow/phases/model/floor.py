@@ -28,14 +28,14 @@ def lone_request_times(runs: Sequence[RunAnalysis]) -> dict[str | None, float]:
     alone can differ, e.g. in context length; the fastest is the floor for all)."""
     found: dict[str | None, list[float]] = {}
     for run in runs:
-        for segment in run.segments:
+        for segment in run.shape.segments:
             if (
                 segment.kind is SegmentKind.PLATEAU
                 and segment.level == 1
                 and segment.phase(PhaseKind.STEADY).span is not None
                 and segment.headline_token_s is not None
             ):
-                found.setdefault(run.rank, []).append(segment.headline_token_s)
+                found.setdefault(run.identity.rank, []).append(segment.headline_token_s)
     return {rank: min(values) for rank, values in found.items()}
 
 
@@ -58,14 +58,14 @@ def flag_below_floor(runs: Sequence[RunAnalysis]) -> list[RunAnalysis]:
     floors = lone_request_times(runs)
     out = []
     for run in runs:
-        floor = floors.get(run.rank)
+        floor = floors.get(run.identity.rank)
         if floor is None:
             out.append(run)
             continue
         limit = floor * (1 - TOLERANCE)
         segments = []
         flagged: list[str] = []
-        for segment in run.segments:
+        for segment in run.shape.segments:
             below = tuple(
                 name for name, value in _values(segment) if value is not None and value < limit
             )
@@ -73,7 +73,7 @@ def flag_below_floor(runs: Sequence[RunAnalysis]) -> list[RunAnalysis]:
                 if name in below and value is not None:
                     flagged.append(f"segment {segment.index} {name} {value * 1000:.2f} ms")
             segments.append(replace(segment, below_floor=below) if below else segment)
-        notes = list(run.notes)
+        notes = list(run.findings.notes)
         if flagged:
             shown = ", ".join(flagged[:6]) + (f" and {len(flagged) - 6} more" if len(flagged) > 6 else "")
             notes.append(
@@ -84,6 +84,11 @@ def flag_below_floor(runs: Sequence[RunAnalysis]) -> list[RunAnalysis]:
                 "the tables)"
             )
         out.append(
-            replace(run, segments=tuple(segments), notes=tuple(notes), lone_request_token_s=floor)
+            replace(
+                run,
+                shape=replace(run.shape, segments=tuple(segments)),
+                findings=replace(run.findings, notes=tuple(notes)),
+                timing=replace(run.timing, lone_request_token_s=floor),
+            )
         )
     return out

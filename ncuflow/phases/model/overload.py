@@ -25,8 +25,10 @@ from dataclasses import replace
 
 from ncuflow.phases.model.intervals import DecodeInterval
 from ncuflow.phases.model.results import (
+    NO_PHASE,
     PhaseKind,
     PhaseSpan,
+    PhaseStats,
     QueueCause,
     RunOverload,
     Segment,
@@ -138,20 +140,20 @@ def queue_causes(intervals: Sequence[DecodeInterval], peak: int) -> tuple[QueueC
 
 def run_overload(
     segments: Sequence[Segment], intervals: Sequence[DecodeInterval], peak: int
-) -> RunOverload:
-    """A run's overload stretches together, and the causes of its queues."""
+) -> tuple[RunOverload, PhaseStats]:
+    """A run's overload stretches together (its ``OVERLOAD`` phase), and the causes of its
+    queues."""
     stretches = [s for s in segments if s.kind is SegmentKind.OVERLOAD]
     causes = queue_causes(intervals, peak)
     if not stretches:
-        return RunOverload(queue_causes=causes)
+        return RunOverload(queue_causes=causes), NO_PHASE
     inside = [i for i in intervals if i.overloaded]
     pairs = [(i.per_token_s, i.tokens) for i in inside if i.per_token_s and i.tokens]
     tokens = sum(t for _, t in pairs if t)
-    return RunOverload(
-        overload=PhaseSpan("overload", stretches[0].plateau.start_s, stretches[-1].plateau.end_s),
-        overload_s=sum(s.phase(PhaseKind.OVERLOAD).seconds for s in stretches),
-        overload_token_s=distribution([i.per_token_s for i in inside if i.per_token_s is not None]),
-        overload_weighted_s=sum(p * t for p, t in pairs if p and t) / tokens if tokens > 0 else None,
-        preempted=sum(s.preempted for s in stretches),
-        queue_causes=causes,
+    stats = PhaseStats(
+        span=PhaseSpan("overload", stretches[0].plateau.start_s, stretches[-1].plateau.end_s),
+        seconds=sum(s.phase(PhaseKind.OVERLOAD).seconds for s in stretches),
+        token_s=distribution([i.per_token_s for i in inside if i.per_token_s is not None]),
+        weighted_s=sum(p * t for p, t in pairs if p and t) / tokens if tokens > 0 else None,
     )
+    return RunOverload(preempted=sum(s.preempted for s in stretches), queue_causes=causes), stats

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.overload import CAP, PREFILL
-from ncuflow.phases.model.results import PhaseKind, RunOverload, Segment, SegmentKind
+from ncuflow.phases.model.results import PhaseKind, PhaseStats, RunOverload, Segment, SegmentKind
 
 
 def _ms(seconds: float) -> str:
@@ -44,12 +44,13 @@ def _stretch_facts(capabilities: Capabilities, segments: Sequence[Segment]) -> s
 
 
 def overload_notes(
-    capabilities: Capabilities, segments: Sequence[Segment], overload: RunOverload
+    capabilities: Capabilities, segments: Sequence[Segment], overload: RunOverload, stretches: PhaseStats
 ) -> list[str]:
-    """The run's overload stretches and the other causes of its queues."""
+    """The run's overload stretches (``stretches``: its ``OVERLOAD`` phase) and the other
+    causes of its queues."""
     notes = []
-    if overload.overload_s > 0:
-        per_token = overload.overload_token_s
+    if stretches.seconds > 0:
+        per_token = stretches.token_s
         timing = (
             f": per-token {_ms(per_token.median)} ({per_token.p10 * 1000:.1f}–{per_token.p90 * 1000:.1f})"
             if per_token is not None
@@ -57,7 +58,7 @@ def overload_notes(
         )
         count = sum(1 for s in segments if s.kind is SegmentKind.OVERLOAD)
         notes.append(
-            f"overload: {overload.overload_s:.1f} s in {count} stretch(es) with requests waiting at a "
+            f"overload: {stretches.seconds:.1f} s in {count} stretch(es) with requests waiting at a "
             f"full KV cache ({_stretch_facts(capabilities, segments)}){timing}; the KV cache, not "
             "the client, set the batch there: counted as its own phase, not steady, burst or drain"
         )

@@ -36,11 +36,11 @@ def warmup_note(
     warmup = main.warmup
     if warmup is None or not interval_s or not trace.capabilities.prefill_lines:
         return []
-    prefill = main.warmup_prefill_s
+    prefill = main.warmup_split.prefill_s if main.warmup_split is not None else None
     known = prefill if prefill is not None else typical_prefill_gap(run_samples, main)
     if warmup.duration_s <= interval_s * 1.05 + known + trace.time_resolution_s:
         return []
-    tokens = main.warmup_prefill_tokens
+    tokens = main.warmup_split.prefill_tokens if main.warmup_split is not None else 0
     if prefill is None and tokens >= LONG_ADMISSION_TOKENS:
         return [
             f"the interval from the ramp's last admission to the first Decode line ({warmup.duration_s:.1f} s) "

@@ -73,8 +73,8 @@ def _phase_totals(runs: Sequence[RunAnalysis]) -> dict[str, tuple[float, float]]
     """Per phase: (output tokens, request-seconds of decoding) over every segment."""
     totals = {phase: (0.0, 0.0) for phase in PHASES}
     for run in runs:
-        decode_node = run.requests_total is None  # no Prefill lines: prefilled elsewhere
-        for segment in run.segments:
+        decode_node = run.admission.requests_total is None  # no Prefill lines: prefilled elsewhere
+        for segment in run.shape.segments:
             ramp = segment.phase(PhaseKind.RAMP)
             if decode_node and ramp.tokens and ramp.weighted_s:
                 count, seconds = totals["ramp decode"]
@@ -95,7 +95,7 @@ def closed_loop_reconciliation(
     """bench_serving's mean TPOT against the phases of every run (all ranks) of the log."""
     if bench.mean_tpot_ms is None or bench.output_tokens is None or bench.output_tokens < 2:
         return None
-    usable = [r for r in runs if r.segments]
+    usable = [r for r in runs if r.shape.segments]
     totals = _phase_totals(usable)
     all_tokens = sum(tokens for tokens, _ in totals.values())
     requests = _request_count(usable, bench)
@@ -104,7 +104,7 @@ def closed_loop_reconciliation(
     steps = bench.output_tokens - 1
     # a request arriving at a PD decode node starts decoding at once: no wait, only the
     # ramp's own (faster, smaller-batch) per-token time, counted as the "ramp decode" phase
-    total_wait = sum(r.total_admission_wait_s or 0.0 for r in usable if r.requests_total)
+    total_wait = sum(r.admission.total_admission_wait_s or 0.0 for r in usable if r.admission.requests_total)
     terms = [
         *_phase_terms(totals, all_tokens),
         *_wait_terms(usable, total_wait, requests=requests, steps=steps),
@@ -126,9 +126,9 @@ def closed_loop_reconciliation(
 def _request_count(usable: Sequence[RunAnalysis], bench: BenchSummary) -> int:
     """Requests the mean TPOT is over: every run's admissions, or the result block's count
     where a PD decode node sees no Prefill lines."""
-    if any(r.requests_total is None for r in usable):
+    if any(r.admission.requests_total is None for r in usable):
         return bench.completed_requests or 0
-    return sum(r.requests_total or 0 for r in usable)
+    return sum(r.admission.requests_total or 0 for r in usable)
 
 
 def _phase_terms(totals: dict[str, tuple[float, float]], all_tokens: float) -> list[Term]:
@@ -165,10 +165,14 @@ def _wait_terms(
                 f"{total_wait:.0f} request-s/{requests}/{steps}",
             )
         )
-    for name, part in (("last prefill", "warmup_prefill_s"), ("warm-up", "warmup_excess_s")):
+    for name, part in (("last prefill", "prefill_s"), ("warm-up", "excess_s")):
         # the warm-up interval delays every request of its ramp: its last admission's
         # own prefill, then what is left after it and the ordinary decode steps
-        wait = sum((getattr(r, part) or 0.0) * (r.requests_admitted or 0) for r in usable if r.requests_total)
+        wait = sum(
+            (getattr(r.shape.warmup_split, part) or 0.0) * (r.admission.requests_admitted or 0)
+            for r in usable
+            if r.admission.requests_total and r.shape.warmup_split is not None
+        )
         if wait > 0:
             terms.append(Term(name, wait / requests / steps, f"{wait:.0f} request-s/{requests}/{steps}"))
     return terms

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from itertools import pairwise
 
 from ncuflow.phases.model.bench import analyse_without_start_times
 from ncuflow.phases.model.results import (
+    NO_PHASE,
     PhaseKind,
     PhaseSpan,
+    PhaseStats,
     Reconciliation,
     RunAdmission,
     RunAnalysis,
     RunFindings,
     RunIdentity,
-    RunPhases,
     RunPlotData,
+    RunShape,
     RunTiming,
     RunTokens,
     TimelinePoint,
@@ -96,7 +98,8 @@ def _analyse_timeline(
             "not counted as steady decode"
         )
         best = None
-    phases = RunPhases(start_s, end_s, peak)
+    shape = RunShape(start_s, end_s, peak)
+    phases: dict[PhaseKind, PhaseStats] = {}
     admission = RunAdmission()
     if best is None:
         cannot.append(
@@ -104,20 +107,20 @@ def _analyse_timeline(
             f"of its peak size ({peak}) with no request prefilling — the batch never fills"
         )
     else:
-        phases, admission, steady_tokens = _steady_phases(requests, stretches, best, phases)
-        timing = replace(
-            timing,
-            steady_token_s=steady_tokens,
-            steady_step_s=steady_tokens.median if steady_tokens else None,
-        )
+        shape, phases, admission = _steady_phases(requests, stretches, best, shape)
+        steady_tokens = phases[PhaseKind.STEADY].token_s
+        timing = replace(timing, steady_step_s=steady_tokens.median if steady_tokens else None)
         if steady_tokens is None:
             cannot.append("no two consecutive chunks of one request fall inside the steady stretch")
     generations = _generations_note(requests, best)
     if generations:
         cannot.append(generations)
     else:
-        tokens = _harness(tokens, timing, admission, end_s - min(r.chunk_times_s[0] for r in requests))
-    return _assemble(trace, run_index, phases, (admission, timing, tokens), RunFindings(tuple(cannot), tuple(notes)))
+        steady = phases.get(PhaseKind.STEADY, NO_PHASE).token_s
+        tokens = _harness(tokens, steady, admission, end_s - min(r.chunk_times_s[0] for r in requests))
+    return _assemble(
+        trace, run_index, (shape, phases), (admission, timing, tokens), RunFindings(tuple(cannot), tuple(notes))
+    )
 
 
 def _generations_note(requests: Sequence[RequestRecord], best: tuple[float, float] | None) -> str:
@@ -159,10 +162,13 @@ def _analyse_waves(
         total_admission_wait_s=sum(firsts[-1] - t for t in firsts),
         requests_total=len(requests),
     )
-    phases = RunPhases(
-        start_s, end_s, peak, float(main.level), main.ramp, main.phase(PhaseKind.STEADY).span, None, main.phase(PhaseKind.DRAIN).span,
-        segments=segments, main_segment=main.index,
-    )
+    shape = RunShape(start_s, end_s, peak, float(main.level), segments=segments, main_segment=main.index)
+    steady = main.phase(PhaseKind.STEADY).token_s
+    phases = {
+        PhaseKind.RAMP: PhaseStats(span=main.ramp),
+        PhaseKind.STEADY: PhaseStats(span=main.phase(PhaseKind.STEADY).span, token_s=steady),
+        PhaseKind.DRAIN: PhaseStats(span=main.phase(PhaseKind.DRAIN).span),
+    }
     notes.append(
         f"{len(segments)} waves (generations of requests that filled the batch together, at "
         f"{', '.join(str(s.level) for s in segments[:8])}): each is a segment with its own ramp, steady, "
@@ -172,27 +178,30 @@ def _analyse_waves(
         f"harness-style TPOT over the whole trace: its {len(segments)} waves are {len(segments)} "
         "generations of requests; each wave's own is reconciled on its segment"
     ]
-    steady = main.phase(PhaseKind.STEADY).token_s
-    timing = replace(timing, steady_token_s=steady, steady_step_s=steady.median if steady else None)
-    return _assemble(trace, run_index, phases, (admission, timing, tokens), RunFindings(tuple(cannot), tuple(notes)))
+    timing = replace(timing, steady_step_s=steady.median if steady else None)
+    return _assemble(
+        trace, run_index, (shape, phases), (admission, timing, tokens), RunFindings(tuple(cannot), tuple(notes))
+    )
 
 
 def _assemble(
     trace: RequestTrace,
     run_index: int,
-    phases: RunPhases,
+    shaped: tuple[RunShape, Mapping[PhaseKind, PhaseStats]],
     parts: tuple[RunAdmission, RunTiming, RunTokens],
     findings: RunFindings,
 ) -> RunAnalysis:
-    """A request trace's run, with its timeline and token gaps for the plot."""
+    """A request trace's run (its shape and phases), with its timeline and token gaps for the plot."""
+    shape, phases = shaped
     admission, timing, tokens = parts
     return assemble_run(
         RunIdentity(trace.path, trace.source_format, run_index, trace.run, None, trace.clock_origin),
-        phases,
+        shape,
         admission,
         timing,
         tokens,
         RunPlotData(timeline=_timeline(trace.requests), token_gaps=_token_gaps(trace.requests)),
+        phases=phases,
         findings=findings,
     )
 
@@ -237,10 +246,12 @@ def _steady_phases(
     requests: Sequence[RequestRecord],
     stretches: Sequence[BatchStretch],
     best: tuple[float, float],
-    phases: RunPhases,
-) -> tuple[RunPhases, RunAdmission, Distribution | None]:
+    shape: RunShape,
+) -> tuple[RunShape, dict[PhaseKind, PhaseStats], RunAdmission]:
+    """The steady stretch ``best`` (its ramp before, its drain after, its per-token times)
+    and the admissions before it."""
     a, b = best
-    assert phases.start_s is not None and phases.end_s is not None
+    assert shape.start_s is not None and shape.end_s is not None
     steady_batch = float(statistics.median(d for s0, s1, d, _ in stretches if s0 >= a and s1 <= b))
     intervals = [
         (r.chunk_times_s[k] - r.chunk_times_s[k - 1]) / r.chunk_tokens[k]
@@ -259,21 +270,16 @@ def _steady_phases(
             mean_admission_wait_s=statistics.fmean(last - t for t in admitted_before),
             total_admission_wait_s=sum(last - t for t in admitted_before),
         )
-    return (
-        replace(
-            phases,
-            steady_batch=steady_batch,
-            ramp=PhaseSpan("ramp", phases.start_s, a),
-            steady=PhaseSpan("steady", a, b),
-            drain=PhaseSpan("drain", b, phases.end_s),
-        ),
-        admission,
-        distribution(intervals),
-    )
+    phases = {
+        PhaseKind.RAMP: PhaseStats(span=PhaseSpan("ramp", shape.start_s, a)),
+        PhaseKind.STEADY: PhaseStats(span=PhaseSpan("steady", a, b), token_s=distribution(intervals)),
+        PhaseKind.DRAIN: PhaseStats(span=PhaseSpan("drain", b, shape.end_s)),
+    }
+    return replace(shape, steady_batch=steady_batch), phases, admission
 
 
 def _harness(
-    tokens: RunTokens, timing: RunTiming, admission: RunAdmission, batch_span_s: float
+    tokens: RunTokens, steady_token_s: Distribution | None, admission: RunAdmission, batch_span_s: float
 ) -> RunTokens:
     """Harness TPOT = (batch end − first token)/(N − 1), reconciled when steady is known."""
     n = tokens.output_tokens
@@ -281,11 +287,11 @@ def _harness(
         return tokens
     harness = batch_span_s / (n - 1)
     reconciliation = None
-    if timing.steady_token_s is not None and admission.admission_span_s is not None:
+    if steady_token_s is not None and admission.admission_span_s is not None:
         reconciliation = Reconciliation(
             reported_label="harness TPOT (batch end − first token)/(N − 1)",
             reported_tpot_s=harness,
-            steady_term_s=timing.steady_token_s.median,
+            steady_term_s=steady_token_s.median,
             ramp_term_s=admission.admission_span_s / (n - 1),
             ramp_s=admission.admission_span_s,
             output_tokens=n,

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any
+from typing import TypeVar
 
+from ncuflow.phases.model.prefill import WarmupSplit
 from ncuflow.phases.model.stats import Distribution
 
 
@@ -126,8 +127,8 @@ class PhaseStats:
 
 
 NO_PHASE = PhaseStats()
-# a part's field named "<phase><suffix>" (steady_token_s, overload_s, drain …) is that phase's
-# PhaseStats field: the one rule for the run's record, and for the JSON keys of schema 2
+# a JSON key of schema 2 named "<phase><suffix>" (steady_token_s, overload_s, drain …) is that
+# phase's PhaseStats field: the one rule that derives those keys from the records
 PHASE_FIELDS: tuple[tuple[str, str], ...] = (
     ("", "span"),
     ("_s", "seconds"),
@@ -138,7 +139,7 @@ PHASE_FIELDS: tuple[tuple[str, str], ...] = (
 
 
 def phase_field(name: str) -> tuple[PhaseKind, str] | None:
-    """(phase, PhaseStats field) a flat name stands for by ``PHASE_FIELDS``, or None."""
+    """(phase, PhaseStats field) a flat JSON key stands for by ``PHASE_FIELDS``, or None."""
     for kind in PhaseKind:
         for suffix, attribute in PHASE_FIELDS:
             if name == kind.value + suffix:
@@ -170,11 +171,8 @@ class Segment:
     phases: Mapping[PhaseKind, PhaseStats] = field(default_factory=dict)
     accept_len: float | None = None  # speculative decoding: mean acceptance length
     # the warm-up interval less its last admission's own prefill and the ordinary decode
-    # steps it holds (``prefill``): what is left is warm-up
-    warmup_excess_s: float | None = None
-    warmup_prefill_s: float | None = None  # None where the log gives no prefill throughput
-    warmup_prefill_tokens: int = 0
-    warmup_decode_s: float | None = None
+    # steps it holds (``prefill.WarmupSplit``): what is left is warm-up
+    warmup_split: WarmupSplit | None = None
     kind: SegmentKind = SegmentKind.PLATEAU
     rise: PhaseSpan | None = None  # a burst's climb to its peak (a burst has no ramp)
     # the steady per-token time the segment is summed up by, and how: "median" of the
@@ -216,14 +214,10 @@ class QueueCause:
 
 @dataclass(frozen=True)
 class RunOverload:
-    """A run's overload stretches together (``Segment.kind == "overload"``) and why its
-    requests waited."""
+    """Why a run's requests waited, and those its overload stretches pushed back (the
+    stretches' time and per-token times are the run's ``OVERLOAD`` phase)."""
 
-    overload: PhaseSpan | None = None  # first overload stretch's start → last one's end
-    overload_s: float = 0.0  # the stretches' time
-    overload_token_s: Distribution | None = None  # their intervals' per-token times
-    overload_weighted_s: float | None = None
-    preempted: int = 0  # requests pushed back to the queue in them
+    preempted: int = 0  # requests pushed back to the queue in its overload stretches
     queue_causes: tuple[QueueCause, ...] = ()
 
 
@@ -238,18 +232,16 @@ class RunIdentity:
 
 
 @dataclass(frozen=True)
-class RunPhases:
+class RunShape:
+    """A run's extent, batch, warm-up and segments (its phases are ``RunAnalysis.phases``):
+    the warm-up is the main segment's (``warmup``, and ``warmup_split``: what it holds)."""
+
     start_s: float | None = None
     end_s: float | None = None
     peak_batch: int | None = None
     steady_batch: float | None = None
-    ramp: PhaseSpan | None = None
-    steady: PhaseSpan | None = None
-    mixed: PhaseSpan | None = None
-    drain: PhaseSpan | None = None
     warmup: PhaseSpan | None = None
-    warmup_excess_s: float | None = None
-    warmup_prefill_s: float | None = None
+    warmup_split: WarmupSplit | None = None
     segments: tuple[Segment, ...] = ()
     main_segment: int | None = None  # index of the segment the run row shows
 
@@ -285,16 +277,17 @@ class ServerRequests:
 
 @dataclass(frozen=True)
 class RunTiming:
+    """How the run's step was timed, its TTFT, and the per-token time it is summed up by
+    (its phases' per-token times are ``RunAnalysis.phases``)."""
+
     step_method: str = ""
     ttft_s: Distribution | None = None
-    steady_token_s: Distribution | None = None
     steady_step_s: float | None = None
-    mixed_token_s: Distribution | None = None
-    drain_token_s: Distribution | None = None
     mean_request_tpot_s: float | None = None
     accept_len: float | None = None
-    headline_token_s: float | None = None
+    headline_token_s: float | None = None  # the steady per-token time the run is summed up by
     headline_method: str = ""
+    lone_request_token_s: float | None = None  # the log's lone-request per-token time
 
 
 @dataclass(frozen=True)
@@ -313,67 +306,6 @@ class RunPlotData:
     retraction_times_s: tuple[float, ...] = ()
     ttft_values_s: tuple[float, ...] = ()
     abort_time_s: float | None = None  # a traceback ended the run here
-
-
-@dataclass(frozen=True)
-class RunAnalysis:
-    """One run of a log: who it is, its shape (segments, and its phases as records), its
-    admissions, timing, tokens and reconciliation, what the server said, and the findings.
-    Built only by ``assemble_run``."""
-
-    path: str
-    source_format: str
-    run_index: int
-    run_label: str
-    rank: str | None
-    clock_origin: str
-    start_s: float | None
-    end_s: float | None
-    peak_batch: int | None
-    steady_batch: float | None
-    admission_span_s: float | None
-    mean_admission_wait_s: float | None
-    requests_admitted: int | None
-    ttft_s: Distribution | None
-    steady_step_s: float | None
-    step_method: str
-    output_tokens: int | None
-    output_tokens_source: str
-    harness_tpot_s: float | None
-    mean_request_tpot_s: float | None
-    reconciliation: Reconciliation | None
-    cannot: tuple[str, ...]
-    notes: tuple[str, ...]
-    timeline: tuple[TimelinePoint, ...] = field(default=(), repr=False)
-    token_gaps: tuple[tuple[float, float], ...] = field(default=(), repr=False)
-    itl_by_position: tuple[float, ...] = field(default=(), repr=False)
-    retraction_times_s: tuple[float, ...] = ()
-    ttft_values_s: tuple[float, ...] = field(default=(), repr=False)
-    abort_time_s: float | None = None
-    warmup: PhaseSpan | None = None
-    segments: tuple[Segment, ...] = ()
-    accept_len: float | None = None
-    total_admission_wait_s: float | None = None
-    requests_total: int | None = None
-    stated_concurrency: int | None = None
-    warmup_excess_s: float | None = None
-    warmup_prefill_s: float | None = None
-    main_segment: int | None = None
-    headline_token_s: float | None = None  # the steady per-token time the run is summed up by
-    headline_method: str = ""
-    no_steady_kind: str = ""  # why there is no steady phase, as a word (for titles)
-    server_requests: ServerRequests | None = None
-    lone_request_token_s: float | None = None  # the log's lone-request per-token time
-    arrivals: ArrivalTimes | None = None
-    preempted: int = 0
-    queue_causes: tuple[QueueCause, ...] = ()
-    # the run's phases (those of its main segment, and its overload stretches together):
-    # built by ``assemble_run`` from the parts' ``<phase><suffix>`` fields (``PHASE_FIELDS``)
-    phases: Mapping[PhaseKind, PhaseStats] = field(default_factory=dict)
-
-    def phase(self, kind: PhaseKind) -> PhaseStats:
-        """The run's ``kind`` phase (an empty record where it has none)."""
-        return self.phases.get(kind, NO_PHASE)
 
 
 @dataclass(frozen=True)
@@ -417,76 +349,106 @@ class ServerLogFacts:
     arrivals: ArrivalTimes | None = None
 
 
-RunPart = (
-    RunIdentity
-    | RunPhases
-    | RunAdmission
-    | RunTiming
-    | RunTokens
-    | RunPlotData
-    | ServerLogFacts
-    | RunOverload
-)
+@dataclass(frozen=True)
+class RunAnalysis:
+    """One run of a log as the records it is made of: who it is (``identity``), its extent,
+    warm-up and segments (``shape``), its phases (those of its main segment, and its
+    overload stretches together), its admissions, timing, tokens and reconciliation, what
+    only a plot needs, what the server said (``server``), its queues (``overload``) and the
+    findings. Built only by ``assemble_run``; a part it was not given is empty (None)."""
+
+    identity: RunIdentity
+    shape: RunShape
+    phases: Mapping[PhaseKind, PhaseStats]
+    admission: RunAdmission
+    timing: RunTiming
+    tokens: RunTokens
+    plot: RunPlotData = field(repr=False)
+    server: ServerLogFacts
+    overload: RunOverload
+    findings: RunFindings
+
+    def phase(self, kind: PhaseKind) -> PhaseStats:
+        """The run's ``kind`` phase (an empty record where it has none)."""
+        return self.phases.get(kind, NO_PHASE)
+
+
+RunPart = RunAdmission | RunTiming | RunTokens | RunPlotData | ServerLogFacts | RunOverload
+_P = TypeVar("_P", RunAdmission, RunTiming, RunTokens, RunPlotData, ServerLogFacts, RunOverload)
 
 
 def assemble_run(
     identity: RunIdentity,
-    phases: RunPhases,
-    *parts: RunAdmission | RunTiming | RunTokens | RunPlotData | ServerLogFacts | RunOverload,
+    shape: RunShape,
+    *parts: RunPart,
+    phases: Mapping[PhaseKind, PhaseStats] | None = None,
     findings: RunFindings | None = None,
 ) -> RunAnalysis:
     """The one constructor of ``RunAnalysis``; parts not given are unknown (None).
 
-    Every field of a part has the name of the ``RunAnalysis`` field it fills; a part is
-    known by its type (one of each at most); repeated findings are kept once, in order.
+    A part is known by its type (one of each at most); a phase's fields that are None or
+    0 are unknown, and a phase with nothing known is left out; repeated findings are kept
+    once, in order; the headline per-token time is the steady median where the analyser
+    named none.
     """
     given = {type(part): part for part in parts}
     if len(given) != len(parts):
         raise ValueError("assemble_run takes one part of each kind")
     findings = findings or RunFindings()
+    known = known_phases(phases or {})
     timing = given.get(RunTiming)
-    values: dict[str, Any] = {}
-    for part in (
-        identity,
-        phases,
-        given.get(RunAdmission) or RunAdmission(),
-        _with_default_headline(timing if isinstance(timing, RunTiming) else RunTiming()),
-        given.get(RunTokens) or RunTokens(),
-        given.get(RunPlotData) or RunPlotData(),
-        given.get(ServerLogFacts) or ServerLogFacts(),
-        given.get(RunOverload) or RunOverload(),
-    ):
-        values.update(_fields_by_name(part))
     return RunAnalysis(
-        **{name: value for name, value in values.items() if phase_field(name) is None},
-        phases=_phases_of(values),
-        cannot=tuple(dict.fromkeys(findings.cannot)),
-        notes=tuple(dict.fromkeys(findings.notes)),
+        identity=identity,
+        shape=shape,
+        phases=known,
+        admission=_part(given, RunAdmission),
+        timing=_with_default_headline(
+            timing if isinstance(timing, RunTiming) else RunTiming(), known.get(PhaseKind.STEADY, NO_PHASE)
+        ),
+        tokens=_part(given, RunTokens),
+        plot=_part(given, RunPlotData),
+        server=_part(given, ServerLogFacts),
+        overload=_part(given, RunOverload),
+        findings=RunFindings(tuple(dict.fromkeys(findings.cannot)), tuple(dict.fromkeys(findings.notes))),
     )
 
 
-def _phases_of(values: dict[str, Any]) -> dict[PhaseKind, PhaseStats]:
-    """The parts' ``<phase><suffix>`` fields as one record per phase (a phase with nothing
-    known has none)."""
-    found: dict[PhaseKind, dict[str, Any]] = {}
-    for name, value in values.items():
-        known = phase_field(name)
-        if known is not None and value is not None and value != 0.0:
-            found.setdefault(known[0], {})[known[1]] = value
-    return {kind: PhaseStats(**stats) for kind, stats in found.items()}
+def _part(given: Mapping[type, RunPart], kind: type[_P]) -> _P:
+    """The part of type ``kind`` given, or an empty one."""
+    part = given.get(kind)
+    return part if isinstance(part, kind) else kind()
 
 
-def _fields_by_name(part: RunPart) -> dict[str, Any]:
-    """A part's fields by name, values as they are (``asdict`` would turn spans into dicts)."""
-    return {f.name: getattr(part, f.name) for f in fields(part)}
+def known_phases(phases: Mapping[PhaseKind, PhaseStats]) -> dict[PhaseKind, PhaseStats]:
+    """The phases with their unknown fields (None or 0) at their defaults, those with
+    nothing known left out."""
+    found: dict[PhaseKind, PhaseStats] = {}
+    for kind, stats in phases.items():
+        values = {f.name: getattr(stats, f.name) for f in fields(stats)}
+        known = {name: value for name, value in values.items() if value is not None and value != 0.0}
+        if known:
+            found[kind] = PhaseStats(**known)
+    return found
 
 
-def _with_default_headline(timing: RunTiming) -> RunTiming:
+def _with_default_headline(timing: RunTiming, steady: PhaseStats) -> RunTiming:
     """Where the analyser named no headline per-token time: the steady median, "median"."""
     return replace(
         timing,
         headline_token_s=timing.headline_token_s
         if timing.headline_token_s is not None
-        else (timing.steady_token_s.median if timing.steady_token_s is not None else None),
-        headline_method=timing.headline_method or ("median" if timing.steady_token_s else ""),
+        else (steady.token_s.median if steady.token_s is not None else None),
+        headline_method=timing.headline_method or ("median" if steady.token_s else ""),
     )
+
+
+WARMUP_PREFIX = "warmup_"  # a JSON key "warmup_<field>" is that field of the warm-up's split
+
+
+def warmup_field(split: WarmupSplit | None, name: str) -> object:
+    """The value of the JSON key ``warmup_<name>``: the split's field, or where there is no
+    split, nothing (0 for a count, None otherwise)."""
+    if split is not None:
+        return getattr(split, name)
+    declared = next(f for f in fields(WarmupSplit) if f.name == name)
+    return 0 if declared.type == "int" else None

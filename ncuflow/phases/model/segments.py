@@ -179,10 +179,7 @@ def _with_steady(
         },
         headline_token_s=headline,
         headline_method=method,
-        warmup_excess_s=split.excess_s if split is not None else None,
-        warmup_prefill_s=split.prefill_s if split is not None else None,
-        warmup_prefill_tokens=split.prefill_tokens if split is not None else 0,
-        warmup_decode_s=split.decode_s if split is not None else None,
+        warmup_split=split,
     )
 
 

@@ -26,14 +26,16 @@ from ncuflow.phases.model.overload_text import overload_notes
 from ncuflow.phases.model.prefill import prefill_rate
 from ncuflow.phases.model.prefill_text import prefill_note, warmup_note
 from ncuflow.phases.model.results import (
+    NO_PHASE,
     PhaseKind,
     PhaseSpan,
+    PhaseStats,
     RunAdmission,
     RunAnalysis,
     RunFindings,
     RunIdentity,
-    RunPhases,
     RunPlotData,
+    RunShape,
     RunTiming,
     Segment,
     SegmentKind,
@@ -229,8 +231,8 @@ def _analyse_server_run(
     notes.extend(shape_notes(segments, [i for i in items if i.kind == TAIL], decodes))
     notes.extend(wind_down_notes(wind_downs(items, decodes, intervals)))
     peak = peak_batch(samples)
-    overload = run_overload(segments, intervals, peak)
-    notes.extend(overload_notes(trace.capabilities, segments, overload))
+    overload, stretches = run_overload(segments, intervals, peak)
+    notes.extend(overload_notes(trace.capabilities, segments, overload, stretches))
     admission, readmitted = _ramp_admissions(samples, main) if main else (_admitted(samples), 0)
     requests = summarise_requests(trace.requests, run.window)
     timing = _run_timing(trace, samples, settings, main, intervals, notes, cannot)
@@ -245,7 +247,8 @@ def _analyse_server_run(
     notes.extend(_level_notes(decodes, settings, main, peak, readmitted))
     closed_loop = readmitted > 0 or len(segments) > 1
     tokens = run_tokens(settings, main, decodes, prefills, closed_loop, notes, cannot, requests)
-    tokens = with_reconciliation(tokens, main, admission, timing)
+    phases = _run_phase_records(main, readmitted, stretches)
+    tokens = with_reconciliation(tokens, main, admission, timing, phases[PhaseKind.STEADY].token_s)
     label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
     return assemble_run(
         RunIdentity(
@@ -256,13 +259,14 @@ def _analyse_server_run(
             trace.rank,
             trace.clock_origin,
         ),
-        _run_phases(samples, peak, main, segments, intervals, readmitted),
+        _run_shape(samples, peak, main, segments, intervals),
         admission,
         timing,
         tokens,
         _plot_data(run, intervals, settings.retraction_times),
         ServerLogFacts(settings.stated_concurrency, kind, requests, arrivals),
         overload,
+        phases=phases,
         findings=RunFindings(tuple(cannot), tuple(notes)),
     )
 
@@ -285,38 +289,51 @@ def _level_notes(
     return notes
 
 
-def _run_phases(
+def _run_shape(
     samples: Sequence[BatchSample],
     peak: int,
     main: Segment | None,
     segments: tuple[Segment, ...],
     intervals: Sequence[DecodeInterval],
-    readmitted: int,
-) -> RunPhases:
-    """The run-level phases are those of its main segment (its longest level)."""
+) -> RunShape:
+    """The run's extent and batch, and its main segment's (its longest level) warm-up."""
     if main is None:
-        return RunPhases(samples[0].time_s, samples[-1].time_s, peak, segments=segments)
+        return RunShape(samples[0].time_s, samples[-1].time_s, peak, segments=segments)
     steady = main.phase(PhaseKind.STEADY).span
-    mixed = None
-    if main.phase(PhaseKind.MIXED).seconds > 0 and readmitted:
-        after_steady = steady is not None and steady.end_s < main.plateau.end_s
-        mixed_start = steady.end_s if steady is not None and after_steady else main.plateau.start_s
-        mixed = PhaseSpan("mixed", mixed_start, main.plateau.end_s)
-    return RunPhases(
+    return RunShape(
         start_s=samples[0].time_s,
         end_s=samples[-1].time_s,
         peak_batch=peak,
         steady_batch=_steady_batch(main, intervals) if steady is not None else None,
-        ramp=main.ramp,
-        steady=steady,
-        mixed=mixed,
-        drain=main.phase(PhaseKind.DRAIN).span if steady is not None else None,
         warmup=main.warmup,
-        warmup_excess_s=main.warmup_excess_s,
-        warmup_prefill_s=main.warmup_prefill_s,
+        warmup_split=main.warmup_split,
         segments=segments,
         main_segment=main.index,
     )
+
+
+def _run_phase_records(main: Segment | None, readmitted: int, overload: PhaseStats) -> dict[PhaseKind, PhaseStats]:
+    """The run's phases: its main segment's spans and per-token times (a steady time only
+    with its stretch, a drain only after one; mixed only where requests were readmitted),
+    and its overload stretches together."""
+    if main is None:
+        return {PhaseKind.STEADY: NO_PHASE, PhaseKind.OVERLOAD: overload}
+    steady = main.phase(PhaseKind.STEADY)
+    mixed = None
+    if main.phase(PhaseKind.MIXED).seconds > 0 and readmitted:
+        after_steady = steady.span is not None and steady.span.end_s < main.plateau.end_s
+        mixed_start = steady.span.end_s if steady.span is not None and after_steady else main.plateau.start_s
+        mixed = PhaseSpan("mixed", mixed_start, main.plateau.end_s)
+    held = steady.span is not None
+    return {
+        PhaseKind.RAMP: PhaseStats(span=main.ramp),
+        PhaseKind.STEADY: PhaseStats(span=steady.span, token_s=steady.token_s if held else None),
+        PhaseKind.MIXED: PhaseStats(span=mixed, token_s=main.phase(PhaseKind.MIXED).token_s),
+        PhaseKind.DRAIN: PhaseStats(
+            span=main.phase(PhaseKind.DRAIN).span if held else None, token_s=main.phase(PhaseKind.DRAIN).token_s
+        ),
+        PhaseKind.OVERLOAD: overload,
+    }
 
 
 def _plot_data(
@@ -352,11 +369,7 @@ def _run_timing(
 ) -> RunTiming:
     steady = main.phase(PhaseKind.STEADY) if main is not None else None
     if main is None or steady is None or steady.span is None or steady.token_s is None:
-        return RunTiming(
-            mixed_token_s=main.phase(PhaseKind.MIXED).token_s if main else None,
-            drain_token_s=main.phase(PhaseKind.DRAIN).token_s if main else None,
-            accept_len=main.accept_len if main else None,
-        )
+        return RunTiming(accept_len=main.accept_len if main else None)
     on_plateau = [i for i in intervals if main.plateau.start_s < i.end_s <= main.plateau.end_s]
     method, step, method_notes = step_method(
         trace.capabilities,
@@ -376,10 +389,7 @@ def _run_timing(
     cannot.extend(_unseen_timing(trace, settings, main, intervals, interval_s))
     return RunTiming(
         step_method=method,
-        steady_token_s=main.phase(PhaseKind.STEADY).token_s,
         steady_step_s=step,
-        mixed_token_s=main.phase(PhaseKind.MIXED).token_s,
-        drain_token_s=main.phase(PhaseKind.DRAIN).token_s,
         accept_len=main.accept_len,
         headline_token_s=main.headline_token_s,
         headline_method=main.headline_method,

@@ -18,6 +18,7 @@ from ncuflow.phases.model.results import (
 )
 from ncuflow.phases.model.runs import RunSettings
 from ncuflow.phases.model.server_requests import single_length
+from ncuflow.phases.model.stats import Distribution
 from ncuflow.phases.model.traces import BatchSample
 
 
@@ -69,16 +70,20 @@ def run_tokens(
 
 
 def with_reconciliation(
-    tokens: RunTokens, main: Segment | None, admission: RunAdmission, timing: RunTiming
+    tokens: RunTokens,
+    main: Segment | None,
+    admission: RunAdmission,
+    timing: RunTiming,
+    steady_token_s: Distribution | None,
 ) -> RunTokens:
-    """The harness-style TPOT reconciled with the steady per-token time and the admission
-    span, where the log gives all three."""
+    """The harness-style TPOT reconciled with the steady per-token time (``steady_token_s``,
+    the run's) and the admission span, where the log gives all three."""
     harness, output_tokens = tokens.harness_tpot_s, tokens.output_tokens
     if (
         harness is None
         or output_tokens is None
         or main is None
-        or timing.steady_token_s is None
+        or steady_token_s is None
         or admission.admission_span_s is None
         or harness <= 0
     ):
@@ -86,10 +91,10 @@ def with_reconciliation(
     reconciliation = harness_reconciliation(
         label="harness TPOT (from log)",
         reported_tpot_s=harness,
-        steady_token_s=timing.headline_token_s or timing.steady_token_s.median,
+        steady_token_s=timing.headline_token_s or steady_token_s.median,
         admission_span_s=admission.admission_span_s,
-        warmup_s=main.warmup_excess_s,
+        warmup_s=main.warmup_split.excess_s if main.warmup_split is not None else None,
         output_tokens=output_tokens,
-        prefill_s=main.warmup_prefill_s,
+        prefill_s=main.warmup_split.prefill_s if main.warmup_split is not None else None,
     )
     return replace(tokens, reconciliation=reconciliation)

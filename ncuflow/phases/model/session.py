@@ -49,13 +49,13 @@ class SessionSummary:
 def run_numbers(runs: Sequence[RunAnalysis]) -> int:
     """How many runs the tables number (each DP rank's run of one wave carries the wave's
     number): not the busy stretches, which merge runs that touch at a 1-s timestamp."""
-    return len({r.run_index for r in runs})
+    return len({r.identity.run_index for r in runs})
 
 
 def busy_stretches(runs: Sequence[RunAnalysis]) -> list[tuple[float, float]]:
     """The stretches of time during which the server was busy: the runs' spans, those that
     overlap (the DP ranks' runs of one wave) merged."""
-    spans = sorted((r.start_s, r.end_s) for r in runs if r.start_s is not None and r.end_s is not None)
+    spans = sorted((r.shape.start_s, r.shape.end_s) for r in runs if r.shape.start_s is not None and r.shape.end_s is not None)
     merged: list[tuple[float, float]] = []
     for start, end in spans:
         if merged and start <= merged[-1][1]:
@@ -66,13 +66,13 @@ def busy_stretches(runs: Sequence[RunAnalysis]) -> list[tuple[float, float]]:
 
 
 def _requests(runs: Sequence[RunAnalysis], service: ServiceCounts) -> tuple[int | None, str]:
-    arrivals = [r.arrivals.requests for r in runs if r.arrivals is not None]
+    arrivals = [r.server.arrivals.requests for r in runs if r.server.arrivals is not None]
     if arrivals and sum(arrivals):
         return sum(arrivals), "the server's arrival lines"
-    timed = [r.server_requests.requests for r in runs if r.server_requests is not None]
+    timed = [r.server.server_requests.requests for r in runs if r.server.server_requests is not None]
     if timed:
         return sum(timed), "the server's per-request timing lines"
-    admitted = [r.requests_total for r in runs if r.requests_total]
+    admitted = [r.admission.requests_total for r in runs if r.admission.requests_total]
     if admitted:
         return sum(x or 0 for x in admitted), "admissions on Prefill lines"
     ok = sum(count for status, count in service.http_status if 200 <= status < 300)
@@ -84,7 +84,7 @@ def _requests(runs: Sequence[RunAnalysis], service: ServiceCounts) -> tuple[int 
 def _levels(runs: Sequence[RunAnalysis]) -> tuple[LevelTiming, ...]:
     by_batch: dict[int, list[float]] = {}
     for run in runs:
-        for point in run.timeline:
+        for point in run.plot.timeline:
             if point.per_token_s is not None and point.kind != "prefill":
                 by_batch.setdefault(point.batch, []).append(point.per_token_s)
     frequent = sorted(by_batch, key=lambda b: (-len(by_batch[b]), b))[:MAX_LEVELS]
@@ -97,12 +97,12 @@ def _levels(runs: Sequence[RunAnalysis]) -> tuple[LevelTiming, ...]:
 
 
 def summarise_session(runs: Sequence[RunAnalysis], service: ServiceCounts) -> SessionSummary:
-    starts = [r.start_s for r in runs if r.start_s is not None]
-    ends = [r.end_s for r in runs if r.end_s is not None]
+    starts = [r.shape.start_s for r in runs if r.shape.start_s is not None]
+    ends = [r.shape.end_s for r in runs if r.shape.end_s is not None]
     values = [
-        p.per_token_s for r in runs for p in r.timeline if p.per_token_s is not None and p.kind != "prefill"
+        p.per_token_s for r in runs for p in r.plot.timeline if p.per_token_s is not None and p.kind != "prefill"
     ]
-    values += [gap for r in runs if not r.timeline for _, gap in r.token_gaps]
+    values += [gap for r in runs if not r.plot.timeline for _, gap in r.plot.token_gaps]
     requests, source = _requests(runs, service)
     stretches = busy_stretches(runs)
     return SessionSummary(
@@ -113,11 +113,11 @@ def summarise_session(runs: Sequence[RunAnalysis], service: ServiceCounts) -> Se
         requests=requests,
         requests_source=source,
         runs_with_steady=sum(1 for r in runs if r.phase(PhaseKind.STEADY).span is not None),
-        runs_with_overload=sum(1 for r in runs if any(s.kind is SegmentKind.OVERLOAD for s in r.segments)),
-        runs_aborted=sum(1 for r in runs if r.abort_time_s is not None),
-        peak_batch=distribution([float(r.peak_batch) for r in runs if r.peak_batch]),
+        runs_with_overload=sum(1 for r in runs if any(s.kind is SegmentKind.OVERLOAD for s in r.shape.segments)),
+        runs_aborted=sum(1 for r in runs if r.plot.abort_time_s is not None),
+        peak_batch=distribution([float(r.shape.peak_batch) for r in runs if r.shape.peak_batch]),
         per_token_s=distribution(values),
         levels=_levels(runs),
-        steady_token_s=distribution([r.headline_token_s for r in runs if r.headline_token_s is not None]),
+        steady_token_s=distribution([r.timing.headline_token_s for r in runs if r.timing.headline_token_s is not None]),
         service=service,
     )
