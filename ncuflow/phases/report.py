@@ -35,7 +35,9 @@ from ncuflow.phases.study import FileStudy
 # (``--runs``); overload, arrival and prefill keys. 3 (issue 40): each segment has
 # and each run ``phases`` (one object per phase: span, seconds, token_s, tokens,
 # weighted_s), the model's records; their flat keys (``steady_token_s``, ``drain_tokens`` …)
-# are kept, each read from ``phases`` by the rule ``<phase><suffix>`` (``PHASE_FIELDS``);
+# are kept, each read from ``phases`` by the rule ``<phase><suffix>`` (``PHASE_FIELDS``), a
+# run's other keys from its part records (``_RUN_PART_OF_KEY``) and ``warmup_<field>`` from
+# the warm-up's split (``warmup_field``);
 # and (issue 42) ``shapes`` (the shapes each run and stretch served, the server's settings),
 # ``harness`` (the timed window outside steady decode) and ``sweep``, null where not made.
 # Every older key keeps its name and type.
