@@ -11,6 +11,7 @@ into the log, never a copied result."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -154,11 +155,18 @@ def test_tgi_durations_in_every_unit_rust_prints() -> None:
     assert tgi.duration_s("1e308s") is None and tgi.duration_s("NaNs") is None
 
 
-def test_a_tgi_line_without_timing_is_one_paragraph_or_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("broken", [
+    lambda line: line.replace('time_per_token="', 'time_per_token="x'),  # no number
+    lambda line: line.replace("2024-07-08T", "2024-13-08T"),  # a month that is not
+    lambda line: line.replace(f'time_per_token="{PER_TOKEN_S * 1e3:.6f}ms"', 'time_per_token="1ns"'),  # 10^9 tokens
+])
+def test_a_tgi_line_without_timing_is_one_paragraph_or_left_out(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], broken: Callable[[str], str]
+) -> None:
     from ncuflow.cli import main
 
     lines = tgi_text()
-    lines[3] = lines[3].replace('time_per_token="', 'time_per_token="x')
+    lines[3] = broken(lines[3])
     path = tmp_path / "tgi.log"
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(SystemExit) as ended:

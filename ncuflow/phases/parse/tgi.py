@@ -60,6 +60,7 @@ FIELDS = ("total_time", "queue_time", "inference_time", "time_per_token")
 TEXT_FIELD = {name: re.compile(name + r'="([^"]{1,40})"') for name in FIELDS}
 STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?)Z")
 DURATION = re.compile(r"^(\d{1,12}(?:\.\d{1,12})?)(s|ms|µs|us|ns)$")
+MAX_TOKENS = 10_000_000  # output tokens of one request, at most (more is a line that cannot be)
 UNIT_S = {"s": 1.0, "ms": 1e-3, "µs": 1e-6, "us": 1e-6, "ns": 1e-9}
 TTFT_UNTOLD = (
     "TTFT: TGI's router logs no first-token time (only total, queue and inference time), so it "
@@ -79,9 +80,13 @@ def duration_s(text: str) -> float | None:
     return float(found[1]) * UNIT_S[found[2]] if found else None
 
 
-def _epoch_s(stamp: str) -> float:
+def _epoch_s(stamp: str) -> float | None:
+    """Seconds since the epoch of an RFC 3339 UTC time; None for a date that cannot be."""
     whole, _, fraction = stamp.partition(".")
-    return datetime.fromisoformat(whole + "+00:00").timestamp() + float("0." + (fraction or "0"))
+    try:
+        return datetime.fromisoformat(whole + "+00:00").timestamp() + float("0." + (fraction or "0"))
+    except ValueError:  # month 13, hour 25
+        return None
 
 
 def _fields(line: str) -> tuple[str | None, dict[str, str]]:
@@ -122,10 +127,10 @@ class TgiReader:
         stamp, values = _fields(line)
         seconds = {k: duration_s(v) for k, v in values.items()}
         total, inference, per_token = (seconds.get(k) for k in ("total_time", "inference_time", "time_per_token"))
-        if stamp is None or total is None or inference is None or not per_token:
+        end = _epoch_s(stamp) if stamp is not None else None
+        if end is None or total is None or inference is None or not per_token or inference / per_token > MAX_TOKENS:
             self._malformed(number, line)
             return
-        end = _epoch_s(stamp)
         if self.origin is None:
             start = end - total
             self.origin = (start, datetime.fromtimestamp(start, UTC).isoformat(timespec="microseconds"))
@@ -140,8 +145,8 @@ class TgiReader:
         self.malformed += 1
         if not self.skip_malformed:
             raise TraceError(
-                f"{self.path}:{number}: a TGI router line without a timestamp or a readable "
-                "total_time, inference_time or time_per_token.",
+                f"{self.path}:{number}: a TGI router line without a readable timestamp, total_time, "
+                "inference_time or time_per_token (or with more than 10^7 tokens).",
                 "Each request's timing comes from these fields; a line without them cannot be placed.",
                 "Fix or remove the line, or pass --skip-malformed to leave such lines out.",
             )
