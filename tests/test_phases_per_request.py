@@ -213,3 +213,18 @@ def test_per_request_formats_are_registry_rows_and_no_longer_refused() -> None:
 
     assert tgi.FORMAT in registry.LINE_FORMATS and llamacpp.FORMAT in registry.LINE_FORMATS
     assert not any(engine.name.startswith(("TGI", "llama.cpp")) for engine in KNOWN_ENGINES)
+
+
+def test_a_log_of_more_requests_than_kept_says_how_many_were_left_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory is bounded: beyond MAX_REQUESTS a reader counts the requests it leaves out,
+    and a note says so (the cap lowered here so that the test stays small)."""
+    from ncuflow.phases.parse import request_chunks
+
+    for module in (tgi, llamacpp, request_chunks):
+        monkeypatch.setattr(module, "MAX_REQUESTS", 10)
+    tgi_file = report_of(tmp_path, "tgi.log", tgi_text())
+    llama_file = report_of(tmp_path, "llama.log", llama_log(stamps=True, prefixed=True))
+    for file in (tgi_file, llama_file):
+        assert file.runs[0].requests_total == 10
+    note = request_chunks.beyond_note(SLOTS * WAVES - 10)
+    assert note in tgi_file.file_notes and note in llama_file.file_notes

@@ -32,7 +32,7 @@ from ncuflow.phases import TraceError
 from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 from ncuflow.phases.parse.format import LineFormat
-from ncuflow.phases.parse.request_chunks import logged_request
+from ncuflow.phases.parse.request_chunks import MAX_REQUESTS, beyond_note, logged_request
 
 CAPABILITIES = Capabilities(
     name="llama.cpp",
@@ -90,6 +90,7 @@ class LlamaCppReader:
     header: tuple[str, float | None] = ("", None)  # the block's task and time (older builds)
     prompt: tuple[float, int] | None = None  # prompt eval seconds, line
     unstamped: int = 0
+    beyond: int = 0  # requests past MAX_REQUESTS, left out
 
     def context(self, number: int, line: str) -> None:
         self._header(line)
@@ -112,6 +113,9 @@ class LlamaCppReader:
             self.prompt = None
 
     def _request(self, number: int, line: str, eval_s: float, tokens: int) -> None:
+        if len(self.requests) >= MAX_REQUESTS:
+            self.beyond += 1
+            return
         prompt_s, _ = self.prompt or (0.0, number)
         task, header_s = self.header
         end = _stamp_s(line)
@@ -130,7 +134,8 @@ class LlamaCppReader:
                 "Pass the server's whole log (its print_timing blocks whole).",
             )
         timed = self.unstamped == 0
-        notes = (TTFT_SERVER,) if timed else (TTFT_SERVER, NO_CLOCK)
+        notes: tuple[str, ...] = (TTFT_SERVER,) if timed else (TTFT_SERVER, NO_CLOCK)
+        notes += (beyond_note(self.beyond),) if self.beyond else ()
         return (RequestTrace(str(self.path), "log", CAPABILITIES.name, tuple(self.requests),
                              has_start_times=timed, clock_origin="the server's start" if timed else "", notes=notes),)
 

@@ -12,6 +12,17 @@ from __future__ import annotations
 from ncuflow.phases.model.traces import RequestRecord
 
 CHUNKS = 16
+# requests one log's reader keeps (about 1 KiB each): a longer log's later requests are
+# counted and left out with a note (``beyond_note``), so memory stays bounded
+MAX_REQUESTS = 1 << 18
+
+
+def beyond_note(left_out: int) -> str:
+    """The note of a log with more requests than ``MAX_REQUESTS``."""
+    return (
+        f"{left_out:,} request(s) after the first {MAX_REQUESTS:,} were left out (memory is bounded); "
+        "split the log to read them"
+    )
 
 
 def logged_request(request_id: str, span: tuple[float, float], first_s: float, tokens: int, line: int) -> RequestRecord:

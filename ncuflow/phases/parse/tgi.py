@@ -35,7 +35,7 @@ from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 from ncuflow.phases.parse.format import LineFormat
 from ncuflow.phases.parse.json_values import BadJson, loads
-from ncuflow.phases.parse.request_chunks import logged_request
+from ncuflow.phases.parse.request_chunks import MAX_REQUESTS, beyond_note, logged_request
 
 CAPABILITIES = Capabilities(
     name="tgi",
@@ -117,12 +117,16 @@ class TgiReader:
     queue_s: list[float] = field(default_factory=list)
     origin: tuple[float, str] | None = None
     malformed: int = 0
+    beyond: int = 0  # requests past MAX_REQUESTS, left out
 
     def context(self, number: int, line: str) -> None:
         """Nothing before the first request line is read."""
 
     def feed(self, number: int, line: str) -> None:
         if not claims(line):
+            return
+        if len(self.requests) >= MAX_REQUESTS:
+            self.beyond += 1
             return
         stamp, values = _fields(line)
         seconds = {k: duration_s(v) for k, v in values.items()}
@@ -171,6 +175,8 @@ class TgiReader:
             )
         if self.malformed:
             notes.append(f"{self.malformed} TGI router line(s) without readable timing were left out")
+        if self.beyond:
+            notes.append(beyond_note(self.beyond))
         return tuple(notes)
 
 
