@@ -354,35 +354,23 @@ def test_the_plot_label_sits_on_the_curve_it_names(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- engines without a format
 
 
-TGI_TEXT = (
-    '2024-07-08T10:20:30.123456Z  INFO generate_stream{parameters=GenerateParameters { best_of: None, '
-    'temperature: None, max_new_tokens: Some(100) } total_time="2.345678s" validation_time="123.4µs" '
-    'queue_time="45.6µs" inference_time="2.345s" time_per_token="23.45ms" seed="None"}: '
-    "text_generation_router::server: router/src/server.rs:497: Success"
-)
-TGI_JSON = json.dumps({
-    "timestamp": "2024-07-08T10:20:30.123456Z", "level": "INFO", "message": "Success",
-    "target": "text_generation_router::server", "filename": "router/src/server.rs", "line_number": 497,
-    "span": {"inference_time": "2.345s", "queue_time": "45µs", "time_per_token": "23.4ms",
-             "total_time": "2.35s", "validation_time": "120µs", "name": "generate_stream"},
-})
-LLAMA_CPP = [
-    "0.00.012.345 I main: server is listening on http://127.0.0.1:8080 - starting the main loop",
-    "0.01.234.567 I slot print_timing: id  0 | task 12 | ",
-    "0.01.234.567 I prompt eval time =      35.21 ms /    12 tokens (    2.93 ms per token,   340.81 tokens per second)",
-    "0.01.234.567 I        eval time =    1234.56 ms /   100 tokens (   12.35 ms per token,    81.00 tokens per second)",
-]
-
-
-def test_an_engine_without_a_format_is_named_in_the_refusal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """TGI (text and JSON router lines) and llama.cpp's server: one paragraph naming the
-    engine, what it logs instead, and that a format is a plug-in (exit 2, no traceback)."""
+def test_an_engine_without_a_format_is_named_in_the_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An engine recognised without a format (one row of parse/unsupported.py; TGI and
+    llama.cpp, once there, have formats now: tests/test_phases_per_request.py): one paragraph
+    naming the engine, what it logs instead, and that a format is a plug-in (exit 2, no
+    traceback), for a text log and a JSON one."""
     from ncuflow.cli import main
-    from ncuflow.phases.parse.unsupported import KNOWN_ENGINES
+    from ncuflow.phases.parse import unsupported
 
-    cases = {"tgi.log": ([TGI_TEXT] * 3, KNOWN_ENGINES[0]), "tgi.json": ([TGI_JSON] * 3, KNOWN_ENGINES[0]),
-             "llama.log": (LLAMA_CPP, KNOWN_ENGINES[1])}
-    for name, (lines, engine) in cases.items():
+    engine = unsupported.KnownEngine("ToyEngine", ("toy_engine_router",), "one line per request")
+    monkeypatch.setattr(unsupported, "KNOWN_ENGINES", (engine,))
+    cases = {
+        "toy.log": ["2024-07-08T10:20:30Z INFO toy_engine_router: served in 2.3s"] * 3,
+        "toy.json": [json.dumps({"target": "toy_engine_router", "message": "served"})] * 3,
+    }
+    for name, lines in cases.items():
         path = tmp_path / name
         path.write_text("\n".join(lines) + "\n")
         with pytest.raises(SystemExit) as ended:

@@ -30,7 +30,7 @@ _ITL_STEP_METHOD = (
     "measured ramp"
 )
 _NO_START_TIMES = (
-    "bench_serving JSON has no per-request start times: batch size over time, the "
+    "the trace has no per-request start times: batch size over time, the "
     "admission ramp, steady window, drain and the harness-style (batch) TPOT cannot "
     "be derived; only TTFT/ITL distributions and per-request stalls can"
 )
@@ -74,8 +74,9 @@ def analyse_without_start_times(
 
 
 def _gaps(request: RequestRecord) -> list[float]:
-    """The request's inter-token latencies, in order."""
-    return [b - a for a, b in pairwise(request.chunk_times_s)]
+    """The request's inter-token latencies, in order (a chunk's gap over its tokens: a
+    per-request server log lays a request out in chunks of several tokens)."""
+    return [(b - a) / max(n, 1) for (a, b), n in zip(pairwise(request.chunk_times_s), request.chunk_tokens[1:], strict=False)]
 
 
 def _stall_reconciliation(

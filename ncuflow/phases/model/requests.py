@@ -42,7 +42,7 @@ def analyse_request_trace(
 ) -> RunAnalysis:
     requests = trace.requests
     notes: list[str] = []
-    ttft = distribution([r.chunk_times_s[0] - r.submit_s for r in requests if r.chunk_times_s])
+    ttft = distribution([r.chunk_times_s[0] - r.submit_s for r in requests if r.chunk_times_s and trace.first_token_logged])
     lengths = sorted(r.output_tokens for r in requests)
     tokens = output_tokens or (lengths[len(lengths) // 2] if lengths else None)
     tokens_source = "--output-tokens" if output_tokens else "median chunk tokens per request"

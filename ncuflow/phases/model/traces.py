@@ -223,3 +223,6 @@ class RequestTrace:
     clock_origin: str = ""
     reported_mean_tpot_ms: float | None = None
     notes: tuple[str, ...] = ()  # what reading the file left out or thinned
+    # the source says when each request's first token came (a server that logs only a
+    # request's totals, as TGI's router, does not: its TTFT is not told)
+    first_token_logged: bool = True

@@ -7,10 +7,10 @@ format is one module that defines its ``FORMAT`` and one entry here (docs/ARCHIT
 
 from __future__ import annotations
 
-from ncuflow.phases.parse import bench, jsonl, sglang, vllm
+from ncuflow.phases.parse import bench, jsonl, llamacpp, sglang, tgi, vllm
 from ncuflow.phases.parse.format import JsonFormat, LineFormat
 
-LINE_FORMATS: tuple[LineFormat, ...] = (sglang.FORMAT, vllm.FORMAT)
+LINE_FORMATS: tuple[LineFormat, ...] = (sglang.FORMAT, vllm.FORMAT, tgi.FORMAT, llamacpp.FORMAT)
 JSON_FORMATS: tuple[JsonFormat, ...] = (bench.FORMAT, jsonl.FORMAT)
 
 

@@ -17,19 +17,9 @@ class KnownEngine:
     logs: str  # what its log holds instead of per-batch statistics, in words
 
 
-KNOWN_ENGINES: tuple[KnownEngine, ...] = (
-    KnownEngine(
-        "TGI (text-generation-inference)",
-        ("text_generation_router", "text_generation_launcher"),
-        "one line per request (its router's total, queue, inference time and time_per_token)",
-    ),
-    KnownEngine(
-        "llama.cpp server",
-        ("print_timing", "prompt eval time =", "llama_server"),
-        "one timing block per request (prompt eval and eval time per token; with "
-        "--log-timestamps, when)",
-    ),
-)
+# TGI and llama.cpp's server, once here, have formats of their own (``parse/tgi.py``,
+# ``parse/llamacpp.py``); an engine recognised without a format is one row here.
+KNOWN_ENGINES: tuple[KnownEngine, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,151 @@
+"""llama.cpp's server (``llama-server``): its ``print_timing`` block per finished request.
+
+When a slot finishes a request it prints, in one block (older builds: a header line, then
+the three lines bare; newer builds: each line behind the ``slot print_timing: id N | task
+T |`` prefix)::
+
+    0.17.959.794 I slot print_timing: id  0 | task 8 | prompt eval time =   447.42 ms /   283 tokens (...)
+    0.17.959.801 I slot print_timing: id  0 | task 8 |        eval time =   473.12 ms /    27 tokens (   17.52 ms per token, ...)
+    0.17.959.802 I slot print_timing: id  0 | task 8 |       total time =   920.53 ms /   310 tokens
+
+The leading ``M.SS.mmm.uuu`` (minutes, seconds, ms, µs since the server started) is there
+only with ``--log-timestamps``. What a block gives:
+
+- the prompt eval time: from the slot's start on the request to its first token;
+- the eval time over the N output tokens: llama.cpp's own "ms per token" divides it by N,
+  the first token included; a request's TPOT here is the eval time over the N − 1 gaps;
+- with timestamps, the end (the block's time) and the start (less prompt and eval time),
+  so requests overlap on one clock and the slots busy at once are rebuilt from them.
+
+The wait for a free slot is not logged (a request's start is its slot's start), so TTFT is
+the server's prompt time, without queueing. Without ``--log-timestamps`` requests cannot be
+placed on one clock: TTFT and per-token time are told, concurrency and phases are not.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ncuflow.phases import TraceError
+from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
+from ncuflow.phases.model.traces import RequestRecord, RequestTrace
+from ncuflow.phases.parse.format import LineFormat
+from ncuflow.phases.parse.request_chunks import MAX_REQUESTS, beyond_note, logged_request
+
+CAPABILITIES = Capabilities(
+    name="llama.cpp",
+    title="llama.cpp server log",
+    server="llama-server",
+    run_boundary=RunBoundary.BUSY_AFTER_IDLE,
+    prefill_lines=False,
+    step_counted_lines=False,
+    stats_window_s=None,
+    admission_evidence="a print_timing block",
+    queue=False,
+    kv_usage=False,
+    preemption_lines=False,
+    preemption_word="preemption",
+    arrival_lines=False,
+    per_request_timings=True,
+    batch_field="slots busy",
+    throughput_field="eval time",
+    batch_cap_option="--parallel",
+)
+STAMP = re.compile(r"^(?:\[\d{1,9}\] )?(\d{1,7})\.(\d\d)\.(\d{3})\.(\d{3}) [A-Z] ")
+TASK = re.compile(r"print_timing: id +\d{1,6} \| task (\d{1,12}) \|")
+TIMING = re.compile(r"\b(prompt eval|eval) time = {0,20}(\d{1,12}(?:\.\d{1,6})?) ms / {0,20}(\d{1,12}) tokens")
+TTFT_SERVER = (
+    "TTFT here is llama-server's prompt eval time: from the slot's start on a request to its "
+    "first token; the wait for a free slot (--parallel) is not logged, so it is left out"
+)
+NO_CLOCK = (
+    "no --log-timestamps: the print_timing blocks carry no time, so requests cannot be placed "
+    "on one clock — TTFT (prompt eval time) and per-token time are told per request; "
+    "concurrency, phases and the harness TPOT need the server run with --log-timestamps"
+)
+
+
+def claims(line: str) -> bool:
+    """The prompt-eval line of a print_timing block (the first of each block)."""
+    return "prompt eval time =" in line and " ms /" in line
+
+
+def _stamp_s(line: str) -> float | None:
+    found = STAMP.match(line)
+    if not found:
+        return None
+    minutes, seconds, ms, us = (int(part) for part in found.groups())
+    return 60.0 * minutes + seconds + ms / 1e3 + us / 1e6
+
+
+@dataclass
+class LlamaCppReader:
+    """Each print_timing block as a request: its prompt line, then its eval line."""
+
+    path: Path
+    skip_malformed: bool
+    requests: list[RequestRecord] = field(default_factory=list)
+    header: tuple[str, float | None] = ("", None)  # the block's task and time (older builds)
+    prompt: tuple[float, int] | None = None  # prompt eval seconds, line
+    unstamped: int = 0
+    beyond: int = 0  # requests past MAX_REQUESTS, left out
+
+    def context(self, number: int, line: str) -> None:
+        self._header(line)
+
+    def _header(self, line: str) -> None:
+        task = TASK.search(line)
+        if task:
+            self.header = (task[1], _stamp_s(line))
+
+    def feed(self, number: int, line: str) -> None:
+        self._header(line)
+        timing = TIMING.search(line)
+        if timing is None:
+            return
+        seconds, tokens = float(timing[2]) / 1e3, int(timing[3])
+        if timing[1] == "prompt eval":
+            self.prompt = (seconds, number)
+        elif self.prompt is not None:
+            self._request(number, line, seconds, tokens)
+            self.prompt = None
+
+    def _request(self, number: int, line: str, eval_s: float, tokens: int) -> None:
+        if len(self.requests) >= MAX_REQUESTS:
+            self.beyond += 1
+            return
+        prompt_s, _ = self.prompt or (0.0, number)
+        task, header_s = self.header
+        end = _stamp_s(line)
+        end = header_s if end is None else end
+        if end is None:
+            self.unstamped += 1
+            end = prompt_s + eval_s  # the request on a clock of its own, from its slot's start
+        start = end - prompt_s - eval_s
+        self.requests.append(logged_request(f"task{task or number}", (start, end), start + prompt_s, tokens, number))
+
+    def traces(self) -> tuple[RequestTrace, ...]:
+        if not self.requests:
+            raise TraceError(
+                f"{self.path}: a prompt eval time line but no eval time line after it.",
+                "A request's timing block is its prompt eval and its eval line together.",
+                "Pass the server's whole log (its print_timing blocks whole).",
+            )
+        timed = self.unstamped == 0
+        notes: tuple[str, ...] = (TTFT_SERVER,) if timed else (TTFT_SERVER, NO_CLOCK)
+        notes += (beyond_note(self.beyond),) if self.beyond else ()
+        return (RequestTrace(str(self.path), "log", CAPABILITIES.name, tuple(self.requests),
+                             has_start_times=timed, clock_origin="the server's start" if timed else "", notes=notes),)
+
+
+FORMAT = LineFormat(
+    name="llama.cpp",
+    capabilities=CAPABILITIES,
+    claims=claims,
+    reader=lambda path, skip_malformed: LlamaCppReader(path, skip_malformed),
+    describe="a llama.cpp server log (print_timing blocks: 'prompt eval time = … ms / N tokens')",
+    help="llama-server's print_timing block per request: prompt eval time,\n"
+    "eval time (with --log-timestamps: when, so concurrency too)",
+)
