@@ -129,10 +129,10 @@ def test_tgi_router_lines_give_concurrency_per_token_time_and_queue(tmp_path: Pa
     file = report_of(tmp_path, name, lines)
     (run,) = file.runs
     assert file.source_format == tgi.CAPABILITIES.title
-    assert run.peak_batch == SLOTS
-    assert run.headline_token_s is not None and abs(run.headline_token_s - PER_TOKEN_S) < 1e-6
-    assert run.mean_request_tpot_s is not None and abs(run.mean_request_tpot_s - PER_TOKEN_S) < 1e-6
-    assert run.ttft_s is None
+    assert run.shape.peak_batch == SLOTS
+    assert run.timing.headline_token_s is not None and abs(run.timing.headline_token_s - PER_TOKEN_S) < 1e-6
+    assert run.timing.mean_request_tpot_s is not None and abs(run.timing.mean_request_tpot_s - PER_TOKEN_S) < 1e-6
+    assert run.timing.ttft_s is None
     assert tgi.TTFT_UNTOLD in file.file_notes
     assert any(f"median {QUEUE_S * 1e3:.3g} ms" in note for note in file.file_notes), file.file_notes
     text = render_text(build_report([tmp_path / name]))
@@ -143,8 +143,8 @@ def test_tgi_router_lines_give_concurrency_per_token_time_and_queue(tmp_path: Pa
 def test_tgi_text_and_json_read_alike(tmp_path: Path) -> None:
     text_run = report_of(tmp_path, "a.log", tgi_text()).runs[0]
     json_run = report_of(tmp_path, "b.json", tgi_json()).runs[0]
-    assert (text_run.peak_batch, text_run.requests_total) == (json_run.peak_batch, json_run.requests_total)
-    assert text_run.headline_token_s == pytest.approx(json_run.headline_token_s, rel=1e-9)
+    assert (text_run.shape.peak_batch, text_run.admission.requests_total) == (json_run.shape.peak_batch, json_run.admission.requests_total)
+    assert text_run.timing.headline_token_s == pytest.approx(json_run.timing.headline_token_s, rel=1e-9)
 
 
 def test_tgi_durations_in_every_unit_rust_prints() -> None:
@@ -174,7 +174,7 @@ def test_a_tgi_line_without_timing_is_one_paragraph_or_left_out(
     output = capsys.readouterr().err
     assert ended.value.code == 2 and "Traceback" not in output and "tgi.log:4" in output, output
     (file,) = build_report([path], skip_malformed=True).files
-    assert file.runs[0].requests_total == SLOTS * WAVES - 1
+    assert file.runs[0].admission.requests_total == SLOTS * WAVES - 1
     assert any("left out" in note for note in file.file_notes)
 
 
@@ -186,9 +186,9 @@ def test_llama_cpp_blocks_with_timestamps(tmp_path: Path, prefixed: bool) -> Non
     file = report_of(tmp_path, "llama.log", llama_log(stamps=True, prefixed=prefixed))
     (run,) = file.runs
     assert file.source_format == llamacpp.CAPABILITIES.title
-    assert run.peak_batch == SLOTS
-    assert run.ttft_s is not None and run.ttft_s.median == pytest.approx(PROMPT_S, abs=1e-5)
-    assert run.headline_token_s is not None and run.headline_token_s == pytest.approx(PER_TOKEN_S, abs=1e-6)
+    assert run.shape.peak_batch == SLOTS
+    assert run.timing.ttft_s is not None and run.timing.ttft_s.median == pytest.approx(PROMPT_S, abs=1e-5)
+    assert run.timing.headline_token_s is not None and run.timing.headline_token_s == pytest.approx(PER_TOKEN_S, abs=1e-6)
     assert llamacpp.TTFT_SERVER in file.file_notes and llamacpp.NO_CLOCK not in file.file_notes
     text = render_text(build_report([tmp_path / "llama.log"]))
     _no_other_rows_words(text, llamacpp.FORMAT)
@@ -199,9 +199,9 @@ def test_llama_cpp_without_timestamps_tells_what_it_can(tmp_path: Path) -> None:
     and the report says why and what to pass."""
     file = report_of(tmp_path, "llama.log", llama_log(stamps=False, prefixed=True))
     (run,) = file.runs
-    assert run.peak_batch is None
-    assert run.ttft_s is not None and run.ttft_s.median == pytest.approx(PROMPT_S, abs=1e-5)
-    assert run.headline_token_s is not None and run.headline_token_s == pytest.approx(PER_TOKEN_S, abs=1e-6)
+    assert run.shape.peak_batch is None
+    assert run.timing.ttft_s is not None and run.timing.ttft_s.median == pytest.approx(PROMPT_S, abs=1e-5)
+    assert run.timing.headline_token_s is not None and run.timing.headline_token_s == pytest.approx(PER_TOKEN_S, abs=1e-6)
     assert llamacpp.NO_CLOCK in file.file_notes
     text = render_text(build_report([tmp_path / "llama.log"]))
     assert "--log-timestamps" in text
@@ -225,6 +225,6 @@ def test_a_log_of_more_requests_than_kept_says_how_many_were_left_out(tmp_path: 
     tgi_file = report_of(tmp_path, "tgi.log", tgi_text())
     llama_file = report_of(tmp_path, "llama.log", llama_log(stamps=True, prefixed=True))
     for file in (tgi_file, llama_file):
-        assert file.runs[0].requests_total == 10
+        assert file.runs[0].admission.requests_total == 10
     note = request_chunks.beyond_note(SLOTS * WAVES - 10)
     assert note in tgi_file.file_notes and note in llama_file.file_notes
