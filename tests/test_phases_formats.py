@@ -23,6 +23,7 @@ from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
 from ncuflow.phases.parse import registry
 from ncuflow.phases.parse.format import LineFormat
+from ncuflow.phases.parse.registry import format_options
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import SCHEMA_VERSION
 from ncuflow.phases.text import render_text
@@ -163,8 +164,12 @@ def test_json_has_a_schema_version_and_old_keys_keep_their_types(serving_logs_di
     if not path.exists():
         pytest.skip("log missing")
     data = json.loads(CliRunner().invoke(cli, ["phases", str(path), "--json"]).output)
-    assert data["schema_version"] == SCHEMA_VERSION == 3
+    assert data["schema_version"] == SCHEMA_VERSION == 4
     file = data["files"][0]
+    # schema 4: the settings the model used, each with its source; the old top-level key kept
+    for _, option in format_options():
+        assert isinstance(data[option.name], int) and set(file["settings"][option.name]) == {
+            "value", "source", "line", "given"}
     assert isinstance(file["runs"], list) and isinstance(file["notes"], list) and file["format"] == "SGLang server log"
     run = file["runs"][1]
     for key, kind in OLD_RUN_KEYS.items():

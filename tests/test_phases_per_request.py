@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ncuflow.phases.parse import llamacpp, registry, tgi
-from ncuflow.phases.parse.format import LineFormat
+from ncuflow.phases.parse.format import LineFormat, LogReading
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import FileReport
 from ncuflow.phases.text import render_text
@@ -173,7 +173,7 @@ def test_a_tgi_line_without_timing_is_one_paragraph_or_left_out(
         main(["phases", str(path)])
     output = capsys.readouterr().err
     assert ended.value.code == 2 and "Traceback" not in output and "tgi.log:4" in output, output
-    (file,) = build_report([path], skip_malformed=True).files
+    (file,) = build_report([path], reading=LogReading(skip_malformed=True)).files
     assert file.runs[0].admission.requests_total == SLOTS * WAVES - 1
     assert any("left out" in note for note in file.file_notes)
 

@@ -23,6 +23,8 @@ from ncuflow.phases.model import (
     config_gaps,
 )
 from ncuflow.phases.model.results import PhaseKind
+from ncuflow.phases.parse.format import LogReading
+from ncuflow.phases.parse.sglang import DECODE_LOG_INTERVAL
 
 
 def write_request_trace(
@@ -192,10 +194,13 @@ def test_wrong_decode_log_interval_is_flagged(tmp_path: Path) -> None:
     )
     (trace,) = load_traces(path)
     assert isinstance(trace, ServerTrace)
-    (run,) = analyse_server_trace(trace, decode_log_interval=40)
-    assert any("check --decode-log-interval" in note for note in run.findings.notes)
-    (run_right,) = analyse_server_trace(trace, decode_log_interval=100)
-    assert not any("check --decode-log-interval" in note for note in run_right.findings.notes)
+    (run,) = analyse_server_trace(trace)  # the default, 40
+    check = f"check {DECODE_LOG_INTERVAL.flag} ({DECODE_LOG_INTERVAL.default} is the default"
+    assert any(check in note for note in run.findings.notes)
+    (right,) = load_traces(path, LogReading(given={DECODE_LOG_INTERVAL.name: 100}))
+    assert isinstance(right, ServerTrace)
+    (run_right,) = analyse_server_trace(right)
+    assert not any(DECODE_LOG_INTERVAL.flag in note for note in run_right.findings.notes)
 
 
 def study_runs() -> list[AmortizationRun]:

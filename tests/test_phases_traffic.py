@@ -23,6 +23,8 @@ from ncuflow.cli import cli
 from ncuflow.phases.model import RunAnalysis, Segment
 from ncuflow.phases.model.floor import TOLERANCE
 from ncuflow.phases.model.results import PhaseKind
+from ncuflow.phases.parse.format import LogReading
+from ncuflow.phases.parse.sglang import DECODE_LOG_INTERVAL
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.plot import _spans, _title
 from ncuflow.phases.report import FileReport
@@ -340,10 +342,11 @@ def test_a_warm_up_inside_one_second_is_not_zero(tmp_path: Path, serving_logs_di
         clients=4, requests_per_client=1, length=lambda k: 500, think_s=lambda c: 0,
         step_s=lambda b: 0.030 + 0.0002 * b, millis=False, prefill_s=0.05, interval=10,
     )
-    report = analyse(tmp_path, simulation.lines, decode_log_interval=10)
+    every_10 = LogReading(given={DECODE_LOG_INTERVAL.name: 10})
+    report = analyse(tmp_path, simulation.lines, reading=every_10)
     (run,) = report.runs
     assert run.shape.warmup is not None and run.shape.warmup.duration_s == 0.0 and report.time_resolution_s == 1.0
-    row = next(line for line in render_text(build_report([tmp_path / "server.log"], decode_log_interval=10)).splitlines()
+    row = next(line for line in render_text(build_report([tmp_path / "server.log"], reading=every_10)).splitlines()
                if line.strip().startswith("run 1"))
     assert "<1 s  <1 s" in row and "0.0 s" not in row
     laguna = serving_logs_dir / "sostrowsk_laguna-s-int4_gb10_sglang_swa_c1-4.log"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ from ncuflow.cli.params import FiniteFloatRange
 from ncuflow.cli.phases_study import StudyOptions, study_options
 from ncuflow.cli.phases_sweep import sweep_cell, sweep_lines, write_sweep
 from ncuflow.files.safe_text import safe_text
-from ncuflow.phases.parse.registry import format_names, help_rows
+from ncuflow.phases.parse.format import LogReading
+from ncuflow.phases.parse.registry import format_names, format_options, help_rows
 from ncuflow.phases.parse.values import MAX_COUNT
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import report_to_dict
@@ -24,11 +26,10 @@ Inputs (format detected per file):
 """ + help_rows() + """
 
 \b
-SGLang prints a Decode line every --decode-log-interval steps; per-token time comes from
-#running-req / gen throughput on each line, cross-checked against the timestamps. A change
-of the #running-req plateau (a concurrency sweep) starts a new segment; requests waiting at
-a full KV cache (or preempted) make an overload segment; a log of many runs opens with a
-session summary.
+Per-token time comes from each statistics line's batch / generation throughput, cross-checked
+against the timestamps. A change of the running batch's plateau (a concurrency sweep) starts a
+new segment; requests waiting at a full KV cache (or preempted) make an overload segment; a
+log of many runs opens with a session summary.
 Examples:
   ncuflow phases server.log --plot timeline.png
   ncuflow phases session.log --runs 3,7-9         # a long session: these runs in detail
@@ -38,6 +39,23 @@ Examples:
   ncuflow phases ps1_out96.jsonl ps1_out512.jsonl ps128_out96.jsonl ps128_out512.jsonl \\
       --label ps1 --label ps1 --label ps128 --label ps128
 """
+
+
+SETTING_NAMES = tuple(option.name for _, option in format_options())
+
+
+def format_setting_options(command: Callable[..., None]) -> Callable[..., None]:
+    """One option per server setting a format declares (``FormatOption``), from the registry."""
+    for log_format, option in reversed(format_options()):
+        command = click.option(
+            option.flag,
+            option.name,
+            type=click.IntRange(min=option.minimum),
+            default=None,
+            help=f"{option.help} Default: what the log's server arguments state, else "
+            f"{option.default} ({log_format.capabilities.server}'s default).",
+        )(command)
+    return command
 
 
 @click.command("phases", epilog=EPILOG)
@@ -52,13 +70,6 @@ Examples:
     default=None,
     help="Write a timeline PNG (batch size and per-token time, phases shaded); with "
     "several inputs, one file per input named PATH-<input>.png (with its parent folders where two inputs share a name).",
-)
-@click.option(
-    "--decode-log-interval",
-    type=click.IntRange(min=1),
-    default=40,
-    show_default=True,
-    help="SGLang decode steps between two Decode lines (server arg decode_log_interval).",
 )
 @click.option(
     "--output-tokens",
@@ -104,36 +115,39 @@ Examples:
     help="Read every input as this format instead of detecting it.",
 )
 @study_options
+@format_setting_options
 def phases_command(
     inputs: tuple[Path, ...],
     as_json: bool,
     plot_path: Path | None,
-    decode_log_interval: int,
     output_tokens: tuple[int, ...],
     labels: tuple[str, ...],
     batch_tolerance: float,
     skip_malformed: bool,
     runs_text: str | None,
     format_name: str | None,
-    **study_given: Any,
+    **given: Any,
 ) -> None:
-    """Split serving traces into segments (one per #running-req plateau) with their admission
+    """Split serving traces into segments (one per plateau of the running batch) with their admission
     ramp, warm-up, steady, mixed and drain phases, and reconcile the reported TPOT with
     Σ share × per-token time + (ramp wait + warm-up) / (N − 1)."""
     try:
         selection = RunSelection.parse(runs_text)
     except ValueError as error:
         raise click.BadParameter(str(error), param_hint="--runs") from None
-    study = StudyOptions.parse(study_given)
+    study = StudyOptions.parse({k: v for k, v in given.items() if k not in SETTING_NAMES})
+    reading = LogReading(
+        skip_malformed=skip_malformed,
+        format_name=format_name,
+        given={name: given[name] for name in SETTING_NAMES if given.get(name) is not None},
+    )
     cell = sweep_cell(study, inputs)
     report = build_report(
         inputs,
         labels=labels,
         output_tokens=output_tokens,
-        decode_log_interval=decode_log_interval,
+        reading=reading,
         batch_tolerance=batch_tolerance,
-        skip_malformed=skip_malformed,
-        format_name=format_name,
         study=study.inputs(),
     )
     written: list[Path] = []

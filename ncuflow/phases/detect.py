@@ -6,7 +6,8 @@ stream, line by line (``parse.lines``): its format is that of its first line a f
 ``parse.registry`` claims (SGLang's ``Prefill/Decode batch``, vLLM's ``Running: N reqs``…),
 and until that line the lines around it (the bench_serving command, events) go to every
 reader. A file whose first non-blank line is JSON is read whole (up to ``MAX_JSON_BYTES``)
-by the first JSON format that claims it. ``format_name`` (``--format``) skips detection.
+by the first JSON format that claims it. ``LogReading.format_name`` (``--format``) skips
+detection; its ``given`` settings go to the readers (``FormatOption``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ncuflow.files import InputFileError, open_regular_file
 from ncuflow.phases import TraceError
 from ncuflow.phases.model import LogEvent, RequestTrace, ServerTrace
 from ncuflow.phases.parse import jsonl, registry
-from ncuflow.phases.parse.format import JsonFormat, LineFormat, LineReader
+from ncuflow.phases.parse.format import JsonFormat, LineFormat, LineReader, LogReading
 from ncuflow.phases.parse.json_values import BadJson, loads
 from ncuflow.phases.parse.lines import LineCounts, numbered_lines
 from ncuflow.phases.parse.unsupported import Recognised, recognised, refusal_words
@@ -67,12 +68,12 @@ def _not_a_format(path: Path, first: tuple[int, str], engine: Recognised | None 
 
 
 def read_server_log(
-    path: Path, handle: BinaryIO, *, skip_malformed: bool = False, forced: LineFormat | None = None
+    path: Path, handle: BinaryIO, reading: LogReading, *, forced: LineFormat | None = None
 ) -> tuple[Trace, ...]:
     """A server log, streamed: one pass, bounded memory. A format whose log has a line per
     request rather than batch statistics gives ``RequestTrace``s."""
     formats = (forced,) if forced is not None else registry.LINE_FORMATS
-    readers = [(f, f.reader(path, skip_malformed)) for f in formats]
+    readers = [(f, f.reader(path, reading)) for f in formats]
     chosen: LineReader | None = readers[0][1] if forced is not None else None
     claim: tuple[LineFormat, int] | None = (forced, 0) if forced is not None else None
     others: tuple[LineFormat, ...] = ()
@@ -190,25 +191,24 @@ def _forced(path: Path, format_name: str | None) -> LineFormat | JsonFormat | No
     return found
 
 
-def load_traces(
-    path: Path, *, skip_malformed: bool = False, format_name: str | None = None
-) -> tuple[Trace, ...]:
-    """The traces of one input, in the format it is detected to be (or ``format_name``)."""
-    forced = _forced(path, format_name)
+def load_traces(path: Path, reading: LogReading | None = None) -> tuple[Trace, ...]:
+    """The traces of one input, in the format it is detected to be (or ``reading.format_name``)."""
+    reading = reading or LogReading()
+    forced = _forced(path, reading.format_name)
     with open_trace(path) as handle:
         first = _first_meaningful(handle)
         if first is None:
             raise _empty(path)
         handle.seek(0)
         if isinstance(forced, LineFormat):
-            return read_server_log(path, handle, skip_malformed=skip_malformed, forced=forced)
+            return read_server_log(path, handle, reading, forced=forced)
         if isinstance(forced, JsonFormat) or _json_like(first[1]):
-            return _json_file(path, handle, skip_malformed, forced, first)
-        return read_server_log(path, handle, skip_malformed=skip_malformed)
+            return _json_file(path, handle, reading, forced, first)
+        return read_server_log(path, handle, reading)
 
 
 def _json_file(
-    path: Path, handle: BinaryIO, skip_malformed: bool, forced: JsonFormat | None, first: tuple[int, str]
+    path: Path, handle: BinaryIO, reading: LogReading, forced: JsonFormat | None, first: tuple[int, str]
 ) -> tuple[Trace, ...]:
     """A file that starts like JSON: read whole as JSON unless it is a server log after all."""
     size = handle.seek(0, 2)
@@ -227,9 +227,9 @@ def _json_file(
         if forced is not None or not _claimed_by_a_log_format(lines):
             return _json_traces(path, lines, forced)
         handle.seek(0)
-        return read_server_log(path, handle, skip_malformed=skip_malformed)
+        return read_server_log(path, handle, reading)
     try:
-        return read_server_log(path, handle, skip_malformed=skip_malformed)
+        return read_server_log(path, handle, reading)
     except TraceError:
         raise TraceError(
             f"{path} holds {size:,} bytes and starts like JSON, more than the "

@@ -25,8 +25,10 @@ from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.floor import flag_below_floor
 from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.model.session import summarise_session
+from ncuflow.phases.model.settings import ServerSetting
 from ncuflow.phases.model.traces import ServiceCounts
 from ncuflow.phases.parse import registry
+from ncuflow.phases.parse.format import LogReading
 from ncuflow.phases.report import (
     FileReport,
     PhasesReport,
@@ -58,17 +60,14 @@ def analyse_file(
     path: Path,
     *,
     config: str,
-    decode_log_interval: int,
+    reading: LogReading,
     batch_tolerance: float,
     output_tokens: int | None,
-    skip_malformed: bool,
-    format_name: str | None = None,
     study: StudyInputs | None = None,
 ) -> FileReport:
-    traces = load_traces(path, skip_malformed=skip_malformed, format_name=format_name)
+    traces = load_traces(path, reading)
     runs, notes = _analyse_traces(
         traces,
-        decode_log_interval=decode_log_interval,
         batch_tolerance=batch_tolerance,
         output_tokens=output_tokens,
     )
@@ -93,6 +92,7 @@ def analyse_file(
         capabilities=header.capabilities,
         session=summarise_session(runs, header.service),
         study=study_of_file(path, traces, runs, study),
+        settings=header.settings,
     )
 
 
@@ -107,6 +107,7 @@ class _FileHeader:
     bench: BenchSummary | None
     capabilities: Capabilities | None
     service: ServiceCounts
+    settings: tuple[ServerSetting, ...]
 
 
 def _file_header(traces: Sequence[Trace]) -> _FileHeader:
@@ -117,6 +118,7 @@ def _file_header(traces: Sequence[Trace]) -> _FileHeader:
     source_format = ""
     capabilities = None
     service = ServiceCounts()
+    settings: tuple[ServerSetting, ...] = ()
     for trace in traces:
         clock = trace.clock_origin
         source_format = _source_format(trace)
@@ -125,9 +127,10 @@ def _file_header(traces: Sequence[Trace]) -> _FileHeader:
             service = trace.service
             bench = trace.bench
             resolution = trace.time_resolution_s
+            settings = (trace.steps_per_line,) if trace.steps_per_line is not None else ()
             if trace.rank:
                 ranks.append(trace.rank)
-    return _FileHeader(source_format, tuple(ranks), clock, resolution, bench, capabilities, service)
+    return _FileHeader(source_format, tuple(ranks), clock, resolution, bench, capabilities, service, settings)
 
 
 def _source_format(trace: Trace) -> str:
@@ -140,7 +143,6 @@ def _source_format(trace: Trace) -> str:
 def _analyse_traces(
     traces: Sequence[Trace],
     *,
-    decode_log_interval: int,
     batch_tolerance: float,
     output_tokens: int | None,
 ) -> tuple[list[RunAnalysis], list[str]]:
@@ -153,7 +155,6 @@ def _analyse_traces(
             runs.extend(
                 analyse_server_trace(
                     trace,
-                    decode_log_interval=decode_log_interval,
                     batch_tolerance=batch_tolerance,
                     output_tokens=output_tokens,
                     lockstep_admissions=_other_ranks(admissions, trace.rank),
@@ -239,12 +240,12 @@ def build_report(
     *,
     labels: Sequence[str] = (),
     output_tokens: Sequence[int] = (),
-    decode_log_interval: int = 40,
+    reading: LogReading | None = None,
     batch_tolerance: float = 0.05,
-    skip_malformed: bool = False,
-    format_name: str | None = None,
     study: StudyInputs | None = None,
 ) -> PhasesReport:
+    reading = reading or LogReading()
+    given = reading.given
     label_for = per_input(labels, len(paths), "--label")
     tokens_for = per_input(output_tokens, len(paths), "--output-tokens")
     files = []
@@ -253,11 +254,9 @@ def build_report(
             analyse_file(
                 path,
                 config=str(label) if label is not None else path.stem,
-                decode_log_interval=decode_log_interval,
+                reading=reading,
                 batch_tolerance=batch_tolerance,
                 output_tokens=int(tokens) if tokens is not None else None,
-                skip_malformed=skip_malformed,
-                format_name=format_name,
                 study=study,
             )
         )
@@ -269,5 +268,5 @@ def build_report(
         files=tuple(files),
         amortization=amortization,
         gaps=config_gaps(runs),
-        decode_log_interval=decode_log_interval,
+        options={o.name: given.get(o.name, o.default) for _, o in registry.format_options()},
     )

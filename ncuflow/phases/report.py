@@ -4,8 +4,8 @@ The text tables are in ``ncuflow.phases.text``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, fields, is_dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -26,6 +26,7 @@ from ncuflow.phases.model import (
 from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.results import WARMUP_PREFIX, phase_field, warmup_field
 from ncuflow.phases.model.session import SessionSummary
+from ncuflow.phases.model.settings import ServerSetting
 from ncuflow.phases.selection import RunSelection
 from ncuflow.phases.shapes import FileShapes
 from ncuflow.phases.study import FileStudy
@@ -40,8 +41,11 @@ from ncuflow.phases.study import FileStudy
 # the warm-up's split (``warmup_field``);
 # and (issue 42) ``shapes`` (the shapes each run and stretch served, the server's settings),
 # ``harness`` (the timed window outside steady decode) and ``sweep``, null where not made.
+# 4: each file's ``settings`` (the server settings the model used: value, source, line,
+# given); the top-level ``decode_log_interval`` stays the option's value (or its default),
+# one top-level key per ``FormatOption`` row.
 # Every older key keeps its name and type.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,7 @@ class FileReport:
     capabilities: Capabilities | None = None  # a server log's format; None for request traces
     session: SessionSummary | None = None  # every run of the file together
     study: FileStudy | None = None  # a server log's served shapes and harness check (phases.study)
+    settings: tuple[ServerSetting, ...] = ()  # the server settings the model used, with their source
 
     @property
     def shapes(self) -> FileShapes | None:
@@ -135,7 +140,9 @@ class PhasesReport:
     files: tuple[FileReport, ...]
     amortization: tuple[AmortizationResult, ...]
     gaps: tuple[ConfigGap, ...]
-    decode_log_interval: int
+    # each format option's value as given, else its default, by name (JSON's top-level keys,
+    # e.g. ``decode_log_interval``); the value a file used is in its ``settings``
+    options: Mapping[str, int] = field(default_factory=dict)
 
 
 def amortization_runs(files: Sequence[FileReport]) -> list[AmortizationRun]:
@@ -324,6 +331,7 @@ def _file_dict(f: FileReport, selection: RunSelection) -> dict[str, Any]:
         "bench": None if f.bench is None else f.bench.__dict__,
         "bench_reconciliation": _plain(f.bench_reconciliation),
         "notes": list(f.file_notes),
+        "settings": {s.name: {k: v for k, v in _plain(s).items() if k != "name"} for s in f.settings},
         "runs": [run_to_dict(r) for r in shown],
         "runs_total": len(f.runs),
         "runs_index": runs_index(f.runs),
@@ -408,7 +416,7 @@ def report_to_dict(report: PhasesReport, selection: RunSelection | None = None) 
     selection = selection or RunSelection()
     return {
         "schema_version": SCHEMA_VERSION,
-        "decode_log_interval": report.decode_log_interval,
+        **report.options,
         "files": [_file_dict(f, selection) for f in report.files],
         "amortization": [
             {

@@ -71,17 +71,16 @@ def _any_between(times: Sequence[float], low: float, high: float, *, inclusive: 
 def decode_intervals(
     samples: Sequence[BatchSample],
     *,
-    step_counted: bool,
-    decode_log_interval: int,
+    steps_per_line: int | None,
     retraction_times: Sequence[float],
     lockstep_admissions: Sequence[float] = (),
     retracted_counts: Sequence[int] = (),
 ) -> list[DecodeInterval]:
     """One interval per pair of consecutive Decode/stats lines of a run, in order
     (``retraction_times`` and ``lockstep_admissions`` sorted; ``retracted_counts``: the
-    requests each retraction pushed back). ``step_counted``: the lines come every
-    ``decode_log_interval`` steps, so Δt / steps is a step time where a line has no
-    throughput."""
+    requests each retraction pushed back). ``steps_per_line``: where the lines come every so
+    many decode steps (``Capabilities.step_counted_lines``), Δt / steps is a step time where a
+    line has no throughput; None for other formats."""
     intervals: list[DecodeInterval] = []
     previous: BatchSample | None = None
     prefill_since_previous = False
@@ -96,8 +95,7 @@ def decode_intervals(
                 _interval(
                     previous,
                     sample,
-                    step_counted=step_counted,
-                    decode_log_interval=decode_log_interval,
+                    steps_per_line=steps_per_line,
                     inside=_Inside(
                         own_prefill=prefill_since_previous,
                         retracted=_any_between(retraction_times, previous.time_s, sample.time_s, inclusive=True),
@@ -138,8 +136,7 @@ def _interval(
     previous: BatchSample,
     sample: BatchSample,
     *,
-    step_counted: bool,
-    decode_log_interval: int,
+    steps_per_line: int | None,
     inside: _Inside,
 ) -> DecodeInterval:
     span = sample.time_s - previous.time_s
@@ -150,8 +147,8 @@ def _interval(
         batch = sample.decoding
     throughput = sample.gen_throughput
     per_token = batch / throughput if throughput and throughput > 0 and sample.running > 0 and batch > 0 else None
-    if per_token is None and step_counted and span > 0 and sample.running > 0:
-        per_token = span / (decode_log_interval * sample.lines) / (sample.accept_len or 1.0)
+    if per_token is None and steps_per_line and span > 0 and sample.running > 0:
+        per_token = span / (steps_per_line * sample.lines) / (sample.accept_len or 1.0)
     tokens: float | None = None
     if throughput is not None:
         tokens = throughput * span

@@ -26,7 +26,6 @@ def typical_prefill_gap(samples: Sequence[BatchSample], segment: Segment) -> flo
 def warmup_note(
     trace: ServerTrace,
     run_samples: Sequence[BatchSample],
-    decode_log_interval: int,
     main: Segment,
     interval_s: float | None,
 ) -> list[str]:
@@ -50,7 +49,7 @@ def warmup_note(
     own = f" and the last admission's own prefill ({tokens:,} tokens, {prefill:.2f} s)" if prefill else ""
     return [
         "warm-up (last admission → first Decode line, its own column) longer than one "
-        f"decode-log interval ({decode_log_interval} steps): first-step warm-up or graph capture; "
+        f"decode-log interval ({trace.steps_between_lines} steps): first-step warm-up or graph capture; "
         "counted as its own reconciliation term, less half a decode-log interval of ordinary steps" + own
     ]
 

@@ -95,7 +95,6 @@ def waiting_for_cache(sample: BatchSample) -> bool:
 
 @dataclass(frozen=True)
 class RunSettings:
-    decode_log_interval: int
     batch_tolerance: float
     output_tokens: int | None
     output_tokens_source: str

@@ -40,7 +40,7 @@ class SegmentInputs:
     intervals: tuple[DecodeInterval, ...]  # intervals[k] ends at decodes[k + 1]
     resolution_s: float
     tolerance: float
-    decode_log_interval: int
+    steps_per_line: int | None  # decode steps between two statistics lines, where counted so
     decode_at: tuple[int, ...] = ()  # index in samples of each Decode line
     prefill_rate: PrefillRate | None = None  # the scheduler's prefill throughput
 
@@ -51,7 +51,7 @@ class SegmentInputs:
         *,
         resolution_s: float,
         tolerance: float,
-        decode_log_interval: int,
+        steps_per_line: int | None,
         prefill_rate: PrefillRate | None = None,
     ) -> SegmentInputs:
         decode_at = tuple(i for i, s in enumerate(samples) if is_decode(s))
@@ -61,7 +61,7 @@ class SegmentInputs:
             tuple(intervals),
             resolution_s,
             tolerance,
-            decode_log_interval,
+            steps_per_line,
             decode_at,
             prefill_rate,
         )
@@ -254,8 +254,8 @@ def _warmup_split(
     if warmup is None:
         return None
     ordinary = 0.0
-    if steady_token_s is not None:
-        ordinary = inputs.decode_log_interval / 2 * steady_token_s * (accept or 1.0)
+    if steady_token_s is not None and inputs.steps_per_line:
+        ordinary = inputs.steps_per_line / 2 * steady_token_s * (accept or 1.0)
     return split_warmup(warmup.duration_s, tokens, inputs.prefill_rate, ordinary)
 
 

@@ -66,7 +66,6 @@ from ncuflow.phases.model.wind_down import wind_down_notes, wind_downs
 def analyse_server_trace(
     trace: ServerTrace,
     *,
-    decode_log_interval: int = 40,
     batch_tolerance: float = 0.05,
     output_tokens: int | None = None,
     run_label_prefix: str = "",
@@ -80,7 +79,6 @@ def analyse_server_trace(
     if tokens is None and bench is not None and bench.output_tokens is not None:
         tokens, source = bench.output_tokens, bench.output_tokens_source
     settings = RunSettings(
-        decode_log_interval=decode_log_interval,
         batch_tolerance=batch_tolerance,
         output_tokens=tokens,
         output_tokens_source=source,
@@ -193,8 +191,7 @@ def _run_segments(
     samples = run.samples
     intervals = decode_intervals(
         samples,
-        step_counted=trace.capabilities.step_counted_lines,
-        decode_log_interval=settings.decode_log_interval,
+        steps_per_line=trace.steps_between_lines,
         retraction_times=settings.retraction_times,
         lockstep_admissions=settings.lockstep_admissions,
         retracted_counts=trace.retracted_requests,
@@ -205,7 +202,7 @@ def _run_segments(
         intervals,
         resolution_s=trace.time_resolution_s,
         tolerance=settings.batch_tolerance,
-        decode_log_interval=settings.decode_log_interval,
+        steps_per_line=trace.steps_between_lines,
         prefill_rate=settings.prefill_rate,
     )
     items = run_shape(
@@ -375,7 +372,7 @@ def _run_timing(
         trace.capabilities,
         main,
         on_plateau,
-        decode_log_interval=settings.decode_log_interval,
+        steps_per_line=trace.steps_per_line,
         resolution_s=trace.time_resolution_s,
         with_throughput=any(i.from_throughput for i in on_plateau),
     )
@@ -383,10 +380,11 @@ def _run_timing(
     notes.extend(spec_decoding_note(on_plateau))
     notes.extend(headline_note(main))
     notes.extend(_rough_timing_notes(steady.token_s.count, trace.time_resolution_s))
-    interval_s = settings.decode_log_interval * step if step else None
-    notes.extend(warmup_note(trace, run_samples, settings.decode_log_interval, main, interval_s))
+    steps = trace.steps_between_lines
+    interval_s = steps * step if step and steps else None
+    notes.extend(warmup_note(trace, run_samples, main, interval_s))
     notes.extend(prefill_note(run_samples, settings.prefill_rate, interval_s, trace.time_resolution_s))
-    cannot.extend(_unseen_timing(trace, settings, main, intervals, interval_s))
+    cannot.extend(_unseen_timing(trace, main, intervals, interval_s))
     return RunTiming(
         step_method=method,
         steady_step_s=step,
@@ -414,7 +412,6 @@ def _rough_timing_notes(steady_intervals: int, resolution_s: float) -> list[str]
 
 def _unseen_timing(
     trace: ServerTrace,
-    settings: RunSettings,
     main: Segment,
     intervals: Sequence[DecodeInterval],
     interval_s: float | None,
@@ -427,7 +424,7 @@ def _unseen_timing(
         cannot.append(
             f"drain not visible: the run's last Decode line still shows {main.level} "
             f"running requests, so they all finished within one decode-log interval "
-            f"({settings.decode_log_interval} steps"
+            f"({trace.steps_between_lines} steps"
             + (f" ≈ {interval_s:.1f} s" if interval_s else "")
             + ") after it"
         )

@@ -21,6 +21,7 @@ from ncuflow.phases.model.results import (
     ServerRequests,
 )
 from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch
+from ncuflow.phases.model.settings import ServerSetting, SettingSource
 from ncuflow.phases.model.stats import Distribution
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
 
@@ -30,7 +31,7 @@ def step_method(
     segment: Segment,
     on_plateau: Sequence[DecodeInterval],
     *,
-    decode_log_interval: int,
+    steps_per_line: ServerSetting | None,
     resolution_s: float,
     with_throughput: bool,
 ) -> tuple[str, float | None, list[str]]:
@@ -42,8 +43,10 @@ def step_method(
     step = tokens.median * (accept or 1.0)
     if capabilities.stats_window_s is not None:
         return _window_method(capabilities, capabilities.stats_window_s, on_plateau), step, []
+    if steps_per_line is None:  # a step-counted format's trace always states it
+        return "", step, []
     if not with_throughput:
-        return _line_interval_method(decode_log_interval, resolution_s), step, []
+        return _line_interval_method(steps_per_line, resolution_s), step, []
     method = (
         "per-token time = #running-req / gen throughput on each Decode line of the steady stretch"
     )
@@ -53,7 +56,7 @@ def step_method(
         segment.phase(PhaseKind.STEADY).span,
         on_plateau,
         step,
-        decode_log_interval=decode_log_interval,
+        steps_per_line=steps_per_line,
         resolution_s=resolution_s,
     )
     return method + cross_check, step, notes
@@ -72,11 +75,11 @@ def _window_method(capabilities: Capabilities, window_s: float, on_plateau: Sequ
     return method
 
 
-def _line_interval_method(decode_log_interval: int, resolution_s: float) -> str:
+def _line_interval_method(steps_per_line: ServerSetting, resolution_s: float) -> str:
     """SGLang Decode lines without gen throughput: the step from the time between lines."""
     method = (
-        f"step = Δt between Decode lines / {decode_log_interval} steps (assumed "
-        "--decode-log-interval; no gen throughput on these lines)"
+        f"step = Δt between Decode lines / {steps_per_line.value} steps ({steps_per_line.stated()}; "
+        "no gen throughput on these lines)"
     )
     if resolution_s >= 0.5:
         method += f"; timestamps to {resolution_s:g} s limit each interval's resolution"
@@ -88,18 +91,18 @@ def _interval_cross_check(
     on_plateau: Sequence[DecodeInterval],
     step: float,
     *,
-    decode_log_interval: int,
+    steps_per_line: ServerSetting,
     resolution_s: float,
 ) -> tuple[str, list[str]]:
-    """(the method's cross-check clause, a note where the timestamps imply another
-    --decode-log-interval): the steps between Decode lines the steady stretch implies."""
+    """(the method's cross-check clause, a note where the timestamps imply another number of
+    steps between Decode lines than the one used): the steps the steady stretch implies."""
     if not (steady is not None and steady.duration_s > 0 and step > 0):
         return "", []
     count = max(1, sum(1 for i in on_plateau if steady.start_s < i.end_s <= steady.end_s))
     implied = steady.duration_s / (count * step)
     clause = (
         f"; cross-check: the timestamps imply {implied:.0f} steps between Decode lines "
-        f"(assumed --decode-log-interval {decode_log_interval}"
+        f"({steps_per_line.stated()}"
         + (
             f"; ±{resolution_s / steady.duration_s * implied:.0f} from the "
             f"{resolution_s:g}-s timestamps"
@@ -108,14 +111,24 @@ def _interval_cross_check(
         )
         + ")"
     )
-    if abs(implied - decode_log_interval) > max(
-        0.15 * decode_log_interval, 2 * resolution_s / steady.duration_s * implied
-    ):
+    steps = steps_per_line.value
+    if abs(implied - steps) > max(0.15 * steps, 2 * resolution_s / steady.duration_s * implied):
         return clause, [
             f"timestamps imply ≈{implied:.0f} decode steps between Decode lines, "
-            f"not {decode_log_interval}: check --decode-log-interval"
+            f"not {steps}: " + _mismatch_advice(steps_per_line)
         ]
     return clause, []
+
+
+def _mismatch_advice(steps_per_line: ServerSetting) -> str:
+    """What to do where the timestamps imply another step count than the one used."""
+    if steps_per_line.source is SettingSource.LOG:
+        return (
+            f"the log's server arguments state {steps_per_line.name}={steps_per_line.value} "
+            f"(line {steps_per_line.line}), so the lines' gen throughput and their timestamps disagree"
+        )
+    used = "was given" if steps_per_line.source is SettingSource.OPTION else "is the default; the log does not state it"
+    return f"check {steps_per_line.flag} ({steps_per_line.value} {used})"
 
 
 def no_steady_reason(
@@ -228,7 +241,7 @@ def _run_cannot(
     if len([s for s in decodes if s.running > 0]) < 2:
         cannot.append(
             f"only {len(decodes)} Decode line(s): the run is shorter than two decode-log "
-            f"intervals ({settings.decode_log_interval} steps each), so no step time can be derived"
+            f"intervals ({trace.steps_between_lines} steps each), so no step time can be derived"
             if capabilities.step_counted_lines
             else f"only {len(decodes)} stats line(s) with running requests: too short for the "
             "10-s statistics window"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ncuflow.phases.model.capabilities import Capabilities
+from ncuflow.phases.model.settings import ServerSetting
 
 
 class BatchSample(NamedTuple):
@@ -186,6 +187,16 @@ class ServerTrace:
     service: ServiceCounts = field(default_factory=ServiceCounts)
     # requests each retraction pushed back to the queue (0 where its line does not say)
     retracted_requests: array = field(default_factory=lambda: array("q"))
+    # decode steps between two statistics lines, where the format counts its lines in steps
+    # (``Capabilities.step_counted_lines``; SGLang's decode_log_interval), else None
+    steps_per_line: ServerSetting | None = None
+
+    @property
+    def steps_between_lines(self) -> int | None:
+        """The value of ``steps_per_line`` where the format counts its lines in decode steps."""
+        if not self.capabilities.step_counted_lines or self.steps_per_line is None:
+            return None
+        return self.steps_per_line.value
 
     @property
     def engine(self) -> str:

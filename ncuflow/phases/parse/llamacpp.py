@@ -144,7 +144,7 @@ FORMAT = LineFormat(
     name="llama.cpp",
     capabilities=CAPABILITIES,
     claims=claims,
-    reader=lambda path, skip_malformed: LlamaCppReader(path, skip_malformed),
+    reader=lambda path, reading: LlamaCppReader(path, reading.skip_malformed),
     describe="a llama.cpp server log (print_timing blocks: 'prompt eval time = … ms / N tokens')",
     help="llama-server's print_timing block per request: prompt eval time,\n"
     "eval time (with --log-timestamps: when, so concurrency too)",

@@ -8,7 +8,7 @@ format is one module that defines its ``FORMAT`` and one entry here (docs/ARCHIT
 from __future__ import annotations
 
 from ncuflow.phases.parse import bench, jsonl, llamacpp, sglang, tgi, vllm
-from ncuflow.phases.parse.format import JsonFormat, LineFormat
+from ncuflow.phases.parse.format import FormatOption, JsonFormat, LineFormat
 
 LINE_FORMATS: tuple[LineFormat, ...] = (sglang.FORMAT, vllm.FORMAT, tgi.FORMAT, llamacpp.FORMAT)
 JSON_FORMATS: tuple[JsonFormat, ...] = (bench.FORMAT, jsonl.FORMAT)
@@ -24,6 +24,12 @@ def format_names() -> tuple[str, ...]:
 
 def format_named(name: str) -> LineFormat | JsonFormat | None:
     return next((f for f in _all() if f.name == name), None)
+
+
+def format_options() -> tuple[tuple[LineFormat, FormatOption], ...]:
+    """Every format's server settings (``FormatOption`` rows), with the format that needs each:
+    ``phases`` offers one option per row."""
+    return tuple((f, option) for f in LINE_FORMATS for option in f.options)
 
 
 def help_rows(formats: tuple[LineFormat | JsonFormat, ...] | None = None) -> str:

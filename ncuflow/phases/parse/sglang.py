@@ -28,7 +28,7 @@ from ncuflow.phases.model.traces import BatchSample, LogEvent, RequestTimings, S
 from ncuflow.phases.parse.bench_block import BenchBlockReader
 from ncuflow.phases.parse.chunked import mark_chunked_prefills
 from ncuflow.phases.parse.compact import SampleStore, folding_note, share_cap
-from ncuflow.phases.parse.format import LineFormat
+from ncuflow.phases.parse.format import FormatOption, LineFormat, LogReading, StatedSettings
 from ncuflow.phases.parse.reqstats import RequestTimingLog, find_marker, parse_request_line
 from ncuflow.phases.parse.service import ServiceLog, killed_after_client_event
 from ncuflow.phases.parse.values import (
@@ -54,6 +54,14 @@ USED_FIELDS = re.compile(
     r"full token usage)\s*:\s*([^\s,%]*)"
 )
 MAX_EVENTS = 1000
+DECODE_LOG_INTERVAL = FormatOption(
+    name="decode_log_interval",
+    default=40,
+    minimum=1,
+    help="SGLang decode steps between two Decode lines (its server argument of that name): the "
+    "step time where a Decode line has no gen throughput, and the cross-check of the timestamps.",
+    stated_in="ServerArgs(",
+)
 FIX_MALFORMED = (
     "Use the server's own log as written (SGLang prints '[YYYY-MM-DD HH:MM:SS] Decode "
     "batch, #running-req: …'), or pass --skip-malformed to leave such lines out."
@@ -81,10 +89,10 @@ def scheduler_fields(text: str) -> dict[str, str]:
 
 
 def parse_sglang_log(
-    path: Path, lines: Iterable[str], *, skip_malformed: bool = False
+    path: Path, lines: Iterable[str], reading: LogReading | None = None
 ) -> tuple[ServerTrace, ...]:
     """One ``ServerTrace`` per scheduler (DP rank) found in the log (lines numbered from 1)."""
-    reader = SglangReader(path, skip_malformed)
+    reader = SglangReader(path, reading or LogReading())
     for number, line in enumerate(lines, start=1):
         reader.feed(number, line.rstrip("\n"))
     return reader.traces()
@@ -107,7 +115,7 @@ class SglangReader:
     """Line-by-line state of one SGLang log."""
 
     path: Path
-    skip_malformed: bool = False
+    reading: LogReading = field(default_factory=LogReading)
     clock: LogClock = field(default_factory=LogClock)
     any_fraction: bool = False
     stores: dict[str, SampleStore] = field(default_factory=dict)
@@ -124,6 +132,7 @@ class SglangReader:
     retracted: array = field(default_factory=lambda: array("q"))  # requests per retraction
     bench: BenchBlockReader = field(init=False)
     service: ServiceLog = field(init=False)
+    stated: StatedSettings = field(default_factory=lambda: StatedSettings((DECODE_LOG_INTERVAL,)))
     traceback_reported: bool = False
     prompts: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # prefills, with a hit, tokens, cached
 
@@ -131,17 +140,23 @@ class SglangReader:
         self.bench = BenchBlockReader(self._malformed)
         self.service = ServiceLog(self._traceback)
 
+    @property
+    def skip_malformed(self) -> bool:
+        return self.reading.skip_malformed
+
     # ------------------------------------------------------------------ per line
 
     def context(self, number: int, line: str) -> None:
         """A line read before the log's format is known: only what surrounds the
         statistics (the clock's origin, the bench_serving block, events)."""
         self._note_stamp(line)
+        self.stated.read(number, line)
         if not self.bench.read(number, line):
             self._event(number, line)
 
     def feed(self, number: int, line: str) -> None:
         self._note_stamp(line)
+        self.stated.read(number, line)
         if self.bench.read(number, line) or self._event(number, line):
             return
         if "batch" in line:
@@ -353,7 +368,10 @@ class SglangReader:
         prefills, hits, tokens, cached = self.prompts
         service = replace(service, prefills=prefills, prefills_with_hit=hits, prompt_tokens=tokens,
                           cached_tokens=cached)
-        events = tuple(self.events + self._notes())
+        steps = self.stated.resolved(DECODE_LOG_INTERVAL, self.reading)
+        disagreement = steps.disagreement()
+        given = [LogEvent(None, steps.line or 0, "note", disagreement)] if disagreement else []
+        events = tuple(self.events + self._notes() + given)
         multi = len(self.stores) > 1
         requests = self._requests_by_rank(multi)
         return tuple(
@@ -371,6 +389,7 @@ class SglangReader:
                 arrivals=None if multi else arrivals,
                 service=service,
                 retracted_requests=self.retracted,
+                steps_per_line=steps,
             )
             for rank, store in sorted(self.stores.items(), key=lambda kv: _rank_sort_key(kv[0]))
         )
@@ -456,7 +475,8 @@ FORMAT = LineFormat(
     name="sglang",
     capabilities=CAPABILITIES,
     claims=claims_sglang,
-    reader=lambda path, skip_malformed: SglangReader(path, skip_malformed),
+    reader=SglangReader,
     describe="an SGLang server log ('Prefill batch' / 'Decode batch' lines)",
     help="'Prefill batch' / 'Decode batch' lines (any version, DP ranks split)",
+    options=(DECODE_LOG_INTERVAL,),
 )

@@ -184,7 +184,7 @@ FORMAT = LineFormat(
     name="tgi",
     capabilities=CAPABILITIES,
     claims=claims,
-    reader=lambda path, skip_malformed: TgiReader(path, skip_malformed),
+    reader=lambda path, reading: TgiReader(path, reading.skip_malformed),
     describe="a TGI router log (text_generation_router lines with total_time and time_per_token, text or JSON)",
     help="TGI's router, text or --json-output: one 'Success' line per request\n"
     "with total_time, queue_time, inference_time, time_per_token",

@@ -326,7 +326,7 @@ FORMAT = LineFormat(
     name="vllm",
     capabilities=CAPABILITIES,
     claims=lambda line: claims_vllm(strip_ansi(line)),
-    reader=lambda path, skip_malformed: VllmReader(path, skip_malformed),
+    reader=lambda path, reading: VllmReader(path, reading.skip_malformed),
     describe="a vLLM server log ('Running: N reqs, Waiting: M reqs' lines)",
     help="'Running: N reqs, Waiting: M reqs' statistics lines",
 )

@@ -1,0 +1,115 @@
+"""Server settings a format needs and its log may not state (``FormatOption`` rows): SGLang's
+``decode_log_interval`` read from the log's ``server_args=ServerArgs(…)`` line where it is
+there, else the ``phases`` option, else the server's default — and every word about it, the
+option itself and the JSON derived from the row."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from ncuflow.cli import cli
+from ncuflow.cli.phases_cmd import phases_command
+from ncuflow.phases.detect import load_traces
+from ncuflow.phases.model import ServerTrace, analyse_server_trace
+from ncuflow.phases.model.settings import SettingSource
+from ncuflow.phases.parse.format import LogReading
+from ncuflow.phases.parse.registry import format_options
+from ncuflow.phases.parse.sglang import DECODE_LOG_INTERVAL
+from tests.test_phases_synthetic import sglang_log_lines
+
+STEPS = 100  # the server's real interval in these logs; not SGLang's default
+assert DECODE_LOG_INTERVAL.default != STEPS
+
+
+def server_args_line(value: int | str) -> str:
+    """SGLang's launch line, as it prints its arguments (a few of its many fields)."""
+    return (
+        "[2026-01-04 06:59:58] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=1, "
+        f"mem_fraction_static=0.88, {DECODE_LOG_INTERVAL.name}={value}, enable_metrics=False)"
+    )
+
+
+def write_log(tmp_path: Path, *, stated: int | str | None) -> Path:
+    lines = sglang_log_lines(batch=16, admissions=4, ramp_s=1.0, step_s=0.02, steady_lines=10, interval=STEPS)
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(([server_args_line(stated)] if stated is not None else []) + lines) + "\n")
+    return path
+
+
+def only_trace(path: Path, reading: LogReading | None = None) -> ServerTrace:
+    (trace,) = load_traces(path, reading)
+    assert isinstance(trace, ServerTrace)
+    return trace
+
+
+def test_the_log_s_own_statement_is_used_and_named(tmp_path: Path) -> None:
+    trace = only_trace(write_log(tmp_path, stated=STEPS))
+    setting = trace.steps_per_line
+    assert setting is not None and (setting.value, setting.source, setting.line) == (STEPS, SettingSource.LOG, 1)
+    (run,) = analyse_server_trace(trace)
+    assert f"{DECODE_LOG_INTERVAL.name} {STEPS}, {setting.provenance()}" in run.timing.step_method
+    assert not any(DECODE_LOG_INTERVAL.flag in note for note in run.findings.notes)
+
+
+def test_without_a_statement_the_default_is_assumed_and_flagged(tmp_path: Path) -> None:
+    trace = only_trace(write_log(tmp_path, stated=None))
+    assert trace.steps_per_line is not None and trace.steps_per_line.source is SettingSource.DEFAULT
+    (run,) = analyse_server_trace(trace)
+    assert any(f"not {DECODE_LOG_INTERVAL.default}" in note and DECODE_LOG_INTERVAL.flag in note
+               for note in run.findings.notes)
+
+
+def test_the_option_fills_in_where_the_log_is_silent(tmp_path: Path) -> None:
+    reading = LogReading(given={DECODE_LOG_INTERVAL.name: STEPS})
+    trace = only_trace(write_log(tmp_path, stated=None), reading)
+    assert trace.steps_per_line is not None
+    assert (trace.steps_per_line.value, trace.steps_per_line.source) == (STEPS, SettingSource.OPTION)
+    (run,) = analyse_server_trace(trace)
+    assert not any(DECODE_LOG_INTERVAL.flag in note for note in run.findings.notes)
+
+
+def test_an_option_the_log_contradicts_is_named_and_the_log_wins(tmp_path: Path) -> None:
+    given = STEPS // 2
+    trace = only_trace(write_log(tmp_path, stated=STEPS), LogReading(given={DECODE_LOG_INTERVAL.name: given}))
+    assert trace.steps_per_line is not None and trace.steps_per_line.value == STEPS
+    notes = [e.text for e in trace.events if e.kind == "note"]
+    assert any(f"{DECODE_LOG_INTERVAL.flag} {given}" in n and f"={STEPS}" in n for n in notes), notes
+
+
+@pytest.mark.parametrize("stated", ["0", "12345678901", "40x", "-5", "nan"])
+def test_a_statement_out_of_range_or_malformed_is_not_taken(tmp_path: Path, stated: str) -> None:
+    trace = only_trace(write_log(tmp_path, stated=stated))
+    assert trace.steps_per_line is not None and trace.steps_per_line.source is SettingSource.DEFAULT
+
+
+def test_every_format_option_is_a_phases_option_from_its_row() -> None:
+    params = {p.name: p for p in phases_command.params}
+    assert format_options(), "the registry declares SGLang's decode_log_interval"
+    for log_format, option in format_options():
+        param = params[option.name]
+        assert isinstance(param, click.Option) and param.opts == [option.flag]
+        assert param.help is not None and option.help in param.help and log_format.capabilities.server in param.help
+        assert param.default is None  # unset: the log's own statement, else the default
+
+
+def test_json_carries_the_value_used_and_where_it_came_from(tmp_path: Path) -> None:
+    path = write_log(tmp_path, stated=STEPS)
+    result = CliRunner().invoke(cli, ["phases", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data[DECODE_LOG_INTERVAL.name] == DECODE_LOG_INTERVAL.default  # the option's value (schema 2 key)
+    (file,) = data["files"]
+    assert file["settings"][DECODE_LOG_INTERVAL.name] == {
+        "value": STEPS, "source": SettingSource.LOG.value, "line": 1, "given": None,
+    }
+
+
+def test_the_option_refuses_values_below_its_minimum(tmp_path: Path) -> None:
+    path = write_log(tmp_path, stated=None)
+    result = CliRunner().invoke(cli, ["phases", str(path), DECODE_LOG_INTERVAL.flag, str(DECODE_LOG_INTERVAL.minimum - 1)])
+    assert result.exit_code == 2 and DECODE_LOG_INTERVAL.flag in result.output
