@@ -165,7 +165,6 @@ class Segment:
     level: int  # the plateau's batch size (largest #running-req seen on it)
     start_s: float
     end_s: float
-    ramp: PhaseSpan | None
     warmup: PhaseSpan | None  # last admission of the ramp → first Decode line after it
     plateau: PhaseSpan
     phases: Mapping[PhaseKind, PhaseStats] = field(default_factory=dict)
@@ -194,6 +193,11 @@ class Segment:
     def phase(self, kind: PhaseKind) -> PhaseStats:
         """The segment's ``kind`` phase (an empty record where it has none)."""
         return self.phases.get(kind, NO_PHASE)
+
+    @property
+    def ramp(self) -> PhaseSpan | None:
+        """The admission ramp: its ``RAMP`` phase's span (a burst or overload stretch has none)."""
+        return self.phase(PhaseKind.RAMP).span
 
     @property
     def harness_tpot_s(self) -> float | None:

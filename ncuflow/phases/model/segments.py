@@ -103,15 +103,18 @@ def _bare_segment(
         else intervals[item.last :]
     )
     accept = [i.accept_len for i in on if i.accept_len is not None]
+    ramp = _ramp(inputs, item, start, first_s)
     return Segment(
         index=index,
         level=item.level,
         start_s=start,
         end_s=end,
-        ramp=_ramp(inputs, item, start, first_s),
         warmup=_warmup(inputs, item),
         plateau=PhaseSpan("plateau", first_s, last_s),
-        phases={PhaseKind.DRAIN: _stats(falling, PhaseSpan("drain", last_s, end) if end > last_s else None)},
+        phases={
+            **({PhaseKind.RAMP: PhaseStats(ramp)} if ramp is not None else {}),
+            PhaseKind.DRAIN: _stats(falling, PhaseSpan("drain", last_s, end) if end > last_s else None),
+        },
         accept_len=statistics.fmean(accept) if accept else None,
         queued_max=max((max(i.queued, i.start_queued) for i in on), default=0),
     )
@@ -127,10 +130,9 @@ def _burst(base: Segment, climb: Sequence[DecodeInterval]) -> Segment:
     return replace(
         base,
         kind=BURST,
-        ramp=None,
         warmup=None,
         rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
-        phases={**base.phases, PhaseKind.BURST: replace(_stats(climb), token_s=_per_token(shown))},
+        phases={**_without_ramp(base), PhaseKind.BURST: replace(_stats(climb), token_s=_per_token(shown))},
     )
 
 
@@ -142,14 +144,18 @@ def _overload(base: Segment, on: Sequence[DecodeInterval]) -> Segment:
     return replace(
         base,
         kind=OVERLOAD,
-        ramp=None,
         warmup=None,
         rise=PhaseSpan("rise", start, first_s) if first_s > start else None,
-        phases={**base.phases, PhaseKind.OVERLOAD: _stats(on, base.plateau, seconds=sum(i.duration_s for i in on))},
+        phases={**_without_ramp(base), PhaseKind.OVERLOAD: _stats(on, base.plateau, seconds=sum(i.duration_s for i in on))},
         kv_usage_max=max(usage) if usage else None,
         preempted=sum(i.preempted for i in on),
         preemption_inferred=any(i.preempted for i in on) and not any(i.retracted for i in on),
     )
+
+
+def _without_ramp(base: Segment) -> dict[PhaseKind, PhaseStats]:
+    """A segment's phases less its ramp: a burst or an overload stretch rises instead."""
+    return {kind: stats for kind, stats in base.phases.items() if kind is not PhaseKind.RAMP}
 
 
 def _with_steady(

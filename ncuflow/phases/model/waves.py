@@ -100,10 +100,10 @@ def wave_segment(index: int, wave: Wave, requests: Sequence[RequestRecord], toke
         level=len(own),
         start_s=start,
         end_s=end,
-        ramp=PhaseSpan("ramp", start, wave.start_s),
         warmup=None,
         plateau=PhaseSpan("plateau", wave.start_s, wave.end_s),
         phases={
+            PhaseKind.RAMP: PhaseStats(PhaseSpan("ramp", start, wave.start_s)),
             PhaseKind.STEADY: PhaseStats(
                 PhaseSpan("steady", wave.start_s, wave.end_s),
                 wave.end_s - wave.start_s,
