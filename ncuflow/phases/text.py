@@ -12,8 +12,7 @@ from dataclasses import replace
 
 from ncuflow.files.safe_text import safe_text
 from ncuflow.phases.model import Distribution, PhaseSpan, Reconciliation, RunAnalysis, Segment, Term
-from ncuflow.phases.model.prefill import WarmupSplit
-from ncuflow.phases.model.results import PhaseKind, SegmentKind
+from ncuflow.phases.model.results import PhaseKind, SegmentKind, WarmupSplit
 from ncuflow.phases.model.session import run_numbers
 from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
 from ncuflow.phases.selection import RunSelection

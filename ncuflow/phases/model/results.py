@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import TypeVar
 
-from ncuflow.phases.model.prefill import WarmupSplit
 from ncuflow.phases.model.stats import Distribution
 
 
@@ -145,6 +144,16 @@ def phase_field(name: str) -> tuple[PhaseKind, str] | None:
             if name == kind.value + suffix:
                 return kind, attribute
     return None
+
+
+@dataclass(frozen=True)
+class WarmupSplit:
+    """The warm-up interval, less its last admission's prefill and ordinary decode steps."""
+
+    prefill_s: float | None  # the last admission's prefill (None where the rate is unknown)
+    prefill_tokens: int
+    decode_s: float  # ordinary decode steps (half a decode-log interval)
+    excess_s: float  # what is left: warm-up
 
 
 @dataclass(frozen=True)

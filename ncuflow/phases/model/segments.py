@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 
 from ncuflow.phases.model.intervals import DecodeInterval, is_decode
 from ncuflow.phases.model.levels import BURST, NO_SEGMENT, OVERLOAD, Item
-from ncuflow.phases.model.prefill import PrefillRate, WarmupSplit, split_warmup
-from ncuflow.phases.model.results import PhaseKind, PhaseSpan, PhaseStats, Segment
+from ncuflow.phases.model.prefill import PrefillRate, split_warmup
+from ncuflow.phases.model.results import PhaseKind, PhaseSpan, PhaseStats, Segment, WarmupSplit
 from ncuflow.phases.model.stats import Distribution, distribution
 from ncuflow.phases.model.traces import BatchSample
 

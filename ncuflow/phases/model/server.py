@@ -4,7 +4,10 @@
 a run (its plateaus, tails and bursts) and ``segments`` builds one segment per plateau or
 burst; this module turns them into one ``RunAnalysis`` per run, whose run-level phases are
 those of the run's *main segment* (its longest level by time with a steady stretch, else its
-longest level; never a burst), and says what the log cannot tell.
+longest level; never a burst), from the parts each concept's module gives: ``run_timing``
+(the per-token time and how it was derived), ``run_tokens`` (output length and harness
+reconciliation), ``server_requests`` (the server's own per-request and arrival lines),
+``overload``, ``wind_down`` and ``run_findings`` (what the run says and cannot say).
 """
 
 from __future__ import annotations
@@ -12,19 +15,12 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections.abc import Sequence
-from dataclasses import replace
 
 from ncuflow.phases.model.arrivals import arrival_windows, run_arrivals
-from ncuflow.phases.model.intervals import (
-    DecodeInterval,
-    decode_intervals,
-    is_decode,
-)
+from ncuflow.phases.model.intervals import DecodeInterval, decode_intervals, is_decode
 from ncuflow.phases.model.levels import TAIL, Item, run_shape
-from ncuflow.phases.model.overload import mark_overload, run_overload
-from ncuflow.phases.model.overload_text import overload_notes
+from ncuflow.phases.model.overload import mark_overload, overload_notes, run_overload
 from ncuflow.phases.model.prefill import prefill_rate
-from ncuflow.phases.model.prefill_text import prefill_note, warmup_note
 from ncuflow.phases.model.results import (
     NO_PHASE,
     PhaseKind,
@@ -36,28 +32,21 @@ from ncuflow.phases.model.results import (
     RunIdentity,
     RunPlotData,
     RunShape,
-    RunTiming,
     Segment,
     SegmentKind,
     ServerLogFacts,
-    ServerRequests,
     TimelinePoint,
     assemble_run,
 )
+from ncuflow.phases.model.run_findings import level_notes, no_steady, run_findings, shape_notes
+from ncuflow.phases.model.run_timing import timing_of_run
+from ncuflow.phases.model.run_tokens import run_tokens, with_reconciliation
 from ncuflow.phases.model.runs import RunSettings, ServerRun, aborted, peak_batch, split_server_runs
 from ncuflow.phases.model.segments import SegmentInputs, build_segments
-from ncuflow.phases.model.server_harness import run_tokens, with_reconciliation
-from ncuflow.phases.model.server_requests import summarise_requests
-from ncuflow.phases.model.server_text import (
+from ncuflow.phases.model.server_requests import (
     arrival_notes,
-    concurrency_note,
-    headline_note,
-    no_steady,
-    request_notes,
-    run_findings,
-    shape_notes,
-    spec_decoding_note,
-    step_method,
+    summarise_requests,
+    with_request_timings,
 )
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
 from ncuflow.phases.model.wind_down import wind_down_notes, wind_downs
@@ -97,28 +86,88 @@ def analyse_server_trace(
     )
 
 
-def _timeline(
-    samples: Sequence[BatchSample], intervals: Sequence[DecodeInterval]
-) -> tuple[TimelinePoint, ...]:
-    """Every line of the run; a Decode line carries the per-token time of the interval it
-    ends (the value the tables use), the run's first Decode line none."""
-    points = []
-    decoded = 0  # Decode lines so far: the k-th (from 0) ends intervals[k - 1]
-    for s in samples:
-        value = None
-        if s.kind != "prefill":
-            value = intervals[decoded - 1].per_token_s if 0 < decoded <= len(intervals) else None
-            decoded += 1
-        points.append(
-            TimelinePoint(
-                s.time_s,
-                s.kind,
-                s.running + (s.new_seqs or 0) if s.kind == "prefill" else s.running,
-                s.queued,
-                value,
-            )
-        )
-    return tuple(points)
+def _analyse_server_run(
+    trace: ServerTrace, run: ServerRun, settings: RunSettings, arrival_window: tuple[float, float]
+) -> RunAnalysis:
+    samples = run.samples
+    prefills = [s for s in samples if s.kind == "prefill"]
+    decodes, intervals, items, segments = _run_segments(trace, run, settings)
+    main = _main_segment(segments)
+    notes, cannot = run_findings(trace, run, settings, decodes, prefills, segments)
+    notes.extend(shape_notes(segments, [i for i in items if i.kind == TAIL], decodes))
+    notes.extend(wind_down_notes(wind_downs(items, decodes, intervals)))
+    peak = peak_batch(samples)
+    overload, stretches = run_overload(segments, intervals, peak)
+    notes.extend(overload_notes(trace.capabilities, segments, overload, stretches))
+    admission, readmitted = _ramp_admissions(samples, main) if main else (_admitted(samples), 0)
+    requests = summarise_requests(trace.requests, run.window)
+    timing = timing_of_run(trace, samples, settings, main, intervals, notes, cannot)
+    kind, reasons = no_steady(trace, run, main, segments, len(decodes), settings)
+    cannot.extend(reasons)
+    timing = with_request_timings(timing, requests, intervals, notes, cannot)
+    arrivals = None
+    if trace.arrivals is not None:
+        pushed = next((i.start_s for i in intervals if i.preempted or i.retracted), None)
+        arrivals = run_arrivals(trace.arrivals, arrival_window, samples, trace.capabilities, pushed)
+        notes.extend(arrival_notes(arrivals, cannot))
+    notes.extend(level_notes(decodes, settings, main, peak, readmitted))
+    closed_loop = readmitted > 0 or len(segments) > 1
+    tokens = run_tokens(settings, main, decodes, prefills, closed_loop, notes, cannot, requests)
+    phases = _run_phase_records(main, readmitted, stretches)
+    tokens = with_reconciliation(tokens, main, admission, timing, phases[PhaseKind.STEADY].token_s)
+    label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
+    return assemble_run(
+        RunIdentity(
+            trace.path,
+            f"{trace.capabilities.name} server log",
+            run.index,
+            label.strip(),
+            trace.rank,
+            trace.clock_origin,
+        ),
+        _run_shape(samples, peak, main, segments, intervals),
+        admission,
+        timing,
+        tokens,
+        _plot_data(run, intervals, settings.retraction_times),
+        ServerLogFacts(settings.stated_concurrency, kind, requests, arrivals),
+        overload,
+        phases=phases,
+        findings=RunFindings(tuple(cannot), tuple(notes)),
+    )
+
+
+def _run_segments(
+    trace: ServerTrace, run: ServerRun, settings: RunSettings
+) -> tuple[tuple[BatchSample, ...], list[DecodeInterval], list[Item], tuple[Segment, ...]]:
+    """(the run's Decode/stats lines, its decode intervals, its shape, its segments)."""
+    samples = run.samples
+    intervals = decode_intervals(
+        samples,
+        steps_per_line=trace.steps_between_lines,
+        retraction_times=settings.retraction_times,
+        lockstep_admissions=settings.lockstep_admissions,
+        retracted_counts=trace.retracted_requests,
+    )
+    intervals, overload = mark_overload(intervals, infer_preemptions=not trace.capabilities.preemption_lines)
+    inputs = SegmentInputs.of(
+        samples,
+        intervals,
+        resolution_s=trace.time_resolution_s,
+        tolerance=settings.batch_tolerance,
+        steps_per_line=trace.steps_between_lines,
+        prefill_rate=settings.prefill_rate,
+    )
+    items = run_shape(
+        inputs.decodes,
+        intervals,
+        band=2 * settings.batch_tolerance,
+        resolution_s=trace.time_resolution_s,
+        aborted=aborted(run),
+        retractions=run.retractions > 0,
+        overload=overload,
+    )
+    return inputs.decodes, intervals, items, build_segments(inputs, items)
 
 
 def _main_segment(segments: Sequence[Segment]) -> Segment | None:
@@ -184,108 +233,6 @@ def _admitted(samples: Sequence[BatchSample]) -> RunAdmission:
     return RunAdmission(requests_total=total or None)
 
 
-def _run_segments(
-    trace: ServerTrace, run: ServerRun, settings: RunSettings
-) -> tuple[tuple[BatchSample, ...], list[DecodeInterval], list[Item], tuple[Segment, ...]]:
-    """(the run's Decode/stats lines, its decode intervals, its shape, its segments)."""
-    samples = run.samples
-    intervals = decode_intervals(
-        samples,
-        steps_per_line=trace.steps_between_lines,
-        retraction_times=settings.retraction_times,
-        lockstep_admissions=settings.lockstep_admissions,
-        retracted_counts=trace.retracted_requests,
-    )
-    intervals, overload = mark_overload(intervals, infer_preemptions=not trace.capabilities.preemption_lines)
-    inputs = SegmentInputs.of(
-        samples,
-        intervals,
-        resolution_s=trace.time_resolution_s,
-        tolerance=settings.batch_tolerance,
-        steps_per_line=trace.steps_between_lines,
-        prefill_rate=settings.prefill_rate,
-    )
-    items = run_shape(
-        inputs.decodes,
-        intervals,
-        band=2 * settings.batch_tolerance,
-        resolution_s=trace.time_resolution_s,
-        aborted=aborted(run),
-        retractions=run.retractions > 0,
-        overload=overload,
-    )
-    return inputs.decodes, intervals, items, build_segments(inputs, items)
-
-
-def _analyse_server_run(
-    trace: ServerTrace, run: ServerRun, settings: RunSettings, arrival_window: tuple[float, float]
-) -> RunAnalysis:
-    samples = run.samples
-    prefills = [s for s in samples if s.kind == "prefill"]
-    decodes, intervals, items, segments = _run_segments(trace, run, settings)
-    main = _main_segment(segments)
-    notes, cannot = run_findings(trace, run, settings, decodes, prefills, segments)
-    notes.extend(shape_notes(segments, [i for i in items if i.kind == TAIL], decodes))
-    notes.extend(wind_down_notes(wind_downs(items, decodes, intervals)))
-    peak = peak_batch(samples)
-    overload, stretches = run_overload(segments, intervals, peak)
-    notes.extend(overload_notes(trace.capabilities, segments, overload, stretches))
-    admission, readmitted = _ramp_admissions(samples, main) if main else (_admitted(samples), 0)
-    requests = summarise_requests(trace.requests, run.window)
-    timing = _run_timing(trace, samples, settings, main, intervals, notes, cannot)
-    kind, reasons = no_steady(trace, run, main, segments, len(decodes), settings)
-    cannot.extend(reasons)
-    timing = _with_requests(timing, requests, intervals, notes, cannot)
-    arrivals = None
-    if trace.arrivals is not None:
-        pushed = next((i.start_s for i in intervals if i.preempted or i.retracted), None)
-        arrivals = run_arrivals(trace.arrivals, arrival_window, samples, trace.capabilities, pushed)
-        notes.extend(arrival_notes(arrivals, cannot))
-    notes.extend(_level_notes(decodes, settings, main, peak, readmitted))
-    closed_loop = readmitted > 0 or len(segments) > 1
-    tokens = run_tokens(settings, main, decodes, prefills, closed_loop, notes, cannot, requests)
-    phases = _run_phase_records(main, readmitted, stretches)
-    tokens = with_reconciliation(tokens, main, admission, timing, phases[PhaseKind.STEADY].token_s)
-    label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
-    return assemble_run(
-        RunIdentity(
-            trace.path,
-            f"{trace.capabilities.name} server log",
-            run.index,
-            label.strip(),
-            trace.rank,
-            trace.clock_origin,
-        ),
-        _run_shape(samples, peak, main, segments, intervals),
-        admission,
-        timing,
-        tokens,
-        _plot_data(run, intervals, settings.retraction_times),
-        ServerLogFacts(settings.stated_concurrency, kind, requests, arrivals),
-        overload,
-        phases=phases,
-        findings=RunFindings(tuple(cannot), tuple(notes)),
-    )
-
-
-def _level_notes(
-    decodes: Sequence[BatchSample], settings: RunSettings, main: Segment | None, peak: int, readmitted: int
-) -> list[str]:
-    """The main segment's level against the stated concurrency, and its readmissions."""
-    notes = []
-    if main is not None and settings.stated_concurrency is not None and peak > 1:
-        incoming = [s.running + s.incoming for s in decodes if s.incoming is not None]
-        in_flight = max(incoming) if incoming else None
-        notes.append(concurrency_note(peak, settings.stated_concurrency, in_flight))
-    if main is not None and readmitted:
-        notes.append(
-            f"{readmitted} request(s) were admitted while the batch stayed near {main.level} (a "
-            "closed loop refilling finished requests): those intervals mix prefill into decode "
-            f"and are counted as 'mixed' ({main.phase(PhaseKind.MIXED).seconds:.0f} s), not steady"
-        )
-    return notes
-
-
 def _run_shape(
     samples: Sequence[BatchSample],
     peak: int,
@@ -307,6 +254,13 @@ def _run_shape(
         segments=segments,
         main_segment=main.index,
     )
+
+
+def _steady_batch(segment: Segment, intervals: Sequence[DecodeInterval]) -> float:
+    steady = segment.phase(PhaseKind.STEADY).span
+    assert steady is not None
+    values = [i.running for i in intervals if steady.start_s < i.end_s <= steady.end_s]
+    return float(statistics.median(values)) if values else float(segment.level)
 
 
 def _run_phase_records(main: Segment | None, readmitted: int, overload: PhaseStats) -> dict[PhaseKind, PhaseStats]:
@@ -348,113 +302,25 @@ def _plot_data(
     )
 
 
-def _steady_batch(segment: Segment, intervals: Sequence[DecodeInterval]) -> float:
-    steady = segment.phase(PhaseKind.STEADY).span
-    assert steady is not None
-    values = [i.running for i in intervals if steady.start_s < i.end_s <= steady.end_s]
-    return float(statistics.median(values)) if values else float(segment.level)
-
-
-def _run_timing(
-    trace: ServerTrace,
-    run_samples: Sequence[BatchSample],
-    settings: RunSettings,
-    main: Segment | None,
-    intervals: Sequence[DecodeInterval],
-    notes: list[str],
-    cannot: list[str],
-) -> RunTiming:
-    steady = main.phase(PhaseKind.STEADY) if main is not None else None
-    if main is None or steady is None or steady.span is None or steady.token_s is None:
-        return RunTiming(accept_len=main.accept_len if main else None)
-    on_plateau = [i for i in intervals if main.plateau.start_s < i.end_s <= main.plateau.end_s]
-    method, step, method_notes = step_method(
-        trace.capabilities,
-        main,
-        on_plateau,
-        steps_per_line=trace.steps_per_line,
-        resolution_s=trace.time_resolution_s,
-        with_throughput=any(i.from_throughput for i in on_plateau),
-    )
-    notes.extend(method_notes)
-    notes.extend(spec_decoding_note(on_plateau))
-    notes.extend(headline_note(main))
-    notes.extend(_rough_timing_notes(steady.token_s.count, trace.time_resolution_s))
-    steps = trace.steps_between_lines
-    interval_s = steps * step if step and steps else None
-    notes.extend(warmup_note(trace, run_samples, main, interval_s))
-    notes.extend(prefill_note(run_samples, settings.prefill_rate, interval_s, trace.time_resolution_s))
-    cannot.extend(_unseen_timing(trace, main, intervals, interval_s))
-    return RunTiming(
-        step_method=method,
-        steady_step_s=step,
-        accept_len=main.accept_len,
-        headline_token_s=main.headline_token_s,
-        headline_method=main.headline_method,
-    )
-
-
-def _rough_timing_notes(steady_intervals: int, resolution_s: float) -> list[str]:
-    """Where the steady step time or the phase boundaries are only roughly known."""
-    notes = []
-    if steady_intervals < 3:
-        notes.append(
-            f"the steady stretch covers only {steady_intervals} statistics interval(s): "
-            "treat its step time as a rough estimate"
+def _timeline(
+    samples: Sequence[BatchSample], intervals: Sequence[DecodeInterval]
+) -> tuple[TimelinePoint, ...]:
+    """Every line of the run; a Decode line carries the per-token time of the interval it
+    ends (the value the tables use), the run's first Decode line none."""
+    points = []
+    decoded = 0  # Decode lines so far: the k-th (from 0) ends intervals[k - 1]
+    for s in samples:
+        value = None
+        if s.kind != "prefill":
+            value = intervals[decoded - 1].per_token_s if 0 < decoded <= len(intervals) else None
+            decoded += 1
+        points.append(
+            TimelinePoint(
+                s.time_s,
+                s.kind,
+                s.running + (s.new_seqs or 0) if s.kind == "prefill" else s.running,
+                s.queued,
+                value,
+            )
         )
-    if resolution_s >= 0.5:
-        notes.append(
-            f"timestamps have {resolution_s:g}-s resolution: phase boundaries are "
-            f"uncertain by ±{resolution_s:g} s"
-        )
-    return notes
-
-
-def _unseen_timing(
-    trace: ServerTrace,
-    main: Segment,
-    intervals: Sequence[DecodeInterval],
-    interval_s: float | None,
-) -> list[str]:
-    """What the log cannot tell about the run's timing: a drain past its last Decode line,
-    and (vLLM) any per-request time."""
-    cannot = []
-    last_decode = max((i.end_s for i in intervals), default=main.plateau.end_s)
-    if trace.capabilities.step_counted_lines and main.phase(PhaseKind.DRAIN).span is None and main.plateau.end_s >= last_decode:
-        cannot.append(
-            f"drain not visible: the run's last Decode line still shows {main.level} "
-            f"running requests, so they all finished within one decode-log interval "
-            f"({trace.steps_between_lines} steps"
-            + (f" ≈ {interval_s:.1f} s" if interval_s else "")
-            + ") after it"
-        )
-    if not trace.capabilities.prefill_lines and trace.arrivals is None:
-        cannot.append(
-            f"{trace.capabilities.server} stats lines carry no per-request times: admission span "
-            "and TTFT are not measurable"
-        )
-    return cannot
-
-
-def _with_requests(
-    timing: RunTiming,
-    requests: ServerRequests | None,
-    intervals: Sequence[DecodeInterval],
-    notes: list[str],
-    cannot: list[str],
-) -> RunTiming:
-    """The server's own per-request timing lines: TTFT (server-side) and a cross-check."""
-    if requests is None:
-        return timing
-    notes.extend(request_notes(requests, _weighted_all(intervals)))
-    if requests.ttft_s is None:
-        return timing
-    cannot[:] = [c for c in cannot if not c.startswith("TTFT distribution")]
-    return replace(timing, ttft_s=requests.ttft_s, mean_request_tpot_s=requests.mean_tpot_s)
-
-
-def _weighted_all(intervals: Sequence[DecodeInterval]) -> float | None:
-    """Request-seconds of decoding per output token over every decode interval of a run."""
-    pairs = [(i.per_token_s, i.tokens) for i in intervals if i.per_token_s and i.tokens]
-    total = sum(t for _, t in pairs)
-    return sum(p * t for p, t in pairs) / total if total > 0 else None
+    return tuple(points)
