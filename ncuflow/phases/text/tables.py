@@ -16,8 +16,8 @@ from ncuflow.phases.model.results import PhaseKind, SegmentKind, WarmupSplit
 from ncuflow.phases.model.session import run_numbers
 from ncuflow.phases.report import FileReport, PhasesReport, ServerRow
 from ncuflow.phases.selection import RunSelection
-from ncuflow.phases.shapes_text import study_lines
-from ncuflow.phases.text_session import service_lines, session_lines
+from ncuflow.phases.text.session import service_lines, session_lines
+from ncuflow.phases.text.shapes import study_lines
 
 
 def _ms(seconds: float | None, digits: int = 2) -> str:
