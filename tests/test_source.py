@@ -22,12 +22,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from analysis.check_source_against_nvidia import (
-    launch_mismatches,
-    nvidia_actions,
-    nvidia_lists,
-    ranked,
-)
+from analysis.check_source_against_nvidia import launch_mismatches, nvidia_lists, ranked
+from analysis.nvidia_actions import nvidia_actions
 from ncuflow.analyze.hotspots import Instruction, LaunchHotspots, rank, read_hotspots
 from ncuflow.cli import cli
 from ncuflow.errors import NcuflowError, UsageError
