@@ -34,8 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-import ncu_report  # noqa: E402
-
+from analysis.nvidia_actions import nvidia_actions  # noqa: E402
 from ncuflow.analyze.classify import classify  # noqa: E402
 from ncuflow.analyze.compare import compare_loaded  # noqa: E402
 from ncuflow.analyze.roofline import (  # noqa: E402
@@ -57,29 +56,23 @@ DRAM = "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
 
 
 def _nvidia_dram(report: Path) -> dict[tuple[int, int], float]:
-    context = ncu_report.load_report(str(report))
     found: dict[tuple[int, int], float] = {}
-    for r in range(context.num_ranges()):
-        rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            metric = rng.action_by_idx(a).metric_by_name(DRAM)
-            if metric is not None and metric.has_value() and math.isfinite(metric.as_double()):
-                found[(r, a)] = metric.as_double() / 100.0
+    for key, action in nvidia_actions(report):
+        metric = action.metric_by_name(DRAM)
+        if metric is not None and metric.has_value() and math.isfinite(metric.as_double()):
+            found[key] = metric.as_double() / 100.0
     return found
 
 
 def _nvidia_sol_verdicts(report: Path) -> dict[tuple[int, int], str | None]:
     """The verdict each launch's SOLBottleneck result names (title, or message where untitled), as ncu_report reads it."""
-    context = ncu_report.load_report(str(report))
     found: dict[tuple[int, int], str | None] = {}
-    for r in range(context.num_ranges()):
-        rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            for result in rng.action_by_idx(a).rule_results():
-                if result.rule_identifier() == "SOLBottleneck":
-                    message = result.rule_message() or {}
-                    found[(r, a)] = sol_verdict_name(message.get("title") or "", message.get("message") or "")
-                    break
+    for key, action in nvidia_actions(report):
+        for result in action.rule_results():
+            if result.rule_identifier() == "SOLBottleneck":
+                message = result.rule_message() or {}
+                found[key] = sol_verdict_name(message.get("title") or "", message.get("message") or "")
+                break
     return found
 
 
@@ -89,10 +82,9 @@ def _opcode_agreement(roots: list[Path]) -> Counter[str]:
 
     counts = Counter[str]()
     for report in find_reports(roots):
-        context = ncu_report.load_report(str(report))
+        actions = dict(nvidia_actions(report))
         for launch in iter_launches(report):
-            metric = context.range_by_idx(launch.range_index).action_by_idx(launch.action_index).metric_by_name(
-                OPCODE_TABLE)
+            metric = actions[(launch.range_index, launch.action_index)].metric_by_name(OPCODE_TABLE)
             ids = metric.correlation_ids() if metric is not None else None
             if ids is None:
                 continue

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from analysis.nvidia_actions import nvidia_actions  # noqa: E402
 from ncuflow.read.extract import iter_launches  # noqa: E402
 from ncuflow.read.findings import (  # noqa: E402
     MARKER_KINDS,
@@ -114,22 +114,12 @@ class Tally:
                    else f"{len(self.differing)} launches differ"))
 
 
-def _nvidia_actions(report: Path) -> Iterator[tuple[tuple[int, int], Any]]:
-    import ncu_report
-
-    context = ncu_report.load_report(str(report))
-    for range_index in range(context.num_ranges()):
-        current = context.range_by_idx(range_index)
-        for action_index in range(current.num_actions()):
-            yield (range_index, action_index), current.action_by_idx(action_index)
-
-
 def check_report(report: Path, tally: Tally) -> None:
     """Compare one report's launches, read by ncuflow's own reader, with ``ncu_report``'s actions."""
     with reading_with("ncuflow"):
         launches = {launch.key[1:]: launch for launch in iter_launches(report, options=WITH_FINDINGS)}
     tally.reports += 1
-    for key, action in _nvidia_actions(report):
+    for key, action in nvidia_actions(report):
         launch = launches.get(key)
         if launch is None or launch.rule_results is None:
             tally.differing.append(f"{report.name} {key}: not read by ncuflow")

@@ -14,13 +14,13 @@ same sums and instruction counts, and an excess equal to NVIDIA's ``derived__...
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from analysis.nvidia_actions import nvidia_actions  # noqa: E402
 from ncuflow.analyze.hotspots import LaunchHotspots, read_hotspots, samples_in  # noqa: E402
 from ncuflow.read.reportfile import find_reports, import_ncu_report  # noqa: E402
 from ncuflow.read.source_counters import (  # noqa: E402
@@ -47,15 +47,6 @@ def nvidia_lists(action: Any) -> Lists:
         read = metric.as_double if metric.kind() in doubles else metric.as_uint64
         lists[name] = {ids.as_uint64(i): read(i) for i in range(metric.num_instances())}
     return lists
-
-
-def nvidia_actions(path: Path) -> Iterator[tuple[tuple[int, int], Any]]:
-    """((range, action), IAction) of every action of the report, through ncu_report."""
-    context = import_ncu_report().load_report(str(path))
-    for range_index in range(context.num_ranges()):
-        report_range = context.range_by_idx(range_index)
-        for action_index in range(report_range.num_actions()):
-            yield (range_index, action_index), report_range.action_by_idx(action_index)
 
 
 def _samples(lists: Lists) -> dict[int, Any]:

@@ -17,6 +17,7 @@ from ncuflow.read.extract import read_launches
 from ncuflow.read.opcodes import GENERIC_LOADS, KIND_OPCODES, OPCODE_TABLE, SPLIT_BY_GENERIC
 from ncuflow.read.readers import READERS, reading_with
 from ncuflow.read.reportfile import find_reports
+from tests.protobuf_bytes import list_element, string_value, uint64_value
 
 JESTES = "jestes15__EE384_FinalProject__profile_output.ncu-rep"  # H100 PCIe (sm_90), full set
 VARIANT3 = "Swagatam1812__hpca-gpu-memory-profiling__variant3.ncu-rep"  # A100 conv2d, full set
@@ -77,25 +78,7 @@ def test_a_kind_the_table_does_not_list_is_a_zero(corpus_dir: Path) -> None:
 
 def _with_opcodes(record: bytes, extra: dict[str, int]) -> bytes:
     """A per-opcode record with more elements appended (a repeated field: appended is as written)."""
-    def length(data: bytes) -> bytes:
-        assert len(data) < 128
-        return bytes([len(data)])
-
-    def varint(value: int) -> bytes:
-        out = bytearray()
-        while True:
-            byte, value = value & 0x7F, value >> 7
-            out.append(byte | (0x80 if value else 0))
-            if not value:
-                return bytes(out)
-
-    added = b""
-    for opcode, count in extra.items():
-        label = b"\x0a" + length(opcode.encode()) + opcode.encode()  # ProfileMetricValue.StringValue
-        value = b"\x28" + varint(count)  # ProfileMetricValue.Uint64Value
-        element = b"\x0a" + length(label) + label + b"\x12" + length(value) + value
-        added += b"\x1a" + length(element) + element
-    return record + added
+    return record + b"".join(list_element(string_value(opcode), uint64_value(count)) for opcode, count in extra.items())
 
 
 def test_tma_loads_counted_only_by_the_table_are_counted(corpus_dir: Path, tmp_path: Path) -> None:

@@ -22,12 +22,8 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from analysis.check_source_against_nvidia import (
-    launch_mismatches,
-    nvidia_actions,
-    nvidia_lists,
-    ranked,
-)
+from analysis.check_source_against_nvidia import launch_mismatches, nvidia_lists, ranked
+from analysis.nvidia_actions import nvidia_actions
 from ncuflow.analyze.hotspots import Instruction, LaunchHotspots, rank, read_hotspots
 from ncuflow.cli import cli
 from ncuflow.errors import NcuflowError, UsageError
@@ -35,6 +31,7 @@ from ncuflow.read.launch import KernelName
 from ncuflow.read.metric_lists import DamagedList, elements
 from ncuflow.read.source_counters import EXECUTED, SAMPLES, SECTION_LINE, LaunchSource
 from tests.hostile import run_limited
+from tests.protobuf_bytes import list_element, uint64_value
 
 APLAINJANE = "aplainjane__CUDA_Learning__012_sharedMemory_shared_report.ncu-rep"  # file:line, samples
 VARIANT3 = "Swagatam1812__hpca-gpu-memory-profiling__variant3.ncu-rep"  # uncoalesced: excess sectors
@@ -152,20 +149,8 @@ def test_an_existing_file_that_is_no_table_is_not_overwritten(corpus_dir: Path, 
 # --- hostile lists
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _element(address: int, count: int) -> bytes:
-    correlation = b"\x28" + _varint(address)
-    value = b"\x28" + _varint(count)
-    body = b"\x0a" + _varint(len(correlation)) + correlation + b"\x12" + _varint(len(value)) + value
-    return b"\x1a" + _varint(len(body)) + body
+    return list_element(uint64_value(address), uint64_value(count))
 
 
 def _record(values: dict[int, int]) -> bytes:

@@ -52,8 +52,25 @@ class Ceiling:
     launches: int  # how many launches held it
 
 
+class _WorkPoint:
+    """A point's FLOP rate and arithmetic intensities, from its FLOPs, its seconds and the bytes
+    it moved at each level (a kernel's point, or one precision's share of it)."""
+
+    flops: float
+    seconds: float
+    level_bytes: Mapping[str, float | None]
+
+    @property
+    def flop_rate(self) -> float:
+        return self.flops / self.seconds
+
+    def intensity(self, level: str) -> float | None:
+        moved = self.level_bytes.get(level)
+        return self.flops / moved if moved else None
+
+
 @dataclass(frozen=True)
-class RooflinePoint:
+class RooflinePoint(_WorkPoint):
     label: str
     kernel: str  # full name
     group: str  # the report, or cell spec, the launches came from
@@ -71,14 +88,6 @@ class RooflinePoint:
     def executed(self) -> tuple[str, ...]:
         """The precisions whose work the point executed (counted, more than 0 FLOP)."""
         return tuple(p for p in PRECISIONS if self.per_precision.get(p, 0.0) > 0)
-
-    @property
-    def flop_rate(self) -> float:
-        return self.flops / self.seconds
-
-    def intensity(self, level: str) -> float | None:
-        moved = self.level_bytes.get(level)
-        return self.flops / moved if moved else None
 
 
 @dataclass(frozen=True)
@@ -268,7 +277,7 @@ def rooflines(groups: Sequence[PointGroup], threshold: float = DEFAULT_THRESHOLD
 
 
 @dataclass(frozen=True)
-class PrecisionPoint:
+class PrecisionPoint(_WorkPoint):
     """One precision's share of a point, as ncu's roofline draws it: its FLOPs over the point's time,
     against its own roof (that precision's peak, and each level's bandwidth at its own intensity)."""
 
@@ -276,14 +285,6 @@ class PrecisionPoint:
     flops: float
     seconds: float
     level_bytes: Mapping[str, float | None]
-
-    @property
-    def flop_rate(self) -> float:
-        return self.flops / self.seconds
-
-    def intensity(self, level: str) -> float | None:
-        moved = self.level_bytes.get(level)
-        return self.flops / moved if moved else None
 
 
 def precision_points(point: RooflinePoint) -> tuple[PrecisionPoint, ...]:

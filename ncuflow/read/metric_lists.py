@@ -18,7 +18,8 @@ not follow the layout, a correlation id that is no integer or a value that is no
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from ncuflow.read.layout import varint_at
 
@@ -83,28 +84,42 @@ def _metric_value(data: bytes, at: int, end: int) -> str | Number | None:
     return found
 
 
-def _element(data: bytes, at: int, end: int) -> tuple[int, Number]:
-    """(correlation id, value) of one ``ProfileMetricListElement`` in ``data[at:end]``."""
-    start = at
-    correlation: str | Number | None = None
+_IdValue = TypeVar("_IdValue")
+
+
+def _element_fields(data: bytes, at: int, end: int,
+                    read_id: Callable[[bytes, int, int], _IdValue]) -> tuple[_IdValue | None, str | Number | None]:
+    """(correlation id as ``read_id`` reads it, value) of one ``ProfileMetricListElement`` in
+    ``data[at:end]``, the last of each written; None for one absent."""
+    correlation: _IdValue | None = None
     found: str | Number | None = None
     while at < end:
         key, at = _varint(data, at, end)
         field, wire = key >> 3, key & 7
         after = _skip(data, at, end, wire)
         if wire == _LENGTH and field in (_CORRELATION, _ELEMENT):
-            size_end = _varint(data, at, end)[1]
-            parsed = _metric_value(data, size_end, after)
+            inner = _varint(data, at, end)[1]
             if field == _CORRELATION:
-                correlation = parsed
+                correlation = read_id(data, inner, after)
             else:
-                found = parsed
+                found = _metric_value(data, inner, after)
         at = after
-    if not isinstance(correlation, int):
-        raise DamagedList(f"the list element at byte {start} has no address (correlation id {correlation!r})")
+    return correlation, found
+
+
+def _number(found: str | Number | None, start: int) -> Number:
+    """The element's value; ``DamagedList`` where it holds no number."""
     if found is None or isinstance(found, str):
         raise DamagedList(f"the list element at byte {start} holds no number ({found!r})")
-    return correlation, found
+    return found
+
+
+def _element(data: bytes, at: int, end: int) -> tuple[int, Number]:
+    """(correlation id, value) of one ``ProfileMetricListElement`` in ``data[at:end]``."""
+    correlation, found = _element_fields(data, at, end, _metric_value)
+    if not isinstance(correlation, int):
+        raise DamagedList(f"the list element at byte {at} has no address (correlation id {correlation!r})")
+    return correlation, _number(found, at)
 
 
 # The encodings of values seen lately (an address, a count), each decoded once: a launch's lists
@@ -190,22 +205,8 @@ def labelled_elements(record: bytes) -> Iterator[tuple[str, Number]]:
 
 
 def _labelled(data: bytes, at: int, end: int) -> tuple[str, Number]:
-    start = at
-    label: str | None = None
-    found: str | Number | None = None
-    while at < end:
-        key, at = _varint(data, at, end)
-        field, wire = key >> 3, key & 7
-        after = _skip(data, at, end, wire)
-        if wire == _LENGTH and field in (_CORRELATION, _ELEMENT):
-            inner = _varint(data, at, end)[1]
-            if field == _CORRELATION:
-                label = _text_value(data, inner, after)
-            else:
-                found = _metric_value(data, inner, after)
-        at = after
+    """(label, value) of one ``ProfileMetricListElement`` whose correlation id is a string."""
+    label, found = _element_fields(data, at, end, _text_value)
     if label is None:
-        raise DamagedList(f"the list element at byte {start} has no label")
-    if found is None or isinstance(found, str):
-        raise DamagedList(f"the list element at byte {start} holds no number ({found!r})")
-    return label, found
+        raise DamagedList(f"the list element at byte {at} has no label")
+    return label, _number(found, at)
