@@ -6,6 +6,7 @@ option itself and the JSON derived from the row."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import click
@@ -13,13 +14,18 @@ import pytest
 from click.testing import CliRunner
 
 from ncuflow.cli import cli
-from ncuflow.cli.phases_cmd import phases_command
+from ncuflow.cli.phases_cmd import format_setting_options, phases_command
 from ncuflow.phases.detect import load_traces
 from ncuflow.phases.model import ServerTrace, analyse_server_trace
+from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.model.settings import SettingSource
+from ncuflow.phases.parse import registry
 from ncuflow.phases.parse.format import LogReading
 from ncuflow.phases.parse.registry import format_options
 from ncuflow.phases.parse.sglang import DECODE_LOG_INTERVAL
+from ncuflow.phases.pipeline import build_report
+from ncuflow.phases.text import render_text
+from tests.phases_toy_ticks import STEP_S, TICK_FORMAT, TICK_INTERVAL, TICKS, tick_log
 from tests.test_phases_synthetic import sglang_log_lines
 
 STEPS = 100  # the server's real interval in these logs; not SGLang's default
@@ -113,3 +119,60 @@ def test_the_option_refuses_values_below_its_minimum(tmp_path: Path) -> None:
     path = write_log(tmp_path, stated=None)
     result = CliRunner().invoke(cli, ["phases", str(path), DECODE_LOG_INTERVAL.flag, str(DECODE_LOG_INTERVAL.minimum - 1)])
     assert result.exit_code == 2 and DECODE_LOG_INTERVAL.flag in result.output
+
+
+# --- a toy step-counted format: its option from its row, its words and no other row's -------
+
+def _other_rows_words() -> set[str]:
+    """Every word a registered format's row puts in sentences (its capabilities' words and
+    its options), less those the toy shares: none may reach the toy's report."""
+    from dataclasses import fields
+
+    words: set[str] = set()
+    for log_format in (f for f in registry.LINE_FORMATS if f is not TICK_FORMAT):
+        caps = log_format.capabilities
+        words |= {getattr(caps, f.name) for f in fields(caps) if f.name in WORD_FIELDS}
+        words |= {o.flag for o in log_format.options} | {o.name for o in log_format.options}
+    toy = {getattr(TICKS, f) for f in WORD_FIELDS}
+    return {w for w in words if w and w not in toy}
+
+
+WORD_FIELDS = ("server", "admission_evidence", "preemption_word", "batch_field", "throughput_field",
+               "batch_cap_option", "stats_line", "admission_line", "queue_field", "line_interval")
+
+
+@pytest.mark.parametrize("with_rate", [True, False])
+@pytest.mark.parametrize("stated", [True, False])
+def test_a_step_counted_toy_format_speaks_its_own_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stated: bool, with_rate: bool
+) -> None:
+    monkeypatch.setattr(registry, "LINE_FORMATS", (*registry.LINE_FORMATS, TICK_FORMAT))
+    steps = 2 * TICK_INTERVAL.default
+    path = tmp_path / "ticks.log"
+    path.write_text("\n".join(tick_log(steps=steps, stated=stated, with_rate=with_rate)) + "\n")
+    report = build_report([path])
+    (file,) = report.files
+    (run,) = file.runs
+    (setting,) = file.settings
+    assert (setting.value, setting.source) == ((steps, SettingSource.LOG) if stated else (TICK_INTERVAL.default, SettingSource.DEFAULT))
+    step_s = STEP_S if with_rate else STEP_S * steps / setting.value  # without a rate: Δt over the steps assumed
+    assert run.phase(PhaseKind.STEADY).token_s is not None
+    assert run.phase(PhaseKind.STEADY).token_s.median == pytest.approx(step_s, rel=0.05)
+    text = render_text(report) + "\n".join(run.findings.notes + run.findings.cannot) + run.timing.step_method
+    assert TICKS.stats_line in text
+    leaked = sorted(w for w in _other_rows_words() if re.search(rf"(?<![\w-]){re.escape(w)}(?![\w-])", text))
+    assert not leaked, leaked
+    mismatch = [n for n in run.findings.notes if TICK_INTERVAL.flag in n]
+    assert bool(mismatch) is (with_rate and not stated)  # the default assumed, the timestamps say twice as many
+
+
+def test_a_format_option_reaches_the_command_line_from_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "LINE_FORMATS", (*registry.LINE_FORMATS, TICK_FORMAT))
+
+    @format_setting_options
+    def command(**given: object) -> None:
+        pass
+
+    params = {p.name: p for p in click.command()(command).params}
+    assert set(params) == {o.name for _, o in registry.format_options()}
+    assert params[TICK_INTERVAL.name].opts == [TICK_INTERVAL.flag] and TICKS.server in (params[TICK_INTERVAL.name].help or "")

@@ -76,7 +76,8 @@ def analyse_file(
     runs = flag_below_floor(runs)
     bench_rec = closed_loop_reconciliation(runs, bench) if bench is not None else None
     rows = server_rows(runs)
-    notes.extend(_bench_notes(runs, bench, bench_rec, rows))
+    words = header.capabilities.stats_line if header.capabilities is not None else "statistics line"
+    notes.extend(_bench_notes(runs, bench, bench_rec, rows, words))
     return FileReport(
         path=str(path),
         source_format=header.source_format,
@@ -182,8 +183,10 @@ def _bench_notes(
     bench: BenchSummary | None,
     bench_rec: Reconciliation | None,
     rows: Sequence[ServerRow],
+    stats_line: str,
 ) -> list[str]:
-    """What the bench_serving result block adds: a TPOT left unreconciled, DP concurrency."""
+    """What the bench_serving result block adds: a TPOT left unreconciled, DP concurrency
+    (``stats_line``: what the format calls its statistics lines)."""
     notes = []
     if bench is not None and bench.mean_tpot_ms is not None and bench_rec is None:
         notes.append(
@@ -192,7 +195,7 @@ def _bench_notes(
             "times to reconcile it with"
         )
     if rows and bench is not None and bench.max_concurrency is not None:
-        notes.append(dp_concurrency_note(runs, bench.max_concurrency))
+        notes.append(dp_concurrency_note(runs, bench.max_concurrency, stats_line))
     return notes
 
 
@@ -211,8 +214,8 @@ def _other_ranks(admissions: dict[str, tuple[float, ...]], rank: str | None) -> 
     return tuple(sorted(t for other, times in admissions.items() if other != rank for t in times))
 
 
-def dp_concurrency_note(runs: Sequence[RunAnalysis], stated: int) -> str:
-    """The stated max concurrency against the DP ranks' peaks (from Decode lines)."""
+def dp_concurrency_note(runs: Sequence[RunAnalysis], stated: int, stats_line: str) -> str:
+    """The stated max concurrency against the DP ranks' peaks (from the statistics lines)."""
     ranks = sorted({r.identity.rank for r in runs if r.identity.rank})
     peaks: dict[str, int] = {}
     for r in runs:
@@ -225,12 +228,12 @@ def dp_concurrency_note(runs: Sequence[RunAnalysis], stated: int) -> str:
             return f"peak batch {peak} per rank × {len(ranks)} DP ranks = the stated max concurrency {stated}"
         if stated % peak == 0:
             return (
-                f"peak batch {peak} per rank (from Decode lines) × {stated // peak} ranks = the stated "
+                f"peak batch {peak} per rank (from {stats_line}s) × {stated // peak} ranks = the stated "
                 f"max concurrency {stated}: the log holds {len(ranks)} of those {stated // peak} DP ranks"
             )
     total = sum(peaks.values())
     return (
-        f"the DP ranks in the log peak at {total} requests together (from Decode lines); the "
+        f"the DP ranks in the log peak at {total} requests together (from {stats_line}s); the "
         f"stated max concurrency is {stated}"
     )
 

@@ -198,7 +198,8 @@ def _draw_ranks(
     """Batch size (and admissions) on top, per-token time below, one colour per rank."""
     colours = plt.get_cmap("tab10")
     thin = len(ranks) >= 4
-    admission_label = "Prefill line" if file.capabilities is not None and file.capabilities.prefill_lines else "admission"
+    caps = file.capabilities
+    admission_label = caps.admission_line if caps is not None and caps.prefill_lines else "admission"
     for index, rank in enumerate(ranks):
         colour = colours(index % 10)
         rank_runs = [r for r in runs if (r.identity.rank or "") == rank]

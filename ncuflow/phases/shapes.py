@@ -88,6 +88,8 @@ class FileShapes:
     runs: tuple[RunShapes, ...]
     settings: tuple[Setting, ...]
     kv_len_source: str  # how KV length was read, or "not in the log"
+    stats_line: str = "statistics line"  # what the format calls the lines the shapes are counted on
+    line_meaning: str = ""  # what one such line stands for: "a Decode line per 40 decode steps"
 
     def setting(self, shape: ServingShape) -> Setting | None:
         return next((s for s in self.settings if s.shape is shape), None)
@@ -122,7 +124,20 @@ def file_shapes(
     kv_source = KV_SOURCE if lines.kv_tokens else "not in the log"
     if not lines.kv_tokens and lines.kv_capacity is not None:
         kv_source = f"GPU KV cache usage × the KV cache's {lines.kv_capacity.value} tokens (line {lines.kv_capacity.line}) / Running"
-    return FileShapes(tuple(shaped), _settings(servers, lines, given), kv_source)
+    words = servers[0].capabilities.stats_line if servers else "statistics line"
+    meaning = _line_meaning(servers[0]) if servers else ""
+    return FileShapes(tuple(shaped), _settings(servers, lines, given), kv_source, words, meaning)
+
+
+def _line_meaning(trace: ServerTrace) -> str:
+    """What one statistics line stands for, so what a distribution over lines is over: decode
+    steps where lines are counted in steps, time where each averages a window."""
+    words = trace.capabilities
+    if trace.steps_between_lines:
+        return f"a {words.stats_line} per {trace.steps_between_lines} decode steps"
+    if words.stats_window_s:
+        return f"a {words.stats_line} per {words.stats_window_s:g}-s window"
+    return f"a {words.stats_line} per line the log printed"
 
 
 def _runs_of(trace: ServerTrace, runs: Sequence[RunAnalysis]) -> list[tuple[tuple[BatchSample, ...], RunAnalysis]]:

@@ -153,7 +153,7 @@ def draft_sweep(
         plan.axes[param] = [_typed(v) for v in values]
         plan.taken.append(f"{param} <- --vary {', '.join(values)}")
     plan.not_taken.extend(_unserved(cell, shapes, source))
-    where = f"{run.run_label}, {stretch.name} stretch, {stretch.decode_lines} Decode lines from line {stretch.first_line}"
+    where = f"{run.run_label}, {stretch.name} stretch, {stretch.decode_lines} {shapes.stats_line}s from line {stretch.first_line}"
     return SweepDraft(_text(cell.cell, log_name, where, plan), where, tuple(plan.taken), tuple(plan.not_taken))
 
 

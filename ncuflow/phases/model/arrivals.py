@@ -95,13 +95,13 @@ def run_arrivals(
     stride = arrivals.stride
     if capabilities.prefill_lines:
         admissions = _prefill_admissions(samples)
-        method = "each request leaves the queue at the Prefill line that starts it (arrival order)"
+        method = f"each request leaves the queue at the {capabilities.admission_line} that starts it (arrival order)"
     else:
         every = [t for t in times for _ in range(stride)]
         admissions = _window_admissions(samples, every, capabilities.stats_window_s or 0.0)
         method = (
             f"each request is admitted inside the {capabilities.stats_window_s or 0:g}-s statistics "
-            "window where arrivals less Waiting first count it (arrival order)"
+            f"window where arrivals less {capabilities.queue_field} first count it (arrival order)"
         )
     base = ArrivalTimes(len(times) * stride, refused, times[-1] - times[0], None, None, None, None, None, "")
     count = len(times) * stride

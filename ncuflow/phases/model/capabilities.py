@@ -65,3 +65,9 @@ class Capabilities:
     batch_field: str
     throughput_field: str
     batch_cap_option: str
+    # what its lines are called in sentences: a batch-statistics line ("Decode line", "stats
+    # line"), an admission's own line ("Prefill line"; prefill_lines) and the queue field
+    stats_line: str = "statistics line"
+    admission_line: str = "admission line"
+    queue_field: str = "queue"
+    line_interval: str = "line interval"  # the steps between two step-counted lines ("decode-log interval")

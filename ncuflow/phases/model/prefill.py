@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.results import Segment, WarmupSplit
 from ncuflow.phases.model.traces import BatchSample, ServerTrace
 
@@ -105,8 +106,8 @@ def warmup_note(
     """A note where the warm-up interval outlasts one decode-log interval and its last
     admission's prefill: first-step warm-up or graph capture, unless the prefill of a
     large admission cannot be told apart (no prefill throughput in the log)."""
-    warmup = main.warmup
-    if warmup is None or not interval_s or not trace.capabilities.prefill_lines:
+    warmup, words = main.warmup, trace.capabilities
+    if warmup is None or not interval_s or not words.prefill_lines:
         return []
     prefill = main.warmup_split.prefill_s if main.warmup_split is not None else None
     known = prefill if prefill is not None else typical_prefill_gap(run_samples, main)
@@ -115,15 +116,15 @@ def warmup_note(
     tokens = main.warmup_split.prefill_tokens if main.warmup_split is not None else 0
     if prefill is None and tokens >= LONG_ADMISSION_TOKENS:
         return [
-            f"the interval from the ramp's last admission to the first Decode line ({warmup.duration_s:.1f} s) "
+            f"the interval from the ramp's last admission to the first {words.stats_line} ({warmup.duration_s:.1f} s) "
             f"holds that admission's prefill of {tokens:,} tokens, and the log gives no prefill throughput "
-            "(no back-to-back Prefill lines): its prefill and any warm-up cannot be told apart"
+            f"(no back-to-back {words.admission_line}s): its prefill and any warm-up cannot be told apart"
         ]
     own = f" and the last admission's own prefill ({tokens:,} tokens, {prefill:.2f} s)" if prefill else ""
     return [
-        "warm-up (last admission → first Decode line, its own column) longer than one "
-        f"decode-log interval ({trace.steps_between_lines} steps): first-step warm-up or graph capture; "
-        "counted as its own reconciliation term, less half a decode-log interval of ordinary steps" + own
+        f"warm-up (last admission → first {words.stats_line}, its own column) longer than one "
+        f"{words.line_interval} ({trace.steps_between_lines} steps): first-step warm-up or graph capture; "
+        f"counted as its own reconciliation term, less half a {words.line_interval} of ordinary steps" + own
     ]
 
 
@@ -149,7 +150,11 @@ def _admissions(samples: Sequence[BatchSample]) -> list[tuple[int, int, float]]:
 
 
 def prefill_note(
-    samples: Sequence[BatchSample], rate: PrefillRate | None, interval_s: float | None, resolution_s: float
+    capabilities: Capabilities,
+    samples: Sequence[BatchSample],
+    rate: PrefillRate | None,
+    interval_s: float | None,
+    resolution_s: float,
 ) -> list[str]:
     """The run's longest admission where its prefill outlasts a decode-log interval (or a
     second): prefill, with its time from the scheduler's prefill throughput, or where the
@@ -174,6 +179,6 @@ def prefill_note(
         return []
     return [
         f"prefill: the scheduler prefills ≈ {rate.tokens_per_s:,.0f} tokens/s (from {rate.chains} run(s) "
-        f"of back-to-back Prefill lines, {rate.tokens:,.0f} tokens over {rate.seconds:.1f} s); the run's "
+        f"of back-to-back {capabilities.admission_line}s, {rate.tokens:,.0f} tokens over {rate.seconds:.1f} s); the run's "
         f"longest admission, {tokens:,} tokens{chunks}, is ≈ {seconds:.1f} s of prefill, not warm-up"
     ]

@@ -42,17 +42,17 @@ def _run_cannot(
     capabilities = trace.capabilities
     if capabilities.prefill_lines and not prefills:
         cannot.append(
-            "no Prefill lines in this run (e.g. a PD decode node): admissions are seen only as "
-            "increases of #running-req between Decode lines (the ramp's waits are estimated "
-            "from them), so TTFT cannot be measured"
+            f"no {capabilities.admission_line}s in this run (e.g. a PD decode node): admissions are "
+            f"seen only as increases of {capabilities.batch_field} between {capabilities.stats_line}s "
+            "(the ramp's waits are estimated from them), so TTFT cannot be measured"
         )
     if len([s for s in decodes if s.running > 0]) < 2:
         cannot.append(
-            f"only {len(decodes)} Decode line(s): the run is shorter than two decode-log "
-            f"intervals ({trace.steps_between_lines} steps each), so no step time can be derived"
+            f"only {len(decodes)} {capabilities.stats_line}(s): the run is shorter than two "
+            f"{capabilities.line_interval}s ({trace.steps_between_lines} steps each), so no step time can be derived"
             if capabilities.step_counted_lines
-            else f"only {len(decodes)} stats line(s) with running requests: too short for the "
-            "10-s statistics window"
+            else f"only {len(decodes)} {capabilities.stats_line}(s) with running requests: too short for the "
+            f"{capabilities.stats_window_s or 0:g}-s statistics window"
         )
     if capabilities.prefill_lines and prefills:
         cannot.append("TTFT distribution: a server log has no per-request submit times")
@@ -94,7 +94,7 @@ def _run_notes(
         )
     if trace.capabilities.prefill_lines and not prefills and segments:
         notes.append(
-            "PD decode node: the ramp ends when #running-req reaches its plateau; requests still "
+            f"PD decode node: the ramp ends when {trace.capabilities.batch_field} reaches its plateau; requests still "
             "arriving by KV transfer (#transfer-req/#prealloc-req) at the plateau were prefilled "
             "on another node, so they do not make a plateau interval 'mixed'"
         )
@@ -191,14 +191,16 @@ def no_steady_reason(
     return kind, reason
 
 
-def shape_notes(segments: Sequence[Segment], tails: Sequence[Item], decodes: Sequence[BatchSample]) -> list[str]:
+def shape_notes(
+    capabilities: Capabilities, segments: Sequence[Segment], tails: Sequence[Item], decodes: Sequence[BatchSample]
+) -> list[str]:
     """Bursts and tails, said once each run, with the rule that made them."""
     notes = []
     bursts = [s for s in segments if s.kind is SegmentKind.BURST]
     if bursts:
         notes.append(
-            f"{len(bursts)} burst(s) (the batch rose to a peak it did not hold for three Decode "
-            "lines, then fell): each is a segment of its own, with its rise and drain and no "
+            f"{len(bursts)} burst(s) (the batch rose to a peak it did not hold for three "
+            f"{capabilities.stats_line}s, then fell): each is a segment of its own, with its rise and drain and no "
             "steady phase; never part of another segment's ramp or drain"
         )
     if tails:
@@ -212,40 +214,47 @@ def shape_notes(segments: Sequence[Segment], tails: Sequence[Item], decodes: Seq
     return notes
 
 
-def concurrency_note(peak: int, stated: int, in_flight: int | None = None) -> str:
-    """The peak (from Decode lines) against the benchmark's stated max concurrency; on a PD
-    decode node, requests in flight = #running-req + those still arriving by KV transfer."""
+def concurrency_note(capabilities: Capabilities, peak: int, stated: int, in_flight: int | None = None) -> str:
+    """The peak (from the statistics lines) against the benchmark's stated max concurrency;
+    on a PD decode node, requests in flight = the batch + those still arriving by KV transfer
+    (SGLang's #transfer-req/#prealloc-req, the only format whose lines count them)."""
+    batch, lines = capabilities.batch_field, f"{capabilities.stats_line}s"
     if in_flight is not None and in_flight != peak:
         relation = "=" if in_flight == stated else "≠"
         return (
-            f"PD decode node: up to {in_flight} requests in flight (#running-req + "
+            f"PD decode node: up to {in_flight} requests in flight ({batch} + "
             f"#transfer-req/#prealloc-req) {relation} the benchmark's stated max concurrency "
-            f"{stated}; #running-req peaks at {peak} while replacements are in transfer"
+            f"{stated}; {batch} peaks at {peak} while replacements are in transfer"
         )
     if peak == stated:
-        return f"peak batch {peak} (from Decode lines) = the benchmark's stated max concurrency {stated}"
+        return f"peak batch {peak} (from {lines}) = the benchmark's stated max concurrency {stated}"
     if peak > stated:
         return (
-            f"peak batch {peak} (from Decode lines) exceeds the benchmark's stated max "
+            f"peak batch {peak} (from {lines}) exceeds the benchmark's stated max "
             f"concurrency {stated}: another client shared the server, or the statistics line "
             "counts requests not yet removed"
         )
     return (
-        f"peak batch {peak} (from Decode lines) is below the benchmark's stated max "
-        f"concurrency {stated}: the server capped the batch (KV cache, --max-running-requests) "
+        f"peak batch {peak} (from {lines}) is below the benchmark's stated max "
+        f"concurrency {stated}: the server capped the batch (KV cache, {capabilities.batch_cap_option}) "
         "or the client never had that many requests in flight"
     )
 
 
 def level_notes(
-    decodes: Sequence[BatchSample], settings: RunSettings, main: Segment | None, peak: int, readmitted: int
+    trace: ServerTrace,
+    decodes: Sequence[BatchSample],
+    settings: RunSettings,
+    main: Segment | None,
+    peak: int,
+    readmitted: int,
 ) -> list[str]:
     """The main segment's level against the stated concurrency, and its readmissions."""
     notes = []
     if main is not None and settings.stated_concurrency is not None and peak > 1:
         incoming = [s.running + s.incoming for s in decodes if s.incoming is not None]
         in_flight = max(incoming) if incoming else None
-        notes.append(concurrency_note(peak, settings.stated_concurrency, in_flight))
+        notes.append(concurrency_note(trace.capabilities, peak, settings.stated_concurrency, in_flight))
     if main is not None and readmitted:
         notes.append(
             f"{readmitted} request(s) were admitted while the batch stayed near {main.level} (a "

@@ -48,12 +48,12 @@ def timing_of_run(
     )
     notes.extend(method_notes)
     notes.extend(spec_decoding_note(on_plateau))
-    notes.extend(headline_note(main))
+    notes.extend(headline_note(trace.capabilities, main))
     notes.extend(_rough_timing_notes(steady.token_s.count, trace.time_resolution_s))
     steps = trace.steps_between_lines
     interval_s = steps * step if step and steps else None
     notes.extend(warmup_note(trace, run_samples, main, interval_s))
-    notes.extend(prefill_note(run_samples, settings.prefill_rate, interval_s, trace.time_resolution_s))
+    notes.extend(prefill_note(trace.capabilities, run_samples, settings.prefill_rate, interval_s, trace.time_resolution_s))
     cannot.extend(_unseen_timing(trace, main, intervals, interval_s))
     return RunTiming(
         step_method=method,
@@ -84,13 +84,15 @@ def step_method(
     if steps_per_line is None:  # a step-counted format's trace always states it
         return "", step, []
     if not with_throughput:
-        return _line_interval_method(steps_per_line, resolution_s), step, []
+        return _line_interval_method(capabilities, steps_per_line, resolution_s), step, []
     method = (
-        "per-token time = #running-req / gen throughput on each Decode line of the steady stretch"
+        f"per-token time = {capabilities.batch_field} / {capabilities.throughput_field} on each "
+        f"{capabilities.stats_line} of the steady stretch"
     )
     if accept:
         method += f"; speculative decoding: step = per-token × accept len ({accept:.2f})"
     cross_check, notes = _interval_cross_check(
+        capabilities,
         segment.phase(PhaseKind.STEADY).span,
         on_plateau,
         step,
@@ -113,11 +115,11 @@ def _window_method(capabilities: Capabilities, window_s: float, on_plateau: Sequ
     return method
 
 
-def _line_interval_method(steps_per_line: ServerSetting, resolution_s: float) -> str:
-    """SGLang Decode lines without gen throughput: the step from the time between lines."""
+def _line_interval_method(capabilities: Capabilities, steps_per_line: ServerSetting, resolution_s: float) -> str:
+    """Step-counted lines without a throughput: the step from the time between lines."""
     method = (
-        f"step = Δt between Decode lines / {steps_per_line.value} steps ({steps_per_line.stated()}; "
-        "no gen throughput on these lines)"
+        f"step = Δt between {capabilities.stats_line}s / {steps_per_line.value} steps ({steps_per_line.stated()}; "
+        f"no {capabilities.throughput_field} on these lines)"
     )
     if resolution_s >= 0.5:
         method += f"; timestamps to {resolution_s:g} s limit each interval's resolution"
@@ -125,6 +127,7 @@ def _line_interval_method(steps_per_line: ServerSetting, resolution_s: float) ->
 
 
 def _interval_cross_check(
+    capabilities: Capabilities,
     steady: PhaseSpan | None,
     on_plateau: Sequence[DecodeInterval],
     step: float,
@@ -139,7 +142,7 @@ def _interval_cross_check(
     count = max(1, sum(1 for i in on_plateau if steady.start_s < i.end_s <= steady.end_s))
     implied = steady.duration_s / (count * step)
     clause = (
-        f"; cross-check: the timestamps imply {implied:.0f} steps between Decode lines "
+        f"; cross-check: the timestamps imply {implied:.0f} steps between {capabilities.stats_line}s "
         f"({steps_per_line.stated()}"
         + (
             f"; ±{resolution_s / steady.duration_s * implied:.0f} from the "
@@ -152,7 +155,7 @@ def _interval_cross_check(
     steps = steps_per_line.value
     if abs(implied - steps) > max(0.15 * steps, 2 * resolution_s / steady.duration_s * implied):
         return clause, [
-            f"timestamps imply ≈{implied:.0f} decode steps between Decode lines, "
+            f"timestamps imply ≈{implied:.0f} decode steps between {capabilities.stats_line}s, "
             f"not {steps}: " + _mismatch_advice(steps_per_line)
         ]
     return clause, []
@@ -189,15 +192,15 @@ def spec_decoding_note(on_plateau: Sequence[DecodeInterval]) -> list[str]:
     ]
 
 
-def headline_note(segment: Segment) -> list[str]:
+def headline_note(capabilities: Capabilities, segment: Segment) -> list[str]:
     steady = segment.phase(PhaseKind.STEADY).token_s
     if segment.headline_method != "token-weighted" or steady is None:
         return []
     return [
         "speculative decoding: the acceptance length spreads on the steady stretch, so the "
         f"per-token time shown is token-weighted ({(segment.headline_token_s or 0) * 1000:.2f} ms, "
-        "request-seconds per output token, what a mean TPOT is); the median of the Decode "
-        f"lines would say {steady.median * 1000:.2f} ms"
+        f"request-seconds per output token, what a mean TPOT is); the median of the "
+        f"{capabilities.stats_line}s would say {steady.median * 1000:.2f} ms"
     ]
 
 
@@ -223,21 +226,22 @@ def _unseen_timing(
     intervals: Sequence[DecodeInterval],
     interval_s: float | None,
 ) -> list[str]:
-    """What the log cannot tell about the run's timing: a drain past its last Decode line,
-    and (vLLM) any per-request time."""
+    """What the log cannot tell about the run's timing: a drain past its last statistics line
+    (step-counted lines), and where no line is a request's own, any per-request time."""
     cannot = []
+    words = trace.capabilities
     last_decode = max((i.end_s for i in intervals), default=main.plateau.end_s)
-    if trace.capabilities.step_counted_lines and main.phase(PhaseKind.DRAIN).span is None and main.plateau.end_s >= last_decode:
+    if words.step_counted_lines and main.phase(PhaseKind.DRAIN).span is None and main.plateau.end_s >= last_decode:
         cannot.append(
-            f"drain not visible: the run's last Decode line still shows {main.level} "
-            f"running requests, so they all finished within one decode-log interval "
+            f"drain not visible: the run's last {words.stats_line} still shows {main.level} "
+            f"running requests, so they all finished within one {words.line_interval} "
             f"({trace.steps_between_lines} steps"
             + (f" ≈ {interval_s:.1f} s" if interval_s else "")
             + ") after it"
         )
     if not trace.capabilities.prefill_lines and trace.arrivals is None:
         cannot.append(
-            f"{trace.capabilities.server} stats lines carry no per-request times: admission span "
+            f"{words.server} {words.stats_line}s carry no per-request times: admission span "
             "and TTFT are not measurable"
         )
     return cannot

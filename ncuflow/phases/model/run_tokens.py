@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.reconcile import harness_reconciliation
 from ncuflow.phases.model.results import (
     PhaseKind,
@@ -23,6 +24,7 @@ from ncuflow.phases.model.traces import BatchSample
 
 
 def run_tokens(
+    capabilities: Capabilities,
     settings: RunSettings,
     main: Segment | None,
     decodes: Sequence[BatchSample],
@@ -62,9 +64,9 @@ def run_tokens(
         return RunTokens(tokens, source)
     harness = (decodes[-1].time_s - prefills[0].time_s) / (tokens - 1)
     notes.append(
-        "harness-style TPOT estimated from the log as (last Decode line − first Prefill "
-        f"line) / (N − 1) with N = {tokens} ({source}); the true batch "
-        "end can be up to one decode-log interval later"
+        f"harness-style TPOT estimated from the log as (last {capabilities.stats_line} − first "
+        f"{capabilities.admission_line}) / (N − 1) with N = {tokens} ({source}); the true batch "
+        f"end can be up to one {capabilities.line_interval} later"
     )
     return RunTokens(tokens, source, harness)
 

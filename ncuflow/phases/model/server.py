@@ -94,7 +94,7 @@ def _analyse_server_run(
     decodes, intervals, items, segments = _run_segments(trace, run, settings)
     main = _main_segment(segments)
     notes, cannot = run_findings(trace, run, settings, decodes, prefills, segments)
-    notes.extend(shape_notes(segments, [i for i in items if i.kind == TAIL], decodes))
+    notes.extend(shape_notes(trace.capabilities, segments, [i for i in items if i.kind == TAIL], decodes))
     notes.extend(wind_down_notes(wind_downs(items, decodes, intervals)))
     peak = peak_batch(samples)
     overload, stretches = run_overload(segments, intervals, peak)
@@ -104,15 +104,15 @@ def _analyse_server_run(
     timing = timing_of_run(trace, samples, settings, main, intervals, notes, cannot)
     kind, reasons = no_steady(trace, run, main, segments, len(decodes), settings)
     cannot.extend(reasons)
-    timing = with_request_timings(timing, requests, intervals, notes, cannot)
+    timing = with_request_timings(trace.capabilities, timing, requests, intervals, notes, cannot)
     arrivals = None
     if trace.arrivals is not None:
         pushed = next((i.start_s for i in intervals if i.preempted or i.retracted), None)
         arrivals = run_arrivals(trace.arrivals, arrival_window, samples, trace.capabilities, pushed)
         notes.extend(arrival_notes(arrivals, cannot))
-    notes.extend(level_notes(decodes, settings, main, peak, readmitted))
+    notes.extend(level_notes(trace, decodes, settings, main, peak, readmitted))
     closed_loop = readmitted > 0 or len(segments) > 1
-    tokens = run_tokens(settings, main, decodes, prefills, closed_loop, notes, cannot, requests)
+    tokens = run_tokens(trace.capabilities, settings, main, decodes, prefills, closed_loop, notes, cannot, requests)
     phases = _run_phase_records(main, readmitted, stretches)
     tokens = with_reconciliation(tokens, main, admission, timing, phases[PhaseKind.STEADY].token_s)
     label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"

@@ -17,6 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.intervals import DecodeInterval
 from ncuflow.phases.model.results import (
     ArrivalTimes,
@@ -70,6 +71,7 @@ def single_length(requests: ServerRequests | None) -> int | None:
 
 
 def with_request_timings(
+    capabilities: Capabilities,
     timing: RunTiming,
     requests: ServerRequests | None,
     intervals: Sequence[DecodeInterval],
@@ -79,7 +81,7 @@ def with_request_timings(
     """The server's own per-request timing lines: TTFT (server-side) and a cross-check."""
     if requests is None:
         return timing
-    notes.extend(request_notes(requests, _weighted_all(intervals)))
+    notes.extend(request_notes(capabilities, requests, _weighted_all(intervals)))
     if requests.ttft_s is None:
         return timing
     cannot[:] = [c for c in cannot if not c.startswith("TTFT distribution")]
@@ -93,8 +95,8 @@ def _weighted_all(intervals: Sequence[DecodeInterval]) -> float | None:
     return sum(p * t for p, t in pairs) / total if total > 0 else None
 
 
-def request_notes(requests: ServerRequests, decode_weighted_s: float | None) -> list[str]:
-    """The server's own per-request timing lines against the Decode lines."""
+def request_notes(capabilities: Capabilities, requests: ServerRequests, decode_weighted_s: float | None) -> list[str]:
+    """The server's own per-request timing lines against the statistics lines."""
     lengths = requests.output_tokens
     sampled = f" (every {requests.stride}th line kept)" if requests.stride > 1 else ""
     head = (
@@ -117,7 +119,7 @@ def request_notes(requests: ServerRequests, decode_weighted_s: float | None) -> 
     if decode_weighted_s is not None:
         gap = decode_weighted_s / requests.weighted_tpot_s - 1
         line += (
-            f"; the Decode lines' token-weighted per-token time over the whole run is "
+            f"; the {capabilities.stats_line}s' token-weighted per-token time over the whole run is "
             f"{decode_weighted_s * 1000:.2f} ms ({gap:+.1%})"
         )
     if requests.ttft_s is not None:

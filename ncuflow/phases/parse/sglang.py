@@ -469,6 +469,10 @@ CAPABILITIES = Capabilities(
     per_request_timings=True,
     batch_field="#running-req",
     throughput_field="gen throughput",
+    stats_line="Decode line",
+    admission_line="Prefill line",
+    queue_field="#queue-req",
+    line_interval="decode-log interval",
     batch_cap_option="--max-running-requests",
 )
 FORMAT = LineFormat(

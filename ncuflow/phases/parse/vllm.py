@@ -320,6 +320,8 @@ CAPABILITIES = Capabilities(
     per_request_timings=False,
     batch_field="Running",
     throughput_field="Avg generation throughput",
+    stats_line="stats line",
+    queue_field="Waiting",
     batch_cap_option="--max-num-seqs",
 )
 FORMAT = LineFormat(

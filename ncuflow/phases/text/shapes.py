@@ -9,8 +9,8 @@ from ncuflow.phases.shapes import FileShapes, RunShapes, StretchShapes
 from ncuflow.phases.study import FileStudy
 
 MAX_ROWS = 12  # the rest is in --json
-COLUMNS = ["run", "stretch", "Decode lines", "batch p10/med/p90 (max)", "KV len p10/med/p90",
-           "prefill tokens/batch med (max)", "from line"]
+COLUMNS = ["run", "stretch", "{lines}", "batch p10/med/p90 (max)", "KV len p10/med/p90",
+           "prefill tokens/batch med (max)", "from line"]  # {lines}: the format's word for its lines
 
 
 def _spread(dist: Distribution | None, with_max: bool = False) -> str:
@@ -41,9 +41,10 @@ def shape_lines(shapes: FileShapes | None, shown: Collection[str]) -> list[str]:
     if shapes is None:
         return []
     rows = [_row(run, s) for run in shapes.runs if run.run_label in shown for s in (run.run, *run.stretches)]
-    out = [f"  shapes served (a Decode line per decode step; KV length: {shapes.kv_len_source}):"]
+    out = [f"  shapes served ({shapes.line_meaning}; KV length: {shapes.kv_len_source}):"]
     if rows:
-        out.extend(_table([COLUMNS, *rows[:MAX_ROWS]]))
+        header = [c.format(lines=f"{shapes.stats_line}s") for c in COLUMNS]
+        out.extend(_table([header, *rows[:MAX_ROWS]]))
         if len(rows) > MAX_ROWS:
             out.append(f"    … {len(rows) - MAX_ROWS} more rows in --json")
     stated = [f"{s.shape.value}={s.value} ({f'line {s.line}' if s.line else s.source})"
