@@ -6,16 +6,23 @@ import csv
 import io
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from ncuflow.analyze.classify import classify
+from ncuflow.analyze.findings import RULES
 from ncuflow.analyze.names import distinct_short_names, short_name
 from ncuflow.analyze.selection import ALL
-from ncuflow.analyze.summary import KernelKey, roll_up, summarize
+from ncuflow.analyze.summary import KernelKey, KernelSummary, kernel_key, roll_up, summarize
 from ncuflow.cli import cli
 from ncuflow.errors import UsageError
+from ncuflow.output.summary_table import TOP_FINDING_LEGEND
+from ncuflow.read.findings import Finding
+from ncuflow.read.launch import Launch
+from ncuflow.read.options import WITH_FINDINGS
 
 REFERENCE = Path(__file__).resolve().parent.parent / "profiles" / "reference" / "h200"
 
@@ -119,3 +126,40 @@ def test_kernel_names_are_shortened_readably() -> None:
     shorts = distinct_short_names([a, b])
     assert shorts[a] == "warptiling<128, 32, 256>" and shorts[b] == "warptiling<128, 32, 128>"
     assert short_name("", 10) == "(unnamed kernel)"
+
+
+def test_the_top_finding_is_the_binding_walls_largest_estimate_else_the_largest(corpus_dir: Path) -> None:
+    """The top finding was the largest estimate over all of a kernel's findings, whatever wall it
+    concerned; it now follows ``classify --evidence``'s ranking. Expected on every kernel of the
+    corpus from the walls ``findings.RULES`` ties each rule to and the kernel's most common
+    ``classify`` verdict; on some kernels the two choices differ (checked here, and through the CLI)."""
+    walls = {row.rule: row.terms for row in RULES}
+    differ: list[tuple[Path, KernelSummary, Finding]] = []
+    for run in ALL.load([corpus_dir], options=WITH_FINDINGS).runs:
+        by_kernel: dict[KernelKey, list[Launch]] = {}
+        for launch in run.launches:
+            by_kernel.setdefault(kernel_key(launch), []).append(launch)
+        for kernel in (k for summary in summarize([run]) for k in summary.kernels):
+            launches = by_kernel[(kernel.kernel, kernel.grid_size, kernel.block_size)]
+            counts = Counter(classify(x).bound for x in launches)
+            bound = min(counts, key=lambda name: (-counts[name], name))
+            estimated = [f for x in launches for f in (x.rule_results.findings if x.rule_results else ())
+                         if f.speedup is not None]
+            candidates = [f for f in estimated if bound in walls.get(f.rule, ())] or estimated
+            if not candidates:
+                assert kernel.top_finding is None, (run.report, kernel.short_name)
+                continue
+            best = max(f.speedup or 0.0 for f in candidates)
+            assert kernel.top_finding in [f for f in candidates if f.speedup == best], (run.report, kernel.short_name)
+            if best < max(f.speedup or 0.0 for f in estimated):
+                differ.append((run.report, kernel, kernel.top_finding))
+    assert differ, "no kernel of the corpus whose binding wall's largest estimate is not the largest"
+    for report in sorted({report for report, _, _ in differ}):
+        result = CliRunner().invoke(cli, ["summary", "--json", "--per-report", str(report)])
+        shown = {(k["kernel"], k["grid_size"], k["block_size"]): k["top_finding"]
+                 for k in json.loads(result.output)["reports"][0]["kernels"]}
+        for _, kernel, top in (item for item in differ if item[0] == report):
+            got = shown[(kernel.kernel, kernel.grid_size, kernel.block_size)]
+            assert (got["rule"], got["title"], got["speedup"]) == (top.rule, top.heading, top.speedup)
+        text = " ".join(CliRunner().invoke(cli, ["summary", str(report)], terminal_width=200).output.split())
+        assert TOP_FINDING_LEGEND in text

@@ -10,6 +10,7 @@ first, the binding wall's before the other walls', each by estimate (largest fir
 those without an estimate (NVIDIA's notes: "Balanced", "Roofline Analysis"), the binding
 wall's first; the report's order among equals. Findings that say nothing (no title, no message, no speedup:
 what ncu writes for a rule's source table) are left out of the ranking, not of the data.
+``top_ranked`` is the first of that ranking with an estimate: a kernel's top finding in ``summary``.
 """
 
 from __future__ import annotations
@@ -148,6 +149,13 @@ def pooled(results: Sequence[RuleResults | None], bound: str) -> tuple[PooledFin
     items = list(best.items())
     items.sort(key=lambda pair: _rank(pair[1]))
     return tuple(PooledFinding(item, counts[key]) for key, item in items)
+
+
+def top_ranked(results: Sequence[RuleResults | None], bound: str) -> Finding | None:
+    """A kernel's top finding, as ``classify --evidence`` ranks its launches' findings (``pooled``): the
+    largest estimated speedup among those about the binding wall ``bound``, else the largest among the
+    others (None where none estimates one)."""
+    return next((p.item.finding for p in pooled(results, bound) if p.item.finding.speedup is not None), None)
 
 
 def held(results: Sequence[RuleResults | None]) -> bool | None:

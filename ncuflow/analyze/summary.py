@@ -4,8 +4,10 @@ One ``ReportSummary`` per report (a store run is one report): its kernels groupe
 name and launch configuration (grid, block), sorted by total duration, each with its
 launches, total and median duration, share of the report's GPU time (the kernels' shares
 sum to 1, the rest of a ``top`` cut included), the max model's verdicts with their counts,
-the binding term's median utilization, and NVIDIA's finding with the largest estimated
-speedup where the findings were read. Launches without a duration are counted but carry no
+the binding term's median utilization, and NVIDIA's top finding where the findings were read:
+the largest estimated speedup among the findings about the kernel's binding wall (its most
+common verdict), else the largest among the others, as ``classify --evidence`` ranks them
+(``ncuflow.analyze.findings.top_ranked``). Launches without a duration are counted but carry no
 time (and are named). ``roll_up`` sums many reports instead: one summary per GPU, each
 kernel (name and configuration) over every report that holds it. Pure functions over loaded
 runs; no I/O, no polars.
@@ -69,8 +71,9 @@ class KernelSummary:
     verdicts: tuple[tuple[str, int], ...]  # (bound, launches), most common first
     binding_term: str | None  # the term of the most common verdict (the largest term when latency)
     binding_u: float | None  # its median utilization over the kernel's launches
-    # NVIDIA's finding with the largest estimated speedup over the kernel's launches; ``rules`` says
-    # whether its launches hold rule results (None: not read, False: the report has none).
+    # NVIDIA's top finding over the kernel's launches (``findings.top_ranked``: the binding wall's largest
+    # estimated speedup, else the largest); ``rules`` says whether its launches hold rule results (None:
+    # not read, False: the report has none).
     top_finding: Finding | None = None
     rules: bool | None = None
     reports: int = 1  # how many reports its launches came from (more than one in a roll-up)
@@ -170,16 +173,17 @@ def summarize_kernel(launches: Sequence[Launch], verdicts: Sequence[Verdict], sh
     total = math.fsum(durations) if durations else None
     counts = Counter(v.bound for v in verdicts)
     ranked = tuple(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
-    term, u = _binding(verdicts, ranked[0][0] if ranked else "unknown")
+    bound = ranked[0][0] if ranked else "unknown"
+    term, u = _binding(verdicts, bound)
     name, grid, block = kernel_key(launches[0])
     share = (total or 0.0) / report_total if report_total else None
     results = [x.rule_results for x in launches]
     read = [r for r in results if r is not None]
     top = None
     if read:
-        from ncuflow.analyze.findings import top_of
+        from ncuflow.analyze.findings import top_ranked
 
-        top = top_of(results)
+        top = top_ranked(results, bound)
     tensor = [t for t in (x.value("tensor_pipe_pct") for x in launches) if t is not None]
     return KernelSummary(
         kernel=name, function=launches[0].kernel.function, short_name=short, grid_size=grid, block_size=block,

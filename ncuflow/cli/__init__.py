@@ -3,7 +3,7 @@
 Commands live in small modules and are imported only when invoked, so that
 ``ncuflow profile`` on a GPU host never imports polars and ``ncuflow --help`` stays fast.
 Every ``NcuflowError`` becomes its one-paragraph message on stderr and a non-zero exit,
-never a traceback.
+never a traceback; so does click's own refusal of a command line (``usage_paragraph``, exit 2).
 """
 
 from __future__ import annotations
@@ -168,11 +168,38 @@ def main(argv: list[str] | None = None) -> Any:
     except click.exceptions.Abort:
         click.echo("ncuflow: interrupted.", err=True)
         sys.exit(130)
+    except click.UsageError as error:  # an unknown option, a bad value, a missing argument: click's own refusals
+        if isinstance(error, _HELP_FOR_NO_ARGUMENTS):  # a bare `ncuflow` or `ncuflow store`: its help, as it was
+            error.show()
+        else:
+            click.echo(f"ncuflow: {usage_paragraph(error)}", err=True)
+        sys.exit(error.exit_code)
     except click.ClickException as error:
-        error.show()
+        from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
+
+        click.echo(f"ncuflow: {safe_text(error.format_message(), limit=SENTENCE_CHARS)}", err=True)
         sys.exit(error.exit_code)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
+
+
+# click 8.2 and newer: a group run without a command raises this (its help, shown on stderr); 8.1 exits.
+_HELP_FOR_NO_ARGUMENTS: tuple[type[click.UsageError], ...] = tuple(
+    getattr(click.exceptions, name) for name in ("NoArgsIsHelpError",) if hasattr(click.exceptions, name))
+
+
+def usage_paragraph(error: click.UsageError) -> str:
+    """Click's refusal of a command line as ncuflow's one paragraph: the command, what click says
+    (the option or argument and what is wrong with it), and where its options are listed. Its
+    exit status stays click's (2, as every ncuflow error of input or usage)."""
+    from ncuflow.files.safe_text import SENTENCE_CHARS, safe_text
+
+    command = error.ctx.command_path if error.ctx is not None else "ncuflow"
+    said = safe_text(error.format_message(), limit=SENTENCE_CHARS)
+    said = said[:1].lower() + said[1:]
+    group = error.ctx is None or isinstance(error.ctx.command, click.Group)
+    takes = "commands and options" if group else "options and arguments"
+    return f"`{command}` cannot run as asked: {said} See `{command} --help` for the {takes} it takes."
 
 
 # Where one of these is loaded, its own exit handlers matter (Ray's shutdown, CUDA's teardown).

@@ -315,7 +315,7 @@ def _print_explained(explained: Sequence[Any], param: str, tolerances: Tolerance
                   f"({len(ge.baseline.launches)} launches, {ge.baseline.runs} runs)",
             title_justify="left",
         )
-        for column in (param, "verdict", "work", "time", "evidence", "why / caveats"):
+        for column in (safe_text(param, "rich"), "verdict", "work", "time", "evidence", "why / caveats"):
             table.add_column(column, overflow="fold")
         colours = {"no_effect": "blue", "off_critical_path": "green", "critical_path": "red",
                    "time_without_work": "yellow", "ambiguous": "bright_black"}

@@ -13,6 +13,7 @@ from rich.text import Text
 from ncuflow.cells.contract import CellInfo, format_value
 from ncuflow.cells.registry import NO_GPU_PREFIX, gpu_status, list_cells, parse_spec
 from ncuflow.files import make_console
+from ncuflow.files.safe_text import markup_text
 
 CELLS_DIR_OPTION = click.option(
     "--cells-dir",
@@ -123,7 +124,7 @@ def time_command(
         return
     stats = result.stats
     console = make_console()
-    console.print(f"[bold]{result.spec}[/bold]", highlight=False)
+    console.print(f"[bold]{markup_text(result.spec)}[/bold]", highlight=False)
     table = Table(show_header=True)
     for column in ("median µs", "min µs", "max µs", "p10–p90 spread", "repeats", "achieved GB/s"):
         table.add_column(column, justify="right")

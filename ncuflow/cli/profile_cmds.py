@@ -15,6 +15,7 @@ from rich.markup import escape
 
 from ncuflow.cli.profile_options import profile_settings, settings_options
 from ncuflow.errors import NcuflowError, UsageError
+from ncuflow.files.safe_text import markup_text
 from ncuflow.profile.ncu import (
     CACHE_CONTROLS,
     CLOCK_CONTROLS,
@@ -90,12 +91,14 @@ class _ConsoleObserver:
         record = run.record
         dropped = [m for m in record.manifest.collection.options.dropped_metrics if m not in self.announced]
         if dropped:
-            self.console.print(f"[yellow]this ncu does not know {', '.join(dropped)}: collected without them[/yellow]")
+            self.console.print(f"[yellow]this ncu does not know {markup_text(', '.join(dropped))}: "
+                               "collected without them[/yellow]")
         label = f"stored tier {tier} in" if tier > 1 else "stored"
-        self.console.print(f"{label} {record.path} (ncu wall time {record.manifest.outcome.wall_time_s} s)",
+        self.console.print(f"{label} {markup_text(record.path)} "
+                           f"(ncu wall time {record.manifest.outcome.wall_time_s} s)",
                            soft_wrap=True)
         if tier == 1:
-            print_launches(run.launches, self.console, self.threshold, f"{record.cell} {record.run_id}")
+            print_launches(run.launches, self.console, self.threshold, markup_text(f"{record.cell} {record.run_id}"))
 
     def escalating(self, run: Any, check: Any) -> None:
         from ncuflow.analyze.classify import ESCALATION_BAND
@@ -126,7 +129,7 @@ def print_launches(launches: Any, console: Any, threshold: float, title: str) ->
         from ncuflow.analyze.classify import classify
         from ncuflow.output.render import print_launch_table
     except ImportError as missing:  # the read side is optional on a bare GPU host
-        console.print(f"(no classify table: {missing})")
+        console.print(f"(no classify table: {markup_text(missing)})")
         return
     print_launch_table(launches, [classify(launch, threshold=threshold) for launch in launches], console,
                        title=title)
@@ -287,7 +290,7 @@ def _timed(job: Any, settings: Any, console: Any) -> Any:
 
     from ncuflow.cells.timing import time_cell
 
-    with console.status(f"timing {job.label} with CUDA events (no ncu)"):
+    with console.status(f"timing {markup_text(job.label)} with CUDA events (no ncu)"):
         timing = time_cell(job.target.spec, cells_dir=settings.cells.cells_dir).to_dict()
     timing.pop("samples_us", None)
     return replace(job, cell_facts=replace(job.cell_facts, duration_unprofiled=timing))
@@ -305,7 +308,7 @@ def _print_escalation(result: Any, console: Any, threshold: float) -> None:
     runs = {2: result.tier2, 3: result.why}
     tiers = " + ".join(f"tier {tier}" for tier in result.merged)
     ids = ", ".join(run.record.run_id for tier, run in runs.items() if tier in result.merged and run is not None)
-    print_launches(result.launches, console, threshold, f"{record.cell} {record.run_id}: {tiers} ({ids})")
+    print_launches(result.launches, console, threshold, markup_text(f"{record.cell} {record.run_id}: {tiers} ({ids})"))
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -416,7 +419,7 @@ def _print_sweep_plan(plan: Any, settings: Any, console: Any) -> None:
     from ncuflow.profile.sweep_run import describe_points
 
     rows = describe_points(plan, settings)
-    table = Table(title=f"{plan.name}: {plan.cell} {axes_summary(plan.axes)}, {plan.replicas} replicas",
+    table = Table(title=markup_text(f"{plan.name}: {plan.cell} {axes_summary(plan.axes)}, {plan.replicas} replicas"),
                   header_style="bold")
     for column in ("#", "point", "key", "stored", "to run"):
         table.add_column(column)

@@ -36,13 +36,16 @@ class Bar:
         progress = self._progress
         if progress is None:
             return _no_step
+        from ncuflow.files.safe_text import markup_text
+
         if self._task is not None:
             progress.remove_task(self._task)
-        self._task = progress.add_task(description, total=total)
+        described = markup_text(description)  # the bar's text is rich markup: a file named r[x].ncu-rep shows so
+        self._task = progress.add_task(described, total=total)
         task = self._task
 
         def step(index: int, path: Path) -> None:
-            progress.update(task, completed=index + 1, description=f"{description}: {Path(path).name}")
+            progress.update(task, completed=index + 1, description=f"{described}: {markup_text(Path(path).name)}")
 
         return step
 
@@ -58,9 +61,15 @@ def progress_bar() -> Iterator[Bar]:
         yield Bar(None)
         return
     from rich.console import Console
+
+    with reading_progress(Console(stderr=True)) as progress:
+        yield Bar(progress)
+
+
+def reading_progress(console: Any) -> Any:
+    """The bar's columns on ``console``: what is done (its description, rich markup), the bar, done/total,
+    elapsed time; gone from the terminal when it stops."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        yield Bar(progress)
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True)

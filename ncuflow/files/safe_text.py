@@ -128,6 +128,13 @@ def safe_text(value: object, target: Target = "terminal", *, limit: int | None =
     return text
 
 
+def markup_text(value: object) -> str:
+    """A path, a name or a message to interpolate into a rich markup string (a console line, a status,
+    a progress description, a table title): whole, as itself (a store under ``run[bold]/`` is printed
+    as that path, not in bold and without its ``[bold]``)."""
+    return safe_text(value, "rich", limit=None)
+
+
 # A spreadsheet reads a cell that starts with one of these as a formula (=HYPERLINK(...), +cmd|...,
 # -2+3, @SUM(...); a tab or carriage return before one of them too): such a text cell is written
 # with a single quote first, as spreadsheets expect (OWASP's CSV injection advice). A cell that

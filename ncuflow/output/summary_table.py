@@ -21,6 +21,11 @@ CSV_COLUMNS: tuple[str, ...] = (
 )
 
 
+# What the "top finding" column shows (printed under the tables where a kernel has findings).
+TOP_FINDING_LEGEND = ("top finding: NVIDIA's largest estimated speedup among the kernel's findings about its binding "
+                      "wall (its most common verdict), else among all of them; as `classify --evidence` ranks them.")
+
+
 def share_text(share: float | None) -> str:
     return "—" if share is None else f"{share * 100:.1f} %" if share >= 0.001 or share == 0 else f"{share * 100:.2g} %"
 
@@ -63,6 +68,8 @@ def print_summaries(summaries: Sequence[ReportSummary], console: Any = None) -> 
                           *([""] if rolled else []), duration_text(rest.total_ns), "", share_text(rest.share), "", "", "")
         console.print(table)
     console.print(_footer(summaries, rolled), highlight=False)
+    if any(k.rules for summary in summaries for k in summary.kernels):
+        console.print(TOP_FINDING_LEGEND, highlight=False, markup=False)
 
 
 def _columns(rolled: bool) -> list[tuple[str, str]]:

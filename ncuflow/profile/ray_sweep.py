@@ -40,6 +40,7 @@ from typing import Any
 from ncuflow import store
 from ncuflow.errors import NcuflowError, UsageError
 from ncuflow.files.owner import owner_tag, tag_owner_dead
+from ncuflow.files.safe_text import markup_text
 from ncuflow.profile.escalation import Undecided, commit_tier2, profile_tier1, tier2_job
 from ncuflow.profile.ncu_errors import ProfileInterrupted
 from ncuflow.profile.orchestrate import StoredRun, profile
@@ -301,7 +302,7 @@ class RayExecutor:
                 self._submit(context.job(status.point, replica), 1, status.point)
         failed: set[str] = set()
         with context.progress() as progress:
-            task = progress.add_task(context.plan.name, total=total)
+            task = progress.add_task(markup_text(context.plan.name), total=total)
             for point, result in self._results():
                 progress.advance(task)
                 record = self._commit(point, result, context.store_root, outcome, failed, progress.console.print,
@@ -309,7 +310,7 @@ class RayExecutor:
                 if record is None:
                     continue
                 outcome.profiled.append(record)
-                progress.update(task, description=f"{point.spec_text} stored")
+                progress.update(task, description=f"{markup_text(point.spec_text)} stored")
 
     def tier2(self, todo: list[tuple[SweepPoint, Undecided]], outcome: SweepOutcome) -> None:
         context = self.context
@@ -326,7 +327,8 @@ class RayExecutor:
             second = commit_tier2(item.run, commit)
             if second is not None:
                 outcome.escalated.append(second.record)
-                context.console.print(f"stored tier 2 of {point.spec_text} in {second.record.path}", soft_wrap=True)
+                context.console.print(f"stored tier 2 of {markup_text(point.spec_text)} in "
+                                      f"{markup_text(second.record.path)}", soft_wrap=True)
 
     def _commit(self, point: SweepPoint, result: Any, root: Path, outcome: SweepOutcome, failed: set[str],
                 say: Any, *, replicas: int | None = None, stage: str = "") -> store.RunRecord | None:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from ncuflow import store
 from ncuflow.errors import NcuflowError
 from ncuflow.files import make_console, os_error
+from ncuflow.files.safe_text import markup_text
 from ncuflow.profile.escalation import (
     Undecided,
     commit_tier2,
@@ -73,7 +74,7 @@ class SweepOutcome:
             raise error
         if not already_said:
             self.failures.append((point, error))
-            say(f"[red]failed[/red] {stage}{point.spec_text}: {error}")
+            say(f"[red]failed[/red] {stage}{markup_text(point.spec_text)}: {markup_text(error)}")
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ class SweepContext:
         runs = [run for point in self.plan.points for run in self.stored(point)]
         todo, outcome.unchecked = runs_to_escalate(runs, self.settings.escalation.threshold)
         for item in todo:
-            self.console.print(f"{by_run[item.run.run_id].spec_text} ({item.run.run_id}): tier 1 leaves "
+            point = by_run[item.run.run_id]
+            self.console.print(f"{markup_text(point.spec_text)} ({markup_text(item.run.run_id)}): tier 1 leaves "
                                f"{item.undecided} of {item.launches} launches undecided: profiling tier 2")
         return [(by_run[item.run.run_id], item) for item in todo]
 
@@ -164,21 +166,23 @@ def start_sweep(context: SweepContext) -> tuple[SweepOutcome, list[PointStatus],
     from ncuflow.store.check import move_aside_damaged
 
     for damaged, target in move_aside_damaged(context.store_root, context.plan.cell):
-        context.console.print(f"[yellow]moved a damaged run aside[/yellow] ({damaged.problem}): {damaged.path} -> "
-                              f"{target.name}; its point is profiled again")
+        context.console.print(f"[yellow]moved a damaged run aside[/yellow] ({markup_text(damaged.problem)}): "
+                              f"{markup_text(damaged.path)} -> {markup_text(target.name)}; its point is profiled again",
+                              soft_wrap=True)
     unreadable = context.unreadable()
     if unreadable:
         context.console.print(
             f"[yellow]{len(unreadable)} run(s) of this sweep cannot be read by this user[/yellow] "
-            f"({unreadable[0].path}: {unreadable[0].problem}): counted as present, not profiled again; fix "
-            "their permissions (`ls -ld` shows them) to read them, or move them away to profile their points again")
+            f"({markup_text(unreadable[0].path)}: {markup_text(unreadable[0].problem)}): counted as present, "
+            "not profiled again; fix their permissions (`ls -ld` shows them) to read them, or move them away to "
+            "profile their points again")
     outcome = SweepOutcome()
     statuses = context.statuses()
     todo = [s for s in statuses if s.needed > 0]
     outcome.skipped_points = len(statuses) - len(todo)
     total = sum(s.needed for s in todo)
     context.console.print(
-        f"sweep {context.plan.name}: {len(statuses)} points × {context.plan.replicas} replicas; "
+        f"sweep {markup_text(context.plan.name)}: {len(statuses)} points × {context.plan.replicas} replicas; "
         f"{outcome.skipped_points} points already complete, {total} profiles to run"
     )
     return outcome, todo, total
@@ -244,7 +248,7 @@ class LocalExecutor:
         last, after waiting for its lock, and only what is then still missing is profiled."""
         context = self.context
         with context.progress() as progress:
-            task = progress.add_task(context.plan.name, total=total)
+            task = progress.add_task(markup_text(context.plan.name), total=total)
             busy: list[PointStatus] = []
             for status in todo:
                 with self._locked(status.point, wait=False) as held:
@@ -255,7 +259,8 @@ class LocalExecutor:
             for status in busy:
                 def note(holder: dict[str, Any], status: PointStatus = status) -> None:
                     who = f"pid {holder.get('pid')}" if holder.get("pid") else "another process"
-                    progress.console.print(f"waiting for {who}, which is profiling {status.point.spec_text}")
+                    progress.console.print(f"waiting for {who}, which is profiling "
+                                           f"{markup_text(status.point.spec_text)}")
                 with self._locked(status.point, wait=True, on_wait=note):
                     self._profile_point(status, outcome, progress, task)
 
@@ -266,7 +271,7 @@ class LocalExecutor:
         if done > status.done:  # another writer profiled some meanwhile
             progress.advance(task, max(0, min(done, replicas) - status.done))
         for replica in range(done, replicas):
-            progress.update(task, description=f"{status.point.spec_text} #{replica + 1}")
+            progress.update(task, description=f"{markup_text(status.point.spec_text)} #{replica + 1}")
             try:
                 stored = self.tier1_profile(context.job(status.point, replica), context.settings)
             except NcuflowError as error:
@@ -292,7 +297,8 @@ class LocalExecutor:
                 continue
             if second is not None:
                 outcome.escalated.append(second.record)
-                context.console.print(f"stored tier 2 of {point.spec_text} in {second.record.path}", soft_wrap=True)
+                context.console.print(f"stored tier 2 of {markup_text(point.spec_text)} in "
+                                      f"{markup_text(second.record.path)}", soft_wrap=True)
 
     @contextlib.contextmanager
     def _locked(self, point: SweepPoint, *, wait: bool,
