@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ncuflow.phases.model.capabilities import Capabilities
+from ncuflow.phases.model.intervals import is_decode
 from ncuflow.phases.model.reconcile import harness_reconciliation
 from ncuflow.phases.model.results import (
     PhaseKind,
@@ -27,14 +28,16 @@ def run_tokens(
     capabilities: Capabilities,
     settings: RunSettings,
     main: Segment | None,
-    decodes: Sequence[BatchSample],
-    prefills: Sequence[BatchSample],
+    samples: Sequence[BatchSample],
     closed_loop: bool,
     notes: list[str],
     cannot: list[str],
     requests: ServerRequests | None = None,
 ) -> RunTokens:
-    """N per request and the harness-style TPOT the log gives with it (not yet reconciled)."""
+    """N per request and the harness-style TPOT the log gives with it (not yet reconciled),
+    from the run's lines (``samples``: its admission and statistics lines in order)."""
+    prefills = [s for s in samples if s.kind == "prefill"]
+    decodes = [s for s in samples if is_decode(s)]
     tokens, source = settings.output_tokens, settings.output_tokens_source
     if tokens is None and single_length(requests) is not None and requests is not None:
         tokens = single_length(requests)

@@ -112,7 +112,7 @@ def _analyse_server_run(
         notes.extend(arrival_notes(arrivals, cannot))
     notes.extend(level_notes(trace, decodes, settings, main, peak, readmitted))
     closed_loop = readmitted > 0 or len(segments) > 1
-    tokens = run_tokens(trace.capabilities, settings, main, decodes, prefills, closed_loop, notes, cannot, requests)
+    tokens = run_tokens(trace.capabilities, settings, main, samples, closed_loop, notes, cannot, requests)
     phases = _run_phase_records(main, readmitted, stretches)
     tokens = with_reconciliation(tokens, main, admission, timing, phases[PhaseKind.STEADY].token_s)
     label = f"{settings.run_label_prefix}{'' if trace.rank is None else trace.rank + ' '}run {run.index}"
