@@ -34,12 +34,13 @@ from ncuflow.phases.parse.service import ServiceLog, killed_after_client_event
 from ncuflow.phases.parse.values import (
     BadValue,
     LogClock,
+    TimeOfDayDates,
     count_value,
     optional_rate,
 )
 
 TIMESTAMP = re.compile(
-    r"^\[(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d{1,6}))?"
+    r"^\[(?:(?P<date>\d{4}-\d{2}-\d{2})[ T])?(?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d{1,6}))?"
     r"(?P<tags>(?:\s+[A-Z]+\d+)*)\s*\]"
 )
 STATS_LINE = re.compile(
@@ -117,6 +118,7 @@ class SglangReader:
     path: Path
     reading: LogReading = field(default_factory=LogReading)
     clock: LogClock = field(default_factory=LogClock)
+    undated: TimeOfDayDates | None = None  # stamps without a date (SGLang 0.3: "[HH:MM:SS TP0]")
     any_fraction: bool = False
     stores: dict[str, SampleStore] = field(default_factory=dict)
     requests: dict[str, RequestTimingLog] = field(default_factory=dict)
@@ -181,6 +183,9 @@ class SglangReader:
         if not stamp:
             return None
         date, time, frac = stamp.group("date", "time", "frac")
+        if date is None:
+            self.undated = self.undated or TimeOfDayDates()
+            date = self.undated.date_of(time)
         key = date + time
         whole = self.seconds_of.get(key)
         if whole is None:
@@ -379,7 +384,7 @@ class SglangReader:
                 path=str(self.path),
                 capabilities=CAPABILITIES,
                 rank=(rank or None) if multi else None,
-                clock_origin=self.clock.origin_text,
+                clock_origin=self._clock_origin(),
                 samples=tuple(mark_chunked_prefills(store.samples)),
                 events=events,
                 time_resolution_s=0.001 if self.any_fraction else 1.0,
@@ -393,6 +398,11 @@ class SglangReader:
             )
             for rank, store in sorted(self.stores.items(), key=lambda kv: _rank_sort_key(kv[0]))
         )
+
+    def _clock_origin(self) -> str:
+        """The wall-clock text of t = 0 (the time of day alone where the log prints no date)."""
+        text = self.clock.origin_text
+        return text.partition(" ")[2] if self.undated is not None and text.startswith("2000-") else text
 
     def _requests_by_rank(self, multi: bool) -> dict[str, RequestTimings]:
         found = {rank: log.timings() for rank, log in self.requests.items()}
