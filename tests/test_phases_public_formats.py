@@ -7,11 +7,13 @@ logs") lists the variants and their sources."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from ncuflow.phases.parse import llamacpp
 from ncuflow.phases.pipeline import build_report
 from ncuflow.phases.report import FileReport
 
@@ -61,3 +63,124 @@ def test_sglang_stamps_without_a_date_are_read_across_midnight(tmp_path: Path, s
     assert run.timing.headline_token_s == pytest.approx(STEP_S)
     assert run.shape.end_s - run.shape.start_s == pytest.approx(39, abs=1)
     assert file.clock_origin == f"{start:%H:%M:%S}"
+
+
+# ---------------------------------------------------------------- llama.cpp before 2025
+
+SLOTS = 4
+PROMPT_MS = 400.0
+EVAL_MS = 9600.0
+TOKENS = 97  # eval time over the 96 gaps after the first token: 100 ms each
+EPOCH0 = 1723569600  # 2024-08-13T17:20:00Z
+
+
+def _llama_2024_requests() -> list[tuple[int, int, int]]:
+    """(end in Unix seconds, slot, task): SLOTS slots, three requests each, back to back."""
+    length = round((PROMPT_MS + EVAL_MS) / 1e3)
+    return sorted((EPOCH0 + (k + 1) * length, slot, slot * 3 + k) for slot in range(SLOTS) for k in range(3))
+
+
+def llama_2024_text() -> list[str]:
+    """``--log-format text`` of the 2024 server: ``INFO [           print_timings] prompt eval
+    time     =      15.62 ms /    12 tokens (...) | tid="…" timestamp=1723569622 id_slot=0
+    id_task=0 …`` then ``generation eval time =    3194.22 ms /   783 runs   (...)``
+    (ggml-org/llama.cpp issue 9013)."""
+    lines = []
+    for end, slot, task in _llama_2024_requests():
+        tail = f'| tid="139964472983552" timestamp={end} id_slot={slot} id_task={task}'
+        lines += [
+            f"INFO [           print_timings] prompt eval time     = {PROMPT_MS:10.2f} ms /    12 tokens "
+            f"(   33.33 ms per token,    30.00 tokens per second) {tail} t_prompt_processing={PROMPT_MS}",
+            f"INFO [           print_timings] generation eval time = {EVAL_MS:10.2f} ms / {TOKENS:5d} runs   "
+            f"(   98.97 ms per token,    10.10 tokens per second) {tail} n_decoded={TOKENS}",
+            f"INFO [           print_timings]           total time = {PROMPT_MS + EVAL_MS:10.2f} ms {tail}",
+        ]
+    return lines
+
+
+def llama_2024_json() -> list[str]:
+    """The 2024 server's default JSON log lines: ``{"tid":"…","timestamp":1756831192,"level":
+    "INFO","function":"print_timings","line":819,"msg":"prompt eval time     =    7928.04 ms /
+    2386 tokens (...)","id_slot":0,"id_task":0,…}`` (public JSON server logs found by
+    find_string '"function":"print_timings"'; the 'generation eval time … runs' wording as in
+    the text lines of ggml-org/llama.cpp issue 9013)."""
+    lines = []
+    for end, slot, task in _llama_2024_requests():
+        head = {"tid": "125380885884928", "timestamp": end, "level": "INFO", "function": "print_timings"}
+        ids = {"id_slot": slot, "id_task": task}
+        lines += [
+            json.dumps({**head, "line": 819, "msg": f"prompt eval time     = {PROMPT_MS:10.2f} ms /    12 tokens "
+                        "(   33.33 ms per token,    30.00 tokens per second)", **ids}, separators=(",", ":")),
+            json.dumps({**head, "line": 833, "msg": f"generation eval time = {EVAL_MS:10.2f} ms / {TOKENS:5d} runs   "
+                        "(   98.97 ms per token,    10.10 tokens per second)", **ids}, separators=(",", ":")),
+            json.dumps({**head, "line": 843, "msg": f"          total time = {PROMPT_MS + EVAL_MS:10.2f} ms", **ids},
+                       separators=(",", ":")),
+        ]
+    return lines
+
+
+def llama_2023() -> list[str]:
+    """The 2023 server (and llama-cpp-python's) ``llama_print_timings:`` block, eval in
+    ``runs``, no time (abetlen/llama-cpp-python issue 1354; ggml-org/llama.cpp issue 2237)."""
+    lines = []
+    for _ in range(3):
+        lines += [
+            "llama_print_timings:        load time =    1491.98 ms",
+            "llama_print_timings:      sample time =       2.17 ms /    26 runs   (    0.08 ms per token, 12009.24 tokens per second)",
+            f"llama_print_timings: prompt eval time = {PROMPT_MS:10.2f} ms /    37 tokens (   10.81 ms per token,    92.50 tokens per second)",
+            f"llama_print_timings:        eval time = {EVAL_MS:10.2f} ms / {TOKENS:5d} runs   (   98.97 ms per token,    10.10 tokens per second)",
+            f"llama_print_timings:       total time = {PROMPT_MS + EVAL_MS:10.2f} ms",
+        ]
+    return lines
+
+
+@pytest.mark.parametrize("name, lines", [("text.log", llama_2024_text()), ("json.log", llama_2024_json())])
+def test_llama_cpp_2024_print_timings_give_requests_on_the_unix_clock(tmp_path: Path, name: str, lines: list[str]) -> None:
+    """Refused before (text: not a format; JSON: read as a request trace without
+    submit_time): each block is a request ending at its Unix timestamp, so the slots busy at
+    once, TTFT (the prompt eval time) and the per-token time are told."""
+    file = analyse(tmp_path, lines, name)
+    (run,) = file.runs
+    assert file.source_format == llamacpp.CAPABILITIES.title
+    assert run.shape.peak_batch == SLOTS
+    assert run.admission.requests_total == len(_llama_2024_requests())
+    assert run.timing.ttft_s is not None and run.timing.ttft_s.median == pytest.approx(PROMPT_MS / 1e3, abs=1e-6)
+    assert run.timing.headline_token_s == pytest.approx(EVAL_MS / 1e3 / (TOKENS - 1), abs=1e-6)
+    start = datetime.fromtimestamp(_llama_2024_requests()[0][0] - (PROMPT_MS + EVAL_MS) / 1e3, UTC)
+    assert file.clock_origin.startswith(start.isoformat(timespec="seconds"))
+
+
+def test_llama_cpp_2023_eval_in_runs_is_read(tmp_path: Path) -> None:
+    """Refused before ('no eval time line'): the eval line counts its tokens in 'runs'."""
+    file = analyse(tmp_path, llama_2023())
+    (run,) = file.runs
+    assert run.admission.requests_admitted == 3
+    assert run.timing.ttft_s is not None and run.timing.ttft_s.median == pytest.approx(PROMPT_MS / 1e3, abs=1e-6)
+    assert run.timing.headline_token_s == pytest.approx(EVAL_MS / 1e3 / (TOKENS - 1), abs=1e-6)
+    assert llamacpp.NO_CLOCK in file.file_notes
+
+
+def llama_journald() -> list[str]:
+    """``--log-timestamps`` behind journald's prefix: ``Jun 18 08:57:40  llama-Qwen:[1351]:
+    10.13.175.674 I slot print_timing: id  0 | task 1684 | …`` (ggml-org/llama.cpp PR 22929),
+    the block's timing lines bare behind the same prefix (the newer block shape)."""
+    lines = []
+    for end, slot, task in _llama_2024_requests():
+        seconds = end - EPOCH0 + 30
+        prefix = f"Jun 18 08:{seconds // 60 % 60:02d}:{seconds % 60:02d}  llama-Qwen:[1351]: "
+        lines += [
+            f"{prefix}{seconds // 60}.{seconds % 60:02d}.000.000 I slot print_timing: id  {slot} | task {task} | ",
+            f"{prefix}prompt eval time = {PROMPT_MS:10.2f} ms /    25 tokens (   16.00 ms per token,    62.50 tokens per second)",
+            f"{prefix}       eval time = {EVAL_MS:10.2f} ms / {TOKENS:5d} tokens (   98.97 ms per token,    10.10 tokens per second)",
+            f"{prefix}      total time = {PROMPT_MS + EVAL_MS:10.2f} ms / {25 + TOKENS:5d} tokens",
+        ]
+    return lines
+
+
+def test_llama_cpp_timestamps_behind_a_journald_prefix_place_the_requests(tmp_path: Path) -> None:
+    """Read before without a clock (the stamp was looked for at the line's start only): no
+    concurrency; now the slots busy at once are rebuilt."""
+    file = analyse(tmp_path, llama_journald())
+    (run,) = file.runs
+    assert run.shape.peak_batch == SLOTS
+    assert llamacpp.NO_CLOCK not in file.file_notes
