@@ -184,3 +184,52 @@ def test_llama_cpp_timestamps_behind_a_journald_prefix_place_the_requests(tmp_pa
     (run,) = file.runs
     assert run.shape.peak_batch == SLOTS
     assert llamacpp.NO_CLOCK not in file.file_notes
+
+
+# ---------------------------------------------------------------- SGLang: logs with no decode phase
+
+
+def sglang_pd_prefill_node() -> list[str]:
+    """A PD-disaggregated prefill node's Prefill lines: ``[2025-05-27 21:19:46] Prefill batch.
+    #new-seq: 1, #new-token: 1, #cached-token: 25, token usage: 0.00, #running-req: 0,
+    #unbootstrapped-req: 0, #queue-req: 0, #transferring-req: 0`` (sgl-project/sglang, a P/D
+    disaggregation bug report of 2025-05-27), with the ``input throughput`` field later builds add."""
+    start = datetime(2025, 5, 27, 21, 19, 46)
+    return [
+        f"[{start + timedelta(seconds=i):%Y-%m-%d %H:%M:%S}] Prefill batch. #new-seq: 4, #new-token: 4096, "
+        f"#cached-token: 25, token usage: 0.01, #running-req: 0, #unbootstrapped-req: 0, #queue-req: {20 - i}, "
+        "#transferring-req: 4, input throughput (token/s): 8000.00 "
+        for i in range(20)
+    ]
+
+
+def test_a_pd_prefill_node_log_is_refused_naming_the_decode_nodes_log(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Read before as one 0-s "run" per Prefill line, each of "peak batch" 4 (the new
+    requests, never a decode batch); now one paragraph: a prefill node has no decode phase."""
+    from ncuflow.cli import main
+
+    path = tmp_path / "prefill-node.log"
+    path.write_text("\n".join(sglang_pd_prefill_node()) + "\n")
+    with pytest.raises(SystemExit) as ended:
+        main(["phases", str(path)])
+    error = capsys.readouterr().err
+    assert ended.value.code == 2 and "Traceback" not in error
+    assert "prefill-node.log:1:" in error and "prefill node" in error and "decode node's log" in error
+
+
+def test_a_log_without_a_time_names_sglang_before_0_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SGLang 0.2 printed ``[gpu=0] Decode batch. #running-req: …`` with no time (its source:
+    ``f"[gpu={self.gpu_id}] Decode batch. "``); the refusal says why the log cannot be read."""
+    from ncuflow.cli import main
+
+    path = tmp_path / "old.log"
+    path.write_text(
+        f"[gpu=0] Decode batch. #running-req: {BATCH}, #token: 4000, token usage: 0.01, "
+        f"gen throughput (token/s): {BATCH / STEP_S:.2f}, #queue-req: 0\n"
+    )
+    with pytest.raises(SystemExit) as ended:
+        main(["phases", str(path)])
+    error = capsys.readouterr().err
+    assert ended.value.code == 2 and "before 0.3" in error and "cannot be placed in time" in error
