@@ -233,3 +233,52 @@ def test_a_log_without_a_time_names_sglang_before_0_3(tmp_path: Path, capsys: py
         main(["phases", str(path)])
     error = capsys.readouterr().err
     assert ended.value.code == 2 and "before 0.3" in error and "cannot be placed in time" in error
+
+
+# ---------------------------------------------------------------- TGI: the router's colours
+
+
+def _colour(code: str) -> str:
+    return f"\x1b[{code}m"
+
+
+def tgi_router_lines(*, ansi: bool) -> list[str]:
+    """The router's "Success" line (``INFO generate{parameters=GenerateParameters { … }
+    total_time="357.867572ms" validation_time="1.96844ms" queue_time="49.382µs"
+    inference_time="355.849981ms" time_per_token="14.827082ms" seed="None"}:
+    text_generation_router::server: router/src/server.rs:309: Success``, as quoted in
+    triton-inference-server/server issue 7395), coloured as ``tracing``'s text format does by
+    default (huggingface/text-generation-inference router/src/logging.rs: ``with_ansi`` unless
+    LOG_COLORIZE=1): the time dimmed, the level green, each field name italic, ``=`` dimmed."""
+    dim, off, italic, green = ("2", "0", "3", "32") if ansi else ("", "", "", "")
+    paint = _colour if ansi else (lambda code: "")
+
+    def field(name: str, value: str) -> str:
+        return f'{paint(italic)}{name}{paint(off)}{paint(dim)}={paint(off)}"{value}"'
+
+    start = datetime(2024, 7, 1, 10, 0, 0)
+    lines = []
+    for slot in range(SLOTS):
+        for k in range(3):
+            end = start + timedelta(seconds=0.01 * slot + 5.0 * (k + 1))
+            fields = " ".join([
+                field("total_time", "5s"), field("validation_time", "1.96844ms"), field("queue_time", "49.382µs"),
+                field("inference_time", f"{TOKENS * 0.05:.2f}s"), field("time_per_token", "50ms"), field("seed", "None"),
+            ])
+            lines.append(
+                f"{paint(dim)}{end:%Y-%m-%dT%H:%M:%S.%f}Z{paint(off)} {paint(green)} INFO{paint(off)} "
+                f"generate{{parameters=GenerateParameters {{ max_new_tokens: Some({TOKENS}) }} {fields}}}"
+                f"{paint(dim)}:{paint(off)} text_generation_router::server{paint(dim)}:{paint(off)} "
+                f"router/src/server.rs:309: Success"
+            )
+    return lines
+
+
+def test_tgi_router_lines_in_colour_read_as_the_plain_ones(tmp_path: Path) -> None:
+    """Refused before ('a TGI router line without a readable timestamp, total_time…'): the
+    colour codes between a field's name, its '=' and its value are stripped."""
+    plain = analyse(tmp_path, tgi_router_lines(ansi=False), "plain.log").runs[0]
+    coloured = analyse(tmp_path, tgi_router_lines(ansi=True), "colour.log").runs[0]
+    assert coloured.shape.peak_batch == plain.shape.peak_batch == SLOTS
+    assert coloured.admission.requests_total == plain.admission.requests_total == SLOTS * 3
+    assert coloured.timing.mean_request_tpot_s == pytest.approx(0.05)

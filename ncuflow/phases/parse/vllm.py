@@ -24,10 +24,10 @@ from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 from ncuflow.phases.parse.compact import SampleStore, folding_note, share_cap
 from ncuflow.phases.parse.format import LineFormat
+from ncuflow.phases.parse.lines import strip_ansi
 from ncuflow.phases.parse.service import ServiceLog, killed_after_client_event
 from ncuflow.phases.parse.values import DECIMAL, BadValue, LogClock, count_value, rate_value
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # vLLM prints no year (a build or plug-in with its own format may: kept for the clock origin's text
 # only; times are reckoned in a stand-in year, so a line of another format never moves them)
 STAMP = re.compile(r"(?:(?P<year>\d{4})-)?(?P<month>\d{2})-(?P<day>\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d{1,6}))?")
@@ -51,10 +51,6 @@ SPEC = "SpecDecoding metrics:"
 ACCEPT = "Mean acceptance length: "
 SHUTDOWNS = ("SIGTERM", "Shutting down", "Gracefully stopping")
 WINDOW_S = 10.0  # --log-stats interval (VLLM_LOG_STATS_INTERVAL), 10 s by default
-
-
-def strip_ansi(text: str) -> str:
-    return ANSI.sub("", text) if "\x1b" in text else text
 
 
 def claims_vllm(line: str) -> bool:
