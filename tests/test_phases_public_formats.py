@@ -189,29 +189,37 @@ def test_llama_cpp_timestamps_behind_a_journald_prefix_place_the_requests(tmp_pa
 # ---------------------------------------------------------------- SGLang: logs with no decode phase
 
 
-def sglang_pd_prefill_node() -> list[str]:
-    """A PD-disaggregated prefill node's Prefill lines: ``[2025-05-27 21:19:46] Prefill batch.
-    #new-seq: 1, #new-token: 1, #cached-token: 25, token usage: 0.00, #running-req: 0,
-    #unbootstrapped-req: 0, #queue-req: 0, #transferring-req: 0`` (sgl-project/sglang, a P/D
-    disaggregation bug report of 2025-05-27), with the ``input throughput`` field later builds add."""
+# a PD prefill node's own fields on its Prefill lines, in each version's words: "#unbootstrapped-req:
+# 0, #queue-req: 0, #transferring-req: 0" (a sgl-project/sglang P/D bug report of 2025-05-27),
+# "#prealloc-req: … #inflight-req: …" and "#bootstrap-req: … #inflight-req: …" (the scheduler's
+# report_prefill_stats of later builds, found by find_string 'f"#inflight-req: ')
+PD_PREFILL_WORDINGS = (
+    "#running-req: 0, #unbootstrapped-req: 0, #queue-req: {queue}, #transferring-req: 4, ",
+    "#running-req: 0, #queue-req: {queue}, #prealloc-req: 0, #inflight-req: 4, ",
+    "#running-req: 0, #queue-req: {queue}, #pending-token: 0, #bootstrap-req: 0, #inflight-req: 4, cuda graph: False, ",
+)
+
+
+def sglang_pd_prefill_node(wording: str) -> list[str]:
+    """A PD-disaggregated prefill node's log: Prefill lines only."""
     start = datetime(2025, 5, 27, 21, 19, 46)
     return [
         f"[{start + timedelta(seconds=i):%Y-%m-%d %H:%M:%S}] Prefill batch. #new-seq: 4, #new-token: 4096, "
-        f"#cached-token: 25, token usage: 0.01, #running-req: 0, #unbootstrapped-req: 0, #queue-req: {20 - i}, "
-        "#transferring-req: 4, input throughput (token/s): 8000.00 "
+        f"#cached-token: 25, token usage: 0.01, {wording.format(queue=20 - i)}input throughput (token/s): 8000.00"
         for i in range(20)
     ]
 
 
+@pytest.mark.parametrize("wording", PD_PREFILL_WORDINGS)
 def test_a_pd_prefill_node_log_is_refused_naming_the_decode_nodes_log(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], wording: str
 ) -> None:
     """Read before as one 0-s "run" per Prefill line, each of "peak batch" 4 (the new
     requests, never a decode batch); now one paragraph: a prefill node has no decode phase."""
     from ncuflow.cli import main
 
     path = tmp_path / "prefill-node.log"
-    path.write_text("\n".join(sglang_pd_prefill_node()) + "\n")
+    path.write_text("\n".join(sglang_pd_prefill_node(wording)) + "\n")
     with pytest.raises(SystemExit) as ended:
         main(["phases", str(path)])
     error = capsys.readouterr().err

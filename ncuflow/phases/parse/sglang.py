@@ -54,8 +54,11 @@ USED_FIELDS = re.compile(
 )
 MAX_EVENTS = 1000
 # fields only the Prefill lines of a PD-disaggregated prefill node print (its requests waiting
-# for the decode node's bootstrap, and those whose KV cache is being sent to it)
-PD_PREFILL_FIELDS = ("#unbootstrapped-req", "#transferring-req")
+# for the decode node's bootstrap, and those whose KV cache is being sent to it), in each
+# version's words: "#unbootstrapped-req … #transferring-req" (2025), "#prealloc-req …
+# #inflight-req" (late 2025), "#bootstrap-req … #inflight-req" (2026); "#inflight-req" alone is
+# no evidence (SGLang 0.3 printed it for a chunked prompt on any server)
+PD_PREFILL_FIELDS = ("#unbootstrapped-req", "#transferring-req", "#prealloc-req", "#bootstrap-req")
 UNTIMED_SGLANG = (
     " (SGLang before 0.3 printed its scheduler lines as '[gpu=0] Decode batch. …', with no time: "
     "such a log cannot be placed in time)"
@@ -355,8 +358,8 @@ class SglangReader:
         if not self.decode_lines and self.handoff_prefills.count:
             raise TraceError(
                 f"{self.path}:{self.handoff_prefills.first}: the log of the prefill node of a "
-                "PD-disaggregated SGLang server (its Prefill lines count requests handed to the "
-                f"decode node: {' / '.join(PD_PREFILL_FIELDS)}), with no Decode line.",
+                "PD-disaggregated SGLang server (its Prefill lines count the requests it hands to a "
+                "decode node), with no Decode line.",
                 "A prefill node prefills each prompt and hands the request to a decode node: its log "
                 "has no decode batches, so no decode phase and no per-token time.",
                 "Pass the decode node's log (its Decode lines carry #prealloc-req / #transfer-req).",
