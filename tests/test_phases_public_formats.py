@@ -290,3 +290,52 @@ def test_tgi_router_lines_in_colour_read_as_the_plain_ones(tmp_path: Path) -> No
     assert coloured.shape.peak_batch == plain.shape.peak_batch == SLOTS
     assert coloured.admission.requests_total == plain.admission.requests_total == SLOTS * 3
     assert coloured.timing.mean_request_tpot_s == pytest.approx(0.05)
+
+
+# ---------------------------------------------------------------- vLLM V0: the lines after the statistics line
+
+V0_DRAFT = 3  # --num-speculative-tokens
+V0_ACCEPT = 2.4  # tokens emitted per step
+
+
+def vllm_v0_log(hit_percent: float) -> list[str]:
+    """vLLM V0 (0.6-0.8): the statistics line (``INFO 11-24 03:09:29 [metrics.py:386] Avg prompt
+    throughput: … Running: 35 reqs, Swapped: 0 reqs, Pending: 5 reqs, GPU KV cache usage: 95.0%,
+    CPU KV cache usage: 0.0%.``), then on lines of their own the counts since the start of
+    speculative decoding (``Speculative metrics: Draft acceptance rate: 0.642, System efficiency:
+    0.598, Number of speculative tokens: 3, Number of accepted tokens: 8547, Number of draft
+    tokens: 13311, Number of emitted tokens: 10616.``, vllm-project/vllm issue of vLLM 0.6.3 on
+    'System efficiency') and the prefix cache hit rate (``Prefix cache hit rate: GPU: 62.26%,
+    CPU: 0.00%``, vLLM's metrics.py ``log_fn("Prefix cache hit rate: GPU: %.2f%%, CPU: %.2f%%")``)."""
+    start = datetime(2024, 10, 16, 19, 5, 0)
+    drafted = emitted = 0
+    lines = []
+    for i, running in enumerate([0, *[BATCH] * 10, 0]):
+        stamp = f"{start + timedelta(seconds=10 * i):%m-%d %H:%M:%S}"
+        generation = running / STEP_S
+        lines.append(
+            f"INFO {stamp} metrics.py:351] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: "
+            f"{generation:.1f} tokens/s, Running: {running} reqs, Swapped: 0 reqs, Pending: 0 reqs, "
+            "GPU KV cache usage: 1.0%, CPU KV cache usage: 0.0%."
+        )
+        window_emitted = round(generation * 10)
+        drafted += round(window_emitted / V0_ACCEPT) * V0_DRAFT
+        emitted += window_emitted
+        lines += [
+            f"INFO {stamp} metrics.py:367] Speculative metrics: Draft acceptance rate: 0.467, System efficiency: "
+            f"0.600, Number of speculative tokens: {V0_DRAFT}, Number of accepted tokens: {emitted // 2}, "
+            f"Number of draft tokens: {drafted}, Number of emitted tokens: {emitted}.",
+            f"INFO {stamp} metrics.py:361] Prefix cache hit rate: GPU: {hit_percent:.2f}%, CPU: 0.00%",
+        ]
+    return lines
+
+
+def test_vllm_v0_acceptance_length_and_prefix_hit_rate_are_read(tmp_path: Path) -> None:
+    """Both lost before without a word: the acceptance length from the growth of V0's
+    speculative counts over each window, and the hit rate from its own line."""
+    file = analyse(tmp_path, vllm_v0_log(62.26))
+    (run,) = file.runs
+    assert run.timing.accept_len == pytest.approx(V0_ACCEPT, rel=1e-3)
+    assert run.timing.headline_token_s == pytest.approx(STEP_S)
+    assert file.session is not None and file.session.service is not None
+    assert file.session.service.cache_hit_rate == pytest.approx(0.6226)
