@@ -22,9 +22,8 @@ from ncuflow.phases.model import LogEvent, RequestTrace, ServerTrace
 from ncuflow.phases.parse import jsonl, registry
 from ncuflow.phases.parse.format import JsonFormat, LineFormat, LineReader, LogReading
 from ncuflow.phases.parse.json_values import BadJson, loads
-from ncuflow.phases.parse.lines import LineCounts, numbered_lines
+from ncuflow.phases.parse.lines import LineCounts, numbered_lines, strip_ansi
 from ncuflow.phases.parse.unsupported import Recognised, recognised, refusal_words
-from ncuflow.phases.parse.vllm import strip_ansi
 
 Trace = ServerTrace | RequestTrace
 MAX_JSON_BYTES = 128 << 20

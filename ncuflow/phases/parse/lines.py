@@ -11,11 +11,18 @@ file with a 300-MB line, or one without any newline, is read in bounded memory a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
 MAX_LINE_BYTES = 1 << 16
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    """A line without its ANSI colour codes (vLLM's coloured prefix, TGI's tracing colours)."""
+    return ANSI.sub("", text) if "\x1b" in text else text
 
 
 @dataclass

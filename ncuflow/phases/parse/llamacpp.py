@@ -17,6 +17,18 @@ only with ``--log-timestamps``. What a block gives:
 - with timestamps, the end (the block's time) and the start (less prompt and eval time),
   so requests overlap on one clock and the slots busy at once are rebuilt from them.
 
+Older servers print the same times in other words, all read alike:
+
+- 2024 (``print_timings`` with ``--log-format text``, or the JSON lines that were the
+  default): ``prompt eval time     =  15.62 ms / 12 tokens`` then ``generation eval time =
+  3194.22 ms / 783 runs``, each with ``timestamp=`` (JSON: ``"timestamp":``) the Unix time
+  in whole seconds and ``id_task``: the block's end on a clock of 1-s resolution;
+- 2023 (``print_timings:`` or ``llama_print_timings:``): ``eval time = … ms / N runs``, no
+  time (as without ``--log-timestamps``).
+
+A line may carry a prefix before its ``M.SS.mmm.uuu`` stamp (a wrapper's ``[pid]``, or
+journald's ``Jun 18 08:57:40 host app[pid]:``).
+
 The wait for a free slot is not logged (a request's start is its slot's start), so TTFT is
 the server's prompt time, without queueing. Without ``--log-timestamps`` requests cannot be
 placed on one clock: TTFT and per-token time are told, concurrency and phases are not.
@@ -26,6 +38,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ncuflow.phases import TraceError
@@ -53,9 +66,16 @@ CAPABILITIES = Capabilities(
     throughput_field="eval time",
     batch_cap_option="--parallel",
 )
-STAMP = re.compile(r"^(?:\[\d{1,9}\] )?(\d{1,7})\.(\d\d)\.(\d{3})\.(\d{3}) [A-Z] ")
+STAMP = re.compile(r"(?:^|\s)(\d{1,7})\.(\d\d)\.(\d{3})\.(\d{3}) [A-Z] ")
 TASK = re.compile(r"print_timing: id +\d{1,6} \| task (\d{1,12}) \|")
-TIMING = re.compile(r"\b(prompt eval|eval) time = {0,20}(\d{1,12}(?:\.\d{1,6})?) ms / {0,20}(\d{1,12}) tokens")
+# 2024's print_timings lines: the Unix time (whole seconds) and the task, text or JSON
+EPOCH = re.compile(r'\btimestamp"?[=:](\d{9,11})\b')
+TASK_2024 = re.compile(r'\b(?:id_task|task_id)"?[=:](\d{1,12})\b')
+# "prompt eval time = … ms / N tokens", "eval time = … ms / N tokens"; 2023-24 builds:
+# "prompt eval time     = …", "generation eval time = … ms / N runs"
+TIMING = re.compile(
+    r"\b(prompt eval|generation eval|eval) time {1,8}= {0,20}(\d{1,12}(?:\.\d{1,6})?) ms / {0,20}(\d{1,12}) (?:tokens|runs)"
+)
 TTFT_SERVER = (
     "TTFT here is llama-server's prompt eval time: from the slot's start on a request to its "
     "first token; the wait for a free slot (--parallel) is not logged, so it is left out"
@@ -69,15 +89,27 @@ NO_CLOCK = (
 
 def claims(line: str) -> bool:
     """The prompt-eval line of a print_timing block (the first of each block)."""
-    return "prompt eval time =" in line and " ms /" in line
+    if "prompt eval time" not in line or " ms /" not in line:
+        return False
+    timing = TIMING.search(line)
+    return timing is not None and timing[1] == "prompt eval"
 
 
 def _stamp_s(line: str) -> float | None:
-    found = STAMP.match(line)
+    found = STAMP.search(line, 0, 160)
     if not found:
         return None
     minutes, seconds, ms, us = (int(part) for part in found.groups())
     return 60.0 * minutes + seconds + ms / 1e3 + us / 1e6
+
+
+def _epoch_s(line: str) -> tuple[float, str] | None:
+    """(Unix time, task) of a 2024 print_timings line, if it states them."""
+    found = EPOCH.search(line)
+    if not found:
+        return None
+    task = TASK_2024.search(line)
+    return float(found[1]), task[1] if task else ""
 
 
 @dataclass
@@ -90,6 +122,7 @@ class LlamaCppReader:
     header: tuple[str, float | None] = ("", None)  # the block's task and time (older builds)
     prompt: tuple[float, int] | None = None  # prompt eval seconds, line
     unstamped: int = 0
+    epoch_origin: float | None = None  # the first request's start, where lines carry the Unix time
     beyond: int = 0  # requests past MAX_REQUESTS, left out
 
     def context(self, number: int, line: str) -> None:
@@ -120,6 +153,10 @@ class LlamaCppReader:
         task, header_s = self.header
         end = _stamp_s(line)
         end = header_s if end is None else end
+        if end is None and (epoch := _epoch_s(line)) is not None:
+            (end, task), total = epoch, prompt_s + eval_s
+            self.epoch_origin = end - total if self.epoch_origin is None else self.epoch_origin
+            end -= self.epoch_origin
         if end is None:
             self.unstamped += 1
             end = prompt_s + eval_s  # the request on a clock of its own, from its slot's start
@@ -137,7 +174,12 @@ class LlamaCppReader:
         notes: tuple[str, ...] = (TTFT_SERVER,) if timed else (TTFT_SERVER, NO_CLOCK)
         notes += (beyond_note(self.beyond),) if self.beyond else ()
         return (RequestTrace(str(self.path), "log", CAPABILITIES.name, tuple(self.requests),
-                             has_start_times=timed, clock_origin="the server's start" if timed else "", notes=notes),)
+                             has_start_times=timed, clock_origin=self._clock_origin() if timed else "", notes=notes),)
+
+    def _clock_origin(self) -> str:
+        if self.epoch_origin is None:
+            return "the server's start"
+        return datetime.fromtimestamp(self.epoch_origin, UTC).isoformat(timespec="seconds") + " (timestamps to 1 s)"
 
 
 FORMAT = LineFormat(

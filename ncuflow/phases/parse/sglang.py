@@ -1,7 +1,6 @@
 """Read SGLang server logs: ``Prefill batch`` / ``Decode batch`` scheduler lines.
 
-Handles ``[date time]``, ``[date time TP0]`` and ``[date time DPk TPk EPk]`` prefixes, with or
-without fractional seconds, ``Decode batch.`` and ``Decode batch,`` punctuation, the
+Handles the stamps of every version since 0.3 (``parse.sglang_stamps``), ``Decode batch.`` and ``Decode batch,`` punctuation, the
 speculative (``accept len``) and hybrid-model (``#full token``) fields, retraction lines,
 tracebacks, the server's per-request timing lines (``parse.reqstats``), and the
 ``bench_serving`` command line and result block when the client output is interleaved in
@@ -11,6 +10,10 @@ is read in bounded memory (``parse.compact``).
 A Prefill line of one 1-token request and no cached token (``#new-seq: 1, #new-token: 1``) is
 a health check (SGLang's ``/health_generate``): it is set aside and counted, neither a run nor
 an admission.
+
+Refused with a paragraph each: a PD-disaggregated prefill node's log (Prefill lines with
+``#unbootstrapped-req`` / ``#transferring-req`` and no Decode line: no decode phase to tell),
+and SGLang 0.2's ``[gpu=0] Decode batch.`` lines, which carry no time.
 """
 
 from __future__ import annotations
@@ -31,17 +34,13 @@ from ncuflow.phases.parse.compact import SampleStore, folding_note, share_cap
 from ncuflow.phases.parse.format import FormatOption, LineFormat, LogReading, StatedSettings
 from ncuflow.phases.parse.reqstats import RequestTimingLog, find_marker, parse_request_line
 from ncuflow.phases.parse.service import ServiceLog, killed_after_client_event
+from ncuflow.phases.parse.sglang_stamps import SglangStamps
 from ncuflow.phases.parse.values import (
     BadValue,
-    LogClock,
     count_value,
     optional_rate,
 )
 
-TIMESTAMP = re.compile(
-    r"^\[(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d{1,6}))?"
-    r"(?P<tags>(?:\s+[A-Z]+\d+)*)\s*\]"
-)
 STATS_LINE = re.compile(
     r"\b(?P<kind>Prefill|Decode) batch\b(?:\s*\[[^\]]*\])?[.,:]?\s*(?P<fields>.*)$"
 )
@@ -54,6 +53,16 @@ USED_FIELDS = re.compile(
     r"full token usage)\s*:\s*([^\s,%]*)"
 )
 MAX_EVENTS = 1000
+# fields only the Prefill lines of a PD-disaggregated prefill node print (its requests waiting
+# for the decode node's bootstrap, and those whose KV cache is being sent to it), in each
+# version's words: "#unbootstrapped-req … #transferring-req" (2025), "#prealloc-req …
+# #inflight-req" (late 2025), "#bootstrap-req … #inflight-req" (2026); "#inflight-req" alone is
+# no evidence (SGLang 0.3 printed it for a chunked prompt on any server)
+PD_PREFILL_FIELDS = ("#unbootstrapped-req", "#transferring-req", "#prealloc-req", "#bootstrap-req")
+UNTIMED_SGLANG = (
+    " (SGLang before 0.3 printed its scheduler lines as '[gpu=0] Decode batch. …', with no time: "
+    "such a log cannot be placed in time)"
+)
 DECODE_LOG_INTERVAL = FormatOption(
     name="decode_log_interval",
     default=40,
@@ -116,18 +125,18 @@ class SglangReader:
 
     path: Path
     reading: LogReading = field(default_factory=LogReading)
-    clock: LogClock = field(default_factory=LogClock)
-    any_fraction: bool = False
+    stamps: SglangStamps = field(default_factory=SglangStamps)
     stores: dict[str, SampleStore] = field(default_factory=dict)
     requests: dict[str, RequestTimingLog] = field(default_factory=dict)
     events: list[LogEvent] = field(default_factory=list)
     retractions: array = field(default_factory=lambda: array("d"))
     skipped: Tally = field(default_factory=Tally)
     health_checks: Tally = field(default_factory=Tally)
+    handoff_prefills: Tally = field(default_factory=Tally)  # a PD prefill node's (PD_PREFILL_FIELDS)
+    decode_lines: int = 0
     bad_request_lines: Tally = field(default_factory=Tally)
     last_time: dict[str, tuple[float, int]] = field(default_factory=dict)
     last_stamped: str = ""
-    seconds_of: dict[str, float] = field(default_factory=dict)  # "date time" → seconds
     rank_of: dict[str, str] = field(default_factory=dict)  # tags → rank
     retracted: array = field(default_factory=lambda: array("q"))  # requests per retraction
     bench: BenchBlockReader = field(init=False)
@@ -171,30 +180,13 @@ class SglangReader:
         if not line.startswith("["):
             return
         self.last_stamped = line
-        if self.clock.origin_s is None:
+        if not self.stamps.started:
             with contextlib.suppress(BadValue):
-                self._time_of(line)
-
-    def _time_of(self, line: str) -> tuple[float, str] | None:
-        """(seconds since t = 0, rank tags) of a line's timestamp; raises ``BadValue``."""
-        stamp = TIMESTAMP.match(line)
-        if not stamp:
-            return None
-        date, time, frac = stamp.group("date", "time", "frac")
-        key = date + time
-        whole = self.seconds_of.get(key)
-        if whole is None:
-            if len(self.seconds_of) > 4096:
-                self.seconds_of.clear()
-            whole = self.seconds_of[key] = self.clock.seconds(date, time, None)
-        if frac:
-            self.any_fraction = True
-            return whole + float("0." + frac), stamp.group("tags") or ""
-        return whole, stamp.group("tags") or ""
+                self.stamps.time_of(line)
 
     def _time_or_none(self, line: str) -> float | None:
         try:
-            found = self._time_of(line)
+            found = self.stamps.time_of(line)
         except BadValue:
             return None
         return found[0] if found else None
@@ -257,13 +249,14 @@ class SglangReader:
     def _stats(self, number: int, line: str, stats: re.Match[str]) -> None:
         kind = "prefill" if stats.group("kind") == "Prefill" else "decode"
         try:
-            stamp = self._time_of(line)
+            stamp = self.stamps.time_of(line)
         except BadValue as bad:
             self._malformed(number, line, f"has an impossible timestamp ({bad.text})")
             return
         fields = scheduler_fields(stats.group("fields"))
         if stamp is None:
-            self._malformed(number, line, "has no timestamp in square brackets at the start of the line")
+            self._malformed(number, line, "has no timestamp in square brackets at the start of the line" + (
+                UNTIMED_SGLANG if line.startswith("[gpu") else ""))
             return
         if "#running-req" not in fields:
             self._malformed(number, line, "has no readable '#running-req: N' field")
@@ -291,6 +284,10 @@ class SglangReader:
             store = self.stores[rank] = SampleStore(before_folding=mark_chunked_prefills)
             share_cap(self.stores)
         store.append(sample)
+        if kind == "decode":
+            self.decode_lines += 1
+        elif any(marker in line for marker in PD_PREFILL_FIELDS):
+            self.handoff_prefills.add(number)
 
     def _count_prompt(self, sample: BatchSample) -> None:
         cached = sample.cached_tokens or 0
@@ -304,7 +301,7 @@ class SglangReader:
         if opening < 0:
             return
         try:
-            stamp = self._time_of(line)
+            stamp = self.stamps.time_of(line)
             if stamp is None:
                 raise BadValue("timestamp", "", "a timestamp in square brackets")
             request = parse_request_line(line, opening)
@@ -358,6 +355,15 @@ class SglangReader:
         return notes
 
     def traces(self) -> tuple[ServerTrace, ...]:
+        if not self.decode_lines and self.handoff_prefills.count:
+            raise TraceError(
+                f"{self.path}:{self.handoff_prefills.first}: the log of the prefill node of a "
+                "PD-disaggregated SGLang server (its Prefill lines count the requests it hands to a "
+                "decode node), with no Decode line.",
+                "A prefill node prefills each prompt and hands the request to a decode node: its log "
+                "has no decode batches, so no decode phase and no per-token time.",
+                "Pass the decode node's log (its Decode lines carry #prealloc-req / #transfer-req).",
+            )
         if not self.stores:
             raise TraceError(
                 f"{self.path}: no SGLang 'Prefill batch' or 'Decode batch' lines with a timestamp.",
@@ -379,10 +385,10 @@ class SglangReader:
                 path=str(self.path),
                 capabilities=CAPABILITIES,
                 rank=(rank or None) if multi else None,
-                clock_origin=self.clock.origin_text,
+                clock_origin=self.stamps.clock_origin(),
                 samples=tuple(mark_chunked_prefills(store.samples)),
                 events=events,
-                time_resolution_s=0.001 if self.any_fraction else 1.0,
+                time_resolution_s=self.stamps.resolution_s,
                 bench=self.bench.summary(),
                 retraction_times_s=self.retractions,
                 requests=requests.get(rank),

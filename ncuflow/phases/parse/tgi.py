@@ -8,7 +8,9 @@ with the request's timing as span fields (Rust ``Duration``s: ``"2.345s"``, ``"2
     validation_time="120µs" queue_time="45.6µs" inference_time="2.345s"
     time_per_token="23.45ms" seed="None"}: text_generation_router::server: ...: Success
 
-or, with ``--json-output``, the same fields in the object's ``span``. What a line gives:
+(with the colour codes of ``tracing``'s text format around each field name and ``=`` unless
+the router runs with ``LOG_COLORIZE=1``: router/src/logging.rs ``with_ansi``; they are
+stripped) or, with ``--json-output``, the same fields in the object's ``span``. What a line gives:
 
 - the end (the line's time) and the start (the end less ``total_time``), so requests
   overlap on one clock: the concurrency is rebuilt from them;
@@ -35,6 +37,7 @@ from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 from ncuflow.phases.parse.format import LineFormat
 from ncuflow.phases.parse.json_values import BadJson, loads
+from ncuflow.phases.parse.lines import strip_ansi
 from ncuflow.phases.parse.request_chunks import MAX_REQUESTS, beyond_note, logged_request
 
 CAPABILITIES = Capabilities(
@@ -122,9 +125,10 @@ class TgiReader:
     def context(self, number: int, line: str) -> None:
         """Nothing before the first request line is read."""
 
-    def feed(self, number: int, line: str) -> None:
-        if not claims(line):
+    def feed(self, number: int, raw: str) -> None:
+        if not claims(raw):
             return
+        line = strip_ansi(raw)  # the router colours its text lines unless LOG_COLORIZE=1
         if len(self.requests) >= MAX_REQUESTS:
             self.beyond += 1
             return

@@ -94,3 +94,22 @@ class LogClock:
             self.origin_s = math.floor(moment)
             self.origin_text = f"{date} {time}"
         return moment - self.origin_s
+
+
+class TimeOfDayDates:
+    """Dates for stamps that print only the time of day (SGLang 0.3's ``[HH:MM:SS TP0]``): a
+    stand-in first day (2000-01-01, as vLLM's stand-in year), and each stamp dated on the day
+    that puts it nearest the stamp before it, so a log that runs past midnight goes on (and a
+    line of another rank a second behind, across midnight, stays on the day before)."""
+
+    FIRST_DAY = datetime.date(2000, 1, 1)
+
+    def __init__(self) -> None:
+        self._last: int | None = None  # seconds since the stand-in first day's midnight
+
+    def date_of(self, time: str) -> str:
+        of_day = int(time[0:2]) * 3600 + int(time[3:5]) * 60 + int(time[6:8])
+        day = 0 if self._last is None else round((self._last - of_day) / 86400)
+        self._last = day * 86400 + of_day
+        return (self.FIRST_DAY + datetime.timedelta(days=day)).isoformat()
+

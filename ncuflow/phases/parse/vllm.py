@@ -5,7 +5,9 @@ average prompt and generation throughput over the window and the running/waiting
 its end (``Running`` counts requests still in prefill too: where a build also prints ``Avg
 decode BS: X``, the window's decode batch, per-token time is read against that), and (with
 speculative decoding) a ``SpecDecoding metrics`` line whose mean
-acceptance length is attached to that window. ANSI colour codes and ``(APIServer pid=…)``
+acceptance length is attached to that window (V0: the growth of its ``Speculative metrics``
+counts over the window; its ``Prefix cache hit rate: GPU: X%`` line, read as V1's inline
+field). ANSI colour codes and ``(APIServer pid=…)``
 prefixes are stripped. The log has no year, so times wrap at the new year (reported as an
 error if it happens). Lines are read one at a time (``VllmReader.feed``), each in time linear
 in its length, and the samples are kept in bounded memory (``parse.compact``).
@@ -24,10 +26,10 @@ from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
 from ncuflow.phases.model.traces import BatchSample, LogEvent, ServerTrace
 from ncuflow.phases.parse.compact import SampleStore, folding_note, share_cap
 from ncuflow.phases.parse.format import LineFormat
+from ncuflow.phases.parse.lines import strip_ansi
 from ncuflow.phases.parse.service import ServiceLog, killed_after_client_event
 from ncuflow.phases.parse.values import DECIMAL, BadValue, LogClock, count_value, rate_value
 
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # vLLM prints no year (a build or plug-in with its own format may: kept for the clock origin's text
 # only; times are reckoned in a stand-in year, so a line of another format never moves them)
 STAMP = re.compile(r"(?:(?P<year>\d{4})-)?(?P<month>\d{2})-(?P<day>\d{2}) (?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<frac>\d{1,6}))?")
@@ -41,6 +43,16 @@ STATS_TAIL = re.compile(
 STATS_HINT = re.compile(r"Running: \d+ reqs?")
 KV_USAGE = re.compile(rf"GPU KV cache usage: (?P<kv>{NUMBER})%")
 HIT_RATE = re.compile(rf"[Pp]refix cache hit rate: (?P<rate>{NUMBER})%")
+# V0 (0.6-0.8) states it on a line of its own after the statistics line, since the start:
+# "Prefix cache hit rate: GPU: 62.26%, CPU: 0.00%"
+V0_HIT_RATE = re.compile(rf"Prefix cache hit rate: GPU: (?P<rate>{NUMBER})%")
+# V0's speculative decoding line, counts since the start: "Speculative metrics: Draft acceptance
+# rate: 0.642, System efficiency: 0.598, Number of speculative tokens: 3, Number of accepted
+# tokens: 8547, Number of draft tokens: 13311, Number of emitted tokens: 10616."
+V0_SPEC = re.compile(
+    r"Speculative metrics: .{0,200}?Number of speculative tokens: (?P<k>\d{1,4}), .{0,80}?"
+    r"Number of draft tokens: (?P<drafted>\d{1,15}), Number of emitted tokens: (?P<emitted>\d{1,15})"
+)
 # a build that splits Running into prefill and decode (vLLM PR 25606): the window's averages
 DECODE_BATCH = re.compile(rf"Avg decode BS: (?P<batch>{NUMBER})")
 # vLLM V0 warns every 50th preemption: "Sequence group X is preempted by PreemptionMode.RECOMPUTE
@@ -51,10 +63,6 @@ SPEC = "SpecDecoding metrics:"
 ACCEPT = "Mean acceptance length: "
 SHUTDOWNS = ("SIGTERM", "Shutting down", "Gracefully stopping")
 WINDOW_S = 10.0  # --log-stats interval (VLLM_LOG_STATS_INTERVAL), 10 s by default
-
-
-def strip_ansi(text: str) -> str:
-    return ANSI.sub("", text) if "\x1b" in text else text
 
 
 def claims_vllm(line: str) -> bool:
@@ -102,6 +110,7 @@ class VllmReader:
     preempted: array = field(default_factory=lambda: array("q"))  # requests since the last warning
     preempted_total: int = 0
     hit_rate: float | None = None
+    spec_counts: tuple[int, int] = (0, 0)  # V0's draft and emitted tokens at its last Speculative line
     prompt_tokens: float = 0.0
     origin_year: str | None = None  # the year the first stamp printed, if it printed one
     service: ServiceLog = field(init=False)
@@ -118,6 +127,9 @@ class VllmReader:
             return
         if SPEC in line:
             self._spec(line)
+            return
+        if "Prefix cache hit rate: GPU" in line or "Speculative metrics:" in line:
+            self._v0_line(line)
             return
         if "Running:" not in line or not STATS_HINT.search(line):
             return
@@ -204,6 +216,25 @@ class VllmReader:
         self.preempted_total = total
         if len(self.events) < 1000:
             self.events.append(LogEvent(time_s, number, "retraction", line.strip()[:200]))
+
+    def _v0_line(self, line: str) -> None:
+        """V0's lines after a statistics line: the prefix cache hit rate since the start, and
+        the speculative counts since the start, whose growth over the window gives its mean
+        acceptance length (emitted tokens per step; a step drafts k tokens per request)."""
+        hit = V0_HIT_RATE.search(line)
+        if hit is not None:
+            self.hit_rate = rate_value("Prefix cache hit rate", hit.group("rate")) / 100
+            return
+        spec = V0_SPEC.search(line)
+        store = self.stores.get(self.last_engine) if self.last_engine is not None else None
+        if spec is None:
+            return
+        k, drafted, emitted = (int(spec.group(name)) for name in ("k", "drafted", "emitted"))
+        before, self.spec_counts = self.spec_counts, (drafted, emitted)
+        if store is None or not store.samples or not k or drafted <= before[0] or emitted < before[1]:
+            return
+        accept = (emitted - before[1]) * k / (drafted - before[0])
+        store.samples[-1] = store.samples[-1]._replace(accept_len=accept or None)
 
     def _spec(self, line: str) -> None:
         at = line.find(ACCEPT, line.find(SPEC))
