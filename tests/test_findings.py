@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ ncu_report = pytest.importorskip("ncu_report")
 
 APLAINJANE = "aplainjane__CUDA_Learning__012_sharedMemory_shared_report.ncu-rep"
 SWAGATAM = "Swagatam1812__hpca-gpu-memory-profiling__variant3.ncu-rep"
+RMS_NORM = "AlpriElse__cs599k__rms_norm_matrix_ncu-reports_2025-04-21_v1.ncu-rep"  # H100, 3 launches, dram-bound
 
 
 def _actions(report: Path) -> list[Any]:
@@ -195,14 +197,52 @@ def test_classify_evidence_shows_nvidias_finding_with_its_speedup(corpus_dir: Pa
     assert [m["name"] for m in found[0]["focus_metrics"]] == [m["name"] for m in nvidia["focus_metrics"]]
 
 
-def test_summary_names_the_largest_estimate(corpus_dir: Path) -> None:
-    report = corpus_dir / SWAGATAM
-    best = max((d["speedup_estimation"]["speedup"], d["rule_message"]["title"] or d["name"])
-               for a in _actions(report) for d in a.rule_results_as_dicts() if "speedup_estimation" in d)
-    result = CliRunner().invoke(cli, ["summary", "--json", str(report)])
-    top = json.loads(result.output)["reports"][0]["kernels"][0]["top_finding"]
-    assert (top["speedup"], top["title"]) == best
+def _ranked_best(report: Path, kernel: str, bound: str) -> tuple[float, str]:
+    """NVIDIA's (speedup, title) that ``findings.top_ranked`` should pick for ``kernel`` with verdict
+    ``bound``: the largest estimate among ``ncu_report``'s findings tied to ``bound`` by ``RULES``,
+    else the largest of all."""
+    estimated = [(d["speedup_estimation"]["speedup"], d["rule_message"]["title"] or d["name"], d["rule_identifier"])
+                 for a in _actions(report) if a.name() == kernel
+                 for d in a.rule_results_as_dicts() if "speedup_estimation" in d]
+    on_wall = [e for e in estimated if bound in terms_of(e[2])]
+    speedup, title, _ = max(on_wall or estimated)
+    return speedup, title
+
+
+def _most_common_verdict(report: Path, kernel: str) -> str:
+    rows = json.loads(CliRunner().invoke(cli, ["classify", "--json", "--kernel", f"^{kernel}$", str(report)]).output)
+    counts = Counter(row["bound"] for row in rows)
+    return min(counts, key=lambda name: (-counts[name], name))
+
+
+@pytest.mark.parametrize("name", [SWAGATAM, RMS_NORM])
+def test_summary_names_the_binding_walls_best_estimate(corpus_dir: Path, name: str) -> None:
+    """RMS_NORM's kernel is dram-bound and its largest estimate (Low Utilization) is not about dram:
+    the ranking, not the plain maximum, picks its top finding."""
+    report = corpus_dir / name
+    kernel = json.loads(CliRunner().invoke(cli, ["summary", "--json", str(report)]).output)["reports"][0]["kernels"][0]
+    best = _ranked_best(report, kernel["function"], _most_common_verdict(report, kernel["function"]))
+    assert (kernel["top_finding"]["speedup"], kernel["top_finding"]["title"]) == best
     assert f"{best[1]} {best[0]:.1f} %" in _words(CliRunner().invoke(cli, ["summary", str(report)]).output)
+
+
+def test_compare_markdown_names_each_sides_top_finding_by_the_ranking(corpus_dir: Path, tmp_path: Path) -> None:
+    """compare --markdown's top finding on each side is ``summary``'s (``top_ranked`` with that side's
+    verdict), not the largest estimate whatever its wall (RMS_NORM: dram-bound, its largest estimate
+    about issue)."""
+    report = corpus_dir / RMS_NORM
+    md = tmp_path / "compare.md"
+    result = CliRunner().invoke(cli, ["compare", str(report), str(report), "--json", "--markdown", str(md)])
+    assert result.exit_code == 0, result.output
+    (pair,) = json.loads(result.stdout)["matched"]
+    sides = [_ranked_best(report, pair["kernel"], pair[side]["bound"]) for side in ("base", "new")]
+    largest = max(d["speedup_estimation"]["speedup"] for a in _actions(report)
+                  for d in a.rule_results_as_dicts() if "speedup_estimation" in d)
+    assert all(speedup < largest for speedup, _ in sides)  # the ranking's choice is not the plain maximum
+    (line,) = [x for x in md.read_text().splitlines() if x.startswith("NVIDIA's top finding:")]
+    base, new = line.removeprefix("NVIDIA's top finding: ").split("; new ")
+    for shown, (speedup, title) in zip((base, new), sides, strict=True):
+        assert f"{title} est. {speedup:.1f} %" in shown.removeprefix("base ")
 
 
 def test_export_findings_table_holds_every_finding_marker_and_launch_without(corpus_dir: Path, tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ first, the binding wall's before the other walls', each by estimate (largest fir
 those without an estimate (NVIDIA's notes: "Balanced", "Roofline Analysis"), the binding
 wall's first; the report's order among equals. Findings that say nothing (no title, no message, no speedup:
 what ncu writes for a rule's source table) are left out of the ranking, not of the data.
-``top_ranked`` is the first of that ranking with an estimate: a kernel's top finding in ``summary``.
+``top_ranked`` is the first of that ranking with an estimate: a kernel's top finding wherever one is
+shown (``summary``, each side of ``compare --markdown``).
 """
 
 from __future__ import annotations
@@ -110,18 +111,6 @@ def _rank(item: RankedFinding) -> tuple[bool, bool, float]:
 
 def _speedup_key(finding: Finding) -> float:
     return -finding.speedup if finding.speedup is not None else float("inf")
-
-
-def top_finding(results: RuleResults | None) -> Finding | None:
-    """The finding with the largest estimated speedup (None where none estimates one)."""
-    estimated = [f for f in (results.findings if results else ()) if f.speedup is not None]
-    return max(estimated, key=lambda f: f.speedup or 0.0, default=None)
-
-
-def top_of(launches: Sequence[RuleResults | None]) -> Finding | None:
-    """The largest estimated speedup over several launches' findings (a kernel's launches)."""
-    tops = [f for f in map(top_finding, launches) if f is not None]
-    return max(tops, key=lambda f: f.speedup or 0.0, default=None)
 
 
 @dataclass(frozen=True)
