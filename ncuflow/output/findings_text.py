@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
 
-from ncuflow.analyze.findings import RankedFinding, held, ranked, terms_of, top_ranked
+from ncuflow.analyze.findings import RankedFinding, concerns, held, ranked, top_ranked
 from ncuflow.files.safe_text import shortened
 from ncuflow.read.findings import NO_RULE_RESULTS, Finding, FocusMetric, Marker, RuleResults
 
@@ -120,7 +120,7 @@ def finding_record(finding: Finding) -> dict[str, Any]:
     return {
         "rule": finding.rule, "name": finding.rule_name, "section": finding.section, "title": finding.title,
         "type": finding.type, "speedup": finding.speedup, "speedup_type": finding.speedup_type,
-        "message": finding.text, "message_raw": finding.message, "concerns": list(terms_of(finding.rule)),
+        "message": finding.text, "message_raw": finding.message, "concerns": list(concerns(finding)),
         "focus_metrics": [{"name": m.name, "value": m.value, "severity": m.severity, "info": m.info}
                           for m in finding.focus_metrics],
     }
