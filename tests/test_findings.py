@@ -33,6 +33,7 @@ from ncuflow.read.options import WITH_FINDINGS
 from ncuflow.read.readers import reading_with
 from ncuflow.read.rule_results import ncu_report_rule_results
 from tests.conftest import corpus_reports
+from tests.nvidia import actions_of, nvidia_actions
 from tests.scripts import analysis_script
 
 ncu_report = pytest.importorskip("ncu_report")
@@ -43,15 +44,9 @@ SGLANG = "flyinglandlord__sglang__profile.ncu-rep"  # H800, an issue-bound kerne
 RMS_NORM = "AlpriElse__cs599k__rms_norm_matrix_ncu-reports_2025-04-21_v1.ncu-rep"  # H100, 3 launches, dram-bound
 
 
-def _actions(report: Path) -> list[Any]:
-    context = ncu_report.load_report(str(report))
-    return [context.range_by_idx(r).action_by_idx(a) for r in range(context.num_ranges())
-            for a in range(context.range_by_idx(r).num_actions())]
-
-
 def _nvidia_best(report: Path, kernel: str, rule: str) -> dict[str, Any]:
     """NVIDIA's finding of ``rule`` with the largest speedup on the first launch of ``kernel``."""
-    action = next(a for a in _actions(report) if a.name() == kernel)
+    action = next(a for a in actions_of(report) if a.name() == kernel)
     found = [d for d in action.rule_results_as_dicts() if d["rule_identifier"] == rule and "speedup_estimation" in d]
     return max(found, key=lambda d: d["speedup_estimation"]["speedup"])
 
@@ -71,7 +66,7 @@ def test_ncuflows_reader_gives_ncu_reports_findings_and_markers_on_every_shared_
     for report in corpus_reports():
         check.check_report(report, tally)
     assert tally.differing == []
-    assert tally.launches == sum(len(_actions(r)) for r in corpus_reports())
+    assert tally.launches == sum(len(actions_of(r)) for r in corpus_reports())
     assert 0 < tally.with_results < tally.launches  # some reports were collected without rules
     assert tally.speedups > 0 and tally.markers > 0
 
@@ -81,7 +76,7 @@ def test_the_check_sees_a_difference(corpus_dir: Path) -> None:
     check = analysis_script("check_findings")
     report = corpus_dir / APLAINJANE
     launch = read_launches(report, WITH_FINDINGS)[2]
-    action = _actions(report)[2]
+    action = actions_of(report)[2]
     assert launch.rule_results is not None and check.launch_gaps(launch.rule_results, action) == []
     found = launch.rule_results.findings
     estimated = next(i for i, f in enumerate(found) if f.speedup is not None)
@@ -101,7 +96,7 @@ def test_the_ncu_report_reader_gives_the_same_records(corpus_dir: Path) -> None:
     every launch of the corpus, and through the whole reading path on two reports."""
     for report in corpus_reports():
         mine = [launch.rule_results for launch in read_launches(report, WITH_FINDINGS)]
-        assert mine == [ncu_report_rule_results(action) for action in _actions(report)], report.name
+        assert mine == [ncu_report_rule_results(action) for action in actions_of(report)], report.name
     for name in (APLAINJANE, SWAGATAM):
         with reading_with("ncu_report"):
             theirs = [x.rule_results for x in read_launches(corpus_dir / name, WITH_FINDINGS)]
@@ -120,7 +115,7 @@ def test_a_report_without_rule_results_says_so(corpus_dir: Path) -> None:
                if not any(x.rule_results and x.rule_results.held for x in read_launches(r, WITH_FINDINGS))]
     assert without, "the corpus holds reports collected without rules"
     report = without[0]
-    assert all(not a.rule_results_as_dicts() and not a.source_markers() for a in _actions(report))
+    assert all(not a.rule_results_as_dicts() and not a.source_markers() for a in actions_of(report))
     result = CliRunner().invoke(cli, ["classify", "--evidence", str(report)])
     assert result.exit_code == 0, result.output
     assert _words(NO_RULE_RESULTS) in _words(result.output)
@@ -179,7 +174,7 @@ def test_a_rule_whose_messages_concern_other_walls_ties_each_message_by_its_kind
     by_kind = {(row.rule, message_kind(m.title)): m.terms for row in RULES for m in row.messages}
     differ = 0
     for report in corpus_reports():
-        titles = {(d["rule_identifier"], d["rule_message"]["title"]) for a in _actions(report)
+        titles = {(d["rule_identifier"], d["rule_message"]["title"]) for a in actions_of(report)
                   for d in a.rule_results_as_dicts() if (d["rule_identifier"], message_kind(d["rule_message"]["title"]))
                   in by_kind}
         if not titles:
@@ -252,9 +247,7 @@ def _config(action: Any) -> tuple[float | None, ...]:
 def _summarized(report: Path, kernel: dict[str, Any]) -> tuple[list[Any], str]:
     """The launches ``ncu_report`` holds of a summary's kernel (name, grid, block), and their most common
     verdict as ``classify --json`` gives it launch by launch."""
-    context = ncu_report.load_report(str(report))
-    at = {(r, a): context.range_by_idx(r).action_by_idx(a) for r in range(context.num_ranges())
-          for a in range(context.range_by_idx(r).num_actions())}
+    at = dict(nvidia_actions(report))
     mine = {key for key, action in at.items()
             if action.name() == kernel["function"] and _config(action) == (kernel["grid_size"], kernel["block_size"])}
     rows = json.loads(CliRunner().invoke(cli, ["classify", "--json", str(report)]).output)
@@ -283,10 +276,10 @@ def test_compare_markdown_names_each_sides_top_finding_by_the_ranking(corpus_dir
     result = CliRunner().invoke(cli, ["compare", str(report), str(report), "--json", "--markdown", str(md)])
     assert result.exit_code == 0, result.output
     (pair,) = json.loads(result.stdout)["matched"]
-    actions = _actions(report)
+    actions = actions_of(report)
     assert {a.name() for a in actions} == {pair["kernel"]}  # every launch of the report is of this kernel
     sides = [_ranked_best(actions, pair[side]["bound"]) for side in ("base", "new")]
-    largest = max(d["speedup_estimation"]["speedup"] for a in _actions(report)
+    largest = max(d["speedup_estimation"]["speedup"] for a in actions_of(report)
                   for d in a.rule_results_as_dicts() if "speedup_estimation" in d)
     assert all(speedup < largest for speedup, _ in sides)  # the ranking's choice is not the plain maximum
     (line,) = [x for x in md.read_text().splitlines() if x.startswith("NVIDIA's top finding:")]
@@ -301,7 +294,7 @@ def test_export_findings_table_holds_every_finding_marker_and_launch_without(cor
                                       "--findings", str(tmp_path / "f.parquet")])
     assert result.exit_code == 0, result.output
     table = pl.read_parquet(tmp_path / "f.parquet")
-    actions = [a for r in reports for a in _actions(r)]
+    actions = [a for r in reports for a in actions_of(r)]
     kinds = table["kind"].value_counts().to_dict(as_series=False)
     counted = dict(zip(kinds["kind"], kinds["count"], strict=True))
     assert counted.get("finding", 0) == sum(len(a.rule_results_as_dicts()) for a in actions)
