@@ -106,6 +106,8 @@ PRUNED_METRICS = 300
 PRUNED_BAND = f"the same, {PRUNED_METRICS} kept"
 
 # The floor: a user's plain script over ncu_report (argv: the report list file, the metric names file).
+# Its walk over ranges and actions is written out, not nvidia_actions': the floor imports nothing of
+# ncuflow or of this repository, so its time is ncu_report's alone.
 FLOOR = """
 import sys
 import ncu_report

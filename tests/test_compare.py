@@ -14,6 +14,7 @@ from ncuflow.analyze.fields import spec_of
 from ncuflow.cli import cli
 from ncuflow.errors import UsageError
 from ncuflow.read.runs import load_paths
+from tests.nvidia import actions_of
 
 ESMM = "AveryClapp__ESMM-Research__profile.ncu-rep"  # A10G, 12 GEMM kernels, durations only
 ESMM_OUT = "AveryClapp__ESMM-Research__profile_output.ncu-rep"  # A10G, 4 of them again, full counters
@@ -211,20 +212,15 @@ def test_compare_shows_u_terms_stall_shares_and_occupancy_side_by_side(corpus_di
 def _nvidia_headings(report: Path) -> dict[str, float | None]:
     """Each finding that says something in NVIDIA's own reading of ``report`` (``ncu_report``), by
     'rule: heading', with its largest estimated speedup over the report's launches."""
-    import ncu_report
-
     found: dict[str, float | None] = {}
-    context = ncu_report.load_report(str(report))
-    for r in range(context.num_ranges()):
-        for a in range(context[r].num_actions()):
-            for rule in context[r][a].rule_results_as_dicts():
-                message = rule["rule_message"]
-                speedup = rule.get("speedup_estimation", {}).get("speedup")
-                if not (message["title"] or message["message"] or speedup is not None):
-                    continue
-                key = f"{rule['rule_identifier']}: {message['title'] or rule['name'] or rule['rule_identifier']}"
-                estimates = [v for v in (found.get(key), speedup) if v is not None]
-                found[key] = max(estimates) if estimates else None
+    for rule in (rule for action in actions_of(report) for rule in action.rule_results_as_dicts()):
+        message = rule["rule_message"]
+        speedup = rule.get("speedup_estimation", {}).get("speedup")
+        if not (message["title"] or message["message"] or speedup is not None):
+            continue
+        key = f"{rule['rule_identifier']}: {message['title'] or rule['name'] or rule['rule_identifier']}"
+        estimates = [v for v in (found.get(key), speedup) if v is not None]
+        found[key] = max(estimates) if estimates else None
     return found
 
 

@@ -106,3 +106,63 @@ def test_a_report_that_crashes_ncu_report_is_a_report_error_naming_it(corpus_dir
         assert not ran.traceback and ran.code not in (130, 134, -6), (ran.code, ran.output[-2000:])
         assert "interrupted" not in ran.stderr
         assert ran.code == 0 or (ran.paragraph() and str(crashing) in ran.stderr), (ran.code, ran.output[-2000:])
+
+
+# Every path where ncu_report reads in ncuflow's own process, each a script that reads ``sys.argv[1]``:
+# the CLI's (``classify --as-if`` reads its reports here, not in workers) and the library's.
+_IN_PROCESS = {
+    "classify --as-if": None,
+    "load_context": "from ncuflow.read.reportfile import load_context; load_context(path)",
+    "read_launches": "from ncuflow.read.extract import read_launches\n"
+                     "from ncuflow.read.readers import reading_with\n"
+                     "with reading_with('ncu_report'):\n    read_launches(path)",
+    "read_report_collection": "from ncuflow.profile.passes import read_report_collection\n"
+                              "from ncuflow.read.readers import reading_with\n"
+                              "with reading_with('ncu_report'):\n    read_report_collection(path)",
+}
+
+
+def _in_process(path_name: str, report: Path) -> list[str]:
+    import sys
+
+    script = _IN_PROCESS[path_name]
+    if script is None:
+        return [sys.executable, "-m", "ncuflow", "classify", "--reader", "ncu_report", "--as-if", "decisive",
+                str(report)]
+    return [sys.executable, "-c", "import sys\nfrom pathlib import Path\npath = Path(sys.argv[1])\n"
+            "from ncuflow.errors import ReportError\ntry:\n" + "".join(f"    {line}\n" for line in script.splitlines())
+            + "except ReportError as error:\n    print(f'ncuflow: {error}', file=sys.stderr)\n    sys.exit(2)\n",
+            str(report)]
+
+
+@pytest.mark.parametrize("path_name", list(_IN_PROCESS))
+def test_ncu_report_in_this_process_is_not_handed_a_length_past_the_file(corpus_dir: Path, tmp_path: Path,
+                                                                          path_name: str) -> None:
+    """An entry's length pointing past the file (the blocks' framing whole) makes ncu_report abort its
+    process (SIGABRT, 134): where it reads in ncuflow's own process that was ncuflow's end with no word
+    said; now the framing walk refuses the file first, one ``ncuflow:`` paragraph naming it."""
+    from ncuflow.read.framing import check_framing
+
+    crafted = tmp_path / "past.ncu-rep"
+    size, block = (corpus_dir / SMALL).stat().st_size, 2  # an entry past byte 0 that long runs past the end
+    at = entry_length_set(corpus_dir / SMALL, crafted, block=block, entry=0, length=size)
+    assert check_framing(crafted).verdict == "whole"  # only the entry's length is wrong
+    ran = run_limited([], command=_in_process(path_name, crafted), case=f"ncu-report-in-process-{path_name}")
+    SEEN["in_process_crash_cases"] += 1
+    assert ran.code == 2 and ran.paragraph() and str(crafted) in ran.stderr, (ran.code, ran.output[-2000:])
+    assert f"the entry at byte {at} of block {block + 1} is {size:,} bytes long" in ran.stderr  # framing counts from 1
+    assert len(ran.stderr.strip().splitlines()) == 1
+
+
+def test_ncu_report_still_reads_a_report_cut_short_in_this_process(corpus_dir: Path, tmp_path: Path) -> None:
+    """A file cut short (its last block unfinished) is left to ncu_report, which reads the whole blocks
+    before the cut: only a length inside whole blocks is refused before it."""
+    from ncuflow.read.framing import check_framing
+    from ncuflow.read.reportfile import import_ncu_report, load_context
+
+    whole = corpus_dir / SMALL
+    cut = tmp_path / "cut.ncu-rep"
+    cut.write_bytes(whole.read_bytes()[:-10])
+    assert check_framing(cut).verdict == "cut"
+    nvidia = import_ncu_report().load_report(str(cut))
+    assert load_context(cut).num_ranges() == nvidia.num_ranges() > 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,15 @@ import polars as pl
 import pytest
 from click.testing import CliRunner
 
-from ncuflow.analyze.findings import OTHER, RULE_TERMS, ranked, terms_of
+from ncuflow.analyze.findings import (
+    OTHER,
+    RULE_TERMS,
+    RULES,
+    MessageTerms,
+    message_kind,
+    ranked,
+    terms_of,
+)
 from ncuflow.cli import cli
 from ncuflow.read.extract import read_launches
 from ncuflow.read.findings import NO_RULE_RESULTS, Finding, RuleResults, plain_words
@@ -24,23 +33,20 @@ from ncuflow.read.options import WITH_FINDINGS
 from ncuflow.read.readers import reading_with
 from ncuflow.read.rule_results import ncu_report_rule_results
 from tests.conftest import corpus_reports
+from tests.nvidia import actions_of, nvidia_actions
 from tests.scripts import analysis_script
 
 ncu_report = pytest.importorskip("ncu_report")
 
 APLAINJANE = "aplainjane__CUDA_Learning__012_sharedMemory_shared_report.ncu-rep"
 SWAGATAM = "Swagatam1812__hpca-gpu-memory-profiling__variant3.ncu-rep"
-
-
-def _actions(report: Path) -> list[Any]:
-    context = ncu_report.load_report(str(report))
-    return [context.range_by_idx(r).action_by_idx(a) for r in range(context.num_ranges())
-            for a in range(context.range_by_idx(r).num_actions())]
+SGLANG = "flyinglandlord__sglang__profile.ncu-rep"  # H800, an issue-bound kernel with Not Selected Stalls
+RMS_NORM = "AlpriElse__cs599k__rms_norm_matrix_ncu-reports_2025-04-21_v1.ncu-rep"  # H100, 3 launches, dram-bound
 
 
 def _nvidia_best(report: Path, kernel: str, rule: str) -> dict[str, Any]:
     """NVIDIA's finding of ``rule`` with the largest speedup on the first launch of ``kernel``."""
-    action = next(a for a in _actions(report) if a.name() == kernel)
+    action = next(a for a in actions_of(report) if a.name() == kernel)
     found = [d for d in action.rule_results_as_dicts() if d["rule_identifier"] == rule and "speedup_estimation" in d]
     return max(found, key=lambda d: d["speedup_estimation"]["speedup"])
 
@@ -60,7 +66,7 @@ def test_ncuflows_reader_gives_ncu_reports_findings_and_markers_on_every_shared_
     for report in corpus_reports():
         check.check_report(report, tally)
     assert tally.differing == []
-    assert tally.launches == sum(len(_actions(r)) for r in corpus_reports())
+    assert tally.launches == sum(len(actions_of(r)) for r in corpus_reports())
     assert 0 < tally.with_results < tally.launches  # some reports were collected without rules
     assert tally.speedups > 0 and tally.markers > 0
 
@@ -70,7 +76,7 @@ def test_the_check_sees_a_difference(corpus_dir: Path) -> None:
     check = analysis_script("check_findings")
     report = corpus_dir / APLAINJANE
     launch = read_launches(report, WITH_FINDINGS)[2]
-    action = _actions(report)[2]
+    action = actions_of(report)[2]
     assert launch.rule_results is not None and check.launch_gaps(launch.rule_results, action) == []
     found = launch.rule_results.findings
     estimated = next(i for i, f in enumerate(found) if f.speedup is not None)
@@ -90,7 +96,7 @@ def test_the_ncu_report_reader_gives_the_same_records(corpus_dir: Path) -> None:
     every launch of the corpus, and through the whole reading path on two reports."""
     for report in corpus_reports():
         mine = [launch.rule_results for launch in read_launches(report, WITH_FINDINGS)]
-        assert mine == [ncu_report_rule_results(action) for action in _actions(report)], report.name
+        assert mine == [ncu_report_rule_results(action) for action in actions_of(report)], report.name
     for name in (APLAINJANE, SWAGATAM):
         with reading_with("ncu_report"):
             theirs = [x.rule_results for x in read_launches(corpus_dir / name, WITH_FINDINGS)]
@@ -109,7 +115,7 @@ def test_a_report_without_rule_results_says_so(corpus_dir: Path) -> None:
                if not any(x.rule_results and x.rule_results.held for x in read_launches(r, WITH_FINDINGS))]
     assert without, "the corpus holds reports collected without rules"
     report = without[0]
-    assert all(not a.rule_results_as_dicts() and not a.source_markers() for a in _actions(report))
+    assert all(not a.rule_results_as_dicts() and not a.source_markers() for a in actions_of(report))
     result = CliRunner().invoke(cli, ["classify", "--evidence", str(report)])
     assert result.exit_code == 0, result.output
     assert _words(NO_RULE_RESULTS) in _words(result.output)
@@ -156,7 +162,34 @@ def test_each_rule_is_tied_to_walls_by_one_row_and_the_rest_is_other(corpus_dir:
         assert terms_of(rule) == ()
     with pytest.raises(ValueError):
         type(RULE_TERMS["Memory"])("X", ("l3",), "no such wall")
+    with pytest.raises(ValueError):
+        MessageTerms("X", ("l3",), "no such wall")
     assert OTHER == "other"
+
+
+def test_a_rule_whose_messages_concern_other_walls_ties_each_message_by_its_kind(corpus_dir: Path) -> None:
+    """CPIStall's "Not Selected Stalls" are about issue, its "Wait Stalls" about latency: where a row of
+    ``RULES`` names kinds of messages, classify --json's ``concerns`` and --evidence's [wall] follow the
+    message's title (ncu_report's), the rule's walls elsewhere; some finding of the corpus differs."""
+    by_kind = {(row.rule, message_kind(m.title)): m.terms for row in RULES for m in row.messages}
+    differ = 0
+    for report in corpus_reports():
+        titles = {(d["rule_identifier"], d["rule_message"]["title"]) for a in actions_of(report)
+                  for d in a.rule_results_as_dicts() if (d["rule_identifier"], message_kind(d["rule_message"]["title"]))
+                  in by_kind}
+        if not titles:
+            continue
+        rows = json.loads(CliRunner().invoke(cli, ["classify", "--json", str(report)]).output)
+        evidence = _words(CliRunner().invoke(cli, ["classify", "--evidence", str(report)]).output)
+        for rule, title in titles:
+            walls = by_kind[(rule, message_kind(title))]
+            shown = [f["concerns"] for row in rows for f in row["findings"] if (f["rule"], f["title"]) == (rule, title)]
+            assert shown and all(c == list(walls) for c in shown), (report.name, title, shown)
+            assert f"[{'/'.join(walls)}] {title}" in evidence, (report.name, title)
+            if walls != RULE_TERMS[rule].terms:
+                assert f"[{'/'.join(RULE_TERMS[rule].terms)}] {title}" not in evidence, (report.name, title)
+                differ += 1
+    assert differ, "no message of the corpus whose kind's walls are not its rule's"
 
 
 def test_ranking_puts_estimates_first_the_binding_walls_before_the_others(corpus_dir: Path) -> None:
@@ -195,14 +228,64 @@ def test_classify_evidence_shows_nvidias_finding_with_its_speedup(corpus_dir: Pa
     assert [m["name"] for m in found[0]["focus_metrics"]] == [m["name"] for m in nvidia["focus_metrics"]]
 
 
-def test_summary_names_the_largest_estimate(corpus_dir: Path) -> None:
-    report = corpus_dir / SWAGATAM
-    best = max((d["speedup_estimation"]["speedup"], d["rule_message"]["title"] or d["name"])
-               for a in _actions(report) for d in a.rule_results_as_dicts() if "speedup_estimation" in d)
-    result = CliRunner().invoke(cli, ["summary", "--json", str(report)])
-    top = json.loads(result.output)["reports"][0]["kernels"][0]["top_finding"]
-    assert (top["speedup"], top["title"]) == best
+def _ranked_best(actions: list[Any], bound: str) -> tuple[float, str]:
+    """NVIDIA's (speedup, title) that ``findings.top_ranked`` should pick for these launches of one
+    kernel with verdict ``bound``: the largest estimate among ``ncu_report``'s findings tied to
+    ``bound`` by ``RULES``, else the largest of all."""
+    estimated = [(d["speedup_estimation"]["speedup"], d["rule_message"]["title"] or d["name"], d["rule_identifier"])
+                 for a in actions for d in a.rule_results_as_dicts() if "speedup_estimation" in d]
+    on_wall = [e for e in estimated if bound in terms_of(e[2], e[1])]
+    speedup, title, _ = max(on_wall or estimated)
+    return speedup, title
+
+
+def _config(action: Any) -> tuple[float | None, ...]:
+    metrics = (action.metric_by_name(name) for name in ("launch__grid_size", "launch__block_size"))
+    return tuple(m.as_double() if m is not None else None for m in metrics)
+
+
+def _summarized(report: Path, kernel: dict[str, Any]) -> tuple[list[Any], str]:
+    """The launches ``ncu_report`` holds of a summary's kernel (name, grid, block), and their most common
+    verdict as ``classify --json`` gives it launch by launch."""
+    at = dict(nvidia_actions(report))
+    mine = {key for key, action in at.items()
+            if action.name() == kernel["function"] and _config(action) == (kernel["grid_size"], kernel["block_size"])}
+    rows = json.loads(CliRunner().invoke(cli, ["classify", "--json", str(report)]).output)
+    counts = Counter(row["bound"] for row in rows if (row["range"], row["action"]) in mine)
+    return [at[key] for key in sorted(mine)], min(counts, key=lambda name: (-counts[name], name))
+
+
+@pytest.mark.parametrize("name", [SWAGATAM, RMS_NORM, SGLANG])
+def test_summary_names_the_binding_walls_best_estimate(corpus_dir: Path, name: str) -> None:
+    """RMS_NORM's kernel is dram-bound and its largest estimate (Low Utilization) is not about dram:
+    the ranking, not the plain maximum, picks its top finding. SGLANG's first kernel is issue-bound:
+    its CPIStall "Not Selected Stalls" is about issue (``RULES``' row names that kind of message)."""
+    report = corpus_dir / name
+    kernel = json.loads(CliRunner().invoke(cli, ["summary", "--json", str(report)]).output)["reports"][0]["kernels"][0]
+    best = _ranked_best(*_summarized(report, kernel))
+    assert (kernel["top_finding"]["speedup"], kernel["top_finding"]["title"]) == best
     assert f"{best[1]} {best[0]:.1f} %" in _words(CliRunner().invoke(cli, ["summary", str(report)]).output)
+
+
+def test_compare_markdown_names_each_sides_top_finding_by_the_ranking(corpus_dir: Path, tmp_path: Path) -> None:
+    """compare --markdown's top finding on each side is ``summary``'s (``top_ranked`` with that side's
+    verdict), not the largest estimate whatever its wall (RMS_NORM: dram-bound, its largest estimate
+    about issue)."""
+    report = corpus_dir / RMS_NORM
+    md = tmp_path / "compare.md"
+    result = CliRunner().invoke(cli, ["compare", str(report), str(report), "--json", "--markdown", str(md)])
+    assert result.exit_code == 0, result.output
+    (pair,) = json.loads(result.stdout)["matched"]
+    actions = actions_of(report)
+    assert {a.name() for a in actions} == {pair["kernel"]}  # every launch of the report is of this kernel
+    sides = [_ranked_best(actions, pair[side]["bound"]) for side in ("base", "new")]
+    largest = max(d["speedup_estimation"]["speedup"] for a in actions_of(report)
+                  for d in a.rule_results_as_dicts() if "speedup_estimation" in d)
+    assert all(speedup < largest for speedup, _ in sides)  # the ranking's choice is not the plain maximum
+    (line,) = [x for x in md.read_text().splitlines() if x.startswith("NVIDIA's top finding:")]
+    base, new = line.removeprefix("NVIDIA's top finding: ").split("; new ")
+    for shown, (speedup, title) in zip((base, new), sides, strict=True):
+        assert f"{title} est. {speedup:.1f} %" in shown.removeprefix("base ")
 
 
 def test_export_findings_table_holds_every_finding_marker_and_launch_without(corpus_dir: Path, tmp_path: Path) -> None:
@@ -211,7 +294,7 @@ def test_export_findings_table_holds_every_finding_marker_and_launch_without(cor
                                       "--findings", str(tmp_path / "f.parquet")])
     assert result.exit_code == 0, result.output
     table = pl.read_parquet(tmp_path / "f.parquet")
-    actions = [a for r in reports for a in _actions(r)]
+    actions = [a for r in reports for a in actions_of(r)]
     kinds = table["kind"].value_counts().to_dict(as_series=False)
     counted = dict(zip(kinds["kind"], kinds["count"], strict=True))
     assert counted.get("finding", 0) == sum(len(a.rule_results_as_dicts()) for a in actions)

@@ -32,6 +32,7 @@ def test_every_real_report_is_whole(report: Path) -> None:
     framing = check_framing(report)
     assert framing.verdict == "whole", framing
     assert framing.blocks >= 1 and framing.size == report.stat().st_size and framing_problem(report) is None
+    assert check_framing(report, entries=True) == framing  # every entry fits its block: nothing overruns
 
 
 def test_the_corpus_and_the_committed_store_are_all_checked(corpus_dir: Path) -> None:

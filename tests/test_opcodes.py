@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import ncu_report
 import pytest
 from click.testing import CliRunner
 
@@ -17,6 +16,7 @@ from ncuflow.read.extract import read_launches
 from ncuflow.read.opcodes import GENERIC_LOADS, KIND_OPCODES, OPCODE_TABLE, SPLIT_BY_GENERIC
 from ncuflow.read.readers import READERS, reading_with
 from ncuflow.read.reportfile import find_reports
+from tests.nvidia import nvidia_actions
 from tests.protobuf_bytes import list_element, string_value, uint64_value
 
 JESTES = "jestes15__EE384_FinalProject__profile_output.ncu-rep"  # H100 PCIe (sm_90), full set
@@ -24,15 +24,12 @@ VARIANT3 = "Swagatam1812__hpca-gpu-memory-profiling__variant3.ncu-rep"  # A100 c
 
 
 def _nvidia_tables(report: Path) -> dict[tuple[int, int], dict[str, float]]:
-    context = ncu_report.load_report(str(report))
     tables: dict[tuple[int, int], dict[str, float]] = {}
-    for r in range(context.num_ranges()):
-        rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            metric = rng.action_by_idx(a).metric_by_name(OPCODE_TABLE)
-            if metric is not None and metric.correlation_ids() is not None:
-                ids = metric.correlation_ids()
-                tables[(r, a)] = {ids.as_string(i): metric.as_double(i) for i in range(metric.num_instances())}
+    for key, action in nvidia_actions(report):
+        metric = action.metric_by_name(OPCODE_TABLE)
+        if metric is not None and metric.correlation_ids() is not None:
+            ids = metric.correlation_ids()
+            tables[key] = {ids.as_string(i): metric.as_double(i) for i in range(metric.num_instances())}
     return tables
 
 

@@ -337,3 +337,38 @@ def test_an_ignored_interrupt_stays_ignored_while_ncu_starts(tmp_path: Path) -> 
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _documented_exits() -> dict[int, str]:
+    """docs/profiling.md's table of `profile`'s exit statuses: code -> when."""
+    text = (REPO / "docs" / "profiling.md").read_text()
+    table = text[text.index("Exit status of `profile`:"):].split("\n\n")[1]
+    rows = [line.strip("|").split("|", 1) for line in table.splitlines()[2:]]
+    return {int(code): when.strip() for code, when in rows}
+
+
+@pytest.mark.parametrize(("mode", "error", "documented"), [
+    ("hang", ProfileTimeout, "--timeout"),
+    ("crash", NcuFailed, "ncu ran"),
+    ("emptyreport", ReportError, "cannot be read"),
+])
+def test_profiles_exit_status_is_the_one_its_docs_give(fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str], mode: str, error: type,
+                                                       documented: str) -> None:
+    """A timeout is an ncu run that did not finish: `profile` exits with ncu's failure status
+    (``NcuFailed``), one ``ncuflow:`` paragraph that says so and names the kept ncu.log, as the docs' table says."""
+    from ncuflow.cli import main
+
+    monkeypatch.setenv("FAKE_NCU_MODE", mode)
+    root = tmp_path / "profiles"
+    with pytest.raises(SystemExit) as exited:
+        main(["profile", "--store", str(root), "--ncu", str(FAKE_NCU), "--timeout", "1.5", "--",
+              sys.executable, "-c", "pass"])
+    said = capsys.readouterr().err.strip()
+    assert exited.value.code == error.exit_code and documented in _documented_exits()[error.exit_code]
+    assert said.startswith("ncuflow: ") and "\n" not in said and "Traceback" not in said
+    assert list(store.iter_runs(root)) == []
+    if error is ProfileTimeout:
+        assert error.exit_code == NcuFailed.exit_code and "ncu did not finish within 1.5 s" in said
+        (log,) = root.rglob(store.LOG_NAME)
+        assert str(log) in said and log.parent.name.startswith(".failed-")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from ncuflow import store
+from ncuflow.read.layout import varint_bytes
 from ncuflow.read.reportformat import GRAPH_RESULTS_FIELD, GRAPH_RESULTS_WORDS, UnknownLayout
 from ncuflow.read.schema import messages
 
@@ -31,15 +32,6 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           timeout=120, env={**clean, "COLUMNS": "200", **(env or {})})
 
 
-def _varint(value: int) -> bytes:
-    out = b""
-    while True:
-        low, value = value & 0x7F, value >> 7
-        if not value:
-            return out + bytes([low])
-        out += bytes([low | 0x80])
-
-
 def with_graph_results(report: Path, target: Path, moved: int = 1) -> Path:
     """``report`` rewritten as ncu 2026 writes CUDA-graph results: the last ``moved`` results of its
     last block counted in the block header's field 9 (NumGraphResults) instead of NumResults."""
@@ -53,7 +45,7 @@ def with_graph_results(report: Path, target: Path, moved: int = 1) -> Path:
         position += 4 + length + block.payload_size
     position, length, block = [found for found in blocks if found[2].num_results >= moved][-1]
     block.num_results -= moved
-    header = block.SerializeToString() + bytes([GRAPH_RESULTS_FIELD << 3]) + _varint(moved)
+    header = block.SerializeToString() + bytes([GRAPH_RESULTS_FIELD << 3]) + varint_bytes(moved)
     target.write_bytes(data[:position] + struct.pack("<I", len(header)) + header + data[position + 4 + length:])
     return target
 

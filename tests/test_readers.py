@@ -25,6 +25,7 @@ from ncuflow.read.readers import (
     reading_with,
     use_reader,
 )
+from tests.nvidia import NVIDIA_ACTIONS_IMPORT, REPO
 
 from .conftest import corpus_reports
 
@@ -89,16 +90,12 @@ def test_classify_reads_the_same_with_either_reader(tmp_path: Path) -> None:
     assert refused.exit_code != 0 and "nope" in refused.output
 
 
-FRESH_UNITS = """
+FRESH_UNITS = f"""
 import json, sys
-import ncu_report
-context = ncu_report.load_report(sys.argv[1])
-units = []
-for range_index in range(context.num_ranges()):
-    actions = context.range_by_idx(range_index)
-    for action_index in range(actions.num_actions()):
-        action = actions.action_by_idx(action_index)
-        units += [[range_index, action_index, name, action.metric_by_name(name).unit()] for name in action.metric_names()]
+from pathlib import Path
+{NVIDIA_ACTIONS_IMPORT}
+units = [[*key, name, action.metric_by_name(name).unit()]
+         for key, action in nvidia_actions(Path(sys.argv[1])) for name in action.metric_names()]
 print(json.dumps(units))
 """
 
@@ -119,7 +116,7 @@ def test_the_long_tables_units_are_those_ncu_report_gives_in_a_process_of_its_ow
     table = pl.read_parquet(tmp_path / "x.metrics.parquet")
     for report in chosen:
         fresh = subprocess.run([sys.executable, "-c", FRESH_UNITS, str(report)], capture_output=True, text=True,
-                               timeout=120, check=True)
+                               timeout=120, check=True, cwd=REPO)
         expected = [tuple(row) for row in json.loads(fresh.stdout)]
         rows = table.filter(pl.col("report") == str(report)).select("range", "action", "name", "unit").rows()
         assert rows == expected, report.name

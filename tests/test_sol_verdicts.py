@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import ncu_report
 import pytest
 from click.testing import CliRunner
 
@@ -15,6 +14,7 @@ from ncuflow.read.extract import iter_launches
 from ncuflow.read.readers import READERS, reading_with
 from ncuflow.read.reportfile import find_reports
 from ncuflow.read.sol_verdicts import SOL_VERDICTS, sol_verdict_of_message
+from tests.nvidia import nvidia_actions
 
 UNTITLED = ("anuragdogra2192__MultipleNodesScalingCUDACPPApplications__report.ncu-rep",
             "iamcoleman__monte-carlo-pi__profile.ncu-rep", "thedavidchu__speedy_scan__profile.ncu-rep",
@@ -23,16 +23,13 @@ UNTITLED = ("anuragdogra2192__MultipleNodesScalingCUDACPPApplications__report.nc
 
 def _nvidia_sol_messages(report: Path) -> dict[tuple[int, int], tuple[str, str]]:
     """(title, message) of each launch's SOLBottleneck result, as ``ncu_report`` reads it."""
-    context = ncu_report.load_report(str(report))
     found: dict[tuple[int, int], tuple[str, str]] = {}
-    for r in range(context.num_ranges()):
-        rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            for result in rng.action_by_idx(a).rule_results():
-                if result.rule_identifier() == "SOLBottleneck":
-                    message = result.rule_message() or {}
-                    found[(r, a)] = (message.get("title") or "", message.get("message") or "")
-                    break
+    for key, action in nvidia_actions(report):
+        for result in action.rule_results():
+            if result.rule_identifier() == "SOLBottleneck":
+                message = result.rule_message() or {}
+                found[key] = (message.get("title") or "", message.get("message") or "")
+                break
     return found
 
 

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from ncuflow.analyze.classify import classify
-from ncuflow.analyze.findings import RULES
+from ncuflow.analyze.findings import terms_of
 from ncuflow.analyze.names import distinct_short_names, short_name
 from ncuflow.analyze.selection import ALL
 from ncuflow.analyze.summary import KernelKey, KernelSummary, kernel_key, roll_up, summarize
@@ -131,9 +131,8 @@ def test_kernel_names_are_shortened_readably() -> None:
 def test_the_top_finding_is_the_binding_walls_largest_estimate_else_the_largest(corpus_dir: Path) -> None:
     """The top finding was the largest estimate over all of a kernel's findings, whatever wall it
     concerned; it now follows ``classify --evidence``'s ranking. Expected on every kernel of the
-    corpus from the walls ``findings.RULES`` ties each rule to and the kernel's most common
+    corpus from the walls ``findings.RULES`` ties each rule (or kind of message) to and the kernel's most common
     ``classify`` verdict; on some kernels the two choices differ (checked here, and through the CLI)."""
-    walls = {row.rule: row.terms for row in RULES}
     differ: list[tuple[Path, KernelSummary, Finding]] = []
     for run in ALL.load([corpus_dir], options=WITH_FINDINGS).runs:
         by_kernel: dict[KernelKey, list[Launch]] = {}
@@ -145,7 +144,7 @@ def test_the_top_finding_is_the_binding_walls_largest_estimate_else_the_largest(
             bound = min(counts, key=lambda name: (-counts[name], name))
             estimated = [f for x in launches for f in (x.rule_results.findings if x.rule_results else ())
                          if f.speedup is not None]
-            candidates = [f for f in estimated if bound in walls.get(f.rule, ())] or estimated
+            candidates = [f for f in estimated if bound in terms_of(f.rule, f.title)] or estimated
             if not candidates:
                 assert kernel.top_finding is None, (run.report, kernel.short_name)
                 continue

@@ -35,6 +35,7 @@ from ncuflow.profile.why import (
 from ncuflow.read.extract import read_launches
 from ncuflow.terms import BOUND_NAMES
 from tests.conftest import corpus_reports
+from tests.nvidia import NVIDIA_ACTIONS_IMPORT
 from tests.test_passes import perfworks_or_skip
 from tests.test_passes_real_ncu import _real_ncu
 
@@ -99,17 +100,16 @@ def _rules_in_ncu_install() -> dict[str, str]:
     return found
 
 
-_CORPUS_RULES = """
-import json, sys, ncu_report
-seen = {}
+_CORPUS_RULES = f"""
+import json, sys
+from pathlib import Path
+{NVIDIA_ACTIONS_IMPORT}
+seen = {{}}
 for path in sys.argv[1:]:
-    context = ncu_report.load_report(path)
-    for r in range(context.num_ranges()):
-        rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            for result in rng.action_by_idx(a).rule_results_as_dicts():
-                seen.setdefault(result["rule_identifier"], set()).add(result["section_identifier"])
-print(json.dumps({rule: sorted(sections) for rule, sections in seen.items()}))
+    for _, action in nvidia_actions(Path(path)):
+        for result in action.rule_results_as_dicts():
+            seen.setdefault(result["rule_identifier"], set()).add(result["section_identifier"])
+print(json.dumps({{rule: sorted(sections) for rule, sections in seen.items()}}))
 """
 
 
@@ -120,7 +120,7 @@ def _rules_in_corpus() -> dict[str, list[str]]:
     if not reports:
         return {}
     done = subprocess.run([sys.executable, "-c", _CORPUS_RULES, *reports], capture_output=True, text=True,
-                          timeout=900, check=True)
+                          timeout=900, check=True, cwd=REPO)
     found: dict[str, list[str]] = json.loads(done.stdout)
     return found
 

@@ -4,13 +4,18 @@ A finding (``ncuflow.read.findings.Finding``) is tied to the walls of the max mo
 about by its rule, one row per rule identifier (``RULE_TERMS``): bank conflicts and
 uncoalesced accesses are L1's (and L2's, whose sectors they waste), the occupancy, warp-stall
 and launch-configuration rules are about latency, NVIDIA's speed-of-light rule about whichever
-wall binds. A rule no row names is ``other``: shown, never guessed at. ``ranked`` orders a
+wall binds. Where one rule's messages are about different walls (``CPIStall`` names one stall
+reason per message: "Not Selected Stalls" are warps ready to issue that the scheduler passed
+over, an issue limit, not a latency), the row names the wall per kind of message
+(``MessageTerms``, matched on the message's title); its other messages keep the row's walls.
+A rule no row names is ``other``: shown, never guessed at. ``ranked`` orders a
 launch's findings as ``classify --evidence`` lists them: those with an estimated speedup
 first, the binding wall's before the other walls', each by estimate (largest first); then
 those without an estimate (NVIDIA's notes: "Balanced", "Roofline Analysis"), the binding
 wall's first; the report's order among equals. Findings that say nothing (no title, no message, no speedup:
 what ncu writes for a rule's source table) are left out of the ranking, not of the data.
-``top_ranked`` is the first of that ranking with an estimate: a kernel's top finding in ``summary``.
+``top_ranked`` is the first of that ranking with an estimate: a kernel's top finding wherever one is
+shown (``summary``, each side of ``compare --markdown``).
 """
 
 from __future__ import annotations
@@ -26,18 +31,47 @@ _LATENCY = "latency"
 _WALLS = (*TERM_NAMES, _LATENCY)
 
 
-@dataclass(frozen=True)
-class RuleTerms:
-    """One of NVIDIA's rules and the walls its findings are about (none: ``other``)."""
+def message_kind(title: str) -> str:
+    """A message's title as a kind of message: ncu 2023+ writes 'Not Selected Stalls', older ncu
+    'not_selected'; both are 'not selected'."""
+    return " ".join(title.replace("_", " ").lower().split()).removesuffix(" stalls")
 
-    rule: str
+
+def _check_walls(where: str, terms: tuple[str, ...]) -> None:
+    unknown = [t for t in terms if t not in BOUND_NAMES]
+    if unknown:
+        raise ValueError(f"{where}: {unknown} are no walls ({', '.join(_WALLS)})")
+
+
+@dataclass(frozen=True)
+class MessageTerms:
+    """One kind of message of a rule whose messages are about different walls (by its title)."""
+
+    title: str  # the title as ncu 2023+ writes it, e.g. "Not Selected Stalls"
     terms: tuple[str, ...]
     why: str
 
     def __post_init__(self) -> None:
-        unknown = [t for t in self.terms if t not in BOUND_NAMES]
-        if unknown:
-            raise ValueError(f"rule {self.rule}: {unknown} are no walls ({', '.join(_WALLS)})")
+        _check_walls(f"message {self.title}", self.terms)
+
+
+@dataclass(frozen=True)
+class RuleTerms:
+    """One of NVIDIA's rules and the walls its findings are about (none: ``other``); ``messages``:
+    the kinds of its messages that are about other walls than the rule's."""
+
+    rule: str
+    terms: tuple[str, ...]
+    why: str
+    messages: tuple[MessageTerms, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_walls(f"rule {self.rule}", self.terms)
+
+    def terms_for(self, title: str) -> tuple[str, ...]:
+        """The walls of the message titled ``title``: its kind's row, else the rule's."""
+        kind = message_kind(title)
+        return next((m.terms for m in self.messages if message_kind(m.title) == kind), self.terms)
 
 
 RULES: tuple[RuleTerms, ...] = (
@@ -61,7 +95,11 @@ RULES: tuple[RuleTerms, ...] = (
     RuleTerms("AchievedOccupancy", (_LATENCY,), "the occupancy reached against the theoretical"),
     RuleTerms("LaunchConfiguration", (_LATENCY,), "a grid too small for the GPU, or its tail"),
     RuleTerms("WorkloadImbalance", (_LATENCY,), "work spread unevenly over SMs or cache slices"),
-    RuleTerms("CPIStall", (_LATENCY,), "why warps stall between instructions"),
+    RuleTerms("CPIStall", (_LATENCY,), "why warps stall between instructions", messages=(
+        MessageTerms("Not Selected Stalls", ("issue",), "warps ready to issue that the scheduler passed over"),
+        MessageTerms("Math Pipe Throttle Stalls", ("pipe",), "waits for a math pipeline to be free"),
+        MessageTerms("LG Throttle Stalls", ("l1",), "waits for L1's local/global instruction queue to have room"),
+    )),
     RuleTerms("CPIStallWait", (_LATENCY,), "fixed-latency waits between instructions"),
     RuleTerms("CPIStallLongScoreboard", (_LATENCY,), "waits for L1TEX (global, local, texture) results"),
     RuleTerms("CPIStallBarrier", (_LATENCY,), "waits at barriers"),
@@ -69,10 +107,16 @@ RULES: tuple[RuleTerms, ...] = (
 RULE_TERMS: Mapping[str, RuleTerms] = {row.rule: row for row in RULES}
 
 
-def terms_of(rule: str) -> tuple[str, ...]:
-    """The walls a rule's findings are about; () for a rule no row names (``other``)."""
+def terms_of(rule: str, title: str = "") -> tuple[str, ...]:
+    """The walls a rule's message titled ``title`` is about (the rule's, unless its row names that
+    kind of message); () for a rule no row names (``other``)."""
     row = RULE_TERMS.get(rule)
-    return row.terms if row is not None else ()
+    return row.terms_for(title) if row is not None else ()
+
+
+def concerns(finding: Finding) -> tuple[str, ...]:
+    """The walls a finding is about: its rule's, or its kind of message's (``terms_of``)."""
+    return terms_of(finding.rule, finding.title)
 
 
 @dataclass(frozen=True)
@@ -99,8 +143,7 @@ def ranked(results: RuleResults, bound: str) -> tuple[RankedFinding, ...]:
     """The findings that say something: those with an estimated speedup first, the binding wall's
     before the rest, each by estimate (largest first); then the others, the binding wall's first;
     the report's order among equals."""
-    tied = [RankedFinding(f, terms_of(f.rule), bound in terms_of(f.rule))
-            for f in results.findings if says_something(f)]
+    tied = [RankedFinding(f, concerns(f), bound in concerns(f)) for f in results.findings if says_something(f)]
     return tuple(sorted(tied, key=_rank))
 
 
@@ -110,18 +153,6 @@ def _rank(item: RankedFinding) -> tuple[bool, bool, float]:
 
 def _speedup_key(finding: Finding) -> float:
     return -finding.speedup if finding.speedup is not None else float("inf")
-
-
-def top_finding(results: RuleResults | None) -> Finding | None:
-    """The finding with the largest estimated speedup (None where none estimates one)."""
-    estimated = [f for f in (results.findings if results else ()) if f.speedup is not None]
-    return max(estimated, key=lambda f: f.speedup or 0.0, default=None)
-
-
-def top_of(launches: Sequence[RuleResults | None]) -> Finding | None:
-    """The largest estimated speedup over several launches' findings (a kernel's launches)."""
-    tops = [f for f in map(top_finding, launches) if f is not None]
-    return max(tops, key=lambda f: f.speedup or 0.0, default=None)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ncuflow.analyze.classify import Verdict
-from ncuflow.analyze.findings import terms_of
+from ncuflow.analyze.findings import concerns, terms_of
 from ncuflow.read.findings import NO_RULE_RESULTS, Finding, Marker
 from ncuflow.read.launch import Launch
 
@@ -32,7 +32,7 @@ def _launch_part(launch: Launch, verdict: Verdict, run_id: str | None) -> dict[s
 
 
 def _finding_part(finding: Finding, bound: str) -> dict[str, Any]:
-    terms = terms_of(finding.rule)
+    terms = concerns(finding)
     return {
         "rule": finding.rule, "rule_name": finding.rule_name, "section": finding.section, "type": finding.type,
         "title": finding.title, "message": finding.text, "message_raw": finding.message,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import PurePath
 from typing import Any
 
-from ncuflow.analyze.findings import RankedFinding, held, ranked, terms_of, top_of
+from ncuflow.analyze.findings import RankedFinding, concerns, held, ranked, top_ranked
 from ncuflow.files.safe_text import shortened
 from ncuflow.read.findings import NO_RULE_RESULTS, Finding, FocusMetric, Marker, RuleResults
 
@@ -102,13 +102,14 @@ def top_text(finding: Finding | None, results_held: bool) -> str:
     return f"{shortened(finding.heading, 40)} {finding.speedup:.1f} %"
 
 
-def top_line(results: Sequence[RuleResults | None]) -> str | None:
-    """A kernel's largest estimated speedup, 'Shared Load Bank Conflicts est. 48.9 % global', or why
+def top_line(results: Sequence[RuleResults | None], bound: str) -> str | None:
+    """A kernel's top finding where its verdict is ``bound`` (``findings.top_ranked``: the binding wall's
+    largest estimated speedup, else the largest), 'Shared Load Bank Conflicts est. 48.9 % global', or why
     there is none; None where its findings were not read."""
     found = held(results)
     if found is None:
         return None
-    top = top_of(results)
+    top = top_ranked(results, bound)
     if top is None:
         return "no rule results" if not found else "no finding estimates a speedup"
     return f"{shortened(top.heading, 60)} {speedup_text(top)}"
@@ -119,7 +120,7 @@ def finding_record(finding: Finding) -> dict[str, Any]:
     return {
         "rule": finding.rule, "name": finding.rule_name, "section": finding.section, "title": finding.title,
         "type": finding.type, "speedup": finding.speedup, "speedup_type": finding.speedup_type,
-        "message": finding.text, "message_raw": finding.message, "concerns": list(terms_of(finding.rule)),
+        "message": finding.text, "message_raw": finding.message, "concerns": list(concerns(finding)),
         "focus_metrics": [{"name": m.name, "value": m.value, "severity": m.severity, "info": m.info}
                           for m in finding.focus_metrics],
     }

@@ -178,7 +178,8 @@ def compare_markdown(comparison: Comparison) -> list[str]:
             lines += ["", "Missing on at least one side: " + markdown_text(", ".join(missing)) + "."]
         if k.judged.reasons:
             lines += ["", "Why: " + markdown_text("; ".join(k.judged.reasons)) + "."]
-        tops = [top_line([x.rule_results for x in side.launches]) for side in (k.base, k.new)]
+        tops = [top_line([x.rule_results for x in side.launches], model.bound)
+                for side, model in ((k.base, k.judged.baseline_model), (k.new, k.judged.value_model))]
         if any(tops):
             lines += ["", "NVIDIA's top finding: base " + markdown_text(tops[0] or "not read") + "; new "
                       + markdown_text(tops[1] or "not read") + "."]

@@ -16,6 +16,9 @@ says ``whole``, ``cut`` (the file ends inside a block: where, and how much is mi
 never "empty") or ``unknown`` (the bytes do not follow this layout: a newer format, or not a
 report; the reader decides). A file cut exactly
 between two blocks is whole by its framing; ``ncu_report`` then reads the blocks it holds.
+Asked to (``entries``), it also walks each whole block's payload as its length-prefixed entries
+and names the first whose length runs past its block (``overrun``): a file whole by its blocks
+on which ``ncu_report`` aborts its process (``reportfile.load_context`` refuses it first).
 
 Plain standard library: the store checks its runs' reports with it (``store.inspect_run``).
 """
@@ -49,6 +52,7 @@ class Framing:
     size: int
     detail: str = ""
     results: int = 0  # the profile results (launches) the whole blocks' headers count
+    overrun: str = ""  # where entries were walked: the entry whose length runs past its block ("" none)
 
     @property
     def problem(self) -> str | None:
@@ -114,8 +118,10 @@ def _length(handle: BinaryIO) -> int | None:
     return None if len(raw) < 4 else int(struct.unpack("<I", raw)[0])
 
 
-def check_framing(path: Path) -> Framing:
-    """Walk the framing of the report at ``path`` (a regular file; anything else is ``unknown``)."""
+def check_framing(path: Path, *, entries: bool = False) -> Framing:
+    """Walk the framing of the report at ``path`` (a regular file; anything else is ``unknown``);
+    ``entries``: also each whole block's entries (their 4-byte lengths, a read each), stopping at the
+    first whose length runs past its block (``overrun``)."""
     try:
         descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as error:  # no permission: it cannot be read (never "empty"); gone: not this check's to say
@@ -126,12 +132,12 @@ def check_framing(path: Path) -> Framing:
         if not stat.S_ISREG(status.st_mode):
             return Framing("unknown", 0, 0, "it is not a regular file")
         try:
-            return _walk(handle, status.st_size)
+            return _walk(handle, status.st_size, entries)
         except OSError as error:
             return Framing("unreadable", 0, status.st_size, f"it cannot be read ({error.strerror or error})")
 
 
-def _walk(handle: BinaryIO, size: int) -> Framing:
+def _walk(handle: BinaryIO, size: int, entries: bool = False) -> Framing:
     if handle.read(4) != SIGNATURE:
         return Framing("unknown", 0, size, NO_SIGNATURE)
     header = _length(handle)
@@ -155,11 +161,30 @@ def _walk(handle: BinaryIO, size: int) -> Framing:
             if end > size:
                 return _cut(blocks, size, at, f"inside the payload of block {blocks + 1} "
                                                f"({end - size} of its {payload} bytes missing)")
+            overrun = _entry_overrun(handle, at + 4 + length, end, blocks + 1) if entries else None
+            if overrun is not None:
+                return Framing("whole", blocks, size, results=results, overrun=overrun)
             handle.seek(end)
             at, blocks, results = end, blocks + 1, results + numbers.get(NUM_RESULTS_FIELD, 0)
     except _Unknown:
         return Framing("unknown", blocks, size, f"block {blocks + 1} does not follow the documented layout", results)
     return Framing("whole", blocks, size, results=results)
+
+
+def _entry_overrun(handle: BinaryIO, start: int, end: int, block: int) -> str | None:
+    """Walk one payload (``start`` to ``end``) as its length-prefixed entries; where one runs past
+    the payload, which entry and by how much (None where they fill it exactly)."""
+    at = start
+    while at < end:
+        handle.seek(at)
+        length = _length(handle) if at + 4 <= end else None
+        if length is None:
+            return f"block {block}'s payload ends inside the length of its entry at byte {at}"
+        if at + 4 + length > end:
+            return (f"the entry at byte {at} of block {block} is {length:,} bytes long, past its block's end "
+                    f"at byte {end}")
+        at += 4 + length
+    return None
 
 
 def _cut(blocks: int, size: int, at: int, where: str) -> Framing:

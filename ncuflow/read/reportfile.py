@@ -343,8 +343,29 @@ def _identity_of(path: Path) -> tuple[int, ...] | None:
         return None
 
 
+def refuse_what_ncu_report_aborts_on(path: Path) -> None:
+    """A report whose blocks are whole but one of whose entries has a length running past its block
+    (``framing.check_framing(entries=True)``: no result parsed, no protobuf) is a ``ReportError``
+    before ``ncu_report`` sees it: ncu_report aborts its whole process on such a file (SIGABRT), this
+    one where it reads in this process (``classify --as-if``, the library). A file cut short is left to
+    ncu_report, which reads its whole blocks; so is a layout the framing walk does not know."""
+    from ncuflow.read.framing import check_framing
+
+    overrun = check_framing(path, entries=True).overrun
+    if overrun:
+        raise ReportError(
+            f"{path} is not handed to ncu_report: its blocks are whole, but {overrun}.",
+            "ncu_report aborts its whole process on an entry whose length points past its block or the file, "
+            "with no word said.",
+            "Read it with ncuflow's own reader (leave out --reader ncu_report), which reads the launches before "
+            "the damage, or copy the complete file.",
+        )
+
+
 def load_context(path: Path) -> Any:
+    """The report opened by ``ncu_report`` (its ``IContext``), or a ``ReportError`` that says why not."""
     check_bytes(path)
+    refuse_what_ncu_report_aborts_on(path)
     ncu_report = import_ncu_report()
     before = _identity_of(path)
     try:
