@@ -56,6 +56,11 @@ class UsageError(NcuflowError):
     """An option or argument combination that cannot work."""
 
 
-class DamagedRunWarning(UserWarning):
+class NcuflowWarning(UserWarning):
+    """A warning about the user's input that the CLI prints as one ``ncuflow: warning:`` line
+    on stderr (once per message), never as Python's two-line warning with a source path."""
+
+
+class DamagedRunWarning(NcuflowWarning):
     """Issued once per damaged run a store reader skips (the CLI prints it as one line). Here,
     not in ``ncuflow.store``, so that the CLI shows it without importing the store."""

@@ -7,6 +7,7 @@ the status of ncuflow's own usage errors. The cases are derived from the command
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 import pytest
@@ -104,3 +105,24 @@ def test_a_refused_command_line_is_one_ncuflow_paragraph(case: Case, capsys: pyt
     assert err.startswith(f"ncuflow: `{case.command}` ") and f"see `{case.command} --help`" in err.lower()
     assert case.named in err and said[:1].lower() + said[1:] in err
     assert "Usage:" not in err and "Error:" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", [("passes",), ("classify",), ("summary",)])
+def test_a_warning_about_the_input_is_one_ncuflow_line(
+    command: tuple[str, ...], tmp_path: Path, corpus_dir: Path
+) -> None:
+    """A report cut off inside its last action: the commands that read it say so in one
+    ``ncuflow: warning:`` line (``NcuflowWarning``), never Python's warning with a source path."""
+    import subprocess
+    import sys
+
+    from ncuflow.read.reportfile import DamagedActionWarning
+
+    source = min((p for p in corpus_dir.glob("*.ncu-rep")), key=lambda p: p.stat().st_size)
+    cut = tmp_path / "cut.ncu-rep"
+    cut.write_bytes(source.read_bytes()[: int(source.stat().st_size * 0.8)])
+    done = subprocess.run([sys.executable, "-m", "ncuflow", *command, str(cut)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    warned = [line for line in done.stderr.splitlines() if "damaged" in line]
+    assert warned and all(line.startswith(("ncuflow: warning: ", "ncuflow: note: ")) for line in warned), done.stderr
+    assert DamagedActionWarning.__name__ not in done.stderr and ".py:" not in done.stderr, done.stderr

@@ -93,10 +93,11 @@ def cli() -> None:
 
 
 def _store_warnings_as_lines() -> None:
-    """Each damaged run a command skips is one ``ncuflow: warning:`` line on stderr (once)."""
+    """Each warning about the user's input (``NcuflowWarning``: a damaged run a command skips, a
+    report's cut-off action) is one ``ncuflow: warning:`` line on stderr (once)."""
     import warnings
 
-    from ncuflow.errors import DamagedRunWarning
+    from ncuflow.errors import NcuflowWarning
 
     previous = warnings.showwarning
     if getattr(previous, "ncuflow_lines", False):
@@ -105,7 +106,7 @@ def _store_warnings_as_lines() -> None:
 
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: Any = None, line: str | None = None) -> None:
-        if not issubclass(category, DamagedRunWarning):
+        if not issubclass(category, NcuflowWarning):
             previous(message, category, filename, lineno, file, line)
         elif str(message) not in shown:
             # imported here, not at start-up: --help and --version need none of ncuflow.files
@@ -116,7 +117,7 @@ def _store_warnings_as_lines() -> None:
 
     show.ncuflow_lines = True  # type: ignore[attr-defined]
     warnings.showwarning = show
-    warnings.simplefilter("always", DamagedRunWarning)
+    warnings.simplefilter("always", NcuflowWarning)
 
 
 def _streams_never_fail() -> None:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ncuflow.errors import NoReportsFound, ReportError
+from ncuflow.errors import NcuflowWarning, NoReportsFound, ReportError
 from ncuflow.files import REPORT_SIGNATURE
 
 REPORT_SUFFIXES: tuple[str, ...] = (".ncu-rep", ".ncu-repz", ".nsight-cuprof-report")
@@ -45,7 +45,7 @@ _VERSION_PATTERN = re.compile(rb"(20\d\d\.\d+\.\d+(?:\.\d+)?) \(build (\d+)\)")
 _BUILD_MARK = b" (build "
 
 
-class DamagedActionWarning(UserWarning):
+class DamagedActionWarning(NcuflowWarning):
     """A report whose last action was cut off: the complete actions before it are used."""
 
 
