@@ -107,12 +107,13 @@ def test_a_refused_command_line_is_one_ncuflow_paragraph(case: Case, capsys: pyt
     assert "Usage:" not in err and "Error:" not in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("command", [("passes",), ("classify",), ("summary",)])
+@pytest.mark.parametrize("command", [("passes",), ("classify",), ("classify", "--reader", "ncu_report"), ("summary",)])
 def test_a_warning_about_the_input_is_one_ncuflow_line(
     command: tuple[str, ...], tmp_path: Path, corpus_dir: Path
 ) -> None:
     """A report cut off inside its last action: the commands that read it say so in one
-    ``ncuflow: warning:`` line (``NcuflowWarning``), never Python's warning with a source path."""
+    ``ncuflow: warning:`` line (``NcuflowWarning``), never Python's warning with a source path —
+    not from the reading server's warm-up read either (its stderr is the user's)."""
     import subprocess
     import sys
 
@@ -126,3 +127,4 @@ def test_a_warning_about_the_input_is_one_ncuflow_line(
     warned = [line for line in done.stderr.splitlines() if "damaged" in line]
     assert warned and all(line.startswith(("ncuflow: warning: ", "ncuflow: note: ")) for line in warned), done.stderr
     assert DamagedActionWarning.__name__ not in done.stderr and ".py:" not in done.stderr, done.stderr
+    assert len(warned) == len(set(warned)), done.stderr  # once

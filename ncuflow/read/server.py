@@ -29,6 +29,7 @@ import multiprocessing
 import multiprocessing.spawn
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -100,7 +101,8 @@ def _warm_up_from_environment() -> None:
         from ncuflow.read.extract import read_launches
         from ncuflow.read.readers import NCU_REPORT_READER, reading_with
 
-        with reading_with(NCU_REPORT_READER):
+        with reading_with(NCU_REPORT_READER), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the server's stderr is the user's: the real read warns, once
             read_launches(path)
     except Exception:  # a warm-up only: the real read reports any problem
         pass
