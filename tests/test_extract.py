@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import ncu_report
 import pytest
 
-from ncuflow.analyze.classify import classify
 from ncuflow.read.extract import iter_launches
 from ncuflow.read.metrics import FIELDS
 from ncuflow.read.reportfile import find_reports, read_ncu_version
@@ -87,31 +85,6 @@ def test_legacy_format_resolves_through_old_names(corpus_dir: Path) -> None:
     assert launch.values["global_ld_sass_inst"] == _raw(path, 0, "sass__inst_executed_global_loads")  # sm_61: LDG only
     assert launch.ncu_version is None  # legacy files do not store the writer's version
     assert launch.device.name == "GeForce GTX 1080"
-
-
-def _legacy_sol_pairs() -> list[tuple[str, str, str]]:
-    """(field, legacy name, later name) for every chain that reads an ncu 2019.x SOL figure."""
-    return [(field.name, source.metrics[0], field.first_choice[0]) for field in FIELDS
-            for source in field.sources[1:] if source.metrics[0].endswith("_sol_pct")]
-
-
-def test_legacy_speed_of_light_figures_feed_the_model(corpus_dir: Path) -> None:
-    # A legacy report names its SOL figures by their 2019.x names; the SpeedOfLight section
-    # it carries pairs each with the later metric, label between them: the chains follow it.
-    path = corpus_dir / "jhiems__PMKID_Brute-Force__profile.nsight-cuprof-report"
-    data = path.read_bytes()
-    pairs = _legacy_sol_pairs()
-    assert {field for field, _, _ in pairs} >= {"dram_throughput_pct", "sm_throughput_pct", "memory_throughput_pct"}
-    (launch,) = list(iter_launches(path))
-    for field, legacy, later in pairs:
-        assert re.search(re.escape(legacy.encode()) + rb"\x12.{1,4}SOL [^\x00]{1,24}?" + re.escape(later.encode()),
-                         data, re.S), (legacy, later)
-        assert launch.provenance[field] == legacy
-        assert launch.values[field] == _raw(path, 0, legacy)
-    verdict = classify(launch)
-    assert verdict.term("dram").source == "fbpa__sol_pct"
-    assert verdict.bound != "unknown"
-    assert verdict.figures is not None
 
 
 def test_reports_without_sass_metrics_name_what_is_missing(corpus_dir: Path) -> None:

@@ -101,16 +101,6 @@ def _total(family: str) -> CanonicalField:
     )
 
 
-# The speed-of-light figures of ncu 2019.x (legacy .nsight-cuprof-report files): the
-# SpeedOfLight section those reports carry names each one with its later metric as the
-# same figure for newer chips (sm__sol_pct beside sm__throughput.avg.pct_of_peak_sustained_elapsed,
-# fbpa__sol_pct beside gpu__dram_throughput..., tests/test_extract.py reads the pairs from
-# the file). tex__sol_pct is left out: its later metric is l1tex__throughput's % of the
-# *active* peak, not the elapsed one l1_throughput_pct reads.
-_LEGACY_SOL = {"sm": "sm__sol_pct", "memory": "gpu__compute_memory_sol_pct", "l2": "ltc__sol_pct",
-               "dram": "fbpa__sol_pct"}
-
-
 _SASS = "smsp__sass_inst_executed_op_{}.sum"
 LOAD_FIELDS: tuple[CanonicalField, ...] = (
     *_kind_fields("hardware", {
@@ -226,7 +216,7 @@ FIELDS: tuple[CanonicalField, ...] = (
         "width of the device-memory bus (HBM: 1024 bits per stack)", kind="attribute",
     ),
     CanonicalField(
-        "dram_throughput_pct", "%", _v("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", _LEGACY_SOL["dram"]),
+        "dram_throughput_pct", "%", _v("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
         "device-memory throughput as % of peak (NVIDIA's figure: the larger of DRAM cycles active and FBPA sectors)",
         kind="percent", tier=1, terms=("dram",),
         tolerance=Tolerance("rate", floor=PERCENT_POINT_FLOOR, why=_PCT_WHY),
@@ -288,7 +278,7 @@ FIELDS: tuple[CanonicalField, ...] = (
     CanonicalField("schedulers_per_sm", "SMSP/SM", _v("device__attribute_num_schedulers_per_multiprocessor"),
                    "warp schedulers (SMSPs) per SM", kind="count"),
     CanonicalField(
-        "l2_throughput_pct", "%", _v("lts__throughput.avg.pct_of_peak_sustained_elapsed", _LEGACY_SOL["l2"]),
+        "l2_throughput_pct", "%", _v("lts__throughput.avg.pct_of_peak_sustained_elapsed"),
         "ncu's \"L2 Cache Throughput\": the largest unit of lts__throughput, the L2 fabric included", kind="percent",
         terms=("l2",), display=Display(digits=1),
     ),
@@ -298,13 +288,12 @@ FIELDS: tuple[CanonicalField, ...] = (
         terms=("l1",), display=Display(digits=1),
     ),
     CanonicalField(
-        "sm_throughput_pct", "%", _v("sm__throughput.avg.pct_of_peak_sustained_elapsed", _LEGACY_SOL["sm"]),
+        "sm_throughput_pct", "%", _v("sm__throughput.avg.pct_of_peak_sustained_elapsed"),
         "NVIDIA's compute (SM) speed-of-light figure: the largest of its issue and pipe units", kind="percent",
         terms=("issue", "pipe", "math"), display=Display(digits=1),
     ),
     CanonicalField(
-        "memory_throughput_pct", "%", _v("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-                                     _LEGACY_SOL["memory"]),
+        "memory_throughput_pct", "%", _v("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"),
         "NVIDIA's memory speed-of-light figure: the largest of its DRAM, L2 and L1 units", kind="percent",
         terms=("dram", "l2", "l1"), display=Display(digits=1),
     ),
