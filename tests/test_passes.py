@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -166,6 +167,25 @@ def test_passes_reports_json_gives_predicted_beside_recorded(corpus_dir: Path) -
     default_set, full_set = rows
     assert default_set["counter_only"] and default_set["predicted_passes"] == default_set["recorded_passes"] == 10
     assert not full_set["counter_only"] and full_set["unmodelled_metrics"] > 0
+
+
+def test_passes_reports_line_gives_parts_that_add_up_to_the_prediction(corpus_dir: Path) -> None:
+    # "predicted 10 (8 counter + 0 SASS + 1 warm-up)" hid ncu's own pass: the parts must sum to the whole.
+    perfworks_or_skip()
+    text = CliRunner().invoke(cli, ["passes", str(corpus_dir)])
+    rows = json.loads(CliRunner().invoke(cli, ["passes", "--json", str(corpus_dir)]).output)
+    assert text.exit_code == 0, text.output
+    lines = [line for line in text.output.splitlines() if re.search(r"predicted \d+ \(", line)]
+    assert len(lines) == sum(row["counter_passes"] is not None for row in rows) > 10
+    for line in lines:
+        match = re.search(r"predicted (\d+) \(([^)]*)\)", line)
+        assert match is not None
+        assert sum(int(n) for n in re.findall(r"(\d+) [a-zA-Z-]+", match.group(2))) == int(match.group(1)), line
+    for row in rows:
+        if row["counter_passes"] is not None:
+            parts = row["counter_passes"] + row["sass_passes"] + row["ncu_passes"] + row["warmup_passes"]
+            assert parts == row["predicted_passes"], row["report"]
+    assert {row["ncu_passes"] for row in rows if row["ncu_passes"] is not None} == {0, 1}
 
 
 # ----------------------------------------------------------------------------- layers

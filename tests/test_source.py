@@ -24,12 +24,14 @@ from click.testing import CliRunner
 
 from analysis.check_source_against_nvidia import launch_mismatches, nvidia_lists, ranked
 from analysis.nvidia_actions import nvidia_actions
+from ncuflow.analyze import hotspots
 from ncuflow.analyze.hotspots import Instruction, LaunchHotspots, rank, read_hotspots
 from ncuflow.cli import cli
 from ncuflow.errors import NcuflowError, UsageError
 from ncuflow.read.launch import KernelName
 from ncuflow.read.metric_lists import DamagedList, elements
 from ncuflow.read.source_counters import EXECUTED, SAMPLES, SECTION_LINE, LaunchSource
+from ncuflow.read.source_text import LaunchText
 from tests.hostile import run_limited
 from tests.protobuf_bytes import list_element, uint64_value
 
@@ -105,6 +107,42 @@ def test_the_text_is_the_cubins(corpus_dir: Path) -> None:
 
 def _run(*args: str) -> Any:
     return CliRunner().invoke(cli, ["source", *args])
+
+
+class _Undisassembling:
+    """An ``IAction`` whose disassembler knows none of its code: ``sass_by_pc`` answers "???" for
+    every address, as ncu_report does on the public V100 report kulnaman/lammps output.ncu-rep."""
+
+    def __init__(self, action: Any) -> None:
+        self._action = action
+
+    def sass_by_pc(self, address: int) -> str:
+        return "???"
+
+    def source_info(self, address: int) -> Any:
+        return self._action.source_info(address)
+
+
+def test_instructions_ncu_report_cannot_disassemble_show_no_sass_and_say_so(
+        corpus_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    original = hotspots._Text.of
+
+    def undisassembled(self: Any, launch: LaunchSource) -> LaunchText | None:
+        text = original(self, launch)
+        return LaunchText(_Undisassembling(text._action)) if text is not None else None
+
+    monkeypatch.setattr(hotspots._Text, "of", undisassembled)
+    shown = [view for view in read_hotspots(corpus_dir / APLAINJANE, lambda launch: True, TOP).launches
+             if view.instructions]
+    assert shown
+    for view in shown:
+        assert view.places and not any(place.sass for place in view.places.values())
+        assert any(place.line for place in view.places.values())  # file:line still the cubin's
+        assert view.note is not None and "no SASS text" in view.note and "-lineinfo" not in view.note
+    result = _run(str(corpus_dir / APLAINJANE))
+    assert result.exit_code == 0, result.output
+    assert "???" not in result.output.replace("answers ???", "")
+    assert "no SASS text" in result.output
 
 
 def test_a_report_without_source_counters_gets_one_line(corpus_dir: Path) -> None:

@@ -37,6 +37,7 @@ from ncuflow.read.source_counters import (
     stall_reason,
 )
 from ncuflow.read.source_text import (
+    UNDISASSEMBLED,
     LaunchText,
     Location,
     Place,
@@ -262,8 +263,11 @@ def _with_text(found: LaunchHotspots, launch: LaunchSource, text: LaunchText | N
     places = {i.address: text.place(i.address) for i in found.instructions}
     located = line_totals(launch.source, found.counters, text.location)
     lines = top_lines(located, top, sampled=found.sampled)
-    note = None if located else "no line info (compile with -lineinfo for file:line)"
-    return replace(found, lines=lines, places=places, note=note)
+    notes = [] if located else ["no line info (compile with -lineinfo for file:line)"]
+    if places and not any(place.sass for place in places.values()):
+        notes.append("no SASS text: ncu_report disassembles none of these instructions (it answers "
+                     f"{UNDISASSEMBLED} or nothing for them)")
+    return replace(found, lines=lines, places=places, note="; ".join(notes) or None)
 
 
 class _Text:

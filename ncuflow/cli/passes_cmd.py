@@ -94,7 +94,7 @@ def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[
             "ncu_version": info.ncu_version, "recorded_passes": info.recorded_passes,
             "warmup_passes": info.warmup_passes, "metrics": len(info.metrics),
             "counter_only": info.counter_only, "predicted_passes": None,
-            "counter_passes": None, "sass_passes": None, "unmodelled_metrics": None,
+            "counter_passes": None, "sass_passes": None, "ncu_passes": None, "unmodelled_metrics": None,
             "unknown_metrics": None, "note": None,
         }
         if info.chip is None or info.chip.upper() not in library.chips():
@@ -106,6 +106,7 @@ def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[
             row.update(
                 predicted_passes=prediction.expected_recorded(info.ncu_version, info.warmup_passes),
                 counter_passes=prediction.counter_passes, sass_passes=prediction.sass_passes,
+                ncu_passes=passes.ncu_overhead(info.chip, info.ncu_version),
                 unmodelled_metrics=len(prediction.unmodelled_metrics),
                 unknown_metrics=list(prediction.unknown_metrics),
             )
@@ -114,6 +115,13 @@ def _report_rows(paths: tuple[Path, ...], jobs: int | None = None) -> list[dict[
                                "passes Perfworks does not model")
         rows.append(row)
     return rows
+
+
+def _predicted_parts(row: dict[str, Any]) -> str:
+    """The parts of a report's predicted passes, adding up to it: "8 counter + 0 SASS + 1 ncu + 1 warm-up"."""
+    parts = [f"{row['counter_passes']} counter", f"{row['sass_passes']} SASS"]
+    parts += [f"{row[key]} {name}" for key, name in (("ncu_passes", "ncu"), ("warmup_passes", "warm-up")) if row[key]]
+    return " + ".join(parts)
 
 
 @click.command("passes")
@@ -153,9 +161,7 @@ def passes_command(reports: tuple[Path, ...], chip: str | None, collection: str,
             return
         for row in rows:
             predicted = "?" if row["predicted_passes"] is None else row["predicted_passes"]
-            detail = (f" ({row['counter_passes']} counter + {row['sass_passes']} SASS"
-                      f"{' + ' + str(row['warmup_passes']) + ' warm-up' if row['warmup_passes'] else ''})"
-                      if row["counter_passes"] is not None else "")
+            detail = f" ({_predicted_parts(row)})" if row["counter_passes"] is not None else ""
             recorded = "not recorded" if row["recorded_passes"] is None else row["recorded_passes"]
             click.echo(f"{row['report']}: {row['device'] or 'unknown GPU'} ({row['chip'] or '?'}), "
                        f"ncu {row['ncu_version'] or '?'}: predicted {predicted}{detail}, recorded {recorded}"

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Literal
 
+from ncuflow.read.legacy_names import with_legacy_names
 from ncuflow.terms import check_term
 
 Combine = Literal["value", "sum", "ratio", "product", "formula"]
@@ -204,8 +205,9 @@ Counter = CanonicalField  # the row's name in the docs: one counter, one row
 
 
 def single_sources(*names: str, scale: float = 1.0) -> tuple[Source, ...]:
-    """Each name as a single-metric source, in order."""
-    return tuple(Source((n,), "value", scale) for n in names)
+    """Each name as a single-metric source, in order, then the ncu 2019.x names of those that had
+    one (``ncuflow.read.legacy_names``)."""
+    return tuple(Source((n,), "value", scale) for n in with_legacy_names(names))
 
 
 def resolve(

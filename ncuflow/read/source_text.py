@@ -33,8 +33,14 @@ class Place:
     line: int | None
 
 
+# What ``sass_by_pc`` answers for an instruction it cannot disassemble (every address of the
+# public V100 report kulnaman/lammps output.ncu-rep, ncu 2023.3): no SASS text, never shown as one.
+UNDISASSEMBLED = "???"
+
+
 def _text(found: Any) -> str:
-    return found.strip() if isinstance(found, str) else ""
+    text = found.strip() if isinstance(found, str) else ""
+    return "" if text == UNDISASSEMBLED else text
 
 
 class LaunchText:
