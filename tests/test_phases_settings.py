@@ -115,9 +115,10 @@ def test_json_carries_the_value_used_and_where_it_came_from(tmp_path: Path) -> N
     }
 
 
-def test_the_option_refuses_values_below_its_minimum(tmp_path: Path) -> None:
+@pytest.mark.parametrize("value", [DECODE_LOG_INTERVAL.minimum - 1, DECODE_LOG_INTERVAL.maximum + 1])
+def test_the_option_refuses_values_out_of_its_range(tmp_path: Path, value: int) -> None:
     path = write_log(tmp_path, stated=None)
-    result = CliRunner().invoke(cli, ["phases", str(path), DECODE_LOG_INTERVAL.flag, str(DECODE_LOG_INTERVAL.minimum - 1)])
+    result = CliRunner().invoke(cli, ["phases", str(path), DECODE_LOG_INTERVAL.flag, str(value)])
     assert result.exit_code == 2 and DECODE_LOG_INTERVAL.flag in result.output
 
 

@@ -50,7 +50,7 @@ def format_setting_options(command: Callable[..., None]) -> Callable[..., None]:
         command = click.option(
             option.flag,
             option.name,
-            type=click.IntRange(min=option.minimum),
+            type=click.IntRange(option.minimum, option.maximum),
             default=None,
             help=f"{option.help} Default: what the log's server arguments state, else "
             f"{option.default} ({log_format.capabilities.server}'s default).",

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.settings import ServerSetting, SettingSource, option_flag
 from ncuflow.phases.model.traces import RequestTrace, ServerTrace
+from ncuflow.phases.parse.values import MAX_COUNT
 
 
 class LineReader(Protocol):
@@ -55,6 +56,7 @@ class FormatOption:
     minimum: int
     help: str  # what it is, for the option's help
     stated_in: str  # the marker of the log line that states ``name=value`` (e.g. "ServerArgs(")
+    maximum: int = MAX_COUNT  # a value past it is no setting a server runs with (option and log alike)
 
     @property
     def flag(self) -> str:
@@ -85,7 +87,7 @@ class StatedSettings:
             if option.name in self._found or option.stated_in not in line:
                 continue
             match = self._patterns[option.name].search(line)
-            if match and int(match.group(1)) >= option.minimum:
+            if match and option.minimum <= int(match.group(1)) <= option.maximum:
                 self._found[option.name] = (int(match.group(1)), number)
 
     def resolved(self, option: FormatOption, reading: LogReading) -> ServerSetting:
