@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import fields
 from pathlib import Path
 
 import click
@@ -17,6 +18,7 @@ from ncuflow.cli import cli
 from ncuflow.cli.phases_cmd import format_setting_options, phases_command
 from ncuflow.phases.detect import load_traces
 from ncuflow.phases.model import ServerTrace, analyse_server_trace
+from ncuflow.phases.model.capabilities import Capabilities
 from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.model.settings import SettingSource
 from ncuflow.phases.parse import registry
@@ -127,8 +129,6 @@ def test_the_option_refuses_values_out_of_its_range(tmp_path: Path, value: int) 
 def _other_rows_words() -> set[str]:
     """Every word a registered format's row puts in sentences (its capabilities' words and
     its options), less those the toy shares: none may reach the toy's report."""
-    from dataclasses import fields
-
     words: set[str] = set()
     for log_format in (f for f in registry.LINE_FORMATS if f is not TICK_FORMAT):
         caps = log_format.capabilities
@@ -138,8 +138,12 @@ def _other_rows_words() -> set[str]:
     return {w for w in words if w and w not in toy}
 
 
-WORD_FIELDS = ("server", "admission_evidence", "preemption_word", "batch_field", "throughput_field",
-               "batch_cap_option", "stats_line", "admission_line", "queue_field", "line_interval")
+def _word_fields() -> tuple[str, ...]:
+    """Every field of a format's row that is words for sentences (its text fields)."""
+    return tuple(f.name for f in fields(Capabilities) if f.type in (str, "str"))
+
+
+WORD_FIELDS = _word_fields()
 
 
 @pytest.mark.parametrize("with_rate", [True, False])

@@ -21,7 +21,7 @@ from ncuflow.phases.model import (
     closed_loop_reconciliation,
     config_gaps,
 )
-from ncuflow.phases.model.capabilities import Capabilities
+from ncuflow.phases.model.capabilities import STATS_LINE, Capabilities
 from ncuflow.phases.model.floor import flag_below_floor
 from ncuflow.phases.model.results import PhaseKind
 from ncuflow.phases.model.session import summarise_session
@@ -76,7 +76,7 @@ def analyse_file(
     runs = flag_below_floor(runs)
     bench_rec = closed_loop_reconciliation(runs, bench) if bench is not None else None
     rows = server_rows(runs)
-    words = header.capabilities.stats_line if header.capabilities is not None else "statistics line"
+    words = header.capabilities.stats_line if header.capabilities is not None else STATS_LINE
     notes.extend(_bench_notes(runs, bench, bench_rec, rows, words))
     return FileReport(
         path=str(path),

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ncuflow.phases.model import RunAnalysis, ServerTrace
+from ncuflow.phases.model.capabilities import STATS_LINE
 from ncuflow.phases.model.results import PhaseKind, Segment, SegmentKind
 from ncuflow.phases.model.runs import split_server_runs
 from ncuflow.phases.model.stats import Distribution, distribution
@@ -88,7 +89,7 @@ class FileShapes:
     runs: tuple[RunShapes, ...]
     settings: tuple[Setting, ...]
     kv_len_source: str  # how KV length was read, or "not in the log"
-    stats_line: str = "statistics line"  # what the format calls the lines the shapes are counted on
+    stats_line: str = STATS_LINE  # what the format calls the lines the shapes are counted on
     line_meaning: str = ""  # what one such line stands for: "a Decode line per 40 decode steps"
 
     def setting(self, shape: ServingShape) -> Setting | None:
@@ -124,7 +125,7 @@ def file_shapes(
     kv_source = KV_SOURCE if lines.kv_tokens else "not in the log"
     if not lines.kv_tokens and lines.kv_capacity is not None:
         kv_source = f"GPU KV cache usage × the KV cache's {lines.kv_capacity.value} tokens (line {lines.kv_capacity.line}) / Running"
-    words = servers[0].capabilities.stats_line if servers else "statistics line"
+    words = servers[0].capabilities.stats_line if servers else STATS_LINE
     meaning = _line_meaning(servers[0]) if servers else ""
     return FileShapes(tuple(shaped), _settings(servers, lines, given), kv_source, words, meaning)
 

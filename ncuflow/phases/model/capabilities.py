@@ -26,6 +26,9 @@ class RunBoundary(Enum):
     BUSY_AFTER_IDLE = "busy-after-idle"
 
 
+STATS_LINE = "statistics line"  # a statistics line, in a format's sentences where it names none
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What the lines of one format say, for the model.
@@ -67,7 +70,7 @@ class Capabilities:
     batch_cap_option: str
     # what its lines are called in sentences: a batch-statistics line ("Decode line", "stats
     # line"), an admission's own line ("Prefill line"; prefill_lines) and the queue field
-    stats_line: str = "statistics line"
+    stats_line: str = STATS_LINE
     admission_line: str = "admission line"
     queue_field: str = "queue"
     line_interval: str = "line interval"  # the steps between two step-counted lines ("decode-log interval")
