@@ -8,16 +8,14 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
+from ncuflow.phases.model.capabilities import per_request_capabilities
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 from ncuflow.phases.parse.format import LineFormat
 
 REQ = re.compile(r"^req=(?P<id>\w+) start=(?P<start>[\d.]+) first=(?P<first>[\d.]+) end=(?P<end>[\d.]+) tokens=(?P<tokens>\d+)$")
-TOY_REQUESTS = Capabilities(
-    name="toyreq", title="Toy per-request log", server="ToyServe", run_boundary=RunBoundary.BUSY_AFTER_IDLE,
-    prefill_lines=False, step_counted_lines=False, stats_window_s=None, admission_evidence="a request's line",
-    queue=False, kv_usage=False, preemption_lines=False, preemption_word="eviction", arrival_lines=False,
-    per_request_timings=True, batch_field="in flight", throughput_field="tokens", batch_cap_option="--toy-slots",
+TOY_REQUESTS = per_request_capabilities(
+    name="toyreq", title="Toy per-request log", server="ToyServe", admission_evidence="a request's line",
+    preemption_word="eviction", batch_field="in flight", throughput_field="tokens", batch_cap_option="--toy-slots",
 )
 
 @dataclass

@@ -74,3 +74,38 @@ class Capabilities:
     admission_line: str = "admission line"
     queue_field: str = "queue"
     line_interval: str = "line interval"  # the steps between two step-counted lines ("decode-log interval")
+
+
+def per_request_capabilities(
+    *,
+    name: str,
+    title: str,
+    server: str,
+    admission_evidence: str,
+    batch_field: str,
+    throughput_field: str,
+    batch_cap_option: str,
+    preemption_word: str = "preemption",
+) -> Capabilities:
+    """The row of a format whose log has a line per finished request instead of batch
+    statistics (TGI's router, llama.cpp's server): no admission, statistics, queue or KV lines,
+    runs from busy to idle, only each request's own timing; its words are its own."""
+    return Capabilities(
+        name=name,
+        title=title,
+        server=server,
+        run_boundary=RunBoundary.BUSY_AFTER_IDLE,
+        prefill_lines=False,
+        step_counted_lines=False,
+        stats_window_s=None,
+        admission_evidence=admission_evidence,
+        queue=False,
+        kv_usage=False,
+        preemption_lines=False,
+        preemption_word=preemption_word,
+        arrival_lines=False,
+        per_request_timings=True,
+        batch_field=batch_field,
+        throughput_field=throughput_field,
+        batch_cap_option=batch_cap_option,
+    )

@@ -42,26 +42,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
+from ncuflow.phases.model.capabilities import per_request_capabilities
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 from ncuflow.phases.parse.format import LineFormat
 from ncuflow.phases.parse.request_chunks import MAX_REQUESTS, beyond_note, logged_request
 
-CAPABILITIES = Capabilities(
+CAPABILITIES = per_request_capabilities(
     name="llama.cpp",
     title="llama.cpp server log",
     server="llama-server",
-    run_boundary=RunBoundary.BUSY_AFTER_IDLE,
-    prefill_lines=False,
-    step_counted_lines=False,
-    stats_window_s=None,
     admission_evidence="a print_timing block",
-    queue=False,
-    kv_usage=False,
-    preemption_lines=False,
-    preemption_word="preemption",
-    arrival_lines=False,
-    per_request_timings=True,
     batch_field="slots busy",
     throughput_field="eval time",
     batch_cap_option="--parallel",

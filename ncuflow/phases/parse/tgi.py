@@ -33,28 +33,18 @@ from pathlib import Path
 from typing import Any
 
 from ncuflow.phases import TraceError
-from ncuflow.phases.model.capabilities import Capabilities, RunBoundary
+from ncuflow.phases.model.capabilities import per_request_capabilities
 from ncuflow.phases.model.traces import RequestRecord, RequestTrace
 from ncuflow.phases.parse.format import LineFormat
 from ncuflow.phases.parse.json_values import BadJson, loads
 from ncuflow.phases.parse.lines import strip_ansi
 from ncuflow.phases.parse.request_chunks import MAX_REQUESTS, beyond_note, logged_request
 
-CAPABILITIES = Capabilities(
+CAPABILITIES = per_request_capabilities(
     name="tgi",
     title="TGI router log",
     server="TGI",
-    run_boundary=RunBoundary.BUSY_AFTER_IDLE,
-    prefill_lines=False,
-    step_counted_lines=False,
-    stats_window_s=None,
     admission_evidence="a request's Success line",
-    queue=False,
-    kv_usage=False,
-    preemption_lines=False,
-    preemption_word="preemption",
-    arrival_lines=False,
-    per_request_timings=True,
     batch_field="requests overlapping",
     throughput_field="time_per_token",
     batch_cap_option="--max-concurrent-requests",
